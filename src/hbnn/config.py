@@ -1,0 +1,225 @@
+"""Typed, validated parameters.
+
+``params.yaml`` is read once per stage into a frozen :class:`Params`. Every
+check happens here, before any data is generated or any sampler starts, and a
+failure raises :class:`ConfigError` naming the dotted key and the bad value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+import yaml
+
+BACKENDS = ("nutpie", "pymc")
+ALIGN_METHODS = ("chains", "reference_chain")
+
+
+class ConfigError(ValueError):
+    """A parameter is missing, unknown, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True)
+class DataParams:
+    """Rotated two-moons tasks (seed 000)."""
+
+    n_samples: int = 100
+    noise: float = 0.3
+    rotation_deg: float = 90.0
+    train_fraction: float = 0.5
+
+    def check(self, key: str) -> None:
+        _require(self.n_samples >= 2, f"{key}.n_samples", self.n_samples, "must be >= 2")
+        _require(self.noise >= 0, f"{key}.noise", self.noise, "must be >= 0")
+        _require(self.rotation_deg >= 0, f"{key}.rotation_deg", self.rotation_deg, "must be >= 0")
+        _require(
+            0 < self.train_fraction < 1,
+            f"{key}.train_fraction",
+            self.train_fraction,
+            "must lie strictly between 0 and 1",
+        )
+        n_train = round(self.n_samples * self.train_fraction)
+        _require(
+            1 <= n_train < self.n_samples,
+            f"{key}.train_fraction",
+            self.train_fraction,
+            f"leaves {n_train} of {self.n_samples} rows for training; need >= 1 train and >= 1 test",
+        )
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """Network shape and the flat net's weight prior."""
+
+    hidden_layers: tuple[int, ...] = (5, 5)
+    prior_sd: float = 1.0
+
+    def check(self, key: str) -> None:
+        _require(len(self.hidden_layers) >= 1, f"{key}.hidden_layers", list(self.hidden_layers),
+                 "needs at least one hidden layer")
+        for i, h in enumerate(self.hidden_layers):
+            _require(h >= 1, f"{key}.hidden_layers[{i}]", h, "must be >= 1")
+        _require(self.prior_sd > 0, f"{key}.prior_sd", self.prior_sd, "must be > 0")
+
+
+@dataclass(frozen=True)
+class SamplerParams:
+    """NUTS settings shared by every fit stage."""
+
+    backend: str = "nutpie"
+    chains: int = 2
+    tune: int = 1000
+    draws: int = 1000
+    target_accept: float = 0.9
+    seed: int = 1
+    cores: int = 2
+
+    def check(self, key: str) -> None:
+        _require(self.backend in BACKENDS, f"{key}.backend", self.backend, f"must be one of {list(BACKENDS)}")
+        _require(self.chains >= 1, f"{key}.chains", self.chains, "must be >= 1")
+        _require(self.tune >= 0, f"{key}.tune", self.tune, "must be >= 0")
+        _require(self.draws >= 1, f"{key}.draws", self.draws, "must be >= 1")
+        _require(0 < self.target_accept < 1, f"{key}.target_accept", self.target_accept,
+                 "must lie strictly between 0 and 1")
+        _require(self.seed >= 0, f"{key}.seed", self.seed, "must be >= 0")
+        _require(self.cores >= 1, f"{key}.cores", self.cores, "must be >= 1")
+
+
+@dataclass(frozen=True)
+class PriorParams:
+    """How the informed prior is derived from the hierarchical posterior."""
+
+    draws_per_sample: int = 10
+    align: str = "chains"
+    reference_chain: int = 0
+    jitter: float = 1e-6
+    seed: int = 2
+
+    def check(self, key: str) -> None:
+        _require(self.draws_per_sample >= 1, f"{key}.draws_per_sample", self.draws_per_sample, "must be >= 1")
+        _require(self.align in ALIGN_METHODS, f"{key}.align", self.align, f"must be one of {list(ALIGN_METHODS)}")
+        _require(self.reference_chain >= 0, f"{key}.reference_chain", self.reference_chain, "must be >= 0")
+        _require(self.jitter >= 0, f"{key}.jitter", self.jitter, "must be >= 0")
+        _require(self.seed >= 0, f"{key}.seed", self.seed, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class ReportParams:
+    """Decision-surface grid and the draws used to draw it."""
+
+    grid_size: int = 100
+    grid_limit: float = 3.0
+    surface_draws: int = 500
+    panels_per_page: int = 36
+
+    def check(self, key: str) -> None:
+        _require(self.grid_size >= 2, f"{key}.grid_size", self.grid_size, "must be >= 2")
+        _require(self.grid_limit > 0, f"{key}.grid_limit", self.grid_limit, "must be > 0")
+        _require(self.surface_draws >= 1, f"{key}.surface_draws", self.surface_draws, "must be >= 1")
+        _require(self.panels_per_page >= 1, f"{key}.panels_per_page", self.panels_per_page, "must be >= 1")
+
+
+@dataclass(frozen=True)
+class Params:
+    """Everything in ``params.yaml``; ``n_groups`` and ``seed`` sit at the top level."""
+
+    n_groups: int = 18
+    seed: int = 31
+    data: DataParams = field(default_factory=DataParams)
+    model: ModelParams = field(default_factory=ModelParams)
+    sampler: SamplerParams = field(default_factory=SamplerParams)
+    prior: PriorParams = field(default_factory=PriorParams)
+    report: ReportParams = field(default_factory=ReportParams)
+
+    def check(self) -> None:
+        _require(self.n_groups >= 1, "n_groups", self.n_groups, "must be >= 1")
+        _require(self.seed >= 0, "seed", self.seed, "must be >= 0")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                value.check(f.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (tuples as lists), as it would appear in YAML."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    def section_hash(self, *keys: str) -> str:
+        """Short SHA-256 of the named top-level sections, for provenance attrs."""
+        full = self.to_dict()
+        blob = json.dumps({k: full[k] for k in keys}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _require(ok: bool, key: str, value: Any, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"invalid parameter {key}={value!r}: {why}")
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    """Check ``value`` against a type hint; ints are accepted where floats are."""
+    origin = get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, key)
+    if origin is tuple:
+        (item,) = {a for a in get_args(hint) if a is not Ellipsis}
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"invalid parameter {key}={value!r}: expected a list of {item.__name__}")
+        return tuple(_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value))
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"invalid parameter {key}={value!r}: expected a number")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"invalid parameter {key}={value!r}: expected an integer")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"invalid parameter {key}={value!r}: expected a string")
+        return value
+    raise TypeError(f"unsupported type hint {hint!r} for {key}")  # pragma: no cover
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"invalid parameter {prefix or 'params'}={raw!r}: expected a mapping")
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            raise ConfigError(f"unknown parameter {dotted}={raw[key]!r}: allowed keys here are {sorted(known)}")
+    kwargs = {}
+    for name in known:
+        if name in raw:
+            dotted = f"{prefix}.{name}" if prefix else name
+            kwargs[name] = _coerce(raw[name], hints[name], dotted)
+    return cls(**kwargs)
+
+
+def parse_params(raw: dict[str, Any] | None) -> Params:
+    """Validate a nested dict (as loaded from YAML) into :class:`Params`.
+
+    Missing keys take their defaults; unknown keys, wrong types and out-of-range
+    values raise :class:`ConfigError` naming the dotted key.
+    """
+    params = _build(Params, raw or {}, "")
+    params.check()
+    return params
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate ``params.yaml``."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError as err:
+        raise ConfigError(f"parameter file {path} does not exist") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"parameter file {path} is not valid YAML: {err}") from err
+    return parse_params(raw)

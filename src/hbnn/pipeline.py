@@ -1,0 +1,305 @@
+"""What each DVC stage does, as functions of (params, input paths, output paths).
+
+The scripts in ``stages/`` only parse paths and call these. Inputs are checked
+before anything is sampled; outputs are written atomically at the very end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import xarray as xr
+
+from hbnn import evaluation, prior
+from hbnn.config import Params
+from hbnn.data import Tasks, make_moons_tasks
+from hbnn.inference import Sampler, derive_seed
+from hbnn.io import (
+    InputError,
+    as_builtin,
+    load_dataset,
+    load_trace,
+    provenance,
+    settings_from_attrs,
+    stamp,
+    write_json,
+    write_netcdf,
+)
+from hbnn.models import (
+    build_flat_model,
+    build_hierarchical_model,
+    build_informed_model,
+    layer_specs,
+)
+
+log = logging.getLogger(__name__)
+
+# Distinct keys so stages never share a sampler stream for the same group.
+STAGE_KEYS = {"fit_flat": 1, "fit_hier": 2, "fit_informed": 3, "derive_prior": 4}
+VARIANTS = {"fit_flat": "flat", "fit_hier": "hierarchical", "fit_informed": "informed"}
+
+
+# ----------------------------------------------------------------------------- data
+def make_data(params: Params, out: Path) -> None:
+    """Generate the tasks and write ``data/tasks.nc``."""
+    ds = make_moons_tasks(params)
+    ds.attrs.update(provenance("make_data", "moons", params.section_hash("n_groups", "seed", "data"),
+                               {"n_groups": params.n_groups, "seed": params.seed,
+                                "data": dataclasses.asdict(params.data)}))
+    write_netcdf(ds, out)
+    log.info("wrote %s: %d groups, %d rows", out, params.n_groups, ds.sizes["obs"])
+
+
+def load_tasks(path: Path) -> Tasks:
+    ds = load_dataset(path, "tasks file", required=("X", "y", "group", "split"))
+    return Tasks(ds)
+
+
+# ----------------------------------------------------------------------------- fits
+def _observed(tasks: Tasks) -> tuple[xr.Dataset, xr.Dataset]:
+    """``observed_data`` (training labels) and ``constant_data`` (training inputs)."""
+    train = tasks.split("train")
+    coords = {"obs": train.obs, "obs_group": ("obs", np.array(tasks.group_names)[train.group])}
+    observed = xr.Dataset({"y": ("obs", train.y)}, coords=coords)
+    constant = xr.Dataset({"x": (("obs", "feature"), train.X)}, coords={**coords, "feature": tasks.features})
+    return observed, constant
+
+
+def _settings(params: Params, tasks: Tasks, **extra) -> dict:
+    return {
+        "sampler": dataclasses.asdict(params.sampler),
+        "hidden_layers": list(params.model.hidden_layers),
+        "features": tasks.features,
+        **extra,
+    }
+
+
+def _finish_fit(
+    stage: str,
+    params: Params,
+    tasks: Tasks,
+    posterior: xr.Dataset,
+    sample_stats: xr.Dataset,
+    seconds: float,
+    compile_seconds: float,
+    trace_out: Path,
+    metrics_out: Path,
+    weights_of: Callable[[int], list[np.ndarray]],
+    extra_diagnostics=None,
+    settings_extra: dict | None = None,
+) -> dict:
+    observed, constant = _observed(tasks)
+    idata = az.InferenceData(
+        posterior=posterior, sample_stats=sample_stats, observed_data=observed, constant_data=constant
+    )
+    settings = _settings(params, tasks, **(settings_extra or {}))
+    stamp(idata, provenance(stage, VARIANTS[stage], params.section_hash("n_groups", "seed", "data", "model",
+                                                                        "sampler"), settings))
+    predictions = evaluation.evaluate_groups(tasks, weights_of)
+    metrics = evaluation.fit_metrics(
+        tasks,
+        predictions,
+        seconds=seconds,
+        compile_seconds=compile_seconds,
+        divergences=int(sample_stats["diverging"].sum()),
+        extra_diagnostics=extra_diagnostics,
+    )
+    write_netcdf(idata, trace_out)
+    write_json(as_builtin(metrics), metrics_out)
+    log.info(
+        "%s: train acc %.4f, test acc %.4f, %d divergences, %.1fs sampling",
+        stage, metrics["train"]["accuracy"], metrics["test"]["accuracy"],
+        metrics["sampling"]["divergences"], seconds,
+    )
+    return metrics
+
+
+def _fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.Dataset, xr.Dataset, float, float]:
+    """Fit ``build(X, y)`` to every group's training rows, compiling it once.
+
+    Returns posterior and sample stats stacked along a ``group`` dim, the summed
+    sampling seconds and the compile seconds.
+    """
+    train = tasks.split("train")
+    first = train.rows(0)
+    sampler = Sampler(build(train.X[first], train.y[first]), params.sampler)
+    posts, stats, seconds = [], [], 0.0
+    for g, name in enumerate(tasks.group_names):
+        rows = train.rows(g)
+        fit = sampler.sample(
+            derive_seed(params.sampler.seed, STAGE_KEYS[stage], g),
+            data={"x": train.X[rows], "y": train.y[rows]},
+        )
+        posts.append(fit.posterior.posterior.expand_dims(group=[name]))
+        stats.append(fit.posterior.sample_stats.expand_dims(group=[name]))
+        seconds += fit.seconds
+        log.info("%s: group %s (%d rows) sampled in %.1fs", stage, name, rows.size, fit.seconds)
+
+    def stack(parts):
+        ds = xr.concat(parts, dim="group", combine_attrs="drop_conflicts")
+        order = ["chain", "draw", "group"]
+        return ds.transpose(*order, ...)
+
+    return stack(posts), stack(stats), seconds, sampler.compile_seconds
+
+
+def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path) -> dict:
+    """One flat BNN per group, ``Normal(0, prior_sd)`` weights."""
+    tasks = load_tasks(tasks_path)
+    m = params.model
+
+    def build(X, y):
+        return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd)
+
+    posterior, stats, seconds, compile_s = _fit_per_group("fit_flat", params, tasks, build)
+    specs = layer_specs(tasks.n_features, m.hidden_layers)
+    return _finish_fit(
+        "fit_flat", params, tasks, posterior, stats, seconds, compile_s, trace_out, metrics_out,
+        weights_of=lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
+    )
+
+
+def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path) -> dict:
+    """The non-centred hierarchical BNN over all groups."""
+    tasks = load_tasks(tasks_path)
+    m = params.model
+    padded = tasks.padded("train")
+    model = build_hierarchical_model(
+        padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers
+    )
+    sampler = Sampler(model, params.sampler)
+    fit = sampler.sample(derive_seed(params.sampler.seed, STAGE_KEYS["fit_hier"]))
+    posterior = fit.posterior.posterior
+    specs = layer_specs(tasks.n_features, m.hidden_layers)
+    sd_vars = [f"sd_{s.name}" for s in specs]
+    return _finish_fit(
+        "fit_hier", params, tasks, posterior, fit.posterior.sample_stats, fit.seconds, sampler.compile_seconds,
+        trace_out, metrics_out,
+        weights_of=lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
+        extra_diagnostics=evaluation.scalar_diagnostics(posterior, sd_vars),
+    )
+
+
+def fit_informed(params: Params, tasks_path: Path, prior_path: Path, trace_out: Path, metrics_out: Path) -> dict:
+    """One flat BNN per group with the informed MvNormal layer priors."""
+    tasks = load_tasks(tasks_path)
+    m = params.model
+    specs = layer_specs(tasks.n_features, m.hidden_layers)
+    layer_prior = load_prior(prior_path, specs)
+
+    def build(X, y):
+        return build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior)
+
+    posterior, stats, seconds, compile_s = _fit_per_group("fit_informed", params, tasks, build)
+    return _finish_fit(
+        "fit_informed", params, tasks, posterior, stats, seconds, compile_s, trace_out, metrics_out,
+        weights_of=lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
+        settings_extra={"prior_file": str(prior_path)},
+    )
+
+
+# ----------------------------------------------------------------------------- prior
+def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out: Path) -> dict:
+    """Fit one MvNormal per layer to new-group weight draws of the hierarchical posterior."""
+    p = params.prior
+    idata = load_trace(hier_trace, "hierarchical", groups=("posterior",))
+    settings = settings_from_attrs(idata.posterior.attrs)
+    hidden = tuple(settings.get("hidden_layers", params.model.hidden_layers))
+    features = settings.get("features", [str(f) for f in idata.posterior["feature"].values])
+    specs = layer_specs(len(features), hidden)
+    try:
+        mu = prior.layer_arrays(idata.posterior, specs, "mu")
+        sd = [idata.posterior[f"sd_{s.name}"].transpose("chain", "draw").values for s in specs]
+    except KeyError as err:
+        raise InputError(f"trace {hier_trace} lacks hierarchical variable {err}") from err
+    n_chains = mu[0].shape[0]
+    if p.reference_chain >= n_chains:
+        raise InputError(
+            f"prior.reference_chain={p.reference_chain} but trace {hier_trace} has only {n_chains} chains"
+        )
+
+    alignment = prior.align_to_reference(mu, p.reference_chain)
+    if p.align == "chains":
+        mu_used, sd_used, chains_used = alignment.mu, sd, list(range(n_chains))
+    else:  # reference_chain: one chain, nothing to align
+        ref = p.reference_chain
+        mu_used = [m[ref : ref + 1] for m in mu]
+        sd_used = [s[ref : ref + 1] for s in sd]
+        chains_used = [ref]
+    flat_mu = [m.reshape(-1, *m.shape[2:]) for m in mu_used]
+    flat_sd = [s.reshape(-1) for s in sd_used]
+    rng = np.random.default_rng(derive_seed(p.seed, STAGE_KEYS["derive_prior"]))
+    draws = prior.new_group_draws(flat_mu, flat_sd, p.draws_per_sample, rng)
+
+    data_vars, layer_meta, layer_metrics = {}, {}, {}
+    for s, samples, sd_s in zip(specs, draws, flat_sd, strict=True):
+        mean, cov = prior.fit_mvnormal(samples, p.jitter)
+        data_vars[f"mean_{s.name}"] = (f"weight_{s.name}", mean)
+        data_vars[f"cov_{s.name}"] = ((f"weight_{s.name}", f"weight_{s.name}_col"), cov)
+        layer_meta[s.name] = {"shape": list(s.shape), "dims": list(s.dims)}
+        layer_metrics[s.name] = {
+            "group_sd": {
+                "mean": sd_s.mean(),
+                "sd": sd_s.std(),
+                "q05": np.quantile(sd_s, 0.05),
+                "q95": np.quantile(sd_s, 0.95),
+            },
+            "prior_mean_abs": np.abs(mean).mean(),
+            "prior_sd_mean": np.sqrt(np.diag(cov)).mean(),
+        }
+    ds = xr.Dataset(data_vars)
+    ds.attrs.update(provenance("derive_prior", "informed_prior",
+                               params.section_hash("n_groups", "seed", "data", "model", "sampler", "prior"),
+                               {"prior": dataclasses.asdict(p), "hidden_layers": list(hidden),
+                                "features": list(features), "hier_trace": str(hier_trace)}))
+    ds.attrs["layers"] = json.dumps(layer_meta)
+    metrics = {
+        "draws": {
+            "chains_used": len(chains_used),
+            "posterior_draws": int(flat_sd[0].size),
+            "draws_per_sample": p.draws_per_sample,
+            "new_group_draws": int(draws[0].shape[0]),
+        },
+        "layers": layer_metrics,
+        "alignment": {
+            f"chain_{c}": {
+                "distance_before": alignment.distance_before[c],
+                "distance_after": alignment.distance_after[c],
+                "relabelled": int(not alignment.symmetries[c].is_identity),
+            }
+            for c in range(n_chains)
+        },
+    }
+    write_netcdf(ds, prior_out)
+    write_json(as_builtin(metrics), metrics_out)
+    log.info("derive_prior: %d new-group draws per layer from %d chains", draws[0].shape[0], len(chains_used))
+    return metrics
+
+
+def load_prior(path: Path, specs) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Read ``priors/informed.nc`` and check its layers match ``specs``."""
+    ds = load_dataset(path, "prior file")
+    try:
+        layers = json.loads(ds.attrs["layers"])
+    except (KeyError, ValueError) as err:
+        raise InputError(
+            f"prior file {path} has no valid 'layers' attribute; it was not written by derive_prior"
+        ) from err
+    expected = {s.name: list(s.shape) for s in specs}
+    found = {name: meta["shape"] for name, meta in layers.items()}
+    if found != expected:
+        raise InputError(f"prior file {path} has layer shapes {found} but the model needs {expected}")
+    out = {}
+    for s in specs:
+        mean, cov = ds[f"mean_{s.name}"].values, ds[f"cov_{s.name}"].values
+        if mean.shape != (s.size,) or cov.shape != (s.size, s.size):
+            raise InputError(f"prior file {path}: layer {s.name} has mean {mean.shape} / cov {cov.shape}, "
+                             f"expected ({s.size},) / ({s.size}, {s.size})")
+        out[s.name] = (mean, cov)
+    return out

@@ -1,0 +1,168 @@
+"""Informed prior: from the hierarchical posterior to one MvNormal per layer.
+
+A tanh MLP computes the same function after permuting the units of a hidden
+layer or flipping the sign of one unit (its incoming column and outgoing row
+both change sign). Different chains can therefore sit in equivalent but
+differently labelled modes, and pooling their weights unaligned blurs the prior
+towards zero. :func:`align_to_reference` finds, per chain, the permutation and
+signs of every hidden layer that best match a reference chain (Hungarian
+matching on the chain-mean group weights ``mu``) and :func:`apply_symmetry`
+applies them to every draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from hbnn.models import LayerSpec
+
+
+@dataclass(frozen=True)
+class Symmetry:
+    """Per hidden layer: ``perm[k][j]`` = source unit placed at ``j``; ``sign[k][j]`` = +-1."""
+
+    perm: tuple[np.ndarray, ...]
+    sign: tuple[np.ndarray, ...]
+
+    @staticmethod
+    def identity(hidden_layers: Sequence[int]) -> Symmetry:
+        return Symmetry(tuple(np.arange(h) for h in hidden_layers), tuple(np.ones(h) for h in hidden_layers))
+
+    @property
+    def is_identity(self) -> bool:
+        return all((p == np.arange(p.size)).all() for p in self.perm) and all((s == 1).all() for s in self.sign)
+
+
+def apply_symmetry(weights: Sequence[np.ndarray], sym: Symmetry) -> list[np.ndarray]:
+    """Relabel hidden units of an MLP; the network function is unchanged.
+
+    ``weights`` follow :func:`hbnn.models.layer_specs` with any leading batch dims.
+    Hidden layer ``k`` sits between weight matrix ``k`` (its columns) and ``k + 1``
+    (its rows; the output vector for the last hidden layer).
+    """
+    out = [np.array(w, copy=True) for w in weights]
+    for k, (perm, sign) in enumerate(zip(sym.perm, sym.sign, strict=True)):
+        # Incoming: columns of matrix k.
+        out[k] = out[k][..., perm] * sign
+        # Outgoing: rows of matrix k + 1 (or entries of the output vector).
+        nxt = out[k + 1]
+        if k + 1 == len(out) - 1:
+            out[k + 1] = nxt[..., perm] * sign
+        else:
+            out[k + 1] = nxt[..., perm, :] * sign[:, None]
+    return out
+
+
+def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> Symmetry:
+    """The symmetry that maps ``candidate`` weights closest to ``reference``.
+
+    Both are single networks (no batch dims). Layers are matched in order: units
+    of hidden layer ``k`` are compared by their incoming weights (after aligning
+    layer ``k - 1``) plus the sorted absolute values of their outgoing weights,
+    which do not depend on how later layers are labelled; for the last hidden
+    layer the signed outgoing weight is used directly. Each unit pair takes the
+    sign that fits best, and the Hungarian algorithm picks the permutation.
+    """
+    n_hidden = len(reference) - 1
+    current = [np.asarray(w, dtype=float) for w in candidate]
+    perms, signs = [], []
+    for k in range(n_hidden):
+        ref_in, cand_in = reference[k], current[k]  # (..., units) columns
+        ref_sig = ref_in.reshape(-1, ref_in.shape[-1]).T
+        cand_sig = cand_in.reshape(-1, cand_in.shape[-1]).T
+        last = k + 1 == n_hidden
+        if last:
+            ref_sig = np.hstack([ref_sig, reference[k + 1][:, None]])
+            cand_sig = np.hstack([cand_sig, current[k + 1][:, None]])
+            extra = 0.0
+        else:
+            ref_out = np.sort(np.abs(reference[k + 1]), axis=1)
+            cand_out = np.sort(np.abs(current[k + 1]), axis=1)
+            extra = ((ref_out[:, None, :] - cand_out[None, :, :]) ** 2).sum(-1)
+        plus = ((ref_sig[:, None, :] - cand_sig[None, :, :]) ** 2).sum(-1)
+        minus = ((ref_sig[:, None, :] + cand_sig[None, :, :]) ** 2).sum(-1)
+        cost = np.minimum(plus, minus) + extra  # cost[j, i]: ref unit j vs candidate unit i
+        rows, cols = linear_sum_assignment(cost)
+        perm = cols[np.argsort(rows)]
+        sign = np.where(minus[np.arange(perm.size), perm] < plus[np.arange(perm.size), perm], -1.0, 1.0)
+        step = Symmetry(
+            tuple(perm if i == k else np.arange(current[i].shape[-1]) for i in range(n_hidden)),
+            tuple(sign if i == k else np.ones(current[i].shape[-1]) for i in range(n_hidden)),
+        )
+        current = apply_symmetry(current, step)
+        perms.append(perm)
+        signs.append(sign)
+    # A layer's relabelling leaves other layers' units alone, so the per-layer
+    # matches (each made after earlier layers were aligned) combine directly.
+    return Symmetry(tuple(perms), tuple(signs))
+
+
+@dataclass
+class Alignment:
+    """Aligned group-mean draws and what was done to each chain."""
+
+    mu: list[np.ndarray]  # per layer (chain, draw, *shape), aligned
+    symmetries: list[Symmetry]  # per chain
+    distance_before: list[float]  # per chain, chain-mean distance to reference
+    distance_after: list[float]
+
+
+def align_to_reference(mu: Sequence[np.ndarray], reference_chain: int = 0) -> Alignment:
+    """Align every chain's group-mean weights to ``reference_chain``.
+
+    ``mu`` holds per-layer arrays ``(chain, draw, *layer.shape)``. The match is
+    made on chain means and applied to every draw of the chain.
+    """
+    n_chains = mu[0].shape[0]
+    if not 0 <= reference_chain < n_chains:
+        raise ValueError(f"reference_chain={reference_chain} but the trace has {n_chains} chains")
+    ref_mean = [m[reference_chain].mean(axis=0) for m in mu]
+    aligned = [np.empty_like(m) for m in mu]
+    syms, before, after = [], [], []
+    for c in range(n_chains):
+        chain_mean = [m[c].mean(axis=0) for m in mu]
+        sym = match_symmetry(ref_mean, chain_mean)
+        for layer, w in enumerate(apply_symmetry([m[c] for m in mu], sym)):
+            aligned[layer][c] = w
+        moved = apply_symmetry(chain_mean, sym)
+        before.append(_distance(ref_mean, chain_mean))
+        after.append(_distance(ref_mean, moved))
+        syms.append(sym)
+    return Alignment(aligned, syms, before, after)
+
+
+def _distance(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    return float(np.sqrt(sum(((x - y) ** 2).sum() for x, y in zip(a, b, strict=True))))
+
+
+def new_group_draws(
+    mu: Sequence[np.ndarray], sd: Sequence[np.ndarray], draws_per_sample: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Weights of unseen groups: ``w = mu + sd * eps`` for each posterior draw.
+
+    ``mu[layer]`` is ``(sample, *shape)``, ``sd[layer]`` is ``(sample,)``. Returns
+    per-layer ``(sample * draws_per_sample, layer.size)`` flattened draws.
+    """
+    out = []
+    for m, s in zip(mu, sd, strict=True):
+        n = m.shape[0]
+        flat = m.reshape(n, 1, -1)
+        eps = rng.standard_normal((n, draws_per_sample, flat.shape[-1]))
+        out.append((flat + s.reshape(n, 1, 1) * eps).reshape(n * draws_per_sample, -1))
+    return out
+
+
+def fit_mvnormal(samples: np.ndarray, jitter: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sample mean and covariance (plus ``jitter * I``) of ``(n, k)`` draws."""
+    mean = samples.mean(axis=0)
+    cov = np.atleast_2d(np.cov(samples, rowvar=False)) + jitter * np.eye(samples.shape[1])
+    return mean, cov
+
+
+def layer_arrays(posterior, specs: Sequence[LayerSpec], prefix: str) -> list[np.ndarray]:
+    """Per-layer ``(chain, draw, *shape)`` arrays of ``<prefix>_<layer>`` variables."""
+    return [posterior[f"{prefix}_{s.name}"].transpose("chain", "draw", *s.dims).values for s in specs]

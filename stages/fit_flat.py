@@ -1,0 +1,9 @@
+"""DVC stage `fit_flat`: see `hbnn.pipeline.fit_flat`."""
+
+import sys
+
+from hbnn.cli import run_stage
+from hbnn.pipeline import fit_flat
+
+if __name__ == "__main__":
+    sys.exit(run_stage(__doc__, ["tasks_path", "trace_out", "metrics_out"], fit_flat))

@@ -1,0 +1,61 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hbnn.config import ConfigError, Params, load_params, parse_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_params_equal_defaults():
+    # params.yaml documents the defaults; the dataclasses must agree with it.
+    assert load_params(ROOT / "params.yaml") == Params()
+
+
+def test_top_level_keys_for_dvc_overrides():
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert "n_groups" in raw and "seed" in raw
+
+
+def test_types_are_coerced():
+    p = parse_params({"data": {"noise": 1}, "model": {"hidden_layers": [3]}})
+    assert p.data.noise == 1.0 and isinstance(p.data.noise, float)
+    assert p.model.hidden_layers == (3,)
+
+
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"n_groups": 0}, "n_groups=0"),
+        ({"n_groups": "many"}, "n_groups='many'"),
+        ({"n_groups": 2.5}, "n_groups=2.5"),
+        ({"n_groups": True}, "n_groups=True"),
+        ({"data": {"noise": -0.1}}, "data.noise=-0.1"),
+        ({"data": {"train_fraction": 1.0}}, "data.train_fraction=1.0"),
+        ({"data": {"train_fraction": 0}}, "data.train_fraction=0"),
+        ({"data": {"n_samples": 4, "train_fraction": 0.1}}, "data.train_fraction=0.1"),
+        ({"sampler": {"draws": 0}}, "sampler.draws=0"),
+        ({"sampler": {"backend": "stan"}}, "sampler.backend='stan'"),
+        ({"sampler": {"target_accept": 1.5}}, "sampler.target_accept=1.5"),
+        ({"model": {"hidden_layers": [5, 0]}}, "model.hidden_layers[1]=0"),
+        ({"model": {"hidden_layers": 5}}, "model.hidden_layers=5"),
+        ({"prior": {"align": "sideways"}}, "prior.align='sideways'"),
+        ({"sampler": {"drawz": 10}}, "sampler.drawz=10"),
+        ({"n_group": 10}, "n_group=10"),
+        ({"data": 3}, "data=3"),
+    ],
+)
+def test_bad_values_name_key_and_value(raw, key):
+    with pytest.raises(ConfigError) as err:
+        parse_params(raw)
+    assert key in str(err.value)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_params(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("n_groups: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_params(bad)

@@ -1,0 +1,63 @@
+import numpy as np
+import pytest
+import xarray as xr
+
+from hbnn.evaluation import (
+    classification_scores,
+    function_space_diagnostics,
+    group_weights,
+    predict_proba,
+)
+from hbnn.models import layer_specs, mlp_logit
+
+
+def test_scores_on_hand_computed_example():
+    p = np.array([0.9, 0.2, 0.6, 0.4])
+    y = np.array([1, 0, 0, 1])
+    s = classification_scores(p, y)
+    assert s["accuracy"] == 0.5
+    assert s["brier"] == pytest.approx((0.01 + 0.04 + 0.36 + 0.36) / 4)
+    expected = -np.mean(np.log([0.9, 0.8, 0.4, 0.4]))
+    assert s["log_loss"] == pytest.approx(expected)
+    assert s["n"] == 4
+
+
+def test_exactly_half_is_not_class_one():
+    assert classification_scores(np.array([0.5]), np.array([1]))["accuracy"] == 0.0
+
+
+def test_predict_proba_uses_every_draw_and_is_chunk_invariant():
+    rng = np.random.default_rng(0)
+    specs = layer_specs(2, (5, 5))
+    weights = [rng.normal(size=(2, 30, *s.shape)) for s in specs]
+    X = rng.normal(size=(11, 2))
+    p = predict_proba(weights, X, chunk=7)
+    assert p.shape == (2, 30, 11)
+    np.testing.assert_allclose(p, predict_proba(weights, X, chunk=1000))
+    manual = 1 / (1 + np.exp(-mlp_logit(X, [w[1, 4] for w in weights])))
+    np.testing.assert_allclose(p[1, 4], manual)
+
+
+def test_group_weights_selects_group_and_orders_dims():
+    specs = layer_specs(2, (3,))
+    post = xr.Dataset(
+        {
+            "w_in": (("group", "chain", "draw", "feature", "hidden_1"), np.arange(48.0).reshape(2, 1, 4, 2, 3)),
+            "w_out": (("chain", "draw", "group", "hidden_1"), np.zeros((1, 4, 2, 3))),
+        },
+        coords={"group": ["a", "b"]},
+    )
+    w_in, w_out = group_weights(post, specs, "b")
+    assert w_in.shape == (1, 4, 2, 3) and w_out.shape == (1, 4, 3)
+    assert w_in[0, 0, 0, 0] == 24.0
+
+
+def test_function_space_diagnostics_detect_disagreeing_chains():
+    rng = np.random.default_rng(1)
+    good = rng.uniform(0.4, 0.6, size=(2, 500, 5))
+    d = function_space_diagnostics(good)
+    assert d["max_rhat"] < 1.02
+    assert d["min_ess_bulk"] > 300
+    bad = good.copy()
+    bad[1] += 0.3
+    assert function_space_diagnostics(bad)["max_rhat"] > 1.5

@@ -1,0 +1,94 @@
+import numpy as np
+import pytest
+
+from hbnn.models import layer_specs, mlp_logit
+from hbnn.prior import (
+    Symmetry,
+    align_to_reference,
+    apply_symmetry,
+    fit_mvnormal,
+    match_symmetry,
+    new_group_draws,
+)
+
+HIDDEN = (5, 5)
+
+
+def random_net(rng, hidden=HIDDEN, batch=()):
+    return [rng.normal(size=(*batch, *s.shape)) for s in layer_specs(2, hidden)]
+
+
+def random_symmetry(rng, hidden=HIDDEN):
+    return Symmetry(tuple(rng.permutation(h) for h in hidden), tuple(rng.choice([-1.0, 1.0], size=h) for h in hidden))
+
+
+@pytest.mark.parametrize("hidden", [(5, 5), (3,), (4, 3, 2)])
+def test_symmetry_preserves_the_network_function(hidden):
+    rng = np.random.default_rng(0)
+    net = random_net(rng, hidden, batch=(6,))  # six draws at once
+    X = rng.normal(size=(30, 2))
+    moved = apply_symmetry(net, random_symmetry(rng, hidden))
+    np.testing.assert_allclose(mlp_logit(X, moved), mlp_logit(X, net), rtol=1e-10, atol=1e-12)
+    assert not np.allclose(moved[0], net[0])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_permuted_sign_flipped_copy_aligns_back_exactly(seed):
+    rng = np.random.default_rng(seed)
+    net = random_net(rng)
+    copy = apply_symmetry(net, random_symmetry(rng))
+    back = apply_symmetry(copy, match_symmetry(net, copy))
+    for a, b in zip(back, net, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_identity_is_found_for_an_unchanged_net():
+    rng = np.random.default_rng(9)
+    net = random_net(rng)
+    assert match_symmetry(net, net).is_identity
+
+
+def test_chains_in_equivalent_modes_are_aligned_to_the_reference():
+    rng = np.random.default_rng(1)
+    centre = random_net(rng)
+    draws = 200
+    chain0 = [c + 0.05 * rng.normal(size=(draws, *c.shape)) for c in centre]
+    chain1 = apply_symmetry([c + 0.05 * rng.normal(size=(draws, *c.shape)) for c in centre], random_symmetry(rng))
+    mu = [np.stack([a, b]) for a, b in zip(chain0, chain1, strict=True)]
+    result = align_to_reference(mu, reference_chain=0)
+    assert result.symmetries[0].is_identity
+    assert not result.symmetries[1].is_identity
+    assert result.distance_after[1] < 0.2 < result.distance_before[1]
+    # aligned chain 1 now sits on chain 0's labelling, draw for draw
+    for layer, c in zip(result.mu, centre, strict=True):
+        assert np.abs(layer[1].mean(0) - c).max() < 0.05
+    # and pooling unaligned chains would have blurred the prior: much larger spread
+    pooled_raw = mu[0].reshape(2 * draws, -1)
+    pooled_aligned = result.mu[0].reshape(2 * draws, -1)
+    assert pooled_raw.var(0).mean() > 10 * pooled_aligned.var(0).mean()
+
+
+def test_bad_reference_chain_is_rejected():
+    mu = [np.zeros((2, 3, *s.shape)) for s in layer_specs(2, HIDDEN)]
+    with pytest.raises(ValueError, match="reference_chain=2"):
+        align_to_reference(mu, reference_chain=2)
+
+
+def test_new_group_draws_follow_mu_plus_sd_noise():
+    rng = np.random.default_rng(2)
+    mu = [np.full((400, 2, 3), 1.5)]
+    sd = [np.full(400, 0.5)]
+    (draws,) = new_group_draws(mu, sd, draws_per_sample=25, rng=rng)
+    assert draws.shape == (400 * 25, 6)
+    assert draws.mean() == pytest.approx(1.5, abs=0.01)
+    assert draws.std() == pytest.approx(0.5, rel=0.02)
+
+
+def test_fit_mvnormal_recovers_mean_and_covariance():
+    rng = np.random.default_rng(3)
+    cov = np.array([[1.0, 0.8], [0.8, 2.0]])
+    samples = rng.multivariate_normal([1.0, -2.0], cov, size=20000)
+    mean, est = fit_mvnormal(samples, jitter=1e-6)
+    np.testing.assert_allclose(mean, [1.0, -2.0], atol=0.03)
+    np.testing.assert_allclose(est, cov, atol=0.05)
+    np.linalg.cholesky(est)  # positive definite

@@ -1,3 +1,5 @@
+import os
+
 import arviz as az
 import numpy as np
 import pytest
@@ -15,6 +17,13 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
             raise RuntimeError("killed")
     assert target.read_text() == "old"
     assert list(tmp_path.iterdir()) == [target]
+
+
+def test_atomic_outputs_get_normal_permissions(tmp_path):
+    write_json({}, tmp_path / "m.json")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "m.json").stat().st_mode & 0o777 == 0o666 & ~mask
 
 
 def test_write_json_is_stable_and_rejects_nan(tmp_path):

@@ -1,0 +1,243 @@
+"""Figures for the report, drawn from already-computed numbers.
+
+Every function takes arrays, draws one figure and returns ``(fig, axes)``; none
+of them computes posterior quantities, saves or shows anything. The caller
+renders the figure (see :func:`png_bytes`) and closes it.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+DPI = 100
+SMALL = 7
+TINY = 6
+PANEL_IN = 1.9  # inches per surface panel
+GROUPS_PER_ROW = 50  # per-group charts wrap onto a new row of axes after this many groups
+MODEL_COLORS = {"flat": "tab:gray", "hierarchical": "tab:blue", "informed": "tab:orange"}
+# y = 0 white, y = 1 black, each ringed in the other: visible on both colour maps.
+CLASS_STYLE = ({"c": "white", "edgecolors": "black"}, {"c": "black", "edgecolors": "white"})
+SURFACE_STYLE = {
+    "mean": {"cmap": "RdBu_r", "vmin": 0.0, "vmax": 1.0, "label": "posterior mean P(y = 1)"},
+    # sd of a probability is at most 0.5; a fixed scale keeps models and pages comparable.
+    "sd": {"cmap": "viridis", "vmin": 0.0, "vmax": 0.5, "label": "posterior sd of P(y = 1)"},
+}
+
+
+def png_bytes(fig, dpi: int = DPI) -> bytes:
+    """Render ``fig`` to PNG bytes and close it."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def panel_grid(n: int) -> tuple[int, int]:
+    """Near-square ``(rows, cols)`` for ``n >= 1`` panels: ``cols = ceil(sqrt(n))``, rows as needed."""
+    cols = math.ceil(math.sqrt(n))
+    return math.ceil(n / cols), cols
+
+
+def pages(n: int, per_page: int) -> list[range]:
+    """Split ``range(n)`` into consecutive pages of at most ``per_page`` items."""
+    return [range(lo, min(lo + per_page, n)) for lo in range(0, n, per_page)]
+
+
+def _model_color(name: str, i: int) -> str:
+    return MODEL_COLORS.get(name, f"C{i}")
+
+
+def plot_surface_page(
+    fields: np.ndarray,
+    names: Sequence[str],
+    limit: float,
+    points: Sequence[tuple[np.ndarray, np.ndarray]],
+    kind: str = "mean",
+    title: str | None = None,
+):
+    """One page of per-group surfaces on the square ``[-limit, limit]^2``.
+
+    ``fields`` is ``(panel, grid, grid)`` with rows along the second feature
+    (``fields[k, i, j]`` at ``x2 = grid[i], x1 = grid[j]``); ``names`` titles the
+    panels; ``points[k] = (X (n, 2), y (n,))`` are the training rows overlaid,
+    white for class 0, black for class 1. ``kind`` is ``"mean"`` (probability, 0.5 contour drawn) or
+    ``"sd"`` (its posterior sd). Returns ``(fig, axes (rows, cols))``; unused
+    panels are hidden and all panels share one colorbar.
+    """
+    style = SURFACE_STYLE[kind]
+    n = len(names)
+    rows, cols = panel_grid(n)
+    panel = PANEL_IN if n > 4 else 1.4 * PANEL_IN
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(max(cols * panel + 1.0, 5.0), rows * panel + 0.6),
+        sharex=True, sharey=True, squeeze=False, layout="constrained",
+    )
+    extent = (-limit, limit, -limit, limit)
+    grid = np.linspace(-limit, limit, fields.shape[-1])
+    image = None
+    for k, ax in enumerate(axes.flat):
+        if k >= n:
+            ax.set_axis_off()
+            continue
+        field = fields[k]
+        image = ax.imshow(field, origin="lower", extent=extent, cmap=style["cmap"],
+                          vmin=style["vmin"], vmax=style["vmax"], interpolation="nearest", aspect="equal")
+        if kind == "mean" and field.min() < 0.5 < field.max():
+            ax.contour(grid, grid, field, levels=[0.5], colors="k", linewidths=0.6)
+        X, y = points[k]
+        for cls, marker in enumerate(CLASS_STYLE):
+            sel = y == cls
+            ax.scatter(X[sel, 0], X[sel, 1], s=11, linewidths=0.35, **marker)
+        ax.set_xlim(-limit, limit)
+        ax.set_ylim(-limit, limit)
+        ax.set_title(names[k], fontsize=SMALL, pad=2)
+        ax.tick_params(labelsize=TINY, length=2, pad=1)
+        ax.label_outer()
+    if image is not None:
+        cbar = fig.colorbar(image, ax=axes, shrink=min(0.9, 0.35 + 0.15 * rows), aspect=30, pad=0.01)
+        cbar.set_label(style["label"], fontsize=SMALL)
+        cbar.ax.tick_params(labelsize=TINY)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return fig, axes
+
+
+def plot_per_group(
+    names: Sequence[str],
+    values: Mapping[str, np.ndarray],
+    kind: str = "bar",
+    ylabel: str = "",
+    ylim: tuple[float, float] | None = None,
+    hlines: Sequence[float] = (),
+    title: str | None = None,
+    per_row: int = GROUPS_PER_ROW,
+):
+    """Grouped bars (``kind="bar"``) or dots (``"point"``) of one value per group and series.
+
+    ``values[series]`` is ``(group,)`` aligned with ``names`` (NaN = missing).
+    More than ``per_row`` groups wrap onto further stacked axes so every group
+    keeps a readable tick label. ``hlines`` are dashed reference levels.
+    Returns ``(fig, axes (rows,))``.
+    """
+    n = len(names)
+    chunks = pages(n, per_row)
+    width = min(per_row, n)
+    fig, axes = plt.subplots(
+        len(chunks), 1, figsize=(max(6.0, 0.22 * width + 2.0), 2.6 * len(chunks) + 0.4),
+        squeeze=False, layout="constrained",
+    )
+    axes = axes[:, 0]
+    k = len(values)
+    step = 0.8 / max(k, 1)
+    for ax, chunk in zip(axes, chunks, strict=True):
+        x = np.arange(len(chunk))
+        for i, (series, v) in enumerate(values.items()):
+            offset = (i - (k - 1) / 2) * step
+            vals = np.asarray(v, dtype=float)[chunk.start : chunk.stop]
+            color = _model_color(series, i)
+            if kind == "bar":
+                ax.bar(x + offset, vals, width=step, color=color, label=series)
+            else:
+                ax.plot(x + offset, vals, "o", ms=3.5, color=color, label=series)
+        for level in hlines:
+            ax.axhline(level, color="k", lw=0.7, ls="--")
+        ax.set_xticks(x, [names[i] for i in chunk], rotation=90, fontsize=TINY)
+        ax.set_xlim(-0.6, width - 0.4)
+        ax.tick_params(axis="y", labelsize=SMALL)
+        ax.set_ylabel(ylabel, fontsize=SMALL)
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+        ax.grid(axis="y", lw=0.3, alpha=0.6)
+    axes[0].legend(fontsize=SMALL, ncols=max(k, 1), loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return fig, axes
+
+
+def plot_accuracy(
+    models: Sequence[str],
+    train: np.ndarray,
+    test: np.ndarray,
+    references: Mapping[str, tuple[np.ndarray, np.ndarray]],
+):
+    """Train and test accuracy of this run (filled dots) beside reference numbers (hollow markers).
+
+    ``train``/``test`` are ``(model,)`` fractions; ``references[label] = (train,
+    test)`` arrays of the same length, NaN where a reference has no number.
+    Returns ``(fig, axes (2,))``.
+    """
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.2), sharey=True, layout="constrained")
+    markers = ["s", "^", "D", "v", "P"]
+    x = np.arange(len(models))
+    every = [np.asarray(train, float), np.asarray(test, float)]
+    every += [np.asarray(a, float) for pair in references.values() for a in pair]
+    finite = np.concatenate(every)
+    finite = finite[np.isfinite(finite)]
+    lo = math.floor((finite.min() - 0.02) * 20) / 20 if finite.size else 0.0
+    for ax, split, ours, idx in ((axes[0], "train", train, 0), (axes[1], "test", test, 1)):
+        for j, (label, pair) in enumerate(references.items()):
+            ax.plot(x + 0.12 * (j + 1), pair[idx], markers[j % len(markers)], ms=6, mfc="none", label=label)
+        ax.plot(x, ours, "o", ms=9, color="k", label="this run")
+        ax.set_xticks(x, models, fontsize=8)
+        ax.set_xlim(-0.5, len(models) - 0.2)
+        ax.set_ylim(max(0.0, lo), 1.0)
+        ax.set_title(f"{split} accuracy", fontsize=9)
+        ax.tick_params(axis="y", labelsize=SMALL)
+        ax.grid(axis="y", lw=0.3, alpha=0.6)
+    axes[1].legend(fontsize=SMALL, loc="lower right")
+    return fig, axes
+
+
+def plot_group_sd(samples: Mapping[str, np.ndarray], bins: int = 30):
+    """Posterior density of each layer's group sd, one step line per chain.
+
+    ``samples[var]`` is ``(chain, draw)``. Returns ``(fig, axes (layer,))``.
+    """
+    n = len(samples)
+    fig, axes = plt.subplots(1, n, figsize=(3.0 * n + 0.5, 2.8), squeeze=False, layout="constrained")
+    axes = axes[0]
+    for ax, (var, draws) in zip(axes, samples.items(), strict=True):
+        draws = np.asarray(draws, dtype=float)
+        edges = np.histogram_bin_edges(draws, bins=bins)
+        for c, chain in enumerate(draws):
+            ax.hist(chain, bins=edges, density=True, histtype="step", lw=1.2, label=f"chain {c}")
+        ax.set_title(var, fontsize=9)
+        ax.set_xlabel("group sd", fontsize=SMALL)
+        ax.tick_params(labelsize=SMALL)
+    axes[0].set_ylabel("density", fontsize=SMALL)
+    axes[-1].legend(fontsize=SMALL)
+    return fig, axes
+
+
+def plot_correlations(matrices: Mapping[str, np.ndarray], labels: Sequence[str], max_labels: int = 40):
+    """Side-by-side correlation heatmaps on one ``[-1, 1]`` colour scale.
+
+    ``matrices[title]`` is ``(k, k)`` with ``labels`` (length ``k``) on both axes;
+    beyond ``max_labels`` only every n-th label is shown. Returns ``(fig, axes)``.
+    """
+    n = len(matrices)
+    k = len(labels)
+    side = float(np.clip(0.25 * k + 1.5, 3.2, 7.0))
+    fig, axes = plt.subplots(1, n, figsize=(side * n + 0.8, side + 0.4), squeeze=False, layout="constrained")
+    axes = axes[0]
+    stride = max(1, math.ceil(k / max_labels))
+    ticks = np.arange(0, k, stride)
+    image = None
+    for ax, (title, mat) in zip(axes, matrices.items(), strict=True):
+        image = ax.imshow(mat, cmap="RdBu_r", vmin=-1.0, vmax=1.0, interpolation="nearest")
+        ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=TINY)
+        ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=TINY)
+        ax.set_title(title, fontsize=8)
+    cbar = fig.colorbar(image, ax=axes, shrink=0.8)
+    cbar.set_label("correlation", fontsize=SMALL)
+    cbar.ax.tick_params(labelsize=TINY)
+    return fig, axes

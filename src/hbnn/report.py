@@ -1,0 +1,666 @@
+"""The `report` stage: figures, a Markdown and a self-contained HTML report, summary metrics.
+
+Accuracies and diagnostics are read from the fit stages' metrics files, never
+recomputed. Posterior quantities the metrics do not hold (decision surfaces,
+group sds, weight correlations) come from the traces, one model and one group
+at a time, so memory does not grow with draws x grid x groups.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from hbnn import plots
+from hbnn.config import Params, ReportParams
+from hbnn.data import Split, Tasks
+from hbnn.evaluation import group_weights, predict_proba
+from hbnn.io import InputError, as_builtin, load_trace, settings_from_attrs, write_bytes, write_json, write_text
+from hbnn.models import LayerSpec, layer_specs
+from hbnn.pipeline import load_prior, load_tasks
+
+log = logging.getLogger(__name__)
+
+MODELS = ("flat", "hierarchical", "informed")
+LABELS = {"flat": "Flat", "hierarchical": "Hierarchical", "informed": "Informed prior"}
+METRICS_FILES = {"flat": "flat.json", "hierarchical": "hier.json", "informed": "informed.json"}
+
+# Train / test accuracy (%) printed by the seed notebooks; None = not done there.
+REFERENCES: dict[str, dict[str, tuple[float, float] | None]] = {
+    "PyMC3 original": {"flat": (86.78, 83.78), "hierarchical": (91.11, 89.78), "informed": (91.56, 87.11)},
+    "NumPyro port": {"flat": (86.67, 83.56), "hierarchical": (90.78, 89.33), "informed": (91.44, 86.67)},
+    "BlackJAX port": {"flat": (86.56, 83.67), "hierarchical": (91.11, 89.56), "informed": None},
+}
+# The data those numbers came from; they are only comparable on the same data.
+REFERENCE_DATA = {
+    "n_groups": 18,
+    "seed": 31,
+    "data.n_samples": 100,
+    "data.noise": 0.3,
+    "data.rotation_deg": 90.0,
+    "data.train_fraction": 0.5,
+}
+RHAT_OK = 1.01
+CHUNK_VALUES = 2**21  # float64 values per intermediate array of a surface chunk (16 MB)
+
+CSS = """
+body { font-family: sans-serif; max-width: 1150px; margin: 0 auto; padding: 1em 2em; color: #222; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.3em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+h3 { font-size: 1.05em; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
+th, td { border: 1px solid #bbb; padding: 2px 8px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+th { background: #f0f0f0; }
+img { max-width: 100%; height: auto; display: block; margin: 0.4em 0; }
+figure { margin: 0.8em 0; } figcaption { font-size: 0.85em; color: #555; }
+.how { color: #444; background: #f6f6f6; padding: 0.4em 0.8em; border-left: 3px solid #999; }
+.warn { color: #8a1c00; font-weight: bold; }
+"""
+
+
+# ----------------------------------------------------------------------------- document model
+@dataclass(frozen=True)
+class Para:
+    text: str
+    warn: bool = False
+
+
+@dataclass(frozen=True)
+class Heading:
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    header: Sequence[str]
+    rows: Sequence[Sequence[str]]
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # file name under figures/
+    caption: str
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    how_to_read: str
+    blocks: Sequence[Para | Heading | Table | Figure]
+
+
+def render_markdown(title: str, intro: Sequence[Para], sections: Sequence[Section]) -> str:
+    """The report as Markdown; figures are linked as ``figures/<name>``."""
+    out = [f"# {title}", ""]
+    for p in intro:
+        out += [f"**{p.text}**" if p.warn else p.text, ""]
+    for sec in sections:
+        out += [f"## {sec.title}", "", f"*How to read this:* {sec.how_to_read}", ""]
+        for b in sec.blocks:
+            if isinstance(b, Heading):
+                out += [f"### {b.text}", ""]
+            elif isinstance(b, Para):
+                out += [f"**{b.text}**" if b.warn else b.text, ""]
+            elif isinstance(b, Table):
+                out.append("| " + " | ".join(b.header) + " |")
+                out.append("|" + "|".join(["---"] + ["---:"] * (len(b.header) - 1)) + "|")
+                out += ["| " + " | ".join(row) + " |" for row in b.rows]
+                out.append("")
+            else:
+                out += [f"![{b.caption}](figures/{b.name})", "", f"*{b.caption}*", ""]
+    return "\n".join(out)
+
+
+def render_html(title: str, intro: Sequence[Para], sections: Sequence[Section], figures: dict[str, bytes]) -> str:
+    """The report as one offline HTML page: inline CSS, images as base64 data URIs."""
+    e = html.escape
+
+    def para(p: Para) -> str:
+        return f'<p class="warn">{e(p.text)}</p>' if p.warn else f"<p>{e(p.text)}</p>"
+
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           f"<title>{e(title)}</title>", f"<style>{CSS}</style>", "</head>", "<body>", f"<h1>{e(title)}</h1>"]
+    out += [para(p) for p in intro]
+    for sec in sections:
+        out += [f"<h2>{e(sec.title)}</h2>", f'<p class="how"><b>How to read this:</b> {e(sec.how_to_read)}</p>']
+        for b in sec.blocks:
+            if isinstance(b, Heading):
+                out.append(f"<h3>{e(b.text)}</h3>")
+            elif isinstance(b, Para):
+                out.append(para(b))
+            elif isinstance(b, Table):
+                out.append("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in b.header) + "</tr></thead>")
+                out.append("<tbody>")
+                out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in b.rows]
+                out.append("</tbody></table>")
+            else:
+                data = base64.b64encode(figures[b.name]).decode("ascii")
+                out.append(f'<figure><img src="data:image/png;base64,{data}" alt="{e(b.caption)}">'
+                           f"<figcaption>{e(b.caption)}</figcaption></figure>")
+    out += ["</body>", "</html>", ""]
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- numbers
+def _get(d: Any, *keys: str) -> Any:
+    """``d[k1][k2]...`` or None where any level is missing."""
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def _fmt(x: Any, spec: str = ".3f") -> str:
+    if x is None or (isinstance(x, float) and not np.isfinite(x)):
+        return "n/a"
+    return format(x, spec)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}"
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def read_json(path: Path, what: str) -> dict:
+    """A metrics JSON file, or :class:`InputError` naming it."""
+    if not path.is_file():
+        raise InputError(f"{what} {path} does not exist; run the stage that writes it first (dvc repro)")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as err:
+        raise InputError(f"{what} {path} is not valid JSON ({err})") from err
+
+
+def surface_points(limit: float, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Axis values ``(size,)`` and grid points ``(size * size, 2)`` in row-major ``(x2, x1)`` order."""
+    axis = np.linspace(-limit, limit, size)
+    x1, x2 = np.meshgrid(axis, axis)
+    return axis, np.column_stack([x1.ravel(), x2.ravel()])
+
+
+def thin_indices(n_total: int, n_keep: int) -> np.ndarray:
+    """``min(n_keep, n_total)`` evenly spaced, distinct indices into ``range(n_total)``."""
+    return np.unique(np.linspace(0, n_total - 1, min(n_keep, n_total)).round().astype(np.int64))
+
+
+def surface_stats(weights: Sequence[np.ndarray], points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and sd of ``P(y = 1)`` at ``points (n, feature)``.
+
+    ``weights`` are per-layer ``(sample, *shape)`` draws. Draws are taken in
+    chunks and only running sums are kept, so memory is ``chunk * n`` values.
+    """
+    n_samples = weights[0].shape[0]
+    width = max(w.shape[-1] for w in weights)
+    chunk = max(1, CHUNK_VALUES // (points.shape[0] * width))
+    s1 = np.zeros(points.shape[0])
+    s2 = np.zeros(points.shape[0])
+    for lo in range(0, n_samples, chunk):
+        p = predict_proba([w[None, lo : lo + chunk] for w in weights], points, chunk=chunk)[0]
+        s1 += p.sum(axis=0)
+        s2 += np.square(p).sum(axis=0)
+    mean = s1 / n_samples
+    return mean, np.sqrt(np.clip(s2 / n_samples - mean**2, 0.0, None))
+
+
+def correlation_from_cov(cov: np.ndarray) -> np.ndarray:
+    """Correlation matrix of a covariance matrix; NaN rows/columns where a variance is 0."""
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    denom = np.outer(sd, sd)
+    corr = np.full(cov.shape, np.nan)
+    np.divide(cov, denom, out=corr, where=denom > 0)
+    return np.clip(corr, -1.0, 1.0)
+
+
+def correlation_of_draws(draws: np.ndarray) -> np.ndarray:
+    """Correlation matrix ``(k, k)`` of ``(n, k)`` draws (all NaN with fewer than 2 draws)."""
+    if draws.shape[0] < 2:
+        return np.full((draws.shape[1], draws.shape[1]), np.nan)
+    return correlation_from_cov(np.atleast_2d(np.cov(draws, rowvar=False)))
+
+
+def weight_labels(spec: LayerSpec, features: Sequence[str]) -> list[str]:
+    """``feature->unit`` labels of the first layer's weights in row-major (flattened) order."""
+    rows = list(features) if spec.dims[0] == "feature" else [str(i) for i in range(spec.shape[0])]
+    return [f"{r}->{u}" for r in rows for u in range(spec.shape[1])]
+
+
+# ----------------------------------------------------------------------------- inputs
+def _open_traces(paths: dict[str, Path]) -> dict[str, Any]:
+    """Every trace opened lazily (variant checked, nothing loaded yet)."""
+    return {v: load_trace(p, v, groups=()) for v, p in paths.items()}
+
+
+def _close(idata) -> None:
+    for name in idata.groups():
+        idata[name].close()
+
+
+def _needed_vars(variant: str, specs: Sequence[LayerSpec]) -> list[str]:
+    """Posterior variables the report reads from a trace of ``variant``."""
+    extra = [*(f"sd_{s.name}" for s in specs), f"mu_{specs[0].name}"] if variant == "hierarchical" else []
+    return [s.var for s in specs] + extra
+
+
+def _check_traces(traces: dict[str, Any], paths: dict[str, Path], specs: Sequence[LayerSpec],
+                  names: Sequence[str]) -> None:
+    """Every trace has the variables the report reads and the tasks file's groups, in order."""
+    for v, idata in traces.items():
+        missing = [n for n in _needed_vars(v, specs) if n not in idata.posterior]
+        if missing:
+            raise InputError(f"trace {paths[v]} lacks posterior variables {missing}")
+        _check_groups(idata.posterior, paths[v], names)
+
+
+def _load_vars(idata, names: Sequence[str]) -> xr.Dataset:
+    """Load only ``names`` from a lazily opened trace's posterior, into a new dataset."""
+    # compute(), not load(): load() would also fill the lazy dataset, keeping every model in memory.
+    return idata.posterior[list(names)].compute()
+
+
+def _specs(traces: dict[str, Any], paths: dict[str, Path], params: Params, tasks: Tasks) -> list[LayerSpec]:
+    """Layer layout shared by all three traces (from their settings attrs)."""
+    found = {}
+    for v, idata in traces.items():
+        settings = settings_from_attrs(idata.posterior.attrs)
+        found[v] = tuple(settings.get("hidden_layers", params.model.hidden_layers))
+        features = settings.get("features", tasks.features)
+        if list(features) != tasks.features:
+            raise InputError(f"trace {paths[v]} was fit on features {features}, the tasks file has {tasks.features}")
+    if len(set(found.values())) != 1:
+        raise InputError(f"the traces disagree on hidden_layers: {found}; rerun the fit stages")
+    return layer_specs(tasks.n_features, next(iter(found.values())))
+
+
+def _check_groups(post: xr.Dataset, path: Path, names: Sequence[str]) -> None:
+    found = [str(g) for g in post["group"].values]
+    if found != list(names):
+        raise InputError(f"trace {path} holds groups {found[:5]}... ({len(found)}), the tasks file "
+                         f"{list(names)[:5]}... ({len(names)}); rerun the fit stages")
+
+
+def _check_metrics(metrics: dict[str, dict], metrics_dir: Path, names: Sequence[str]) -> None:
+    for v, m in metrics.items():
+        groups = _get(m, "per_group") or {}
+        if sorted(groups) != sorted(names):
+            raise InputError(f"metrics file {metrics_dir / METRICS_FILES[v]} covers groups {sorted(groups)[:5]}... "
+                             f"({len(groups)}), the tasks file has {len(names)}; rerun the fit stages")
+
+
+def _data_settings(tasks: Tasks, params: Params) -> dict[str, Any]:
+    """The data settings the tasks file was made with (from its attrs, else params)."""
+    s = settings_from_attrs(tasks.ds.attrs)
+    data = s.get("data", {})
+    return {
+        "n_groups": tasks.n_groups,
+        "seed": s.get("seed", params.seed),
+        **{f"data.{k}": data.get(k, getattr(params.data, k)) for k in
+           ("n_samples", "noise", "rotation_deg", "train_fraction")},
+    }
+
+
+# ----------------------------------------------------------------------------- figures
+def model_surfaces(
+    variant: str, post: xr.Dataset, specs: Sequence[LayerSpec], names: Sequence[str], train: Split, rp: ReportParams
+) -> tuple[dict[str, bytes], int]:
+    """Decision-surface and uncertainty pages of one model.
+
+    Each group's surface is computed once (mean and sd together) from
+    ``surface_draws`` draws thinned evenly over all chains and draws; only one
+    page of surfaces is held at a time. Returns ``({file name: png}, draws used)``.
+    """
+    axis, points = surface_points(rp.grid_limit, rp.grid_size)
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    keep = thin_indices(n_chain * n_draw, rp.surface_draws)
+    page_list = plots.pages(len(names), rp.panels_per_page)
+    width = max(2, len(str(len(page_list))))
+    out = {}
+    for p, page in enumerate(page_list, start=1):
+        means, sds, points_on_page = [], [], []
+        for g in page:
+            w = [x.reshape(n_chain * n_draw, *x.shape[2:])[keep] for x in group_weights(post, specs, names[g])]
+            mean, sd = surface_stats(w, points)
+            means.append(mean.reshape(axis.size, axis.size))
+            sds.append(sd.reshape(axis.size, axis.size))
+            rows = train.rows(g)
+            points_on_page.append((train.X[rows], train.y[rows]))
+        titles = [names[g] for g in page]
+        for kind, fields, stem, what in (("mean", means, "surface", "posterior mean P(y=1)"),
+                                         ("sd", sds, "uncertainty", "posterior sd of P(y=1)")):
+            fig, _ = plots.plot_surface_page(np.stack(fields), titles, rp.grid_limit, points_on_page, kind,
+                                             title=f"{LABELS[variant]}: {what} (page {p}/{len(page_list)})")
+            out[f"{stem}_{variant}_p{p:0{width}d}.png"] = plots.png_bytes(fig)
+        log.info("report: %s surfaces page %d/%d done", variant, p, len(page_list))
+    return out, int(keep.size)
+
+
+def _trace_figures(
+    traces: dict[str, Any], specs: Sequence[LayerSpec], tasks: Tasks, rp: ReportParams
+) -> tuple[dict[str, bytes], dict[str, list[str]], dict[str, int], xr.Dataset]:
+    """Surface pages of every model, loading one model's weights at a time.
+
+    Returns the pages ``{file name: png}``, each model's sorted page names, the
+    draws each used, and the hierarchical ``sd_<layer>`` and first-layer ``mu``
+    draws (all that is kept of the traces afterwards).
+    """
+    train = tasks.split("train")
+    figures, surface_files, used_draws, hier_extra = {}, {}, {}, None
+    for v in MODELS:
+        post = _load_vars(traces[v], _needed_vars(v, specs))
+        pages, used_draws[v] = model_surfaces(v, post, specs, tasks.group_names, train, rp)
+        surface_files[v] = sorted(pages)
+        figures.update(pages)
+        if v == "hierarchical":
+            hier_extra = post[[n for n in post.data_vars if not n.startswith("w_")]]
+        del post
+    return figures, surface_files, used_draws, hier_extra
+
+
+def _correlation_figure(hier_extra: xr.Dataset, prior: dict, spec: LayerSpec, features: Sequence[str],
+                        ref_chain: int) -> bytes:
+    """Heatmaps: correlations of the informed prior's ``cov_<layer>`` and of ``mu_<layer>`` draws of one chain."""
+    mu = hier_extra[f"mu_{spec.name}"].transpose("chain", "draw", *spec.dims).values[ref_chain]
+    corr = {
+        f"informed prior: corr from cov_{spec.name}": correlation_from_cov(prior[spec.name][1]),
+        f"hierarchical mu_{spec.name} draws (chain {ref_chain})": correlation_of_draws(mu.reshape(mu.shape[0], -1)),
+    }
+    return plots.png_bytes(plots.plot_correlations(corr, weight_labels(spec, features))[0])
+
+
+def _per_group_values(metrics: dict[str, dict], names: Sequence[str], *keys: str) -> dict[str, np.ndarray]:
+    """``{model: (group,)}`` of ``per_group.<g>.<keys>`` (NaN where missing)."""
+    return {v: np.array([_get(metrics[v], "per_group", g, *keys) for g in names], dtype=float) for v in MODELS}
+
+
+def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: dict[str, np.ndarray]) -> dict:
+    """Accuracy, per-group accuracy and per-group R-hat figures, all from the metrics files."""
+    # Start the axis at chance (or lower if needed) so differences between models stay visible.
+    low = min(0.5, np.floor(np.nanmin([*np.concatenate(list(accuracy.values())), 1.0]) * 10) / 10)
+    refs = {r: tuple(np.array([np.nan if vals[v] is None else vals[v][i] / 100 for v in MODELS]) for i in (0, 1))
+            for r, vals in REFERENCES.items()}
+    train = np.array([_get(metrics[v], "train", "accuracy") for v in MODELS], dtype=float)
+    test = np.array([_get(metrics[v], "test", "accuracy") for v in MODELS], dtype=float)
+    rhat = _per_group_values(metrics, names, "rhat_fn")
+    return {
+        "per_group_accuracy.png": plots.png_bytes(plots.plot_per_group(
+            names, accuracy, kind="bar", ylabel="test accuracy", ylim=(low, 1.0))[0]),
+        "rhat_fn.png": plots.png_bytes(plots.plot_per_group(
+            names, rhat, kind="point", ylabel="function-space R-hat", hlines=(RHAT_OK,))[0]),
+        "accuracy.png": plots.png_bytes(plots.plot_accuracy([LABELS[v] for v in MODELS], train, test, refs)[0]),
+    }
+
+
+# ----------------------------------------------------------------------------- sections
+def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int]) -> list:
+    hidden = [s.shape[-1] for s in specs[:-1]]
+    out = [Para(f"{tasks.n_groups} groups, features {', '.join(tasks.features)}, tanh MLP with hidden layers "
+                f"{hidden} (no biases). Flat: an independent net per group with iid Normal(0, model.prior_sd) weights. "
+                "Hierarchical: one model over all groups, w[g] = mu + sd * z[g] per layer (non-centred). "
+                "Informed prior: an independent net per group with a multivariate-normal prior per layer fitted "
+                "to new-group draws of the hierarchical posterior.")]
+    runs = []
+    for v in MODELS:
+        s = settings[v].get("sampler", {})
+        runs.append(f"{LABELS[v]}: {s.get('chains', '?')} chains x {s.get('draws', '?')} draws "
+                    f"({s.get('tune', '?')} tuning, backend {s.get('backend', '?')}); "
+                    f"surfaces use {used_draws[v]} draws")
+    out.append(Para("Sampling: " + "; ".join(runs) + "."))
+    return out
+
+
+def _reference_note(data: dict[str, Any]) -> Para:
+    diff = [f"{k} = {data[k]} (reference {ref})" for k, ref in REFERENCE_DATA.items() if data[k] != ref]
+    defaults = ", ".join(f"{k} {v}" for k, v in REFERENCE_DATA.items())
+    if diff:
+        return Para("The reference numbers below are NOT comparable with this run: they were obtained on the default "
+                    f"data ({defaults}) but this run differs in: {'; '.join(diff)}.", warn=True)
+    return Para(f"The data parameters are the defaults ({defaults}), so this run is comparable with the reference "
+                "numbers, up to sampler randomness and the reference runs' own sampler settings.")
+
+
+def _accuracy_section(metrics: dict[str, dict], data: dict[str, Any]) -> Section:
+    header = ["Model", "Train %", "Test %", "Test log loss", "Test Brier",
+              *[f"{r} (train / test %)" for r in REFERENCES]]
+    rows = []
+    for v in MODELS:
+        m = metrics[v]
+        refs = [f"{r[v][0]:.2f} / {r[v][1]:.2f}" if r[v] else "not done" for r in REFERENCES.values()]
+        rows.append([LABELS[v], _pct(_get(m, "train", "accuracy")), _pct(_get(m, "test", "accuracy")),
+                     _fmt(_get(m, "test", "log_loss")), _fmt(_get(m, "test", "brier")), *refs])
+    return Section(
+        "Accuracy",
+        "accuracy thresholds the posterior-mean probability at 0.5, pooled over all groups' rows; log loss and Brier "
+        "score (lower is better) use the same mean probability. Train accuracy is on the rows each model was fit "
+        "to, test accuracy on held-out rows of the same groups. The last columns are the numbers printed by the "
+        "seed notebooks.",
+        [_reference_note(data), Table(header, rows),
+         Figure("accuracy.png", "Train and test accuracy of this run (filled) and the reference runs (hollow).")],
+    )
+
+
+def _per_group_section(n_groups: int) -> Section:
+    return Section(
+        "Per-group test accuracy",
+        "one group of bars per task (the axis starts at 0.5, chance level, or lower if needed); partial pooling "
+        "helps most where a group's own data are few or ambiguous, "
+        "so look for groups where the flat bar is lowest. The numbers are in plots/per_group_accuracy.csv.",
+        [Figure("per_group_accuracy.png", f"Test accuracy of every group ({n_groups}) for the three models.")],
+    )
+
+
+def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int]) -> list[Section]:
+    def blocks(stem: str, what: str) -> list:
+        out = []
+        for v in MODELS:
+            names = [n for n in surface_files[v] if n.startswith(f"{stem}_")]
+            out.append(Heading(LABELS[v]))
+            out += [Figure(n, f"{LABELS[v]}: {what}, page {i}/{len(names)} ({used[v]} draws).")
+                    for i, n in enumerate(names, start=1)]
+        return out
+
+    grid = f"a {rp.grid_size} x {rp.grid_size} grid over [-{rp.grid_limit:g}, {rp.grid_limit:g}]^2"
+    return [
+        Section(
+            "Decision surfaces",
+            f"each panel is one group: colour is the posterior-mean probability of class 1 on {grid}, the black "
+            "line the 0.5 boundary, dots the group's training rows (white class 0, black class 1). A good surface "
+            "separates the two moons with a smooth boundary; the hierarchical and informed models should give "
+            "groups with awkward data boundaries shaped like their neighbours'.",
+            blocks("surface", "posterior mean P(y=1)"),
+        ),
+        Section(
+            "Predictive uncertainty",
+            "posterior standard deviation of the class-1 probability on the same grid (shared scale 0 to 0.5): bright "
+            "regions are where the posterior draws disagree. Expect high uncertainty along the boundary and away "
+            "from the data, less of it where pooling constrains a group.",
+            blocks("uncertainty", "posterior sd of P(y=1)"),
+        ),
+    ]
+
+
+def _group_sd_section(sd_vars: Sequence[str], specs, prior_metrics: dict) -> Section:
+    rows = []
+    for s, var in zip(specs, sd_vars, strict=True):
+        g = _get(prior_metrics, "layers", s.name, "group_sd") or {}
+        rows.append([var, _fmt(g.get("mean")), _fmt(g.get("sd")), _fmt(g.get("q05")), _fmt(g.get("q95"))])
+    return Section(
+        "Posterior of the group standard deviations",
+        f"{', '.join(sd_vars)}: how far the groups' weights of each layer spread around the shared mean. "
+        "Near 0: groups share that layer; large: groups differ. The chains' curves should overlap; if they do not, "
+        "the chains disagree and R-hat below will be high.",
+        [Figure("group_sd.png", "Hierarchical model: posterior density of each layer's group sd, one line per chain."),
+         Para("Summary used by the informed prior (metrics/prior.json, pooled over the chains it used):"),
+         Table(["Variable", "Mean", "SD", "5%", "95%"], rows)],
+    )
+
+
+def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: dict) -> Section:
+    align = _get(prior_metrics, "alignment") or {}
+    moved = [c for c, a in align.items() if _get(a, "relabelled")]
+    note = (f"derive_prior relabelled hidden units of {', '.join(moved)} to match the reference chain."
+            if moved else "derive_prior did not need to relabel any chain.")
+    return Section(
+        f"Correlation of the first-layer weights (w_{layer})",
+        "each cell is the correlation of two weights feature->hidden unit. Left: the informed prior's covariance "
+        "(fitted to aligned new-group draws of the hierarchical posterior). Right: the posterior draws of the "
+        f"hierarchical group mean mu_{layer}, chain {ref_chain} only, because different chains may label the hidden "
+        "units differently (permutations and sign flips leave the network unchanged). Strong off-diagonal cells are "
+        "structure the informed prior passes on to new groups.",
+        [Figure(name, f"Correlations of w_{layer}: informed prior vs hierarchical mu_{layer} (chain {ref_chain})."),
+         Para(note)],
+    )
+
+
+def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str]) -> Section:
+    header = ["Model", "Sampling s", "Compile s", "Divergences", "Max R-hat (fn)", "Min bulk ESS (fn)",
+              "Max R-hat (all)", "Min bulk ESS (all)"]
+    rows, flagged = [], []
+    for v in MODELS:
+        s = _get(metrics[v], "sampling") or {}
+        rows.append([LABELS[v], _fmt(s.get("seconds"), ".1f"), _fmt(s.get("compile_seconds"), ".1f"),
+                     _fmt(s.get("divergences"), "d"), _fmt(s.get("max_rhat_fn")), _fmt(s.get("min_ess_bulk_fn"), ".0f"),
+                     _fmt(s.get("max_rhat")), _fmt(s.get("min_ess_bulk"), ".0f")])
+        rhat = [_get(metrics[v], "per_group", g, "rhat_fn") for g in names]
+        flagged.append(f"{LABELS[v]} {sum(r is not None and r > RHAT_OK for r in rhat)}/{len(names)}")
+    sd_rows = [[var, _fmt(d.get("rhat")), _fmt(d.get("ess_bulk"), ".0f"), _fmt(d.get("ess_tail"), ".0f")]
+               for var, d in sorted((_get(metrics["hierarchical"], "sampling", "group_sd") or {}).items())]
+    return Section(
+        "Sampler diagnostics",
+        "R-hat (want < 1.01) and effective sample size (ESS, want hundreds) are computed in function space, on "
+        "the predicted test probabilities of each group, because weight space has exact symmetries (hidden-unit "
+        "permutations and sign flips) that make weight-space R-hat meaningless. 'all' adds the hierarchical "
+        "group sds, which are scalars free of those symmetries. Divergences should be 0.",
+        [Table(header, rows),
+         Para(f"Groups with function-space R-hat above {RHAT_OK}: {', '.join(flagged)}."),
+         Heading("Hierarchical group sds"),
+         Table(["Variable", "R-hat", "Bulk ESS", "Tail ESS"], sd_rows),
+         Figure("rhat_fn.png", f"Per-group function-space R-hat; dashed line at {RHAT_OK}.")],
+    )
+
+
+# ----------------------------------------------------------------------------- outputs
+def summary(metrics: dict[str, dict], n_groups: int) -> dict:
+    """``metrics/summary.json``: headline numbers per model and their differences (dicts only)."""
+    models = {}
+    for v in MODELS:
+        m = metrics[v]
+        models[v] = {
+            "train_accuracy": _get(m, "train", "accuracy"),
+            "test_accuracy": _get(m, "test", "accuracy"),
+            "test_log_loss": _get(m, "test", "log_loss"),
+            "test_brier": _get(m, "test", "brier"),
+            "divergences": _get(m, "sampling", "divergences"),
+            "seconds": _get(m, "sampling", "seconds"),
+        }
+    test = {v: models[v]["test_accuracy"] for v in MODELS}
+    comparison = {
+        "hier_minus_flat_test_accuracy": _diff(test["hierarchical"], test["flat"]),
+        "informed_minus_flat_test_accuracy": _diff(test["informed"], test["flat"]),
+        "hier_minus_informed_test_accuracy": _diff(test["hierarchical"], test["informed"]),
+    }
+    return as_builtin({"models": models, "comparison": comparison, "n_groups": n_groups})
+
+
+def per_group_csv(per_group: dict[str, np.ndarray], names: Sequence[str]) -> str:
+    """``group,flat,hierarchical,informed`` rows of test accuracy (empty where a group has no test rows)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["group", *MODELS])
+    for g, name in enumerate(names):
+        vals = [per_group[v][g] for v in MODELS]
+        writer.writerow([name, *("" if not np.isfinite(x) else as_builtin(float(x)) for x in vals)])
+    return buf.getvalue()
+
+
+def write_figures(figures: dict[str, bytes], fig_dir: Path) -> None:
+    """Write ``figures`` into ``fig_dir``, first removing PNGs a previous run left that are not rewritten."""
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    for stale in fig_dir.glob("*.png"):
+        if stale.name not in figures:
+            stale.unlink()
+    for name, data in figures.items():
+        write_bytes(data, fig_dir / name)
+
+
+# ----------------------------------------------------------------------------- stage body
+def report(
+    params: Params,
+    tasks_path: Path,
+    flat_trace: Path,
+    hier_trace: Path,
+    informed_trace: Path,
+    prior_path: Path,
+    metrics_dir: Path,
+    out_dir: Path,
+) -> dict:
+    """Build the report from the fitted traces, the informed prior and the metrics files.
+
+    Writes ``out_dir/figures/*.png``, ``out_dir/report.md``, ``out_dir/report.html``
+    (self-contained), ``out_dir/plots/per_group_accuracy.csv`` and
+    ``metrics_dir/summary.json``; returns the summary dict. All inputs are
+    checked before anything is computed and nothing is written until every
+    figure has been drawn.
+    """
+    rp = params.report
+    tasks = load_tasks(tasks_path)
+    if tasks.n_features != 2:
+        raise InputError(f"tasks file {tasks_path} has {tasks.n_features} features; decision surfaces need 2")
+    names = tasks.group_names
+    metrics = {v: read_json(metrics_dir / f, "metrics file") for v, f in METRICS_FILES.items()}
+    prior_metrics = read_json(metrics_dir / "prior.json", "metrics file")
+    _check_metrics(metrics, metrics_dir, names)
+    paths = {"flat": flat_trace, "hierarchical": hier_trace, "informed": informed_trace}
+    traces = _open_traces(paths)
+    try:
+        specs = _specs(traces, paths, params, tasks)
+        prior = load_prior(prior_path, specs)
+        _check_traces(traces, paths, specs, names)
+        settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
+        figures, surface_files, used_draws, hier_extra = _trace_figures(traces, specs, tasks, rp)
+    finally:
+        for idata in traces.values():
+            _close(idata)
+    first = specs[0]
+    sd_vars = [f"sd_{s.name}" for s in specs]
+    ref_chain = params.prior.reference_chain if params.prior.reference_chain < hier_extra.sizes["chain"] else 0
+    corr_name = f"correlation_{first.name}.png"
+    figures[corr_name] = _correlation_figure(hier_extra, prior, first, tasks.features, ref_chain)
+    sd_draws = {var: hier_extra[var].transpose("chain", "draw").values for var in sd_vars}
+    figures["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])
+    accuracy = _per_group_values(metrics, names, "test", "accuracy")
+    figures.update(_metrics_figures(metrics, names, accuracy))
+
+    data = _data_settings(tasks, params)
+    title = "Hierarchical Bayesian neural networks: report"
+    intro = _intro(tasks, specs, settings, used_draws)
+    sections = [
+        _accuracy_section(metrics, data),
+        _per_group_section(len(names)),
+        *_surface_sections(surface_files, rp, used_draws),
+        _group_sd_section(sd_vars, specs, prior_metrics),
+        _correlation_section(first.name, corr_name, ref_chain, prior_metrics),
+        _diagnostics_section(metrics, names),
+    ]
+    result = summary(metrics, len(names))
+
+    write_figures(figures, out_dir / "figures")
+    write_text(render_markdown(title, intro, sections), out_dir / "report.md")
+    write_text(render_html(title, intro, sections, figures), out_dir / "report.html")
+    write_text(per_group_csv(accuracy, names), out_dir / "plots" / "per_group_accuracy.csv")
+    write_json(result, metrics_dir / "summary.json")
+    log.info("report: %d figures, %d groups -> %s", len(figures), len(names), out_dir)
+    return result

@@ -1,0 +1,276 @@
+"""The report stage on tiny synthetic traces: pages, self-contained HTML, summary and CSV."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import re
+
+import arviz as az
+import numpy as np
+import pytest
+import xarray as xr
+
+from hbnn import plots
+from hbnn import report as rep
+from hbnn.config import parse_params
+from hbnn.data import make_moons_tasks
+from hbnn.evaluation import predict_proba
+from hbnn.io import InputError, provenance, stamp, write_json, write_netcdf
+from hbnn.models import layer_coords, layer_specs
+
+N_GROUPS = 7
+PER_PAGE = 4  # 7 groups -> pages of 4 and 3
+HIDDEN = [3, 2]
+CHAINS, DRAWS = 2, 5
+RAW = {
+    "n_groups": N_GROUPS,
+    "seed": 31,
+    "data": {"n_samples": 20},
+    "model": {"hidden_layers": HIDDEN},
+    "report": {"grid_size": 8, "surface_draws": 6, "panels_per_page": PER_PAGE},
+}
+STAGES = {"flat": "fit_flat", "hierarchical": "fit_hier", "informed": "fit_informed"}
+
+
+def _posterior(rng, specs, coords, names, hierarchical: bool) -> xr.Dataset:
+    data = {}
+    for s in specs:
+        w = rng.normal(size=(CHAINS, DRAWS, len(names), *s.shape))
+        data[s.var] = (("chain", "draw", "group", *s.dims), w)
+        if hierarchical:
+            data[f"mu_{s.name}"] = (("chain", "draw", *s.dims), w.mean(axis=2))
+            data[f"sd_{s.name}"] = (("chain", "draw"), rng.gamma(2.0, 0.5, size=(CHAINS, DRAWS)))
+    return xr.Dataset(data, coords={"chain": range(CHAINS), "draw": range(DRAWS), "group": names, **coords})
+
+
+def _metrics(rng, names, hierarchical: bool) -> dict:
+    per_group = {g: {"test": {"accuracy": float(rng.uniform(0.5, 1))}, "rhat_fn": float(rng.uniform(1, 1.1)),
+                     "ess_bulk_fn": 100.0} for g in names}
+    sampling = {"seconds": 1.0, "compile_seconds": 2.0, "divergences": int(rng.integers(0, 3)), "max_rhat": 1.05,
+                "min_ess_bulk": 50.0, "max_rhat_fn": 1.05, "min_ess_bulk_fn": 60.0}
+    if hierarchical:
+        sampling["group_sd"] = {"sd_in": {"rhat": 1.0, "ess_bulk": 300.0, "ess_tail": 250.0}}
+    return {"train": {"accuracy": float(rng.uniform(0.8, 1))},
+            "test": {"accuracy": float(rng.uniform(0.7, 0.9)), "log_loss": 0.4, "brier": 0.1},
+            "per_group": per_group, "sampling": sampling}
+
+
+def _prior(rng, specs) -> xr.Dataset:
+    data, layers = {}, {}
+    for s in specs:
+        a = rng.normal(size=(s.size, s.size))
+        data[f"mean_{s.name}"] = (f"weight_{s.name}", rng.normal(size=s.size))
+        data[f"cov_{s.name}"] = ((f"weight_{s.name}", f"weight_{s.name}_col"), a @ a.T + np.eye(s.size))
+        layers[s.name] = {"shape": list(s.shape), "dims": list(s.dims)}
+    ds = xr.Dataset(data)
+    ds.attrs["layers"] = json.dumps(layers)
+    return ds
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """Write synthetic inputs, leave a stale page in figures/, run the report once, record surface panels."""
+    d = tmp_path_factory.mktemp("report")
+    rng = np.random.default_rng(0)
+    params = parse_params(RAW)
+    tasks = make_moons_tasks(params)
+    names = [str(g) for g in tasks["task"].values]
+    write_netcdf(tasks, d / "tasks.nc")
+    specs = layer_specs(2, HIDDEN)
+    coords = layer_coords(["x1", "x2"], HIDDEN)
+    settings = {"hidden_layers": HIDDEN, "features": ["x1", "x2"], "sampler": {"chains": CHAINS, "draws": DRAWS}}
+    paths, metrics = {}, {}
+    for v, stage in STAGES.items():
+        idata = az.InferenceData(posterior=_posterior(rng, specs, coords, names, v == "hierarchical"))
+        stamp(idata, provenance(stage, v, "test", settings))
+        paths[v] = d / "traces" / f"{v}.nc"
+        write_netcdf(idata, paths[v])
+        metrics[v] = _metrics(rng, names, v == "hierarchical")
+        write_json(metrics[v], d / "metrics" / rep.METRICS_FILES[v])
+    write_netcdf(_prior(rng, specs), d / "prior.nc")
+    prior_metrics = {"layers": {s.name: {"group_sd": {"mean": 1.0, "sd": 0.1, "q05": 0.8, "q95": 1.2}} for s in specs},
+                     "alignment": {"chain_0": {"relabelled": 0}, "chain_1": {"relabelled": 1}}}
+    write_json(prior_metrics, d / "metrics" / "prior.json")
+    stale = d / "reports" / "figures" / "surface_flat_p09.png"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"old")
+
+    panels: list[tuple[str, list[str]]] = []
+    original = plots.plot_surface_page
+
+    def recording(fields, titles, *args, **kwargs):
+        panels.append((kwargs["title"], list(titles)))
+        assert fields.shape == (len(titles), 8, 8)
+        return original(fields, titles, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rep.plots, "plot_surface_page", recording)
+        result = rep.report(params, d / "tasks.nc", paths["flat"], paths["hierarchical"], paths["informed"],
+                            d / "prior.nc", d / "metrics", d / "reports")
+    return {"dir": d, "names": names, "metrics": metrics, "result": result, "panels": panels, "params": params}
+
+
+def test_every_group_is_drawn_once_per_model_and_kind(run):
+    for v in rep.MODELS:
+        for what in ("posterior mean", "posterior sd"):
+            drawn = [t for title, titles in run["panels"] if title.startswith(f"{rep.LABELS[v]}: {what}")
+                     for t in titles]
+            assert drawn == run["names"]
+    figures = run["dir"] / "reports" / "figures"
+    for v in rep.MODELS:
+        for stem in ("surface", "uncertainty"):
+            assert sorted(p.name for p in figures.glob(f"{stem}_{v}_p*.png")) == [
+                f"{stem}_{v}_p01.png", f"{stem}_{v}_p02.png"]
+
+
+def test_stale_figures_are_removed(run):
+    assert not (run["dir"] / "reports" / "figures" / "surface_flat_p09.png").exists()
+
+
+def test_html_is_self_contained(run):
+    text = (run["dir"] / "reports" / "report.html").read_text()
+    assert "http://" not in text and "https://" not in text
+    assert "<script" not in text and "<link" not in text and "@import" not in text and "url(" not in text
+    sources = re.findall(r'src="([^"]*)"', text)
+    assert re.findall(r'href="([^"]*)"', text) == []
+    figures = sorted((run["dir"] / "reports" / "figures").glob("*.png"))
+    assert len(sources) == len(figures)
+    for src in sources:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_markdown_references_every_figure(run):
+    text = (run["dir"] / "reports" / "report.md").read_text()
+    linked = set(re.findall(r"\]\((figures/[^)]+\.png)\)", text))
+    on_disk = {f"figures/{p.name}" for p in (run["dir"] / "reports" / "figures").glob("*.png")}
+    assert linked == on_disk
+    assert {"figures/accuracy.png", "figures/group_sd.png", "figures/correlation_in.png"} <= on_disk
+    # 7 groups is not the reference data, and the report must say so.
+    assert "NOT comparable" in text and "n_groups = 7 (reference 18)" in text
+
+
+def _has_list(x) -> bool:
+    if isinstance(x, list):
+        return True
+    return isinstance(x, dict) and any(_has_list(v) for v in x.values())
+
+
+def test_summary_json(run):
+    summary = json.loads((run["dir"] / "metrics" / "summary.json").read_text())
+    assert summary == run["result"]
+    assert not _has_list(summary)
+    assert summary["n_groups"] == N_GROUPS
+    keys = {"train_accuracy", "test_accuracy", "test_log_loss", "test_brier", "divergences", "seconds"}
+    assert set(summary["models"]) == set(rep.MODELS)
+    assert all(set(m) == keys for m in summary["models"].values())
+    test = {v: run["metrics"][v]["test"]["accuracy"] for v in rep.MODELS}
+    assert summary["models"]["flat"]["test_accuracy"] == pytest.approx(test["flat"], abs=1e-6)
+    comp = summary["comparison"]
+    assert comp["hier_minus_flat_test_accuracy"] == pytest.approx(test["hierarchical"] - test["flat"], abs=1e-5)
+    assert comp["informed_minus_flat_test_accuracy"] == pytest.approx(test["informed"] - test["flat"], abs=1e-5)
+    assert comp["hier_minus_informed_test_accuracy"] == pytest.approx(test["hierarchical"] - test["informed"],
+                                                                       abs=1e-5)
+
+
+def test_per_group_csv(run):
+    with open(run["dir"] / "reports" / "plots" / "per_group_accuracy.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["group", "flat", "hierarchical", "informed"]
+    assert [r["group"] for r in rows] == run["names"]
+    for r in rows:
+        for v in rep.MODELS:
+            expected = run["metrics"][v]["per_group"][r["group"]]["test"]["accuracy"]
+            assert float(r[v]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_stale_metrics_are_an_input_error(run, tmp_path):
+    d = run["dir"]
+    metrics = tmp_path / "metrics"
+    for name in ("flat.json", "hier.json", "informed.json", "prior.json"):
+        (metrics / name).parent.mkdir(exist_ok=True)
+        (metrics / name).write_text((d / "metrics" / name).read_text())
+    flat = json.loads((metrics / "flat.json").read_text())
+    flat["per_group"].pop(run["names"][0])
+    (metrics / "flat.json").write_text(json.dumps(flat))
+    with pytest.raises(InputError, match="covers groups"):
+        rep.report(run["params"], d / "tasks.nc", d / "traces" / "flat.nc", d / "traces" / "hierarchical.nc",
+                   d / "traces" / "informed.nc", d / "prior.nc", metrics, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_surface_stats_match_all_draws_at_once(monkeypatch):
+    rng = np.random.default_rng(1)
+    specs = layer_specs(2, [4, 3])
+    weights = [rng.normal(size=(13, *s.shape)) for s in specs]
+    _, points = rep.surface_points(2.0, 6)
+    monkeypatch.setattr(rep, "CHUNK_VALUES", points.shape[0] * 4 * 3)  # 3 draws per chunk: 5 uneven chunks
+    mean, sd = rep.surface_stats(weights, points)
+    p = predict_proba([w[None] for w in weights], points)[0]
+    np.testing.assert_allclose(mean, p.mean(axis=0), atol=1e-12)
+    np.testing.assert_allclose(sd, p.std(axis=0), atol=1e-9)
+
+
+def test_surface_points_are_row_major_in_x2():
+    axis, points = rep.surface_points(1.0, 3)
+    assert points.shape == (9, 2)
+    np.testing.assert_array_equal(points[:3, 1], [-1, -1, -1])  # first image row is the lowest x2
+    np.testing.assert_array_equal(points[:3, 0], axis)
+
+
+@pytest.mark.parametrize("n_total, n_keep", [(2000, 500), (10, 500), (7, 3), (1, 1)])
+def test_thin_indices(n_total, n_keep):
+    idx = rep.thin_indices(n_total, n_keep)
+    assert idx.size == min(n_total, n_keep)
+    assert idx[0] == 0 and idx[-1] == n_total - 1
+    assert np.all(np.diff(idx) > 0)
+
+
+def test_pages_and_near_square_grid():
+    assert [len(p) for p in plots.pages(40, 36)] == [36, 4]
+    assert [len(p) for p in plots.pages(36, 36)] == [36]
+    assert [len(p) for p in plots.pages(1, 36)] == [1]
+    for n in range(1, 250):
+        rows, cols = plots.panel_grid(n)
+        assert rows * cols >= n > (rows - 1) * cols
+        assert 0 <= cols - rows <= 1
+
+
+def test_surface_page_titles_every_panel():
+    names = [f"g{i}" for i in range(5)]
+    fields = np.random.default_rng(2).random((5, 4, 4))
+    points = [(np.zeros((2, 2)), np.array([0, 1]))] * 5
+    fig, axes = plots.plot_surface_page(fields, names, 3.0, points, kind="sd")
+    assert axes.shape == (2, 3)
+    assert [ax.get_title() for ax in axes.flat if ax.axison] == names
+    assert plots.png_bytes(fig)[:4] == b"\x89PNG"
+
+
+def test_correlation_helpers():
+    cov = np.array([[4.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    corr = rep.correlation_from_cov(cov)
+    np.testing.assert_allclose(corr[:2, :2], [[1.0, 1.0], [1.0, 1.0]])
+    assert np.isnan(corr[2]).all()
+    assert np.isnan(rep.correlation_of_draws(np.ones((1, 3)))).all()
+    spec = layer_specs(2, [3])[0]
+    assert rep.weight_labels(spec, ["x1", "x2"]) == ["x1->0", "x1->1", "x1->2", "x2->0", "x2->1", "x2->2"]
+
+
+def test_trace_without_group_mean_is_an_input_error(run, tmp_path):
+    d = run["dir"]
+    idata = az.from_netcdf(d / "traces" / "hierarchical.nc")
+    broken = az.InferenceData(posterior=idata.posterior.load().drop_vars("mu_in"))
+    write_netcdf(broken, tmp_path / "hier.nc")
+    with pytest.raises(InputError, match="mu_in"):
+        rep.report(run["params"], d / "tasks.nc", d / "traces" / "flat.nc", tmp_path / "hier.nc",
+                   d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_reference_note_on_default_data():
+    note = rep._reference_note(dict(rep.REFERENCE_DATA))
+    assert not note.warn and "comparable" in note.text and "NOT" not in note.text
+    changed = rep._reference_note({**rep.REFERENCE_DATA, "data.noise": 0.2})
+    assert changed.warn and "data.noise = 0.2 (reference 0.3)" in changed.text

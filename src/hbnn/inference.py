@@ -55,6 +55,7 @@ class Sampler:
     def sample(self, seed: int, data: Mapping[str, np.ndarray] | None = None) -> Fit:
         """Run NUTS with the configured settings; ``data`` replaces ``pm.Data`` values."""
         s = self.settings
+        log.info("sampling: backend=%s chains=%d tune=%d draws=%d seed=%d", s.backend, s.chains, s.tune, s.draws, seed)
         start = time.perf_counter()
         if s.backend == "nutpie":
             import nutpie

@@ -1,0 +1,152 @@
+"""Smoke run of every DVC stage script with tiny settings, plus bad-input handling."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import arviz as az
+import pytest
+import yaml
+from conftest import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ROOT / "stages"
+
+
+def run(stage: str, params: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(STAGES / f"{stage}.py"), "--params", str(params), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=params.parent)
+
+
+def check(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pipe")
+    params = d / "params.yaml"
+    params.write_text(yaml.safe_dump(TINY))
+    check(run("make_data", params, "--out", "data/tasks.nc"))
+    check(run("fit_flat", params, "--tasks-path", "data/tasks.nc", "--trace-out", "traces/flat.nc",
+              "--metrics-out", "metrics/flat.json"))
+    check(run("fit_hier", params, "--tasks-path", "data/tasks.nc", "--trace-out", "traces/hier.nc",
+              "--metrics-out", "metrics/hier.json"))
+    check(run("derive_prior", params, "--hier-trace", "traces/hier.nc", "--prior-out", "priors/informed.nc",
+              "--metrics-out", "metrics/prior.json"))
+    check(run("fit_informed", params, "--tasks-path", "data/tasks.nc", "--prior-path", "priors/informed.nc",
+              "--trace-out", "traces/informed.nc", "--metrics-out", "metrics/informed.json"))
+    check(run("report", params, "--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc",
+              "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
+              "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--out-dir", "reports"))
+    return d
+
+
+@pytest.mark.parametrize("name, variant", [("flat", "flat"), ("hier", "hierarchical"), ("informed", "informed")])
+def test_traces_are_complete_inference_data(pipeline, name, variant):
+    idata = az.from_netcdf(pipeline / "traces" / f"{name}.nc")
+    for group in ("posterior", "sample_stats", "observed_data"):
+        assert group in idata.groups()
+    post = idata.posterior
+    assert post.sizes["chain"] == TINY["sampler"]["chains"]
+    assert post.sizes["draw"] == TINY["sampler"]["draws"]
+    assert post.sizes["group"] == TINY["n_groups"]
+    assert post["w_in"].dims == ("chain", "draw", "group", "feature", "hidden_1")
+    assert post.attrs["hbnn_variant"] == variant
+    settings = json.loads(post.attrs["hbnn_settings"])
+    assert settings["sampler"]["draws"] == TINY["sampler"]["draws"]
+    assert "diverging" in idata.sample_stats
+    assert idata.observed_data["y"].dims == ("obs",)
+
+
+@pytest.mark.parametrize("name", ["flat", "hier", "informed"])
+def test_fit_metrics_have_the_contract_keys(pipeline, name):
+    m = json.loads((pipeline / "metrics" / f"{name}.json").read_text())
+    for split in ("train", "test"):
+        assert 0 <= m[split]["accuracy"] <= 1
+    assert m["test"]["log_loss"] > 0 and 0 <= m["test"]["brier"] <= 1
+    assert sorted(m["per_group"]) == ["g00", "g01", "g02"]
+    assert all("accuracy" in g["test"] for g in m["per_group"].values())
+    for key in ("seconds", "divergences", "max_rhat", "min_ess_bulk"):
+        assert m["sampling"][key] is not None
+
+
+def test_prior_outputs(pipeline):
+    m = json.loads((pipeline / "metrics" / "prior.json").read_text())
+    n_post = TINY["sampler"]["chains"] * TINY["sampler"]["draws"]
+    assert m["draws"]["posterior_draws"] == n_post
+    assert m["draws"]["new_group_draws"] == n_post * TINY["prior"]["draws_per_sample"]
+    assert set(m["layers"]) == {"in", "h1_h2", "out"}
+    assert m["layers"]["out"]["group_sd"]["mean"] > 0
+
+
+def test_report_outputs(pipeline):
+    html = (pipeline / "reports" / "report.html").read_text()
+    assert "data:image/png;base64," in html
+    assert (pipeline / "reports" / "report.md").is_file()
+    summary = json.loads((pipeline / "metrics" / "summary.json").read_text())
+    assert set(summary["models"]) == {"flat", "hierarchical", "informed"}
+
+
+def test_bad_param_stops_before_sampling_and_keeps_outputs(pipeline, tmp_path):
+    bad = dict(TINY, sampler=dict(TINY["sampler"], draws=0))
+    params = pipeline / "bad_params.yaml"
+    params.write_text(yaml.safe_dump(bad))
+    before = (pipeline / "metrics" / "flat.json").read_bytes()
+    proc = run("fit_flat", params, "--tasks-path", "data/tasks.nc", "--trace-out", "traces/flat.nc",
+               "--metrics-out", "metrics/flat.json")
+    assert proc.returncode == 2
+    assert "sampler.draws=0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (pipeline / "metrics" / "flat.json").read_bytes() == before
+
+
+def test_wrong_trace_variant_is_a_clear_error(pipeline):
+    proc = run("derive_prior", pipeline / "params.yaml", "--hier-trace", "traces/flat.nc",
+               "--prior-out", "priors/other.nc", "--metrics-out", "metrics/other.json")
+    assert proc.returncode == 2
+    assert "holds model variant 'flat', expected 'hierarchical'" in proc.stderr
+    assert not (pipeline / "priors" / "other.nc").exists()
+
+
+def test_prior_with_wrong_layer_shapes_is_a_clear_error(pipeline):
+    params = pipeline / "wide_params.yaml"
+    params.write_text(yaml.safe_dump(dict(TINY, model={"hidden_layers": [4, 4]})))
+    proc = run("fit_informed", params, "--tasks-path", "data/tasks.nc", "--prior-path", "priors/informed.nc",
+               "--trace-out", "traces/other.nc", "--metrics-out", "metrics/other.json")
+    assert proc.returncode == 2
+    assert "has layer shapes" in proc.stderr and "priors/informed.nc" in proc.stderr
+    assert not (pipeline / "traces" / "other.nc").exists()
+
+
+def test_sigkill_during_sampling_leaves_outputs_intact(pipeline):
+    params = pipeline / "long_params.yaml"
+    params.write_text(yaml.safe_dump(dict(TINY, sampler=dict(TINY["sampler"], tune=20000, draws=20000))))
+    trace, metrics = pipeline / "traces" / "flat.nc", pipeline / "metrics" / "flat.json"
+    before = trace.read_bytes(), metrics.read_bytes()
+    cmd = [sys.executable, str(STAGES / "fit_flat.py"), "--params", str(params), "--tasks-path", "data/tasks.nc",
+           "--trace-out", "traces/flat.nc", "--metrics-out", "metrics/flat.json"]
+    with subprocess.Popen(cmd, cwd=pipeline, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            deadline = time.monotonic() + 300
+            for line in proc.stderr:  # wait until the sampler is running
+                if "sampling: backend=" in line or time.monotonic() > deadline:
+                    break
+            time.sleep(1.0)
+            assert proc.poll() is None, "stage finished before it could be killed"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert (trace.read_bytes(), metrics.read_bytes()) == before
+    leftovers = [p.name for d in ("traces", "metrics") for p in (pipeline / d).iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+    # and the stage completes when run again
+    check(run("fit_flat", pipeline / "params.yaml", "--tasks-path", "data/tasks.nc", "--trace-out", "traces/flat.nc",
+              "--metrics-out", "metrics/flat.json"))

@@ -23,7 +23,7 @@ repro: $(STAMP)
 	$(BIN)/dvc status
 
 test: $(STAMP)
-	$(BIN)/ruff check src stages tests
+	$(BIN)/ruff check src stages tests scripts
 	$(BIN)/python -m pytest
 
 test-slow: $(STAMP)

@@ -7,6 +7,7 @@ from hbnn.evaluation import (
     function_space_diagnostics,
     group_weights,
     predict_proba,
+    reliability,
 )
 from hbnn.models import layer_specs, mlp_logit
 
@@ -61,3 +62,14 @@ def test_function_space_diagnostics_detect_disagreeing_chains():
     bad = good.copy()
     bad[1] += 0.3
     assert function_space_diagnostics(bad)["max_rhat"] > 1.5
+
+
+def test_reliability_bins_hand_example():
+    p = np.array([0.05, 0.15, 0.12, 0.95, 1.0, 0.55])
+    y = np.array([0, 1, 0, 1, 1, 0])
+    r = reliability(p, y, n_bins=10)
+    np.testing.assert_allclose(r["bin_mid"][:2], [0.05, 0.15])
+    assert list(r["count"]) == [1, 2, 0, 0, 0, 1, 0, 0, 0, 2]
+    assert r["observed"][1] == 0.5 and r["mean_predicted"][1] == pytest.approx(0.135)
+    assert np.isnan(r["observed"][2])
+    assert r["observed"][9] == 1.0 and r["mean_predicted"][9] == pytest.approx(0.975)

@@ -186,6 +186,16 @@ def test_per_group_csv(run):
             assert float(r[v]) == pytest.approx(expected, abs=1e-6)
 
 
+def test_calibration_csv_and_figure(run):
+    with open(run["dir"] / "reports" / "plots" / "calibration.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["bin", *rep.MODELS]
+    assert [float(r["bin"]) for r in rows] == pytest.approx([0.05 + 0.1 * i for i in range(10)])
+    values = [float(r[m]) for r in rows for m in rep.MODELS if r[m] != ""]
+    assert values and all(0.0 <= v <= 1.0 for v in values)
+    assert (run["dir"] / "reports" / "figures" / "calibration.png").is_file()
+
+
 def test_stale_metrics_are_an_input_error(run, tmp_path):
     d = run["dir"]
     metrics = tmp_path / "metrics"

@@ -149,3 +149,19 @@ def fit_metrics(
     if extra:
         metrics["sampling"]["group_sd"] = extra
     return metrics
+
+
+def reliability(p_bar: np.ndarray, y: np.ndarray, n_bins: int = 10) -> dict[str, np.ndarray]:
+    """Reliability (calibration) table of mean probabilities in equal-width bins.
+
+    Returns ``bin_mid``, ``mean_predicted`` and ``observed`` (fraction of ``y = 1``),
+    NaN for empty bins, and ``count`` per bin. ``p = 1`` falls in the last bin.
+    """
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    idx = np.clip(np.digitize(p_bar, edges[1:-1]), 0, n_bins - 1)
+    count = np.bincount(idx, minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_pred = np.bincount(idx, weights=p_bar, minlength=n_bins) / count
+        observed = np.bincount(idx, weights=y.astype(float), minlength=n_bins) / count
+    return {"bin_mid": (edges[:-1] + edges[1:]) / 2, "mean_predicted": mean_pred, "observed": observed,
+            "count": count}

@@ -197,6 +197,23 @@ def plot_accuracy(
     return fig, axes
 
 
+def plot_reliability(tables: Mapping[str, Mapping[str, np.ndarray]]):
+    """Reliability diagram: observed frequency of ``y = 1`` against mean predicted probability.
+
+    ``tables[model]`` is :func:`hbnn.evaluation.reliability` output; empty bins are
+    skipped. Returns ``(fig, ax)``.
+    """
+    fig, ax = plt.subplots(figsize=(4.2, 4.0), layout="constrained")
+    ax.plot([0, 1], [0, 1], ls="--", lw=0.8, color="k", label="perfect calibration")
+    for i, (name, t) in enumerate(tables.items()):
+        ok = t["count"] > 0
+        ax.plot(t["mean_predicted"][ok], t["observed"][ok], "o-", ms=4, color=_model_color(name, i), label=name)
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean predicted P(y = 1)", ylabel="observed fraction y = 1")
+    ax.tick_params(labelsize=SMALL)
+    ax.legend(fontsize=SMALL, loc="upper left")
+    return fig, ax
+
+
 def plot_group_sd(samples: Mapping[str, np.ndarray], bins: int = 30):
     """Posterior density of each layer's group sd, one step line per chain.
 

@@ -25,7 +25,7 @@ import xarray as xr
 from hbnn import plots
 from hbnn.config import Params, ReportParams
 from hbnn.data import Split, Tasks
-from hbnn.evaluation import group_weights, predict_proba
+from hbnn.evaluation import group_weights, predict_proba, reliability
 from hbnn.io import InputError, as_builtin, load_trace, settings_from_attrs, write_bytes, write_json, write_text
 from hbnn.models import LayerSpec, layer_specs
 from hbnn.pipeline import load_prior, load_tasks
@@ -348,26 +348,37 @@ def model_surfaces(
     return out, int(keep.size)
 
 
+def test_mean_probabilities(post: xr.Dataset, specs: Sequence[LayerSpec], names: Sequence[str], test: Split):
+    """Posterior mean P(y=1) over all draws at every test row, in ``test`` (group-sorted) order."""
+    parts = [
+        predict_proba(group_weights(post, specs, names[g]), test.X[test.rows(g)]).mean(axis=(0, 1))
+        for g in range(len(names))
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
 def _trace_figures(
     traces: dict[str, Any], specs: Sequence[LayerSpec], tasks: Tasks, rp: ReportParams
-) -> tuple[dict[str, bytes], dict[str, list[str]], dict[str, int], xr.Dataset]:
-    """Surface pages of every model, loading one model's weights at a time.
+) -> tuple[dict[str, bytes], dict[str, list[str]], dict[str, int], xr.Dataset, dict[str, dict]]:
+    """Surface pages and test-set reliability of every model, loading one model's weights at a time.
 
     Returns the pages ``{file name: png}``, each model's sorted page names, the
-    draws each used, and the hierarchical ``sd_<layer>`` and first-layer ``mu``
-    draws (all that is kept of the traces afterwards).
+    draws each used, the hierarchical ``sd_<layer>`` and first-layer ``mu``
+    draws (all that is kept of the traces afterwards) and each model's
+    reliability table on the pooled test rows.
     """
-    train = tasks.split("train")
-    figures, surface_files, used_draws, hier_extra = {}, {}, {}, None
+    train, test = tasks.split("train"), tasks.split("test")
+    figures, surface_files, used_draws, hier_extra, calibration = {}, {}, {}, None, {}
     for v in MODELS:
         post = _load_vars(traces[v], _needed_vars(v, specs))
         pages, used_draws[v] = model_surfaces(v, post, specs, tasks.group_names, train, rp)
         surface_files[v] = sorted(pages)
         figures.update(pages)
+        calibration[v] = reliability(test_mean_probabilities(post, specs, tasks.group_names, test), test.y)
         if v == "hierarchical":
             hier_extra = post[[n for n in post.data_vars if not n.startswith("w_")]]
         del post
-    return figures, surface_files, used_draws, hier_extra
+    return figures, surface_files, used_draws, hier_extra, calibration
 
 
 def _correlation_figure(hier_extra: xr.Dataset, prior: dict, spec: LayerSpec, features: Sequence[str],
@@ -459,6 +470,17 @@ def _per_group_section(n_groups: int) -> Section:
         "helps most where a group's own data are few or ambiguous, "
         "so look for groups where the flat bar is lowest. The numbers are in plots/per_group_accuracy.csv.",
         [Figure("per_group_accuracy.png", f"Test accuracy of every group ({n_groups}) for the three models.")],
+    )
+
+
+def _calibration_section() -> Section:
+    return Section(
+        "Calibration on the test rows",
+        "each point is one bin of predicted probability (10 equal-width bins over all groups' test rows): "
+        "x is the mean predicted P(y=1) in the bin, y the fraction of rows that are 1. Points on the diagonal "
+        "mean the stated uncertainty is honest; below it, over-confident in class 1. The bin values are in "
+        "plots/calibration.csv (x = bin centre there).",
+        [Figure("calibration.png", "Reliability diagram of the posterior-predictive mean probabilities.")],
     )
 
 
@@ -586,6 +608,19 @@ def per_group_csv(per_group: dict[str, np.ndarray], names: Sequence[str]) -> str
     return buf.getvalue()
 
 
+def calibration_csv(tables: dict[str, dict[str, np.ndarray]]) -> str:
+    """``bin,<model>...`` rows: observed fraction of ``y = 1`` per probability bin (empty where no rows)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    models = list(tables)
+    writer.writerow(["bin", *models])
+    mids = next(iter(tables.values()))["bin_mid"]
+    for b, mid in enumerate(mids):
+        cells = [tables[m]["observed"][b] for m in models]
+        writer.writerow([as_builtin(float(mid)), *("" if not np.isfinite(x) else as_builtin(float(x)) for x in cells)])
+    return buf.getvalue()
+
+
 def write_figures(figures: dict[str, bytes], fig_dir: Path) -> None:
     """Write ``figures`` into ``fig_dir``, first removing PNGs a previous run left that are not rewritten."""
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -610,7 +645,7 @@ def report(
     """Build the report from the fitted traces, the informed prior and the metrics files.
 
     Writes ``out_dir/figures/*.png``, ``out_dir/report.md``, ``out_dir/report.html``
-    (self-contained), ``out_dir/plots/per_group_accuracy.csv`` and
+    (self-contained), ``out_dir/plots/{per_group_accuracy,calibration}.csv`` and
     ``metrics_dir/summary.json``; returns the summary dict. All inputs are
     checked before anything is computed and nothing is written until every
     figure has been drawn.
@@ -630,7 +665,7 @@ def report(
         prior = load_prior(prior_path, specs)
         _check_traces(traces, paths, specs, names)
         settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
-        figures, surface_files, used_draws, hier_extra = _trace_figures(traces, specs, tasks, rp)
+        figures, surface_files, used_draws, hier_extra, calibration = _trace_figures(traces, specs, tasks, rp)
     finally:
         for idata in traces.values():
             _close(idata)
@@ -643,6 +678,7 @@ def report(
     figures["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])
     accuracy = _per_group_values(metrics, names, "test", "accuracy")
     figures.update(_metrics_figures(metrics, names, accuracy))
+    figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
 
     data = _data_settings(tasks, params)
     title = "Hierarchical Bayesian neural networks: report"
@@ -650,6 +686,7 @@ def report(
     sections = [
         _accuracy_section(metrics, data),
         _per_group_section(len(names)),
+        _calibration_section(),
         *_surface_sections(surface_files, rp, used_draws),
         _group_sd_section(sd_vars, specs, prior_metrics),
         _correlation_section(first.name, corr_name, ref_chain, prior_metrics),
@@ -661,6 +698,7 @@ def report(
     write_text(render_markdown(title, intro, sections), out_dir / "report.md")
     write_text(render_html(title, intro, sections, figures), out_dir / "report.html")
     write_text(per_group_csv(accuracy, names), out_dir / "plots" / "per_group_accuracy.csv")
+    write_text(calibration_csv(calibration), out_dir / "plots" / "calibration.csv")
     write_json(result, metrics_dir / "summary.json")
     log.info("report: %d figures, %d groups -> %s", len(figures), len(names), out_dir)
     return result

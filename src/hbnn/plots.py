@@ -24,8 +24,12 @@ TINY = 6
 PANEL_IN = 1.9  # inches per surface panel
 GROUPS_PER_ROW = 50  # per-group charts wrap onto a new row of axes after this many groups
 MODEL_COLORS = {"flat": "tab:gray", "hierarchical": "tab:blue", "informed": "tab:orange"}
-# y = 0 white, y = 1 black, each ringed in the other: visible on both colour maps.
-CLASS_STYLE = ({"c": "white", "edgecolors": "black"}, {"c": "black", "edgecolors": "white"})
+# y = 0 white circles ringed in black, y = 1 black triangles ringed in white: shape tells the
+# classes apart and the thick ring keeps each visible on dark and light parts of both colour maps.
+CLASS_STYLE = (
+    {"c": "white", "edgecolors": "black", "marker": "o"},
+    {"c": "black", "edgecolors": "white", "marker": "^"},
+)
 SURFACE_STYLE = {
     "mean": {"cmap": "RdBu_r", "vmin": 0.0, "vmax": 1.0, "label": "posterior mean P(y = 1)"},
     # sd of a probability is at most 0.5; a fixed scale keeps models and pages comparable.
@@ -96,7 +100,7 @@ def plot_surface_page(
         X, y = points[k]
         for cls, marker in enumerate(CLASS_STYLE):
             sel = y == cls
-            ax.scatter(X[sel, 0], X[sel, 1], s=11, linewidths=0.35, **marker)
+            ax.scatter(X[sel, 0], X[sel, 1], s=13, linewidths=0.7, **marker)
         ax.set_xlim(-limit, limit)
         ax.set_ylim(-limit, limit)
         ax.set_title(names[k], fontsize=SMALL, pad=2)

@@ -499,9 +499,9 @@ def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, use
         Section(
             "Decision surfaces",
             f"each panel is one group: colour is the posterior-mean probability of class 1 on {grid}, the black "
-            "line the 0.5 boundary, dots the group's training rows (white class 0, black class 1). A good surface "
-            "separates the two moons with a smooth boundary; the hierarchical and informed models should give "
-            "groups with awkward data boundaries shaped like their neighbours'.",
+            "line the 0.5 boundary, markers the group's training rows (white circles class 0, black triangles "
+            "class 1). A good surface separates the two moons with a smooth boundary; the hierarchical and "
+            "informed models should give groups with awkward data boundaries shaped like their neighbours'.",
             blocks("surface", "posterior mean P(y=1)"),
         ),
         Section(

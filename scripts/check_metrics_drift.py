@@ -1,9 +1,13 @@
-"""Fail if any accuracy in the workspace metrics drifts from the committed ones.
+"""Fail if a pooled accuracy in the workspace metrics drifts from the committed ones.
 
 Usage: ``python scripts/check_metrics_drift.py [--rev HEAD] [--tolerance 0.01]``.
 Compares every metric whose name contains ``accuracy`` in every metrics file
-declared in ``dvc.yaml`` (via ``dvc metrics diff --json``; new or missing values
-count as drift) and prints a table of what it compared.
+declared in ``dvc.yaml`` (via ``dvc metrics diff --json``) and prints them all.
+Pooled accuracies (all groups' rows) fail beyond the tolerance, and so do
+new or missing values. Per-group accuracies are printed and counted but do not
+fail: with 50 test rows one flipped prediction moves them by 0.02, so a 0.01
+bound on them would fail on any last-bit difference in floating point between
+CPUs, which is not what the check is for.
 """
 
 from __future__ import annotations
@@ -36,16 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     if not diffs:
         print("error: no accuracy metrics found to compare", file=sys.stderr)
         return 1
-    bad = []
+    bad, group_drift = [], []
     print(f"{'metric':70s} {'committed':>10s} {'reproduced':>10s} {'diff':>8s}")
     for name, change in sorted(diffs.items()):
         old, new = change.get("old"), change.get("new")
         drift = None if old is None or new is None else abs(new - old)
-        flag = "" if drift is not None and drift <= args.tolerance else "  <-- DRIFT"
+        beyond = drift is None or drift > args.tolerance
+        per_group = "per_group." in name
+        flag = ("  (per group, informational)" if per_group else "  <-- DRIFT") if beyond else ""
         print(f"{name:70s} {old!s:>10s} {new!s:>10s} {drift if drift is not None else 'n/a'!s:>8s}{flag}")
-        if flag:
-            bad.append(name)
-    print(f"{len(diffs)} accuracy metrics compared, {len(bad)} beyond tolerance {args.tolerance}")
+        if beyond:
+            (group_drift if per_group else bad).append(name)
+    pooled = sum("per_group." not in n for n in diffs)
+    print(f"{pooled} pooled accuracy metrics compared, {len(bad)} beyond tolerance {args.tolerance}; "
+          f"{len(diffs) - pooled} per-group accuracies, {len(group_drift)} beyond it (not failing)")
     return 1 if bad else 0
 
 

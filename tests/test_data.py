@@ -6,7 +6,7 @@ from sklearn.datasets import make_moons
 from sklearn.preprocessing import scale
 
 from hbnn.config import Params, parse_params
-from hbnn.data import Tasks, group_names, make_moons_tasks
+from hbnn.data import Tasks, group_names, make_moons_tasks, tasks_dataset
 
 
 def original_notebook_data(seed=31, n_grps=18, n_samples=100):
@@ -47,9 +47,11 @@ def test_layout_and_params_flow_through():
     assert ds.sizes == {"obs": 120, "feature": 2, "task": 4}
     assert set(ds["split"].values) == {"train", "test"}
     assert (ds["split"].values == "train").sum() == 4 * 18
-    # a different seed gives different data
-    other = make_moons_tasks(parse_params({"n_groups": 4, "seed": 6, "data": {"n_samples": 30}}))
-    assert not np.allclose(ds["X"].values[:30], other["X"].values[:30])
+    # only the seed differs: different data
+    other = make_moons_tasks(
+        parse_params({"n_groups": 4, "seed": 6, "data": {"n_samples": 30, "train_fraction": 0.6, "noise": 0.1}})
+    )
+    assert not np.allclose(ds["X"].values, other["X"].values)
 
 
 def test_same_params_same_data():
@@ -81,3 +83,20 @@ def test_any_number_of_groups(n_groups):
     tasks = Tasks(make_moons_tasks(parse_params({"n_groups": n_groups})))
     assert tasks.n_groups == n_groups
     assert not tasks.padded("train").is_ragged
+
+
+def test_split_groups_interleaved_rows_and_keeps_row_ids():
+    # rows of groups a/b alternate in storage; split() must gather them group by group
+    ds = tasks_dataset(
+        X=np.arange(12.0).reshape(6, 2), y=[0, 1, 1, 0, 0, 1], group=["b", "a", "b", "a", "b", "a"],
+        split=["train"] * 6, features=["x1", "x2"],
+    )
+    tasks = Tasks(ds)
+    assert tasks.group_names == ["b", "a"]  # order of first appearance
+    s = tasks.split("train")
+    assert list(s.obs) == [0, 2, 4, 1, 3, 5]
+    assert list(s.group) == [0, 0, 0, 1, 1, 1]
+    np.testing.assert_array_equal(s.X, ds["X"].values[s.obs])
+    np.testing.assert_array_equal(s.y, ds["y"].values[s.obs])
+    pad = tasks.padded("train")
+    np.testing.assert_array_equal(pad.X.reshape(-1, 2)[pad.valid], s.X)

@@ -104,7 +104,8 @@ class PriorParams:
         _require(self.draws_per_sample >= 1, f"{key}.draws_per_sample", self.draws_per_sample, "must be >= 1")
         _require(self.align in ALIGN_METHODS, f"{key}.align", self.align, f"must be one of {list(ALIGN_METHODS)}")
         _require(self.reference_chain >= 0, f"{key}.reference_chain", self.reference_chain, "must be >= 0")
-        _require(self.jitter >= 0, f"{key}.jitter", self.jitter, "must be >= 0")
+        # Positive, so the fitted covariance always has a Cholesky factor.
+        _require(self.jitter > 0, f"{key}.jitter", self.jitter, "must be > 0")
         _require(self.seed >= 0, f"{key}.seed", self.seed, "must be >= 0")
 
 
@@ -143,6 +144,13 @@ class Params:
             value = getattr(self, f.name)
             if dataclasses.is_dataclass(value):
                 value.check(f.name)
+        # Checked here, not in derive_prior, so a bad value stops before the fits sample.
+        _require(
+            self.prior.reference_chain < self.sampler.chains,
+            "prior.reference_chain",
+            self.prior.reference_chain,
+            f"must be < sampler.chains={self.sampler.chains}",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples as lists), as it would appear in YAML."""

@@ -62,3 +62,14 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("n_groups: [1,\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_params(bad)
+
+
+def test_section_hash_covers_only_the_named_keys():
+    base = parse_params({})
+    assert base.section_hash("model.hidden_layers") == parse_params({"model": {"prior_sd": 2.0}}).section_hash(
+        "model.hidden_layers"
+    )
+    assert base.section_hash("model.hidden_layers") != parse_params({"model": {"hidden_layers": [4, 4]}}).section_hash(
+        "model.hidden_layers"
+    )
+    assert base.section_hash("model") != parse_params({"model": {"prior_sd": 2.0}}).section_hash("model")

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hbnn.pipeline import STAGE_PARAMS
+
 ROOT = Path(__file__).resolve().parents[1]
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -61,3 +63,8 @@ def test_stage_params_exist(stage):
 
 def test_n_groups_and_seed_reach_make_data():
     assert {"n_groups", "seed"} <= set(DVC["stages"]["make_data"]["params"])
+
+
+@pytest.mark.parametrize("stage", sorted(STAGE_PARAMS))
+def test_provenance_hash_covers_exactly_the_declared_params(stage):
+    assert list(STAGE_PARAMS[stage]) == DVC["stages"][stage]["params"]

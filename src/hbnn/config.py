@@ -157,9 +157,15 @@ class Params:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     def section_hash(self, *keys: str) -> str:
-        """Short SHA-256 of the named top-level sections, for provenance attrs."""
+        """Short SHA-256 of the named params (dotted keys allowed), for provenance attrs."""
         full = self.to_dict()
-        blob = json.dumps({k: full[k] for k in keys}, sort_keys=True)
+        picked = {}
+        for key in keys:
+            node = full
+            for part in key.split("."):
+                node = node[part]
+            picked[key] = node
+        blob = json.dumps(picked, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -43,13 +43,22 @@ log = logging.getLogger(__name__)
 # Distinct keys so stages never share a sampler stream for the same group.
 STAGE_KEYS = {"fit_flat": 1, "fit_hier": 2, "fit_informed": 3, "derive_prior": 4}
 VARIANTS = {"fit_flat": "flat", "fit_hier": "hierarchical", "fit_informed": "informed"}
+# The params each stage reads, exactly as listed under its `params:` in dvc.yaml (a test
+# keeps the two equal); the provenance hash in each output covers these and nothing else.
+STAGE_PARAMS = {
+    "make_data": ("n_groups", "seed", "data"),
+    "fit_flat": ("model", "sampler"),
+    "fit_hier": ("model.hidden_layers", "sampler"),
+    "derive_prior": ("prior",),
+    "fit_informed": ("model.hidden_layers", "sampler"),
+}
 
 
 # ----------------------------------------------------------------------------- data
 def make_data(params: Params, out: Path) -> None:
     """Generate the tasks and write ``data/tasks.nc``."""
     ds = make_moons_tasks(params)
-    ds.attrs.update(provenance("make_data", "moons", params.section_hash("n_groups", "seed", "data"),
+    ds.attrs.update(provenance("make_data", "moons", params.section_hash(*STAGE_PARAMS["make_data"]),
                                {"n_groups": params.n_groups, "seed": params.seed,
                                 "data": dataclasses.asdict(params.data)}))
     write_netcdf(ds, out)
@@ -99,8 +108,7 @@ def _finish_fit(
         posterior=posterior, sample_stats=sample_stats, observed_data=observed, constant_data=constant
     )
     settings = _settings(params, tasks, **(settings_extra or {}))
-    stamp(idata, provenance(stage, VARIANTS[stage], params.section_hash("n_groups", "seed", "data", "model",
-                                                                        "sampler"), settings))
+    stamp(idata, provenance(stage, VARIANTS[stage], params.section_hash(*STAGE_PARAMS[stage]), settings))
     predictions = evaluation.evaluate_groups(tasks, weights_of)
     metrics = evaluation.fit_metrics(
         tasks,
@@ -255,7 +263,7 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
         }
     ds = xr.Dataset(data_vars)
     ds.attrs.update(provenance("derive_prior", "informed_prior",
-                               params.section_hash("n_groups", "seed", "data", "model", "sampler", "prior"),
+                               params.section_hash(*STAGE_PARAMS["derive_prior"]),
                                {"prior": dataclasses.asdict(p), "hidden_layers": list(hidden),
                                 "features": list(features), "hier_trace": str(hier_trace)}))
     ds.attrs["layers"] = json.dumps(layer_meta)

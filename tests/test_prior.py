@@ -42,6 +42,15 @@ def test_permuted_sign_flipped_copy_aligns_back_exactly(seed):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
 
 
+def test_identity_symmetry_changes_nothing():
+    rng = np.random.default_rng(8)
+    net = random_net(rng)
+    ident = Symmetry.identity(HIDDEN)
+    assert ident.is_identity
+    for a, b in zip(apply_symmetry(net, ident), net, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_identity_is_found_for_an_unchanged_net():
     rng = np.random.default_rng(9)
     net = random_net(rng)

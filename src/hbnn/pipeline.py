@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import arviz as az
@@ -99,7 +98,6 @@ def _finish_fit(
     compile_seconds: float,
     trace_out: Path,
     metrics_out: Path,
-    weights_of: Callable[[int], list[np.ndarray]],
     extra_diagnostics=None,
     settings_extra: dict | None = None,
 ) -> dict:
@@ -109,7 +107,10 @@ def _finish_fit(
     )
     settings = _settings(params, tasks, **(settings_extra or {}))
     stamp(idata, provenance(stage, VARIANTS[stage], params.section_hash(*STAGE_PARAMS[stage]), settings))
-    predictions = evaluation.evaluate_groups(tasks, weights_of)
+    specs = layer_specs(tasks.n_features, params.model.hidden_layers)
+    predictions = evaluation.evaluate_groups(
+        tasks, lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g])
+    )
     metrics = evaluation.fit_metrics(
         tasks,
         predictions,
@@ -166,11 +167,7 @@ def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
         return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd)
 
     posterior, stats, seconds, compile_s = _fit_per_group("fit_flat", params, tasks, build)
-    specs = layer_specs(tasks.n_features, m.hidden_layers)
-    return _finish_fit(
-        "fit_flat", params, tasks, posterior, stats, seconds, compile_s, trace_out, metrics_out,
-        weights_of=lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
-    )
+    return _finish_fit("fit_flat", params, tasks, posterior, stats, seconds, compile_s, trace_out, metrics_out)
 
 
 def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path) -> dict:
@@ -189,7 +186,6 @@ def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
     return _finish_fit(
         "fit_hier", params, tasks, posterior, fit.posterior.sample_stats, fit.seconds, sampler.compile_seconds,
         trace_out, metrics_out,
-        weights_of=lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
         extra_diagnostics=evaluation.scalar_diagnostics(posterior, sd_vars),
     )
 
@@ -207,7 +203,6 @@ def fit_informed(params: Params, tasks_path: Path, prior_path: Path, trace_out: 
     posterior, stats, seconds, compile_s = _fit_per_group("fit_informed", params, tasks, build)
     return _finish_fit(
         "fit_informed", params, tasks, posterior, stats, seconds, compile_s, trace_out, metrics_out,
-        weights_of=lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
         settings_extra={"prior_file": str(prior_path)},
     )
 

@@ -44,7 +44,7 @@ def test_flat_model_structure(tiny_tasks):
     model = build_flat_model(train.X[rows], train.y[rows], FEATURES, HIDDEN)
     assert {v.name for v in model.free_RVs} == {"w_in", "w_h1_h2", "w_out"}
     assert model.named_vars_to_dims["w_in"] == ("feature", "hidden_1")
-    assert model.named_vars_to_dims["y_obs"] == ("obs",)
+    assert "y_obs" in model.named_vars
     ip = model.initial_point()
     assert ip["w_h1_h2"].shape == (5, 4)
     assert {"x", "y"} <= set(model.named_vars)  # pm.Data that per-group refits replace
@@ -66,7 +66,8 @@ def test_non_centred_prior_has_intended_moments():
     # w = mu + sd * z with mu ~ N(0,1), sd ~ HalfNormal(1), z ~ N(0,1): E[w]=0, Var[w]=1+E[sd^2]=2.
     X = np.zeros((2, 1, 2))
     model = build_hierarchical_model(X, np.zeros(2), np.arange(2), ["a", "b"], FEATURES, (3,))
-    with model:
+    # The likelihood is a Potential, which prior sampling ignores: exactly the prior we want.
+    with model, pytest.warns(UserWarning, match="Potentials"):
         prior = pm.sample_prior_predictive(draws=4000, var_names=["w_in", "sd_in"], random_seed=3).prior
     w = prior["w_in"].values.ravel()
     assert abs(w.mean()) < 0.05
@@ -125,9 +126,32 @@ def test_informed_model_uses_prior_mean_and_covariance():
         a = rng.normal(size=(s.size, s.size))
         prior[s.name] = (rng.normal(size=s.size), a @ a.T + np.eye(s.size))
     model = build_informed_model(np.zeros((1, 2)), np.zeros(1), FEATURES, (3,), prior)
-    with model:
+    with model, pytest.warns(UserWarning, match="Potentials"):
         draws = pm.sample_prior_predictive(draws=4000, var_names=["w_in"], random_seed=8).prior["w_in"]
     flat = draws.values.reshape(-1, 6)
     mean, cov = prior["in"]
     np.testing.assert_allclose(flat.mean(0), mean, atol=0.15)
     np.testing.assert_allclose(np.cov(flat, rowvar=False), cov, atol=0.1 * np.abs(cov).max())
+
+
+def test_likelihood_is_bernoulli_and_its_gradient_stays_finite(tiny_tasks):
+    """The log-likelihood equals the Bernoulli log pmf, and huge logits give finite gradients."""
+    from scipy.special import expit
+    from scipy.stats import bernoulli
+
+    pad = tiny_tasks.padded("train")
+    model = build_hierarchical_model(pad.X, pad.y, pad.valid, tiny_tasks.group_names, FEATURES, HIDDEN)
+    rng = np.random.default_rng(3)
+    point = {k: rng.normal(0, 0.5, np.shape(v)) for k, v in model.initial_point().items()}
+    outs = model.replace_rvs_by_values([model.potentials[0], model["w_in"], model["w_h1_h2"], model["w_out"]])
+    lik, *w = model.compile_fn(outs, inputs=model.value_vars, on_unused_input="ignore")(point)
+    np.testing.assert_allclose(w[2], point["mu_out"] + np.exp(point["sd_out_log__"]) * point["z_out"])
+    logit = mlp_logit(pad.X, w).reshape(-1)[pad.valid]
+    expected = bernoulli.logpmf(pad.y, expit(logit)).sum()
+    assert lik == pytest.approx(expected, rel=1e-10)
+
+    # Weights far in the tails (sd 30): sigmoid(logit) rounds to 0 or 1 for many rows.
+    dlogp = model.compile_dlogp()
+    for _ in range(10):
+        extreme = {k: rng.normal(0, 30, np.shape(v)) for k, v in model.initial_point().items()}
+        assert np.isfinite(dlogp(extreme)).all()

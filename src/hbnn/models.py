@@ -70,8 +70,33 @@ def mlp_logit(x, weights: Sequence, tanh: Callable = np.tanh):
     return (h @ weights[-1][..., None])[..., 0]
 
 
-def _bernoulli_likelihood(logit, y) -> None:
-    pm.Bernoulli("y_obs", logit_p=logit, observed=y, dims="obs")
+def _bernoulli_likelihood(logit, y, total_size=None) -> None:
+    """Add ``sum log Bernoulli(y | sigmoid(logit))`` to the model as ``y_obs``.
+
+    Written as ``y * logit - softplus(logit)``, which is exact and whose gradient
+    ``y - sigmoid(logit)`` is finite for every logit. (``pm.Bernoulli(logit_p=...)``
+    goes through ``log(sigmoid)`` and ``log1p(-sigmoid)``: once the sigmoid rounds to
+    1 its gradient is NaN, which NUTS reports as a divergence and ADVI cannot
+    survive.) With a minibatch, ``total_size`` rows are represented by the batch and
+    the sum is scaled by ``total_size / batch``.
+    """
+    loglik = (y * logit - pt.softplus(logit)).sum()
+    if total_size is not None:
+        loglik = loglik * total_size / logit.shape[0]
+    pm.Potential("y_obs", loglik)
+
+
+def _rows(x, y, minibatch_size: int | None):
+    """The rows the likelihood sees: all of them, or a random minibatch of them.
+
+    With a minibatch, rows are drawn with replacement at every evaluation and the
+    log-likelihood is scaled by ``n_rows / minibatch_size`` (``n_rows`` is symbolic,
+    so refitting on another group's rows needs no recompilation).
+    """
+    if not minibatch_size:
+        return x, y, None
+    xb, yb = pm.Minibatch(x, y, batch_size=int(minibatch_size))
+    return xb, yb, x.shape[0]
 
 
 def build_flat_model(
@@ -80,18 +105,21 @@ def build_flat_model(
     features: Sequence[str],
     hidden_layers: Sequence[int],
     prior_sd: float = 1.0,
+    minibatch_size: int | None = None,
 ) -> pm.Model:
     """One group's BNN with iid ``Normal(0, prior_sd)`` weights.
 
     ``X`` is ``(obs, feature)`` and ``y`` is ``(obs,)``; both are ``pm.Data`` named
     ``x`` and ``y`` so a compiled model can be refit on another group's rows.
+    ``minibatch_size`` (for ADVI only) makes the likelihood see random row batches.
     """
     specs = layer_specs(len(features), hidden_layers)
     with pm.Model(coords=layer_coords(features, hidden_layers)) as model:
         x = pm.Data("x", X, dims=("obs", "feature"))
         y_data = pm.Data("y", y, dims="obs")
         weights = [pm.Normal(s.var, 0.0, prior_sd, dims=s.dims) for s in specs]
-        _bernoulli_likelihood(mlp_logit(x, weights, pt.tanh), y_data)
+        xb, yb, total = _rows(x, y_data, minibatch_size)
+        _bernoulli_likelihood(mlp_logit(xb, weights, pt.tanh), yb, total)
     return model
 
 
@@ -101,6 +129,7 @@ def build_informed_model(
     features: Sequence[str],
     hidden_layers: Sequence[int],
     prior: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    minibatch_size: int | None = None,
 ) -> pm.Model:
     """One group's BNN with a multivariate-normal prior on each flattened layer.
 
@@ -123,7 +152,8 @@ def build_informed_model(
             z = pm.Normal(f"z_{s.name}", 0.0, 1.0, dims=f"weight_{s.name}")
             flat = pt.as_tensor(mean) + pt.as_tensor(chol) @ z
             weights.append(pm.Deterministic(s.var, flat.reshape(s.shape), dims=s.dims))
-        _bernoulli_likelihood(mlp_logit(x, weights, pt.tanh), y_data)
+        xb, yb, total = _rows(x, y_data, minibatch_size)
+        _bernoulli_likelihood(mlp_logit(xb, weights, pt.tanh), yb, total)
     return model
 
 
@@ -150,14 +180,51 @@ def build_hierarchical_model(
     with pm.Model(coords=coords) as model:
         x = pm.Data("x", X_padded, dims=("group", "row", "feature"))
         y_data = pm.Data("y", y, dims="obs")
-        weights = []
-        for s in specs:
-            mu = pm.Normal(f"mu_{s.name}", 0.0, 1.0, dims=s.dims)
-            sd = pm.HalfNormal(f"sd_{s.name}", 1.0)
-            z = pm.Normal(f"z_{s.name}", 0.0, 1.0, dims=("group", *s.dims))
-            weights.append(pm.Deterministic(s.var, mu + sd * z, dims=("group", *s.dims)))
+        weights = _group_weights(specs)
         logit = mlp_logit(x, weights, pt.tanh).reshape((-1,))
         if ragged:
             logit = logit[pt.as_tensor(valid)]
         _bernoulli_likelihood(logit, y_data)
+    return model
+
+
+def _group_weights(specs: Sequence[LayerSpec]) -> list:
+    """Per layer ``mu ~ N(0, 1)``, ``sd ~ HalfNormal(1)``, ``z[g] ~ N(0, 1)``, ``w[g] = mu + sd * z[g]``."""
+    weights = []
+    for s in specs:
+        mu = pm.Normal(f"mu_{s.name}", 0.0, 1.0, dims=s.dims)
+        sd = pm.HalfNormal(f"sd_{s.name}", 1.0)
+        z = pm.Normal(f"z_{s.name}", 0.0, 1.0, dims=("group", *s.dims))
+        weights.append(pm.Deterministic(s.var, mu + sd * z, dims=("group", *s.dims)))
+    return weights
+
+
+def build_hierarchical_minibatch_model(
+    X: np.ndarray,
+    group: np.ndarray,
+    y: np.ndarray,
+    group_names: Sequence[str],
+    features: Sequence[str],
+    hidden_layers: Sequence[int],
+    minibatch_size: int,
+) -> pm.Model:
+    """The hierarchical BNN of :func:`build_hierarchical_model` for minibatch ADVI.
+
+    Same priors and variables, but in the long layout: ``X (obs, feature)``, integer
+    ``group`` codes and ``y``. Each evaluation draws ``minibatch_size`` rows with
+    replacement, gathers each row's group weights and scales the log-likelihood by
+    ``n_rows / minibatch_size``. Only real rows exist, so there is nothing to pad.
+    """
+    specs = layer_specs(len(features), hidden_layers)
+    coords = layer_coords(features, hidden_layers)
+    coords["group"] = list(group_names)
+    with pm.Model(coords=coords) as model:
+        x = pm.Data("x", X, dims=("obs", "feature"))
+        g = pm.Data("g", np.asarray(group, dtype=np.int64), dims="obs")
+        y_data = pm.Data("y", y, dims="obs")
+        weights = _group_weights(specs)
+        xb, gb, yb = pm.Minibatch(x, g, y_data, batch_size=int(minibatch_size))
+        # One row per batch element, each with its group's weights: (batch, 1, feature).
+        logit = mlp_logit(xb[:, None, :], [w[gb] for w in weights], pt.tanh)[:, 0]
+        _bernoulli_likelihood(logit, yb, x.shape[0])
     return model

@@ -9,7 +9,8 @@ if __name__ == "__main__":
     sys.exit(
         run_stage(
             __doc__,
-            ["tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "out_dir"],
+            ["tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "timings_dir",
+             "out_dir"],
             report,
         )
     )

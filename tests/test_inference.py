@@ -27,12 +27,12 @@ def test_per_group_fit_compiles_once_and_handles_unequal_group_sizes(ragged_task
     def build(X, y):
         return build_flat_model(X, y, ragged_tasks.features, (2,))
 
-    posterior, stats, seconds, _ = pipeline._fit_per_group("fit_flat", params, ragged_tasks, build)
+    posterior, stats, cost = pipeline._fit_per_group("fit_flat", params, ragged_tasks, build)
     assert len(calls) == 1
     assert posterior["w_in"].dims == ("chain", "draw", "group", "feature", "hidden_1")
     assert list(posterior["group"].values) == ["a", "b", "c"]
     assert stats["diverging"].dims == ("chain", "draw", "group")
-    assert seconds > 0
+    assert cost.seconds > 0 and cost.grad_evals >= 3 * 2 * (30 + 20)
     # groups got different data, so their posteriors differ
     w = posterior["w_out"].values
     assert not np.allclose(w[..., 0, :], w[..., 1, :])

@@ -48,7 +48,7 @@ def _posterior(rng, specs, coords, names, hierarchical: bool) -> xr.Dataset:
 def _metrics(rng, names, hierarchical: bool) -> dict:
     per_group = {g: {"test": {"accuracy": float(rng.uniform(0.5, 1))}, "rhat_fn": float(rng.uniform(1, 1.1)),
                      "ess_bulk_fn": 100.0} for g in names}
-    sampling = {"seconds": 1.0, "compile_seconds": 2.0, "divergences": int(rng.integers(0, 3)), "max_rhat": 1.05,
+    sampling = {"divergences": int(rng.integers(0, 3)), "max_rhat": 1.05,
                 "min_ess_bulk": 50.0, "max_rhat_fn": 1.05, "min_ess_bulk_fn": 60.0}
     if hierarchical:
         sampling["group_sd"] = {"sd_in": {"rhat": 1.0, "ess_bulk": 300.0, "ess_tail": 250.0}}
@@ -83,12 +83,17 @@ def run(tmp_path_factory):
     settings = {"hidden_layers": HIDDEN, "features": ["x1", "x2"], "sampler": {"chains": CHAINS, "draws": DRAWS}}
     paths, metrics = {}, {}
     for v, stage in STAGES.items():
-        idata = az.InferenceData(posterior=_posterior(rng, specs, coords, names, v == "hierarchical"))
+        groups = {"posterior": _posterior(rng, specs, coords, names, v == "hierarchical")}
+        if v == "hierarchical":  # as if fitted with ADVI: a loss per iteration
+            groups["sample_stats"] = xr.Dataset({"loss": ("advi_iteration", 1000.0 / np.arange(1.0, 1201.0))})
+        idata = az.InferenceData(**groups)
         stamp(idata, provenance(stage, v, "test", settings))
         paths[v] = d / "traces" / f"{v}.nc"
         write_netcdf(idata, paths[v])
         metrics[v] = _metrics(rng, names, v == "hierarchical")
         write_json(metrics[v], d / "metrics" / rep.METRICS_FILES[v])
+        write_json({"backend": "nutpie", "sampling": {"seconds": 1.0, "compile_seconds": 2.0}},
+                   d / "timings" / rep.METRICS_FILES[v])
     write_netcdf(_prior(rng, specs), d / "prior.nc")
     prior_metrics = {"layers": {s.name: {"group_sd": {"mean": 1.0, "sd": 0.1, "q05": 0.8, "q95": 1.2}} for s in specs},
                      "alignment": {"chain_0": {"relabelled": 0}, "chain_1": {"relabelled": 1}}}
@@ -108,7 +113,7 @@ def run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(rep.plots, "plot_surface_page", recording)
         result = rep.report(params, d / "tasks.nc", paths["flat"], paths["hierarchical"], paths["informed"],
-                            d / "prior.nc", d / "metrics", d / "reports")
+                            d / "prior.nc", d / "metrics", d / "timings", d / "reports")
     return {"dir": d, "names": names, "metrics": metrics, "result": result, "panels": panels, "params": params}
 
 
@@ -163,7 +168,7 @@ def test_summary_json(run):
     assert summary == run["result"]
     assert not _has_list(summary)
     assert summary["n_groups"] == N_GROUPS
-    keys = {"train_accuracy", "test_accuracy", "test_log_loss", "test_brier", "divergences", "seconds"}
+    keys = {"train_accuracy", "test_accuracy", "test_log_loss", "test_brier", "divergences"}
     assert set(summary["models"]) == set(rep.MODELS)
     assert all(set(m) == keys for m in summary["models"].values())
     test = {v: run["metrics"][v]["test"]["accuracy"] for v in rep.MODELS}
@@ -207,7 +212,7 @@ def test_stale_metrics_are_an_input_error(run, tmp_path):
     (metrics / "flat.json").write_text(json.dumps(flat))
     with pytest.raises(InputError, match="covers groups"):
         rep.report(run["params"], d / "tasks.nc", d / "traces" / "flat.nc", d / "traces" / "hierarchical.nc",
-                   d / "traces" / "informed.nc", d / "prior.nc", metrics, tmp_path / "out")
+                   d / "traces" / "informed.nc", d / "prior.nc", metrics, d / "timings", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -275,7 +280,7 @@ def test_trace_without_group_mean_is_an_input_error(run, tmp_path):
     write_netcdf(broken, tmp_path / "hier.nc")
     with pytest.raises(InputError, match="mu_in"):
         rep.report(run["params"], d / "tasks.nc", d / "traces" / "flat.nc", tmp_path / "hier.nc",
-                   d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", tmp_path / "out")
+                   d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", d / "timings", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -284,3 +289,20 @@ def test_reference_note_on_default_data():
     assert not note.warn and "comparable" in note.text and "NOT" not in note.text
     changed = rep._reference_note({**rep.REFERENCE_DATA, "data.noise": 0.2})
     assert changed.warn and "data.noise = 0.2 (reference 0.3)" in changed.text
+
+
+def test_advi_loss_curve_and_csv(run):
+    """Only the ADVI-fitted model has a loss curve: block means of its 1200 iterations."""
+    with open(run["dir"] / "reports" / "plots" / "advi_loss.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 400  # 1200 iterations in blocks of 3 (at most 500 points)
+    assert {r["flat"] for r in rows} == {""} and {r["informed"] for r in rows} == {""}
+    first = float(rows[0]["hierarchical"])
+    assert first == pytest.approx(np.mean(1000.0 / np.arange(1.0, 4.0)), rel=1e-6)
+    assert [int(r["iteration"]) for r in rows[:2]] == [3, 6]
+    assert (run["dir"] / "reports" / "figures" / "advi_loss.png").is_file()
+    assert "ADVI loss" in (run["dir"] / "reports" / "report.md").read_text()
+
+
+def test_loss_csv_is_header_only_without_advi():
+    assert rep.loss_csv({}) == "iteration,flat,hierarchical,informed\n"

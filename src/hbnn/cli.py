@@ -35,4 +35,7 @@ def run_stage(
     except (ConfigError, InputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except FloatingPointError as err:  # a fit that failed numerically (e.g. ADVI's loss became NaN)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 0

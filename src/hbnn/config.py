@@ -16,7 +16,9 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 import yaml
 
-BACKENDS = ("nutpie", "pymc")
+NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
+JAX_BACKENDS = ("numpyro", "blackjax")
+BACKENDS = (*NUTS_BACKENDS, "advi")
 ALIGN_METHODS = ("chains", "reference_chain")
 
 
@@ -68,8 +70,29 @@ class ModelParams:
 
 
 @dataclass(frozen=True)
+class AdviParams:
+    """Mean-field ADVI (``sampler.backend: advi``)."""
+
+    iterations: int = 20000
+    learning_rate: float = 0.01
+    minibatch_size: int = 0  # 0: full batch; else rows per gradient step, drawn with replacement
+    init_jitter: float = 0.5  # sd of the noise added to the starting means (breaks hidden-unit symmetry)
+
+    def check(self, key: str) -> None:
+        _require(self.iterations >= 1, f"{key}.iterations", self.iterations, "must be >= 1")
+        _require(self.learning_rate > 0, f"{key}.learning_rate", self.learning_rate, "must be > 0")
+        _require(self.minibatch_size >= 0, f"{key}.minibatch_size", self.minibatch_size,
+                 "must be >= 0 (0 means full batch)")
+        _require(self.init_jitter >= 0, f"{key}.init_jitter", self.init_jitter, "must be >= 0")
+
+
+@dataclass(frozen=True)
 class SamplerParams:
-    """NUTS settings shared by every fit stage."""
+    """Inference settings shared by every fit stage.
+
+    NUTS backends use chains/tune/draws/target_accept; ``advi`` fits the
+    approximation with ``advi.*`` and then draws ``chains x draws`` from it.
+    """
 
     backend: str = "nutpie"
     chains: int = 2
@@ -78,6 +101,7 @@ class SamplerParams:
     target_accept: float = 0.9
     seed: int = 1
     cores: int = 2
+    advi: AdviParams = field(default_factory=AdviParams)
 
     def check(self, key: str) -> None:
         _require(self.backend in BACKENDS, f"{key}.backend", self.backend, f"must be one of {list(BACKENDS)}")
@@ -88,6 +112,7 @@ class SamplerParams:
                  "must lie strictly between 0 and 1")
         _require(self.seed >= 0, f"{key}.seed", self.seed, "must be >= 0")
         _require(self.cores >= 1, f"{key}.cores", self.cores, "must be >= 1")
+        self.advi.check(f"{key}.advi")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import arviz as az
@@ -32,6 +33,7 @@ from hbnn.io import (
 )
 from hbnn.models import (
     build_flat_model,
+    build_hierarchical_minibatch_model,
     build_hierarchical_model,
     build_informed_model,
     layer_specs,
@@ -94,10 +96,10 @@ def _finish_fit(
     tasks: Tasks,
     posterior: xr.Dataset,
     sample_stats: xr.Dataset,
-    seconds: float,
-    compile_seconds: float,
+    cost: Cost,
     trace_out: Path,
     metrics_out: Path,
+    timing_out: Path,
     extra_diagnostics=None,
     settings_extra: dict | None = None,
 ) -> dict:
@@ -114,31 +116,48 @@ def _finish_fit(
     metrics = evaluation.fit_metrics(
         tasks,
         predictions,
-        seconds=seconds,
-        compile_seconds=compile_seconds,
         divergences=int(sample_stats["diverging"].sum()),
         extra_diagnostics=extra_diagnostics,
     )
+    advi_iterations = sample_stats.sizes.get("advi_iteration")
+    timing = evaluation.timing_metrics(params.sampler.backend, cost.seconds, cost.compile_seconds,
+                                       cost.grad_evals, advi_iterations)
     write_netcdf(idata, trace_out)
     write_json(as_builtin(metrics), metrics_out)
+    write_json(as_builtin(timing), timing_out)
     log.info(
         "%s: train acc %.4f, test acc %.4f, %d divergences, %.1fs sampling",
         stage, metrics["train"]["accuracy"], metrics["test"]["accuracy"],
-        metrics["sampling"]["divergences"], seconds,
+        metrics["sampling"]["divergences"], cost.seconds,
     )
     return metrics
 
 
-def _fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.Dataset, xr.Dataset, float, float]:
+@dataclass(frozen=True)
+class Cost:
+    """Wall-clock seconds of a stage's sampling and compiling, and its gradient evaluations."""
+
+    seconds: float
+    compile_seconds: float
+    grad_evals: int | None
+
+
+def _minibatch(params: Params) -> int | None:
+    """Rows per ADVI gradient step, or ``None`` for full-batch likelihoods (and NUTS)."""
+    s = params.sampler
+    return (s.advi.minibatch_size or None) if s.backend == "advi" else None
+
+
+def _fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.Dataset, xr.Dataset, Cost]:
     """Fit ``build(X, y)`` to every group's training rows, compiling it once.
 
-    Returns posterior and sample stats stacked along a ``group`` dim, the summed
-    sampling seconds and the compile seconds.
+    Returns posterior and sample stats stacked along a ``group`` dim, and the
+    summed cost over groups.
     """
     train = tasks.split("train")
     first = train.rows(0)
     sampler = Sampler(build(train.X[first], train.y[first]), params.sampler)
-    posts, stats, seconds = [], [], 0.0
+    posts, stats, seconds, grads = [], [], 0.0, []
     for g, name in enumerate(tasks.group_names):
         rows = train.rows(g)
         fit = sampler.sample(
@@ -148,6 +167,7 @@ def _fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.
         posts.append(fit.posterior.posterior.expand_dims(group=[name]))
         stats.append(fit.posterior.sample_stats.expand_dims(group=[name]))
         seconds += fit.seconds
+        grads.append(fit.grad_evals)
         log.info("%s: group %s (%d rows) sampled in %.1fs", stage, name, rows.size, fit.seconds)
 
     def stack(parts):
@@ -155,42 +175,52 @@ def _fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.
         order = ["chain", "draw", "group"]
         return ds.transpose(*order, ...)
 
-    return stack(posts), stack(stats), seconds, sampler.compile_seconds
+    grad_evals = None if any(g is None for g in grads) else sum(grads)
+    return stack(posts), stack(stats), Cost(seconds, sampler.compile_seconds, grad_evals)
 
 
-def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path) -> dict:
+def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
     """One flat BNN per group, ``Normal(0, prior_sd)`` weights."""
     tasks = load_tasks(tasks_path)
     m = params.model
 
     def build(X, y):
-        return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd)
+        return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd, _minibatch(params))
 
-    posterior, stats, seconds, compile_s = _fit_per_group("fit_flat", params, tasks, build)
-    return _finish_fit("fit_flat", params, tasks, posterior, stats, seconds, compile_s, trace_out, metrics_out)
+    posterior, stats, cost = _fit_per_group("fit_flat", params, tasks, build)
+    return _finish_fit("fit_flat", params, tasks, posterior, stats, cost, trace_out, metrics_out, timing_out)
 
 
-def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path) -> dict:
+def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
     """The non-centred hierarchical BNN over all groups."""
     tasks = load_tasks(tasks_path)
     m = params.model
-    padded = tasks.padded("train")
-    model = build_hierarchical_model(
-        padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers
-    )
+    batch = _minibatch(params)
+    if batch:
+        train = tasks.split("train")
+        model = build_hierarchical_minibatch_model(
+            train.X, train.group, train.y, tasks.group_names, tasks.features, m.hidden_layers, batch
+        )
+    else:
+        padded = tasks.padded("train")
+        model = build_hierarchical_model(
+            padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers
+        )
     sampler = Sampler(model, params.sampler)
     fit = sampler.sample(derive_seed(params.sampler.seed, STAGE_KEYS["fit_hier"]))
     posterior = fit.posterior.posterior
     specs = layer_specs(tasks.n_features, m.hidden_layers)
     sd_vars = [f"sd_{s.name}" for s in specs]
     return _finish_fit(
-        "fit_hier", params, tasks, posterior, fit.posterior.sample_stats, fit.seconds, sampler.compile_seconds,
-        trace_out, metrics_out,
+        "fit_hier", params, tasks, posterior, fit.posterior.sample_stats,
+        Cost(fit.seconds, sampler.compile_seconds, fit.grad_evals), trace_out, metrics_out, timing_out,
         extra_diagnostics=evaluation.scalar_diagnostics(posterior, sd_vars),
     )
 
 
-def fit_informed(params: Params, tasks_path: Path, prior_path: Path, trace_out: Path, metrics_out: Path) -> dict:
+def fit_informed(
+    params: Params, tasks_path: Path, prior_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path
+) -> dict:
     """One flat BNN per group with the informed MvNormal layer priors."""
     tasks = load_tasks(tasks_path)
     m = params.model
@@ -198,11 +228,11 @@ def fit_informed(params: Params, tasks_path: Path, prior_path: Path, trace_out: 
     layer_prior = load_prior(prior_path, specs)
 
     def build(X, y):
-        return build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior)
+        return build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior, _minibatch(params))
 
-    posterior, stats, seconds, compile_s = _fit_per_group("fit_informed", params, tasks, build)
+    posterior, stats, cost = _fit_per_group("fit_informed", params, tasks, build)
     return _finish_fit(
-        "fit_informed", params, tasks, posterior, stats, seconds, compile_s, trace_out, metrics_out,
+        "fit_informed", params, tasks, posterior, stats, cost, trace_out, metrics_out, timing_out,
         settings_extra={"prior_file": str(prior_path)},
     )
 

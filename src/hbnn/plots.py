@@ -218,6 +218,21 @@ def plot_reliability(tables: Mapping[str, Mapping[str, np.ndarray]]):
     return fig, ax
 
 
+def plot_loss(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]):
+    """ADVI loss (negative ELBO) against iteration, one line per model fitted with ADVI.
+
+    ``curves[model] = (iteration, loss)``; the y axis is symlog because the loss
+    falls by orders of magnitude early on. Returns ``(fig, ax)``.
+    """
+    fig, ax = plt.subplots(figsize=(6.0, 3.6), layout="constrained")
+    for i, (name, (it, loss)) in enumerate(curves.items()):
+        ax.plot(it, loss, lw=1.0, color=_model_color(name, i), label=name)
+    ax.set(xlabel="iteration", ylabel="loss (negative ELBO)", yscale="symlog")
+    ax.tick_params(labelsize=SMALL)
+    ax.legend(fontsize=SMALL, loc="upper right")
+    return fig, ax
+
+
 def plot_group_sd(samples: Mapping[str, np.ndarray], bins: int = 30):
     """Posterior density of each layer's group sd, one step line per chain.
 

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 MODELS = ("flat", "hierarchical", "informed")
 LABELS = {"flat": "Flat", "hierarchical": "Hierarchical", "informed": "Informed prior"}
 METRICS_FILES = {"flat": "flat.json", "hierarchical": "hier.json", "informed": "informed.json"}
+LOSS_POINTS = 500  # rows of plots/advi_loss.csv at most
 
 # Train / test accuracy (%) printed by the seed notebooks; None = not done there.
 REFERENCES: dict[str, dict[str, tuple[float, float] | None]] = {
@@ -484,6 +485,18 @@ def _calibration_section() -> Section:
     )
 
 
+def _loss_section(losses: dict[str, tuple[np.ndarray, np.ndarray]]) -> Section:
+    fitted = ", ".join(LABELS[v] for v in losses)
+    return Section(
+        "ADVI loss",
+        f"{fitted} fitted with ADVI (sampler.backend: advi). The loss is the negative ELBO, averaged over blocks "
+        "of iterations; for the per-group models it is summed over groups (the ELBO of independent fits adds "
+        "up). A curve still falling at the end means more iterations (sampler.advi.iterations) would help. "
+        "The values are in plots/advi_loss.csv.",
+        [Figure("advi_loss.png", "ADVI loss per iteration block.")],
+    )
+
+
 def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int]) -> list[Section]:
     def blocks(stem: str, what: str) -> list:
         out = []
@@ -586,7 +599,6 @@ def summary(metrics: dict[str, dict], n_groups: int) -> dict:
             "test_log_loss": _get(m, "test", "log_loss"),
             "test_brier": _get(m, "test", "brier"),
             "divergences": _get(m, "sampling", "divergences"),
-            "seconds": _get(m, "sampling", "seconds"),
         }
     test = {v: models[v]["test_accuracy"] for v in MODELS}
     comparison = {
@@ -605,6 +617,37 @@ def per_group_csv(per_group: dict[str, np.ndarray], names: Sequence[str]) -> str
     for g, name in enumerate(names):
         vals = [per_group[v][g] for v in MODELS]
         writer.writerow([name, *("" if not np.isfinite(x) else as_builtin(float(x)) for x in vals)])
+    return buf.getvalue()
+
+
+def advi_loss(idata, points: int = LOSS_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """``(iteration, loss)`` of an ADVI trace, summed over groups, averaged over blocks.
+
+    Iterations are cut into at most ``points`` equal blocks; each point is the
+    block's mean loss, placed at the block's last iteration.
+    """
+    loss = idata.sample_stats["loss"]
+    total = loss.sum([d for d in loss.dims if d != "advi_iteration"]).values
+    block = max(1, -(-total.size // points))
+    n_blocks = -(-total.size // block)
+    padded = np.full(n_blocks * block, np.nan)
+    padded[: total.size] = total
+    means = np.nanmean(padded.reshape(n_blocks, block), axis=1)
+    ends = np.minimum(np.arange(1, n_blocks + 1) * block, total.size)
+    return ends, means
+
+
+def loss_csv(losses: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
+    """``iteration,<model>...`` rows of the ADVI loss (header only when no model used ADVI)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["iteration", *MODELS])
+    table: dict[int, dict[str, float]] = {}
+    for v, (it, loss) in losses.items():
+        for i, x in zip(it, loss, strict=True):
+            table.setdefault(int(i), {})[v] = as_builtin(float(x))
+    for i in sorted(table):
+        writer.writerow([i, *(table[i].get(v, "") for v in MODELS)])
     return buf.getvalue()
 
 
@@ -640,13 +683,15 @@ def report(
     informed_trace: Path,
     prior_path: Path,
     metrics_dir: Path,
+    timings_dir: Path,
     out_dir: Path,
 ) -> dict:
     """Build the report from the fitted traces, the informed prior and the metrics files.
 
     Writes ``out_dir/figures/*.png``, ``out_dir/report.md``, ``out_dir/report.html``
     (self-contained), ``out_dir/plots/{per_group_accuracy,calibration}.csv`` and
-    ``metrics_dir/summary.json``; returns the summary dict. All inputs are
+    ``out_dir/plots/advi_loss.csv`` and ``metrics_dir/summary.json``; returns the
+    summary dict. Wall-clock times come from ``timings_dir``. All inputs are
     checked before anything is computed and nothing is written until every
     figure has been drawn.
     """
@@ -658,6 +703,9 @@ def report(
     metrics = {v: read_json(metrics_dir / f, "metrics file") for v, f in METRICS_FILES.items()}
     prior_metrics = read_json(metrics_dir / "prior.json", "metrics file")
     _check_metrics(metrics, metrics_dir, names)
+    for v, f in METRICS_FILES.items():  # wall-clock times, for the diagnostics table only
+        timing = read_json(timings_dir / f, "timing file")
+        metrics[v].setdefault("sampling", {}).update(_get(timing, "sampling") or {})
     paths = {"flat": flat_trace, "hierarchical": hier_trace, "informed": informed_trace}
     traces = _open_traces(paths)
     try:
@@ -666,6 +714,8 @@ def report(
         _check_traces(traces, paths, specs, names)
         settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
         figures, surface_files, used_draws, hier_extra, calibration = _trace_figures(traces, specs, tasks, rp)
+        losses = {v: advi_loss(traces[v]) for v in MODELS
+                  if "sample_stats" in traces[v].groups() and "loss" in traces[v].sample_stats}
     finally:
         for idata in traces.values():
             _close(idata)
@@ -679,6 +729,8 @@ def report(
     accuracy = _per_group_values(metrics, names, "test", "accuracy")
     figures.update(_metrics_figures(metrics, names, accuracy))
     figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
+    if losses:
+        figures["advi_loss.png"] = plots.png_bytes(plots.plot_loss(losses)[0])
 
     data = _data_settings(tasks, params)
     title = "Hierarchical Bayesian neural networks: report"
@@ -687,6 +739,7 @@ def report(
         _accuracy_section(metrics, data),
         _per_group_section(len(names)),
         _calibration_section(),
+        *([_loss_section(losses)] if losses else []),
         *_surface_sections(surface_files, rp, used_draws),
         _group_sd_section(sd_vars, specs, prior_metrics),
         _correlation_section(first.name, corr_name, ref_chain, prior_metrics),
@@ -699,6 +752,7 @@ def report(
     write_text(render_html(title, intro, sections, figures), out_dir / "report.html")
     write_text(per_group_csv(accuracy, names), out_dir / "plots" / "per_group_accuracy.csv")
     write_text(calibration_csv(calibration), out_dir / "plots" / "calibration.csv")
+    write_text(loss_csv(losses), out_dir / "plots" / "advi_loss.csv")
     write_json(result, metrics_dir / "summary.json")
     log.info("report: %d figures, %d groups -> %s", len(figures), len(names), out_dir)
     return result

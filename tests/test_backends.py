@@ -1,0 +1,121 @@
+"""Every backend writes the same trace layout and metrics keys; ADVI specifics."""
+
+from __future__ import annotations
+
+import json
+
+import arviz as az
+import numpy as np
+import pytest
+from conftest import TINY
+
+from hbnn import inference, pipeline
+from hbnn.config import ConfigError, parse_params
+from hbnn.data import make_moons_tasks
+from hbnn.io import write_netcdf
+from hbnn.models import build_flat_model
+
+ADVI = {"iterations": 300, "learning_rate": 0.02}
+
+
+def _params(backend: str, **advi):
+    return parse_params(dict(TINY, sampler=dict(TINY["sampler"], backend=backend, advi={**ADVI, **advi})))
+
+
+@pytest.fixture(scope="module")
+def tasks_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("backends") / "tasks.nc"
+    write_netcdf(make_moons_tasks(parse_params(TINY)), path)
+    return path
+
+
+def _fit_hier(params, tasks_path, out):
+    metrics = pipeline.fit_hier(params, tasks_path, out / "hier.nc", out / "hier.json", out / "timing.json")
+    return az.from_netcdf(out / "hier.nc"), metrics, json.loads((out / "timing.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def reference(tasks_path, tmp_path_factory):
+    """The default backend's hierarchical fit, whose layout every backend must match."""
+    return _fit_hier(_params("nutpie"), tasks_path, tmp_path_factory.mktemp("nutpie"))
+
+
+def _layout(idata):
+    return {name: (da.dims, da.shape) for name, da in idata.posterior.data_vars.items()}
+
+
+def _keys(d, prefix=""):
+    out = set()
+    for k, v in d.items():
+        out |= _keys(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}"}
+    return out
+
+
+@pytest.mark.parametrize("backend, advi", [("pymc", {}), ("numpyro", {}), ("blackjax", {}), ("advi", {}),
+                                           ("advi", {"minibatch_size": 16})])
+def test_backend_writes_the_same_layout_and_keys(backend, advi, tasks_path, reference, tmp_path):
+    idata, metrics, timing = _fit_hier(_params(backend, **advi), tasks_path, tmp_path)
+    ref_idata, ref_metrics, ref_timing = reference
+    assert _layout(idata) == _layout(ref_idata)
+    assert _keys(metrics) == _keys(ref_metrics)
+    assert timing["backend"] == backend
+    assert timing["sampling"]["seconds"] > 0
+    assert int(idata.sample_stats["diverging"].sum()) == metrics["sampling"]["divergences"]
+    if backend == "pymc":  # tuning steps are counted too
+        assert timing["sampling"]["grad_evals"] >= TINY["sampler"]["chains"] * (TINY["sampler"]["tune"] + 25)
+    if backend in ("numpyro", "blackjax"):  # the JAX bridge does not report tuning steps
+        assert timing["sampling"]["grad_evals"] is None
+    if backend == "advi":
+        assert idata.sample_stats["loss"].sizes["advi_iteration"] == ADVI["iterations"]
+        assert timing["sampling"]["advi_iterations"] == ADVI["iterations"]
+        assert metrics["test"]["accuracy"] > 0.6  # it learned something in 300 steps
+
+
+def test_advi_per_group_fits_reuse_one_compile_and_are_independent(tiny_tasks):
+    """Refitting a group after others reproduces its first fit exactly: state is reset per fit."""
+    train = tiny_tasks.split("train")
+    rows = [train.rows(g) for g in range(tiny_tasks.n_groups)]
+    model = build_flat_model(train.X[rows[0]], train.y[rows[0]], tiny_tasks.features, (5, 5))
+    sampler = inference.Sampler(model, _params("advi").sampler)
+    first = sampler.sample(11, data={"x": train.X[rows[0]], "y": train.y[rows[0]]})
+    other = sampler.sample(12, data={"x": train.X[rows[1]], "y": train.y[rows[1]]})
+    again = sampler.sample(11, data={"x": train.X[rows[0]], "y": train.y[rows[0]]})
+    np.testing.assert_array_equal(first.loss, again.loss)
+    np.testing.assert_array_equal(first.posterior.posterior["w_in"], again.posterior.posterior["w_in"])
+    assert not np.array_equal(first.loss, other.loss)
+    assert first.loss[-50:].mean() < first.loss[:50].mean()  # the ELBO improved
+
+
+def test_minibatch_likelihood_is_unbiased_for_the_full_one(tiny_tasks):
+    """Averaged over random batches, the rescaled minibatch log-likelihood equals the full one."""
+    train = tiny_tasks.split("train")
+    r = train.rows(0)
+    full = build_flat_model(train.X[r], train.y[r], tiny_tasks.features, (5, 5))
+    mini = build_flat_model(train.X[r], train.y[r], tiny_tasks.features, (5, 5), minibatch_size=4)
+    rng = np.random.default_rng(0)
+    point = {k: rng.normal(0, 1, np.shape(v)) for k, v in full.initial_point().items()}
+    exact = full.compile_fn(full.replace_rvs_by_values(full.potentials)[0], inputs=full.value_vars)(point)
+    batch = mini.compile_fn(mini.replace_rvs_by_values(mini.potentials)[0], inputs=mini.value_vars, random_seed=1)
+    draws = np.array([batch(point) for _ in range(4000)])
+    assert draws.std() > 0  # batches really differ
+    # unscaled, the mean would be exact * 4 / 20
+    assert draws.mean() == pytest.approx(exact, rel=0.03)
+
+
+def test_missing_jax_is_a_clear_config_error(tiny_tasks, monkeypatch):
+    real = inference.importlib.util.find_spec
+    monkeypatch.setattr(inference.importlib.util, "find_spec", lambda m: None if m == "numpyro" else real(m))
+    train = tiny_tasks.split("train")
+    model = build_flat_model(train.X, train.y, tiny_tasks.features, (2,))
+    with pytest.raises(ConfigError, match=r"sampler.backend='numpyro'.*make jax"):
+        inference.Sampler(model, _params("numpyro").sampler)
+
+
+@pytest.mark.parametrize("raw, key", [({"backend": "stan"}, "sampler.backend"),
+                                      ({"advi": {"iterations": 0}}, "sampler.advi.iterations"),
+                                      ({"advi": {"learning_rate": -1}}, "sampler.advi.learning_rate"),
+                                      ({"advi": {"minibatch_size": -2}}, "sampler.advi.minibatch_size"),
+                                      ({"advi": {"bogus": 1}}, "sampler.advi.bogus")])
+def test_bad_sampler_settings_name_the_key(raw, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        parse_params({"sampler": raw})

@@ -1,0 +1,338 @@
+"""`make bench`: backends side by side, the NumPy gradient floor, a warm `dvc repro`, scaling.
+
+Every fit runs through the real stage scripts (``stages/*.py``) in a scratch
+directory, as `dvc repro` would run them, each in its own process so that its
+wall time and peak memory (``ru_maxrss`` from ``wait4``) are its own. Results go
+to ``reports/benchmark.json``; a table is printed at the end.
+
+Definitions (also written into the JSON under ``definitions``):
+- ``wall_s``: compile + sampling seconds of the fit (from ``timings/*.json``);
+  ``process_s`` is the whole stage process (imports, data, evaluation, writing).
+- ``us_per_grad``: one log-density + gradient evaluation of the default
+  hierarchical model in the backend's own compiled form, timed directly (minimum
+  over repeats). ``sampler_us_per_grad`` is sampling seconds / leapfrog steps,
+  sampler overhead included, where the backend reports its tuning steps.
+- ``min_ess_bulk``: minimum bulk ESS over the group sds and the function-space
+  test probabilities of every group; ``ess_per_s = min_ess_bulk / wall_s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
+DEFINITIONS = {
+    "wall_s": "compile + sampling seconds of the hierarchical fit",
+    "process_s": "seconds of the whole fit_hier stage process",
+    "compile_s": "model compilation seconds (null where the backend compiles inside sampling: pymc, JAX)",
+    "grad_evals": "leapfrog steps over tuning and draws, both chains (JAX bridge: draws only, see grad_evals_cover)",
+    "us_per_grad": "direct timing of the backend's compiled logp+gradient, min over repeats",
+    "sampler_us_per_grad": "sampling seconds / grad_evals (sampler overhead included)",
+    "min_ess_bulk": "min bulk ESS over group sds and function-space test probabilities",
+    "ess_per_s": "min_ess_bulk / wall_s",
+    "speedup_vs_pymc": "ess_per_s / ess_per_s of PyMC's default NUTS",
+}
+
+
+# ----------------------------------------------------------------------------- processes
+def _run(cmd: list[str], cwd: Path) -> dict:
+    """Run ``cmd``; return its wall seconds and peak resident memory (MiB)."""
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - start
+        if proc.returncode != 0:
+            err.seek(0)
+            tail = err.read().decode(errors="replace")[-3000:]
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
+    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
+
+
+def _stage(stage: str, params: Path, *args: str) -> dict:
+    return _run([sys.executable, str(ROOT / "stages" / f"{stage}.py"), "--params", str(params), *args],
+                params.parent)
+
+
+def _params(workdir: Path, n_groups: int, sampler: dict, **extra) -> Path:
+    workdir.mkdir(parents=True, exist_ok=True)
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["n_groups"] = n_groups
+    raw["sampler"].update(sampler)
+    for key, value in extra.items():
+        raw[key].update(value)
+    path = workdir / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _fit(stage: str, params: Path, stem: str, *extra: str) -> dict:
+    """Run a fit stage; return its process cost, metrics and timings."""
+    run = _stage(stage, params, "--tasks-path", "data/tasks.nc", *extra, "--trace-out", f"traces/{stem}.nc",
+                 "--metrics-out", f"metrics/{stem}.json", "--timing-out", f"timings/{stem}.json")
+    d = params.parent
+    return {"run": run, "metrics": json.loads((d / "metrics" / f"{stem}.json").read_text()),
+            "timing": json.loads((d / "timings" / f"{stem}.json").read_text())}
+
+
+def _draw_steps(trace: Path) -> int:
+    import arviz as az
+
+    idata = az.from_netcdf(trace)
+    return int(idata.sample_stats["n_steps"].sum()) if "n_steps" in idata.sample_stats else 0
+
+
+# ----------------------------------------------------------------------------- gradients
+def _default_model():
+    from hbnn.config import parse_params
+    from hbnn.data import Tasks, make_moons_tasks
+    from hbnn.models import build_hierarchical_model
+
+    params = parse_params(yaml.safe_load((ROOT / "params.yaml").read_text()))
+    tasks = Tasks(make_moons_tasks(params))
+    pad = tasks.padded("train")
+    model = build_hierarchical_model(pad.X, pad.y, pad.valid, tasks.group_names, tasks.features,
+                                     params.model.hidden_layers)
+    return model, tasks, params
+
+
+def _min_time(fn, x, repeats: int, inner: int) -> float:
+    """Minimum over ``repeats`` of the mean seconds of ``inner`` calls."""
+    fn(x)
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn(x)
+        best = min(best, (time.perf_counter() - start) / inner)
+    return best
+
+
+def direct_us_per_grad(backend: str, repeats: int = 20, inner: int = 200) -> float:
+    """Microseconds per logp+gradient of the default hierarchical model as ``backend`` compiles it."""
+    model, _, _ = _default_model()
+    x = model.initial_point()
+    rng = np.random.default_rng(0)
+    flat = np.concatenate([np.ravel(v) for v in x.values()]) + rng.normal(0, 0.1, sum(np.size(v) for v in x.values()))
+    if backend in ("nutpie", "pymc"):
+        mode = "NUMBA" if backend == "nutpie" else None  # nutpie compiles the same graph with numba
+        f = model.logp_dlogp_function(ravel_inputs=True, mode=mode)
+        f._pytensor_function.trust_input = True
+        fn = f._pytensor_function
+    else:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+        from pymc.sampling.jax import get_jaxified_logp
+
+        logp = get_jaxified_logp(model, negative_logp=False)
+        sizes = [np.size(v) for v in x.values()]
+        shapes = [np.shape(v) for v in x.values()]
+        splits = np.cumsum(sizes)[:-1]
+
+        def flat_logp(theta):
+            parts = jax.numpy.split(theta, splits)
+            return logp([p.reshape(s) for p, s in zip(parts, shapes, strict=True)])
+
+        grad = jax.jit(jax.value_and_grad(flat_logp))
+
+        def fn(theta):
+            value, g = grad(theta)
+            g.block_until_ready()
+            return value, g
+
+        flat = jax.numpy.asarray(flat)
+    return 1e6 * _min_time(fn, flat, repeats, inner)
+
+
+def numpy_floor_us_per_grad(repeats: int = 20) -> float:
+    """The hand-written NumPy log-density gradient (benchmarks/numpy_floor.py), same model, same timing."""
+    from benchmarks import numpy_floor
+
+    _, tasks, params = _default_model()
+    return numpy_floor.us_per_grad(tasks, params.model.hidden_layers, repeats=repeats)
+
+
+# ----------------------------------------------------------------------------- sections
+def backends(work: Path, names=NUTS_BACKENDS) -> dict:
+    out = {}
+    for backend in names:
+        params = _params(work / backend, 18, {"backend": backend})
+        _stage("make_data", params, "--out", "data/tasks.nc")
+        print(f"bench: fit_hier with {backend} ...", flush=True)
+        r = _fit("fit_hier", params, "hier")
+        t, m = r["timing"]["sampling"], r["metrics"]
+        compile_s = t["compile_seconds"] if backend == "nutpie" else None
+        wall = t["seconds"] + (compile_s or 0.0)
+        draws_only = backend in ("numpyro", "blackjax")
+        grads = _draw_steps(params.parent / "traces" / "hier.nc") if draws_only else t["grad_evals"]
+        out[backend] = {
+            "wall_s": wall,
+            "sampling_s": t["seconds"],
+            "process_s": r["run"]["seconds"],
+            "peak_rss_mib": r["run"]["peak_rss_mib"],
+            "compile_s": compile_s,
+            "grad_evals": grads,
+            "grad_evals_cover": "draws only" if draws_only else "tuning and draws",
+            "us_per_grad": direct_us_per_grad(backend),
+            "sampler_us_per_grad": None if draws_only else 1e6 * t["seconds"] / grads,
+            "min_ess_bulk": m["sampling"]["min_ess_bulk"],
+            "min_ess_bulk_group_sd": min(v["ess_bulk"] for v in m["sampling"]["group_sd"].values()),
+            "min_ess_bulk_fn": m["sampling"]["min_ess_bulk_fn"],
+            "ess_per_s": m["sampling"]["min_ess_bulk"] / wall,
+            "divergences": m["sampling"]["divergences"],
+            "max_rhat": m["sampling"]["max_rhat"],
+            "test_accuracy": m["test"]["accuracy"],
+        }
+        print(f"bench: {backend}: {json.dumps(out[backend])}", flush=True)
+    if "pymc" in out:
+        for b in out.values():
+            b["speedup_vs_pymc"] = b["ess_per_s"] / out["pymc"]["ess_per_s"]
+    return out
+
+
+def repro(work: Path) -> dict:
+    """`dvc repro --force` of the default pipeline in a clone of the committed repo (compile caches warm)."""
+    clone = work / "repro"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    env_bin = str(Path(sys.executable).parent)
+    os.environ["PATH"] = f"{env_bin}:{os.environ['PATH']}"
+    run = _run([str(Path(env_bin) / "dvc"), "repro", "--force"], clone)
+    stages = {}
+    for stem in ("flat", "hier", "informed"):
+        t = json.loads((clone / "timings" / f"{stem}.json").read_text())["sampling"]
+        stages[stem] = {"sampling_s": t["seconds"], "compile_s": t["compile_seconds"]}
+    return {"repro_s": run["seconds"], "repro_peak_rss_mib": run["peak_rss_mib"], "repro_stages": stages}
+
+
+def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200, 1000), report_groups=200,
+            backend_results: dict | None = None) -> dict:
+    out: dict = {"hier_nutpie": {}, "hier_advi": {}, "hier_advi_minibatch": {}, "report": {}}
+    for n in nuts_groups:
+        if n == 18 and backend_results and "nutpie" in backend_results:
+            b = backend_results["nutpie"]
+            out["hier_nutpie"][str(n)] = {"seconds": b["wall_s"], "peak_rss_mib": b["peak_rss_mib"]}
+            continue
+        params = _params(work / f"nutpie_{n}", n, {"backend": "nutpie"})
+        _stage("make_data", params, "--out", "data/tasks.nc")
+        print(f"bench: scaling nutpie n_groups={n} ...", flush=True)
+        r = _fit("fit_hier", params, "hier")
+        t = r["timing"]["sampling"]
+        out["hier_nutpie"][str(n)] = {"seconds": t["seconds"] + t["compile_seconds"],
+                                      "peak_rss_mib": r["run"]["peak_rss_mib"],
+                                      "test_accuracy": r["metrics"]["test"]["accuracy"]}
+    for key, batch in (("hier_advi", 0), ("hier_advi_minibatch", 500)):
+        for n in advi_groups:
+            params = _params(work / f"{key}_{n}", n, {"backend": "advi", "advi": {"minibatch_size": batch}})
+            _stage("make_data", params, "--out", "data/tasks.nc")
+            print(f"bench: scaling {key} n_groups={n} ...", flush=True)
+            r = _fit("fit_hier", params, "hier")
+            t = r["timing"]["sampling"]
+            out[key][str(n)] = {"seconds": t["seconds"] + t["compile_seconds"],
+                                "process_s": r["run"]["seconds"],
+                                "peak_rss_mib": r["run"]["peak_rss_mib"],
+                                "test_accuracy": r["metrics"]["test"]["accuracy"]}
+    # The report at many groups: traces with the default draw counts (chains x draws), fitted by ADVI
+    # because three NUTS fits of 200 groups would take most of an hour; the report's memory depends
+    # on the trace sizes, not on how the draws were made.
+    n = report_groups
+    params = _params(work / f"report_{n}", n, {"backend": "advi"})
+    _stage("make_data", params, "--out", "data/tasks.nc")
+    print(f"bench: report at n_groups={n} ...", flush=True)
+    _fit("fit_flat", params, "flat")
+    _fit("fit_hier", params, "hier")
+    _stage("derive_prior", params, "--hier-trace", "traces/hier.nc", "--prior-out", "priors/informed.nc",
+           "--metrics-out", "metrics/prior.json")
+    _fit("fit_informed", params, "informed", "--prior-path", "priors/informed.nc")
+    run = _stage("report", params, "--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc",
+                 "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
+                 "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--timings-dir", "timings",
+                 "--out-dir", "reports")
+    out["report"][str(n)] = {"seconds": run["seconds"], "peak_rss_mib": run["peak_rss_mib"]}
+    return out
+
+
+def _linearity(points: dict) -> dict:
+    """Seconds per group at each size, and the log-log slope between the smallest and largest size."""
+    sizes = sorted(int(k) for k in points)
+    per_group = {str(n): points[str(n)]["seconds"] / n for n in sizes}
+    if len(sizes) < 2:
+        return {"seconds_per_group": per_group}
+    a, b = sizes[0], sizes[-1]
+    slope = np.log(points[str(b)]["seconds"] / points[str(a)]["seconds"]) / np.log(b / a)
+    return {"seconds_per_group": per_group, "loglog_slope": float(slope)}
+
+
+def _table(result: dict) -> str:
+    rows = [f"{'backend':10} {'wall_s':>8} {'compile_s':>9} {'grads':>9} {'us/grad':>8} {'minESS':>7} "
+            f"{'ESS/s':>7} {'x pymc':>7} {'div':>4} {'test acc':>8}"]
+    for name, b in result["backends"].items():
+        rows.append(f"{name:10} {b['wall_s']:8.1f} {b['compile_s'] or float('nan'):9.1f} {b['grad_evals']:9d} "
+                    f"{b['us_per_grad']:8.1f} {b['min_ess_bulk']:7.0f} {b['ess_per_s']:7.2f} "
+                    f"{b.get('speedup_vs_pymc', float('nan')):7.2f} {b['divergences']:4d} {b['test_accuracy']:8.4f}")
+    rows.append(f"numpy floor: {result['numpy_floor_us_per_grad']:.1f} us/grad; "
+                f"repro_s: {result.get('repro_s', float('nan')):.1f}")
+    for key, points in result.get("scaling", {}).items():
+        cells = ", ".join(f"{n}: {p['seconds']:.1f}s/{p['peak_rss_mib']:.0f}MiB" for n, p in points.items()
+                          if isinstance(p, dict) and "seconds" in p)
+        rows.append(f"scaling {key}: {cells}")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "benchmark.json")
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="sections to run (backends floor repro scaling); default all")
+    parser.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    args = parser.parse_args(argv)
+    sections = set(args.only or ("backends", "floor", "repro", "scaling"))
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="hbnn-bench-"))
+    result: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                "python": platform.python_version()},
+                    "definitions": DEFINITIONS}
+    previous = json.loads(args.out.read_text()) if args.out.exists() else {}
+    start = time.perf_counter()
+    try:
+        if "backends" in sections:
+            result["backends"] = backends(work / "backends")
+        if "floor" in sections:
+            result["numpy_floor_us_per_grad"] = numpy_floor_us_per_grad()
+        if "repro" in sections:
+            result.update(repro(work))
+        if "scaling" in sections:
+            result["scaling"] = scaling(work / "scaling", backend_results=result.get("backends"))
+            result["scaling"]["linearity"] = {k: _linearity(v) for k, v in result["scaling"].items()
+                                              if k != "report" and v}
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    result["bench_seconds"] = time.perf_counter() - start
+    merged = {**previous, **result}  # sections not run keep their last values
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    tmp.replace(args.out)
+    if "backends" in merged and "numpy_floor_us_per_grad" in merged:
+        print(_table(merged))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

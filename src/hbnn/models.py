@@ -6,8 +6,14 @@ they differ only in how each layer's weights are drawn. Builders return a
 
 Layer naming follows the maths: ``w_in`` maps features to the first hidden
 layer, ``w_h1_h2`` hidden layer 1 to 2 (and so on), ``w_out`` the last hidden
-layer to the logit. Hierarchical models add ``mu_<layer>``, ``sd_<layer>`` and
-``z_<layer>`` with ``w[g] = mu + sd * z[g]``.
+layer to the output. With no hidden layers ``w_out`` maps the features straight
+to the output (a linear model). Hierarchical models add ``mu_<layer>``,
+``sd_<layer>`` and ``z_<layer>`` with ``w[g] = mu + sd * z[g]``.
+
+The output is a logit under the ``bernoulli`` likelihood and the mean of ``y``
+under ``gaussian``, where ``sigma ~ HalfNormal(noise_sd)`` is the noise sd (one
+per group in the per-group fits, one shared by all groups in the hierarchical
+model).
 """
 
 from __future__ import annotations
@@ -38,7 +44,10 @@ class LayerSpec:
 
 
 def layer_specs(n_features: int, hidden_layers: Sequence[int]) -> list[LayerSpec]:
-    """Layers of an MLP ``features -> hidden_layers... -> 1 logit`` (no biases)."""
+    """Layers of an MLP ``features -> hidden_layers... -> 1 output`` (no biases).
+
+    Empty ``hidden_layers`` gives the single layer ``out`` with dims ``(feature,)``.
+    """
     sizes = [n_features, *hidden_layers]
     dims = ["feature"] + [f"hidden_{i + 1}" for i in range(len(hidden_layers))]
     specs = []
@@ -70,8 +79,15 @@ def mlp_logit(x, weights: Sequence, tanh: Callable = np.tanh):
     return (h @ weights[-1][..., None])[..., 0]
 
 
-def _bernoulli_likelihood(logit, y) -> None:
-    pm.Bernoulli("y_obs", logit_p=logit, observed=y, dims="obs")
+def _likelihood(output, y, likelihood: str = "bernoulli", noise_sd: float = 1.0) -> None:
+    """``y_obs``: Bernoulli on the logit ``output``, or Normal(``output``, ``sigma``) with a scalar ``sigma``."""
+    if likelihood == "bernoulli":
+        pm.Bernoulli("y_obs", logit_p=output, observed=y, dims="obs")
+    elif likelihood == "gaussian":
+        sigma = pm.HalfNormal("sigma", noise_sd)
+        pm.Normal("y_obs", mu=output, sigma=sigma, observed=y, dims="obs")
+    else:
+        raise ValueError(f"unknown likelihood {likelihood!r}")
 
 
 def build_flat_model(
@@ -80,6 +96,8 @@ def build_flat_model(
     features: Sequence[str],
     hidden_layers: Sequence[int],
     prior_sd: float = 1.0,
+    likelihood: str = "bernoulli",
+    noise_sd: float = 1.0,
 ) -> pm.Model:
     """One group's BNN with iid ``Normal(0, prior_sd)`` weights.
 
@@ -91,7 +109,7 @@ def build_flat_model(
         x = pm.Data("x", X, dims=("obs", "feature"))
         y_data = pm.Data("y", y, dims="obs")
         weights = [pm.Normal(s.var, 0.0, prior_sd, dims=s.dims) for s in specs]
-        _bernoulli_likelihood(mlp_logit(x, weights, pt.tanh), y_data)
+        _likelihood(mlp_logit(x, weights, pt.tanh), y_data, likelihood, noise_sd)
     return model
 
 
@@ -101,6 +119,8 @@ def build_informed_model(
     features: Sequence[str],
     hidden_layers: Sequence[int],
     prior: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    likelihood: str = "bernoulli",
+    noise_sd: float = 1.0,
 ) -> pm.Model:
     """One group's BNN with a multivariate-normal prior on each flattened layer.
 
@@ -123,7 +143,7 @@ def build_informed_model(
             z = pm.Normal(f"z_{s.name}", 0.0, 1.0, dims=f"weight_{s.name}")
             flat = pt.as_tensor(mean) + pt.as_tensor(chol) @ z
             weights.append(pm.Deterministic(s.var, flat.reshape(s.shape), dims=s.dims))
-        _bernoulli_likelihood(mlp_logit(x, weights, pt.tanh), y_data)
+        _likelihood(mlp_logit(x, weights, pt.tanh), y_data, likelihood, noise_sd)
     return model
 
 
@@ -134,6 +154,8 @@ def build_hierarchical_model(
     group_names: Sequence[str],
     features: Sequence[str],
     hidden_layers: Sequence[int],
+    likelihood: str = "bernoulli",
+    noise_sd: float = 1.0,
 ) -> pm.Model:
     """Non-centred hierarchical BNN over all groups.
 
@@ -159,5 +181,5 @@ def build_hierarchical_model(
         logit = mlp_logit(x, weights, pt.tanh).reshape((-1,))
         if ragged:
             logit = logit[pt.as_tensor(valid)]
-        _bernoulli_likelihood(logit, y_data)
+        _likelihood(logit, y_data, likelihood, noise_sd)
     return model

@@ -112,17 +112,18 @@ def tasks_dataset(
 
 
 # ----------------------------------------------------------------------------- tables
-def read_table(path: str | Path) -> pd.DataFrame:
+def read_table(path: str | Path, what: str = "table") -> pd.DataFrame:
     """A CSV or Parquet file as a DataFrame; a missing or unreadable file is an :class:`InputError`."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"table {path} (data.path) does not exist")
+        hint = " (data.path)" if what == "table" else ""
+        raise InputError(f"{what} {path}{hint} does not exist")
     try:
         if path.suffix.lower() == ".csv":
             return pd.read_csv(path)
         return pd.read_parquet(path)
     except Exception as err:  # noqa: BLE001 - any parse failure means a bad file
-        raise InputError(f"table {path} is not a readable {path.suffix} file ({type(err).__name__}: {err})") from err
+        raise InputError(f"{what} {path} is not a readable {path.suffix} file ({type(err).__name__}: {err})") from err
 
 
 def _rows(idx: np.ndarray, limit: int = 5) -> str:
@@ -131,9 +132,9 @@ def _rows(idx: np.ndarray, limit: int = 5) -> str:
     return shown + (f" (and {idx.size - limit} more)" if idx.size > limit else "")
 
 
-def check_columns(df: pd.DataFrame, columns: dict[str, str], where: str) -> None:
-    """Every role's column exists; ``columns`` maps a role (``data.label``...) to a column name."""
-    for role, name in columns.items():
+def check_columns(df: pd.DataFrame, columns: list[tuple[str, str]], where: str) -> None:
+    """Every column exists; ``columns`` holds ``(role, name)`` pairs, the role (``data.label``...) for the message."""
+    for role, name in columns:
         if name not in df.columns:
             raise InputError(f"{where} has no column {name!r} ({role}); its columns are {list(map(str, df.columns))}")
 
@@ -272,10 +273,8 @@ def load_table_tasks(params: Params) -> xr.Dataset:
     likelihood = params.model.likelihood
     where = f"table {d.path}"
     df = read_table(d.path)
-    roles = {f"data.features[{i}]": f for i, f in enumerate(d.features)}
-    roles |= {"data.label": d.label, "data.group": d.group}
-    if d.split:
-        roles["data.split"] = d.split
+    roles = [(f"data.features[{i}]", f) for i, f in enumerate(d.features)]
+    roles += [("data.label", d.label), ("data.group", d.group)] + ([("data.split", d.split)] if d.split else [])
     check_columns(df, roles, where)
     if len(df) == 0:
         raise InputError(f"{where} has no rows")

@@ -73,3 +73,42 @@ def test_section_hash_covers_only_the_named_keys():
         "model.hidden_layers"
     )
     assert base.section_hash("model") != parse_params({"model": {"prior_sd": 2.0}}).section_hash("model")
+
+
+TABLE = {"data": {"source": "table", "path": "t.csv", "features": ["a", "b"], "label": "y", "group": "g"}}
+
+
+def _table(**data):
+    return {"data": {**TABLE["data"], **data}}
+
+
+def test_table_and_model_keys_are_coerced():
+    p = parse_params({**_table(split="part", standardize=False), "model": {"likelihood": "gaussian", "noise_sd": 2}})
+    assert p.data.features == ("a", "b") and p.data.split == "part" and p.data.standardize is False
+    assert p.model.likelihood == "gaussian" and p.model.noise_sd == 2.0
+    assert parse_params({"model": {"hidden_layers": 0}}).model.hidden_layers == ()
+    assert parse_params({"model": {"hidden_layers": []}}).model.hidden_layers == ()
+
+
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"data": {"source": "sql"}}, "data.source='sql'"),
+        (_table(path="t.xlsx"), "data.path='t.xlsx'"),
+        (_table(path=""), "data.path=''"),
+        (_table(features=[]), "data.features=[]"),
+        (_table(features=["a", "a"]), "data.features[1]='a'"),
+        (_table(label="a"), "data.label='a'"),
+        (_table(group="y"), "data.group='y'"),
+        (_table(split="a"), "data.split='a'"),
+        (_table(standardize="yes"), "data.standardize='yes'"),
+        ({"model": {"likelihood": "poisson"}}, "model.likelihood='poisson'"),
+        ({"model": {"noise_sd": 0}}, "model.noise_sd=0"),
+        ({"model": {"likelihood": "gaussian"}}, "model.likelihood='gaussian'"),  # moons labels are 0/1
+        ({"model": {"hidden_layers": 3}}, "model.hidden_layers=3"),
+    ],
+)
+def test_bad_table_and_model_values_name_key_and_value(raw, key):
+    with pytest.raises(ConfigError) as err:
+        parse_params(raw)
+    assert key in str(err.value)

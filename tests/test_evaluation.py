@@ -73,3 +73,37 @@ def test_reliability_bins_hand_example():
     assert r["observed"][1] == 0.5 and r["mean_predicted"][1] == pytest.approx(0.135)
     assert np.isnan(r["observed"][2])
     assert r["observed"][9] == 1.0 and r["mean_predicted"][9] == pytest.approx(0.975)
+
+
+def test_regression_scores_on_hand_computed_example():
+    from scipy.stats import norm
+
+    from hbnn.evaluation import regression_pointwise, regression_scores
+
+    # two draws, three rows; sigma differs between draws
+    mu = np.array([[[1.0, 2.0, 0.0], [3.0, 2.0, 0.0]]])  # (chain 1, draw 2, n 3)
+    sigma = np.array([[1.0, 2.0]])
+    y = np.array([2.0, 2.0, 10.0])
+    s = regression_scores(regression_pointwise(mu, sigma, y))
+    # posterior-mean predictions 2, 2, 0 -> errors 0, 0, 10
+    assert s["rmse"] == pytest.approx(np.sqrt(100 / 3))
+    lpd = [np.log(0.5 * norm.pdf(yi, mu[0, 0, i], 1.0) + 0.5 * norm.pdf(yi, mu[0, 1, i], 2.0))
+           for i, yi in enumerate(y)]
+    assert s["lpd"] == pytest.approx(np.mean(lpd), rel=1e-12)
+    # rows 1 and 2 sit near the mixture's centre; row 3 is 5 to 10 sds away
+    assert s["coverage_94"] == pytest.approx(2 / 3)
+    assert s["n"] == 3
+
+
+def test_mixture_quantiles_invert_the_mixture_cdf():
+    from hbnn.evaluation import mixture_cdf, mixture_quantiles
+
+    rng = np.random.default_rng(3)
+    mu = rng.normal(size=(50, 4)) * 3
+    sigma = rng.uniform(0.5, 2.0, size=50)
+    q = mixture_quantiles(mu, sigma, (0.03, 0.5, 0.97))
+    for k, level in enumerate((0.03, 0.5, 0.97)):
+        np.testing.assert_allclose(mixture_cdf(q[k], mu, sigma), level, atol=1e-9)
+    # one component: the normal quantile
+    single = mixture_quantiles(np.array([[1.0]]), np.array([2.0]), (0.97,))[0, 0]
+    assert single == pytest.approx(1.0 + 2.0 * 1.880793608151251, rel=1e-9)

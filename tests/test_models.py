@@ -155,3 +155,45 @@ def test_likelihood_is_bernoulli_and_its_gradient_stays_finite(tiny_tasks):
     for _ in range(10):
         extreme = {k: rng.normal(0, 30, np.shape(v)) for k, v in model.initial_point().items()}
         assert np.isfinite(dlogp(extreme)).all()
+
+
+def test_gaussian_padding_rows_never_enter_the_likelihood(ragged_tasks):
+    pad = ragged_tasks.padded("train")
+    names = ragged_tasks.group_names
+    y = np.random.default_rng(10).normal(size=pad.y.size)
+    base = build_hierarchical_model(pad.X, y, pad.valid, names, FEATURES, HIDDEN, "gaussian", 0.5)
+    X_wide, valid_wide = _ragged_copy(pad, 20, np.random.default_rng(11))
+    wide = build_hierarchical_model(X_wide, y, valid_wide, names, FEATURES, HIDDEN, "gaussian", 0.5)
+    rng = np.random.default_rng(12)
+    point = {k: rng.normal(size=np.shape(v)) for k, v in base.initial_point().items()}
+    assert "sigma_log__" in point
+    lp_base = base.compile_logp()(point)
+    assert np.isfinite(lp_base)
+    assert wide.compile_logp()(point) == pytest.approx(lp_base, rel=1e-12)
+    drop = build_hierarchical_model(pad.X, y[1:], pad.valid[1:], names, FEATURES, HIDDEN, "gaussian", 0.5)
+    assert drop.compile_logp()(point) != pytest.approx(lp_base, rel=1e-9)
+
+
+def test_gaussian_log_likelihood_is_the_normal_density():
+    rng = np.random.default_rng(13)
+    X, y = rng.normal(size=(6, 2)), rng.normal(size=6)
+    model = build_flat_model(X, y, FEATURES, (), likelihood="gaussian", noise_sd=2.0)
+    w, sigma = rng.normal(size=2), 0.7
+    point = {"w_out": w, "sigma_log__": np.log(sigma)}
+    from scipy.stats import halfnorm, norm
+
+    expected = (norm.logpdf(w).sum() + norm.logpdf(y, X @ w, sigma).sum()
+                + halfnorm.logpdf(sigma, scale=2.0) + np.log(sigma))  # + log-Jacobian of the log transform
+    assert model.compile_logp()(point) == pytest.approx(expected, rel=1e-10)
+
+
+def test_zero_hidden_layers_is_a_linear_model(tiny_tasks):
+    specs = layer_specs(3, ())
+    assert [(s.var, s.dims, s.shape) for s in specs] == [("w_out", ("feature",), (3,))]
+    rng = np.random.default_rng(14)
+    X, w = rng.normal(size=(5, 3)), rng.normal(size=(4, 3))  # 4 draws
+    np.testing.assert_allclose(mlp_logit(X, [w]), w @ X.T, rtol=1e-12)
+    pad = tiny_tasks.padded("train")
+    model = build_hierarchical_model(pad.X, pad.y, pad.valid, tiny_tasks.group_names, FEATURES, ())
+    assert {v.name for v in model.free_RVs} == {"mu_out", "sd_out", "z_out"}
+    assert model.named_vars_to_dims["w_out"] == ("group", "feature")

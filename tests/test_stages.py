@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import arviz as az
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from conftest import TINY
@@ -182,3 +184,118 @@ def test_same_params_give_identical_posteriors_and_metrics(pipeline):
     assert m1 == m2
     t1, t2 = (json.loads((pipeline / "timings" / f).read_text()) for f in ("hier.json", "hier_again.json"))
     assert t1["sampling"]["grad_evals"] == t2["sampling"]["grad_evals"]
+
+
+# ----------------------------------------------------------------------------- users' tables
+EXAMPLE = ROOT / "data" / "examples"
+TABLE = {
+    **TINY,
+    "data": {"source": "table", "path": str(EXAMPLE / "sites.csv"), "features": ["temperature", "pressure", "humidity"],
+             "label": "failed", "group": "site"},
+}
+
+
+def run_all(d: Path, params: Path) -> None:
+    """The six stages in dvc.yaml order, as DVC runs them."""
+    check(run("make_data", params, "--out", "data/tasks.nc"))
+    for stage, name in (("fit_flat", "flat"), ("fit_hier", "hier")):
+        check(run(stage, params, "--tasks-path", "data/tasks.nc", "--trace-out", f"traces/{name}.nc",
+                  "--metrics-out", f"metrics/{name}.json", "--timing-out", f"timings/{name}.json"))
+    check(run("derive_prior", params, "--hier-trace", "traces/hier.nc", "--prior-out", "priors/informed.nc",
+              "--metrics-out", "metrics/prior.json"))
+    check(run("fit_informed", params, "--tasks-path", "data/tasks.nc", "--prior-path", "priors/informed.nc",
+              "--trace-out", "traces/informed.nc", "--metrics-out", "metrics/informed.json",
+              "--timing-out", "timings/informed.json"))
+    check(run("report", params, "--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc",
+              "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
+              "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--timings-dir", "timings",
+              "--out-dir", "reports"))
+
+
+@pytest.fixture(scope="module")
+def table_pipeline(tmp_path_factory):
+    d = tmp_path_factory.mktemp("table")
+    params = d / "params.yaml"
+    params.write_text(yaml.safe_dump(TABLE))
+    run_all(d, params)
+    return d
+
+
+SITES = [f"S{i:02d}" for i in range(1, 13)]
+
+
+def test_table_runs_through_every_stage_with_the_moons_outputs(table_pipeline, pipeline):
+    d = table_pipeline
+    for name in ("flat", "hier", "informed"):
+        post = az.from_netcdf(d / "traces" / f"{name}.nc").posterior
+        assert list(post["group"].values) == SITES
+        assert list(post["feature"].values) == ["temperature", "pressure", "humidity"]
+        m = json.loads((d / "metrics" / f"{name}.json").read_text())
+        moons = json.loads((pipeline / "metrics" / f"{name}.json").read_text())
+        assert sorted(m["per_group"]) == SITES
+        assert set(m["test"]) == set(moons["test"]) and set(m["sampling"]) == set(moons["sampling"])
+        assert 0.5 < m["test"]["accuracy"] <= 1
+    same = {p.relative_to(pipeline / "reports").as_posix().split("_p")[0] for p in (pipeline / "reports").rglob("*.*")}
+    ours = {p.relative_to(d / "reports").as_posix().split("_p")[0] for p in (d / "reports").rglob("*.*")}
+    assert ours == same
+    summary = json.loads((d / "metrics" / "summary.json").read_text())
+    assert summary["n_groups"] == 12
+    text = (d / "reports" / "report.md").read_text()
+    assert "humidity held at their training mean" in text and "NOT comparable" in text
+
+
+def test_training_rows_per_site_follow_the_table(table_pipeline):
+    obs = az.from_netcdf(table_pipeline / "traces" / "hier.nc").observed_data
+    counts = dict(zip(*np.unique(obs["obs_group"].values, return_counts=True), strict=True))
+    assert counts["S01"] == 4 and counts["S12"] == 150  # half of 8 and of 300 rows, stratified by label
+
+
+def test_predict_scores_an_unseen_site_from_the_console(table_pipeline):
+    d = table_pipeline
+    cmd = [sys.executable, "-m", "hbnn", "predict", "--trace", "traces/hier.nc", "--input",
+           str(EXAMPLE / "new_sites.csv"), "--output", "scored.csv"]
+    check(subprocess.run(cmd, capture_output=True, text=True, cwd=d))
+    scored = pd.read_csv(d / "scored.csv")
+    assert scored.groupby("site")["unseen_group"].all().to_dict() == {"S03": False, "S12": False, "S13": True}
+    assert ((scored["lower_94"] <= scored["mean"]) & (scored["mean"] <= scored["upper_94"])).all()
+    assert scored["mean"].between(0, 1).all()
+    flat = subprocess.run([*cmd[:5], "traces/flat.nc", *cmd[6:9], "flat_scored.csv"], capture_output=True, text=True,
+                          cwd=d)
+    assert flat.returncode == 2 and "['S13']" in flat.stderr and "Traceback" not in flat.stderr
+    assert not (d / "flat_scored.csv").exists()
+
+
+@pytest.mark.slow  # about 2 minutes: three more model compiles and a report
+def test_gaussian_linear_table_runs_through_every_stage(tmp_path):
+    """Regression with hidden_layers 0 and unequal groups (4 to 40 rows), all six stages and predict."""
+    rng = np.random.default_rng(3)
+    parent = rng.normal(2.0, 1.0, size=2)
+    parts = []
+    for name, n in {"small": 6, "mid": 15, "big": 40}.items():
+        X = rng.normal(5.0, 2.0, size=(n, 2))
+        w = rng.normal(parent, 0.3)
+        parts.append(pd.DataFrame({"shop": name, "a": X[:, 0], "b": X[:, 1], "one": 1.0,
+                                   "sales": X @ w + rng.normal(0, 0.5, size=n)}))
+    pd.concat(parts).to_csv(tmp_path / "sales.csv", index=False)
+    raw = {**TINY, "data": {"source": "table", "path": "sales.csv", "features": ["a", "b", "one"], "label": "sales",
+                            "group": "shop"},
+           "model": {"hidden_layers": 0, "likelihood": "gaussian"}}
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw))
+    run_all(tmp_path, params)
+    for name in ("flat", "hier", "informed"):
+        m = json.loads((tmp_path / "metrics" / f"{name}.json").read_text())
+        assert {"rmse", "lpd", "coverage_94", "n"} == set(m["test"])
+        assert "accuracy" not in m["train"] and sorted(m["per_group"]) == ["big", "mid", "small"]
+        assert m["test"]["rmse"] > 0 and 0 <= m["test"]["coverage_94"] <= 1
+    summary = json.loads((tmp_path / "metrics" / "summary.json").read_text())
+    assert "test_rmse" in summary["models"]["hierarchical"]
+    assert (tmp_path / "reports" / "figures" / "surface_hierarchical_p01.png").is_file()
+    assert (tmp_path / "reports" / "figures" / "correlation_out.png").is_file()
+    pd.DataFrame({"shop": ["big", "new"], "a": [5.0, 5.0], "b": [4.0, 4.0], "one": [1.0, 1.0]}).to_csv(
+        tmp_path / "new.csv", index=False)
+    check(subprocess.run([sys.executable, "-m", "hbnn", "predict", "--trace", "traces/hier.nc", "--input", "new.csv",
+                          "--output", "scored.csv"], capture_output=True, text=True, cwd=tmp_path))
+    scored = pd.read_csv(tmp_path / "scored.csv")
+    assert scored["unseen_group"].tolist() == [False, True]
+    assert scored.loc[1, "sd"] > scored.loc[0, "sd"]  # the population is wider than a fitted group

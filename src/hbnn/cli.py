@@ -1,4 +1,4 @@
-"""Command-line entry points: the DVC stage runner and the ``hbnn`` console script."""
+"""The DVC stage runner shared by the scripts in ``stages/`` (the ``hbnn`` console script is in ``console``)."""
 
 from __future__ import annotations
 
@@ -39,3 +39,4 @@ def run_stage(
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
+

@@ -20,6 +20,9 @@ NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
 JAX_BACKENDS = ("numpyro", "blackjax")
 BACKENDS = (*NUTS_BACKENDS, "advi")
 ALIGN_METHODS = ("chains", "reference_chain")
+SOURCES = ("moons", "table")
+LIKELIHOODS = ("bernoulli", "gaussian")
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 
 
 class ConfigError(ValueError):
@@ -28,14 +31,29 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class DataParams:
-    """Rotated two-moons tasks (seed 000)."""
+    """Where the tasks come from: rotated two-moons (seed 000) or a user's table.
 
+    ``n_samples``, ``noise`` and ``rotation_deg`` only shape the moons; ``path``,
+    ``features``, ``label``, ``group``, ``split`` and ``standardize`` only apply to
+    ``source: table``. ``train_fraction`` is used by both (moons: the first rows of
+    each group; tables without a ``split`` column: a seeded, label-stratified share
+    of each group).
+    """
+
+    source: str = "moons"
     n_samples: int = 100
     noise: float = 0.3
     rotation_deg: float = 90.0
     train_fraction: float = 0.5
+    path: str = "data/examples/sites.csv"
+    features: tuple[str, ...] = ("temperature", "pressure", "humidity")
+    label: str = "failed"
+    group: str = "site"
+    split: str = ""  # "" = no split column: split each group at random, stratified by label
+    standardize: bool = True
 
     def check(self, key: str) -> None:
+        _require(self.source in SOURCES, f"{key}.source", self.source, f"must be one of {list(SOURCES)}")
         _require(self.n_samples >= 2, f"{key}.n_samples", self.n_samples, "must be >= 2")
         _require(self.noise >= 0, f"{key}.noise", self.noise, "must be >= 0")
         _require(self.rotation_deg >= 0, f"{key}.rotation_deg", self.rotation_deg, "must be >= 0")
@@ -45,28 +63,55 @@ class DataParams:
             self.train_fraction,
             "must lie strictly between 0 and 1",
         )
-        n_train = round(self.n_samples * self.train_fraction)
-        _require(
-            1 <= n_train < self.n_samples,
-            f"{key}.train_fraction",
-            self.train_fraction,
-            f"leaves {n_train} of {self.n_samples} rows for training; need >= 1 train and >= 1 test",
-        )
+        if self.source == "moons":
+            n_train = round(self.n_samples * self.train_fraction)
+            _require(
+                1 <= n_train < self.n_samples,
+                f"{key}.train_fraction",
+                self.train_fraction,
+                f"leaves {n_train} of {self.n_samples} rows for training; need >= 1 train and >= 1 test",
+            )
+            return
+        _require(bool(self.path), f"{key}.path", self.path, "data.source=table needs the path of a CSV or Parquet file")
+        _require(Path(self.path).suffix.lower() in TABLE_SUFFIXES, f"{key}.path", self.path,
+                 f"must end in one of {list(TABLE_SUFFIXES)}")
+        _require(len(self.features) >= 1, f"{key}.features", list(self.features),
+                 "data.source=table needs at least one feature column")
+        for i, name in enumerate(self.features):
+            _require(bool(name), f"{key}.features[{i}]", name, "must be a column name")
+            _require(name not in self.features[:i], f"{key}.features[{i}]", name, "is listed twice")
+        for field_name in ("label", "group", "split"):
+            column = getattr(self, field_name)
+            if field_name != "split":
+                _require(bool(column), f"{key}.{field_name}", column, "must be a column name")
+            _require(column not in self.features, f"{key}.{field_name}", column, "is also listed in data.features")
+        roles = {"label": self.label, "group": self.group, "split": self.split}
+        used = [c for c in roles.values() if c]
+        _require(len(set(used)) == len(used), f"{key}.group", self.group,
+                 f"data.label, data.group and data.split must name different columns, got {roles}")
 
 
 @dataclass(frozen=True)
 class ModelParams:
-    """Network shape and the flat net's weight prior."""
+    """Network shape, likelihood and the flat net's weight prior.
+
+    ``hidden_layers: []`` (or ``0``) is a linear model ``features -> output``.
+    ``gaussian`` adds a noise sd with a ``HalfNormal(noise_sd)`` prior on the
+    standardised label scale.
+    """
 
     hidden_layers: tuple[int, ...] = (5, 5)
     prior_sd: float = 1.0
+    likelihood: str = "bernoulli"
+    noise_sd: float = 1.0
 
     def check(self, key: str) -> None:
-        _require(len(self.hidden_layers) >= 1, f"{key}.hidden_layers", list(self.hidden_layers),
-                 "needs at least one hidden layer")
         for i, h in enumerate(self.hidden_layers):
             _require(h >= 1, f"{key}.hidden_layers[{i}]", h, "must be >= 1")
         _require(self.prior_sd > 0, f"{key}.prior_sd", self.prior_sd, "must be > 0")
+        _require(self.likelihood in LIKELIHOODS, f"{key}.likelihood", self.likelihood,
+                 f"must be one of {list(LIKELIHOODS)}")
+        _require(self.noise_sd > 0, f"{key}.noise_sd", self.noise_sd, "must be > 0")
 
 
 @dataclass(frozen=True)
@@ -169,6 +214,12 @@ class Params:
             value = getattr(self, f.name)
             if dataclasses.is_dataclass(value):
                 value.check(f.name)
+        _require(
+            self.data.source == "table" or self.model.likelihood == "bernoulli",
+            "model.likelihood",
+            self.model.likelihood,
+            "the moons data have 0/1 labels; gaussian needs data.source=table",
+        )
         # Checked here, not in derive_prior, so a bad value stops before the fits sample.
         _require(
             self.prior.reference_chain < self.sampler.chains,
@@ -206,9 +257,16 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         return _build(hint, value, key)
     if origin is tuple:
         (item,) = {a for a in get_args(hint) if a is not Ellipsis}
+        # A bare 0 means an empty list, so `hidden_layers: 0` reads as "no hidden layers".
+        if isinstance(value, int) and not isinstance(value, bool) and value == 0:
+            return ()
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"invalid parameter {key}={value!r}: expected a list of {item.__name__}")
+            raise ConfigError(f"invalid parameter {key}={value!r}: expected a list of {item.__name__} (or 0 for none)")
         return tuple(_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"invalid parameter {key}={value!r}: expected true or false")
+        return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"invalid parameter {key}={value!r}: expected a number")

@@ -1,24 +1,34 @@
-"""Grouped binary-classification tasks: generation, layout and conversion.
+"""Grouped tasks: rotated moons or a user's table, their layout and conversion.
 
 The long layout is the storage format: one row per observation with ``X[obs,
 feature]``, ``y[obs]``, ``group[obs]`` (the group's name) and ``split[obs]``
-(``"train"``/``"test"``). Groups may have any number of rows. Models that need a
-per-group block layout get it from :meth:`Tasks.padded`, which also returns the
-positions of the real rows so that padding never reaches a likelihood.
+(``"train"``/``"test"``), plus the standardisation statistics ``x_mean[feature]``,
+``x_sd[feature]``, ``y_mean`` and ``y_sd`` that map raw values to the stored
+(model) scale: ``X = (raw - x_mean) / x_sd``. Groups may have any number of rows.
+Models that need a per-group block layout get it from :meth:`Tasks.padded`, which
+also returns the positions of the real rows so that padding never reaches a
+likelihood.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 from sklearn.datasets import make_moons
 from sklearn.preprocessing import scale
 
 from hbnn.config import Params
+from hbnn.io import InputError
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "test")
+MIN_TRAIN_ROWS = 2
 
 
 def group_names(n_groups: int) -> list[str]:
@@ -69,22 +79,246 @@ def make_moons_tasks(params: Params) -> xr.Dataset:
     # Per-group values use the dim "task": "group" already names the per-row labels.
     ds["rotation_deg"] = xr.DataArray(np.array(angles), dims="task", coords={"task": names})
     ds.attrs["source"] = "moons"
+    # Each group was already scaled on its own (as in the original); nothing more to undo.
+    ds.attrs["group_column"] = "group"
     return ds
 
 
-def tasks_dataset(X, y, group, split, features) -> xr.Dataset:
-    """Assemble the long-layout dataset from row-aligned arrays."""
+def tasks_dataset(
+    X, y, group, split, features, likelihood: str = "bernoulli", x_mean=None, x_sd=None, y_mean=0.0, y_sd=1.0
+) -> xr.Dataset:
+    """Assemble the long-layout dataset from row-aligned arrays.
+
+    Labels are stored as int64 for ``bernoulli`` and float64 for ``gaussian``.
+    The statistics default to the identity (mean 0, sd 1).
+    """
     X = np.asarray(X, dtype=np.float64)
-    n = X.shape[0]
+    n, d = X.shape
+    y_dtype = np.int64 if likelihood == "bernoulli" else np.float64
     return xr.Dataset(
         {
             "X": (("obs", "feature"), X),
-            "y": ("obs", np.asarray(y, dtype=np.int64)),
+            "y": ("obs", np.asarray(y, dtype=y_dtype)),
             "group": ("obs", np.asarray(group).astype(str)),
             "split": ("obs", np.asarray(split).astype(str)),
+            "x_mean": ("feature", np.zeros(d) if x_mean is None else np.asarray(x_mean, dtype=np.float64)),
+            "x_sd": ("feature", np.ones(d) if x_sd is None else np.asarray(x_sd, dtype=np.float64)),
+            "y_mean": ((), float(y_mean)),
+            "y_sd": ((), float(y_sd)),
         },
         coords={"obs": np.arange(n), "feature": list(features)},
+        attrs={"likelihood": likelihood},
     )
+
+
+# ----------------------------------------------------------------------------- tables
+def read_table(path: str | Path, what: str = "table") -> pd.DataFrame:
+    """A CSV or Parquet file as a DataFrame; a missing or unreadable file is an :class:`InputError`."""
+    path = Path(path)
+    if not path.is_file():
+        hint = " (data.path)" if what == "table" else ""
+        raise InputError(f"{what} {path}{hint} does not exist")
+    try:
+        if path.suffix.lower() == ".csv":
+            return pd.read_csv(path)
+        return pd.read_parquet(path)
+    except Exception as err:  # noqa: BLE001 - any parse failure means a bad file
+        raise InputError(f"{what} {path} is not a readable {path.suffix} file ({type(err).__name__}: {err})") from err
+
+
+def _rows(idx: np.ndarray, limit: int = 5) -> str:
+    """Human row numbers (1 = first data row of the file) of some offending rows."""
+    shown = ", ".join(str(int(i) + 1) for i in idx[:limit])
+    return shown + (f" (and {idx.size - limit} more)" if idx.size > limit else "")
+
+
+def check_columns(df: pd.DataFrame, columns: list[tuple[str, str]], where: str) -> None:
+    """Every column exists; ``columns`` holds ``(role, name)`` pairs, the role (``data.label``...) for the message."""
+    for role, name in columns:
+        if name not in df.columns:
+            raise InputError(f"{where} has no column {name!r} ({role}); its columns are {list(map(str, df.columns))}")
+
+
+def numeric_features(df: pd.DataFrame, features: list[str], where: str) -> np.ndarray:
+    """``(n, feature)`` float array of the feature columns: numeric and complete, else :class:`InputError`."""
+    for name in features:
+        col = df[name]
+        if not (pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)):
+            bad = np.flatnonzero(pd.to_numeric(col, errors="coerce").isna() & col.notna())
+            example = col.iloc[bad[0]] if bad.size else col.dropna().iloc[0] if col.notna().any() else None
+            raise InputError(f"{where}: feature column {name!r} is not numeric (e.g. {example!r} in row "
+                             f"{_rows(bad, 1) if bad.size else '?'}); encode it as numbers first")
+        missing = np.flatnonzero(col.isna().to_numpy())
+        if missing.size:
+            raise InputError(f"{where}: feature column {name!r} has {missing.size} missing values (rows "
+                             f"{_rows(missing)}); drop or impute those rows first")
+    X = df[features].to_numpy(dtype=np.float64)
+    inf = np.argwhere(~np.isfinite(X))
+    if inf.size:
+        raise InputError(f"{where}: feature column {features[inf[0, 1]]!r} has a non-finite value in row "
+                         f"{_rows(inf[:, 0], 1)}")
+    return X
+
+
+def group_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
+    """Group names as strings; missing group values are an :class:`InputError`."""
+    col = df[name]
+    missing = np.flatnonzero(col.isna().to_numpy())
+    if missing.size:
+        raise InputError(f"{where}: group column {name!r} has {missing.size} missing values (rows {_rows(missing)})")
+    return col.astype(str).to_numpy()
+
+
+def _labels(df: pd.DataFrame, name: str, likelihood: str, where: str) -> np.ndarray:
+    col = df[name]
+    missing = np.flatnonzero(col.isna().to_numpy())
+    if missing.size:
+        raise InputError(f"{where}: label column {name!r} has {missing.size} missing values (rows {_rows(missing)})")
+    values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        raise InputError(f"{where}: label column {name!r} is not numeric (e.g. {col.iloc[bad[0]]!r} in row "
+                         f"{_rows(bad, 1)})")
+    if likelihood == "bernoulli":
+        bad = np.flatnonzero((values != 0) & (values != 1))
+        if bad.size:
+            shown = sorted({float(v) for v in values[bad]})[:5]
+            raise InputError(f"{where}: label column {name!r} must hold 0 or 1 for model.likelihood=bernoulli; "
+                             f"found {shown} in rows {_rows(bad)}")
+        return values.astype(np.int64)
+    return values
+
+
+def _split_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
+    col = df[name]
+    values = col.astype(str).to_numpy()
+    bad = np.flatnonzero(~np.isin(values, SPLITS) | col.isna().to_numpy())
+    if bad.size:
+        shown = sorted({str(v) for v in col.iloc[bad]})[:5]
+        raise InputError(f"{where}: split column {name!r} must hold 'train' or 'test'; found {shown} in rows "
+                         f"{_rows(bad)}")
+    return values
+
+
+def stratified_split(
+    group_codes: np.ndarray, strata: np.ndarray, train_fraction: float, seed: int
+) -> np.ndarray:
+    """``"train"``/``"test"`` per row: within each group and stratum, a seeded random share trains.
+
+    Each (group, stratum) cell of ``n`` rows sends ``round(n * train_fraction)``
+    rows, clipped to ``[1, n - 1]`` (``1`` when ``n == 1``), to training; the rest
+    are test rows. A group that still has no test row although it has >= 2 rows
+    gives one training row of its largest cell to the test set. Group ``g`` draws
+    from its own stream ``SeedSequence(seed, spawn_key=(g,))``, so adding a group
+    never changes another group's split.
+    """
+    split = np.full(group_codes.size, "test", dtype=object)
+    for g in np.unique(group_codes):
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(int(g),)))
+        in_group = group_codes == g
+        train_rows = []
+        for s in np.unique(strata[in_group]):
+            rows = rng.permutation(np.flatnonzero(in_group & (strata == s)))
+            k = 1 if rows.size == 1 else min(max(round(rows.size * train_fraction), 1), rows.size - 1)
+            train_rows.append(rows[:k])
+        chosen = np.concatenate(train_rows)
+        if chosen.size == in_group.sum() and chosen.size >= 2:
+            largest = max(train_rows, key=len)
+            chosen = chosen[chosen != largest[-1]]
+        split[chosen] = "train"
+    return split.astype(str)
+
+
+def _check_groups(names: np.ndarray, y: np.ndarray, split: np.ndarray, likelihood: str, where: str) -> None:
+    """Every group has >= MIN_TRAIN_ROWS training rows and, for bernoulli, both classes among them."""
+    for name in pd.unique(names):
+        train = (names == name) & (split == "train")
+        n = int(train.sum())
+        if n < MIN_TRAIN_ROWS:
+            raise InputError(f"{where}: group {name!r} has {n} training rows (of {int((names == name).sum())}); "
+                             f"each group needs at least {MIN_TRAIN_ROWS}. Drop the group or add rows")
+        if likelihood == "bernoulli":
+            classes = np.unique(y[train])
+            if classes.size < 2:
+                raise InputError(f"{where}: group {name!r} has only class {int(classes[0])} among its {n} training "
+                                 "rows; a classifier needs both 0 and 1 in every group. Drop the group or add rows")
+
+
+def _standardise(values: np.ndarray, train: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-column mean and sd over the training rows, and which columns are constant there.
+
+    A constant column gets mean 0 and sd 1, i.e. it is left as it is: a column of
+    ones then works as an intercept input of the network, which has no biases.
+    """
+    mean = values[train].mean(axis=0)
+    sd = values[train].std(axis=0)
+    constant = ~(sd > 0)
+    return np.where(constant, 0.0, mean), np.where(constant, 1.0, sd), constant
+
+
+def load_table_tasks(params: Params) -> xr.Dataset:
+    """The user's table (``data.path``) as long-layout tasks.
+
+    Checks, in this order, each failing with an :class:`InputError` that names
+    the column or group: the columns exist; features are numeric and complete;
+    labels are complete and numeric (0/1 for ``bernoulli``); group names are
+    complete; a ``split`` column holds only ``train``/``test``; every group has
+    at least 2 training rows and (``bernoulli``) both classes among them.
+    Without a split column each group is split by :func:`stratified_split`
+    (strata: the label for ``bernoulli``, none for ``gaussian``). With
+    ``data.standardize``, features (and ``gaussian`` labels) are standardised
+    with training-row statistics, stored with the data.
+    """
+    d = params.data
+    likelihood = params.model.likelihood
+    where = f"table {d.path}"
+    df = read_table(d.path)
+    roles = [(f"data.features[{i}]", f) for i, f in enumerate(d.features)]
+    roles += [("data.label", d.label), ("data.group", d.group)] + ([("data.split", d.split)] if d.split else [])
+    check_columns(df, roles, where)
+    if len(df) == 0:
+        raise InputError(f"{where} has no rows")
+    features = list(d.features)
+    X = numeric_features(df, features, where)
+    y = _labels(df, d.label, likelihood, where)
+    names = group_column(df, d.group, where)
+    codes = pd.factorize(names)[0]
+    if d.split:
+        split = _split_column(df, d.split, where)
+    else:
+        strata = y if likelihood == "bernoulli" else np.zeros(y.size, dtype=np.int64)
+        split = stratified_split(codes, strata, d.train_fraction, params.seed)
+    _check_groups(names, y, split, likelihood, where)
+    train = split == "train"
+    x_mean, x_sd = np.zeros(X.shape[1]), np.ones(X.shape[1])
+    y_mean, y_sd = 0.0, 1.0
+    if d.standardize:
+        x_mean, x_sd, constant = _standardise(X, train)
+        for name in np.asarray(features)[constant]:
+            log.warning("feature %r is constant over the training rows; it is left unscaled", name)
+        if likelihood == "gaussian":
+            (y_mean,), (y_sd,), _ = _standardise(y[:, None], train)
+    ds = tasks_dataset(
+        (X - x_mean) / x_sd,
+        (y - y_mean) / y_sd if likelihood == "gaussian" else y,
+        names,
+        split,
+        features,
+        likelihood=likelihood,
+        x_mean=x_mean,
+        x_sd=x_sd,
+        y_mean=y_mean,
+        y_sd=y_sd,
+    )
+    ds.attrs.update({"source": "table", "table": str(d.path), "group_column": d.group, "label_column": d.label})
+    return ds
+
+
+def make_tasks(params: Params) -> xr.Dataset:
+    """The tasks ``params.data.source`` asks for."""
+    if params.data.source == "table":
+        return load_table_tasks(params)
+    return make_moons_tasks(params)
 
 
 @dataclass(frozen=True)
@@ -133,6 +367,14 @@ class Tasks:
         lookup = {name: i for i, name in enumerate(self.group_names)}
         self.group_codes = np.array([lookup[s] for s in labels], dtype=np.int64)
         self.features: list[str] = [str(f) for f in ds["feature"].values]
+        d = len(self.features)
+        # Files written before the statistics existed hold moons data: the identity.
+        self.x_mean = ds["x_mean"].values if "x_mean" in ds else np.zeros(d)
+        self.x_sd = ds["x_sd"].values if "x_sd" in ds else np.ones(d)
+        self.y_mean = float(ds["y_mean"]) if "y_mean" in ds else 0.0
+        self.y_sd = float(ds["y_sd"]) if "y_sd" in ds else 1.0
+        self.likelihood: str = str(ds.attrs.get("likelihood", "bernoulli"))
+        self.group_column: str = str(ds.attrs.get("group_column", "group"))
 
     @property
     def n_groups(self) -> int:

@@ -1,11 +1,16 @@
-"""Predictions from posterior weights, classification metrics and diagnostics.
+"""Predictions from posterior weights, classification and regression metrics, diagnostics.
 
-Every metric is computed from the posterior-predictive mean probability
-``p_bar = mean over all kept draws of sigmoid(logit)``: accuracy thresholds
-``p_bar`` at 0.5, log loss and Brier score use the same ``p_bar``.
-Convergence is judged in function space (predicted probabilities on test
-points), because weight space is symmetric under hidden-unit permutations and
-sign flips and so weight-space R-hat says little.
+Bernoulli: every metric is computed from the posterior-predictive mean
+probability ``p_bar = mean over all kept draws of sigmoid(logit)``: accuracy
+thresholds ``p_bar`` at 0.5, log loss and Brier score use the same ``p_bar``.
+Gaussian, in the label's original units: RMSE of the posterior-mean prediction,
+the mean log pointwise predictive density ``lpd`` (``log mean_s N(y | mu_s,
+sigma_s)`` per row, by logsumexp over all kept draws) and ``coverage_94``, the
+share of rows inside the central 94% interval of the posterior predictive
+(noise included).
+Convergence is judged in function space (predicted probabilities, or predicted
+means, on test points), because weight space is symmetric under hidden-unit
+permutations and sign flips and so weight-space R-hat says little.
 """
 
 from __future__ import annotations
@@ -15,12 +20,15 @@ from collections.abc import Sequence
 import arviz as az
 import numpy as np
 import xarray as xr
-from scipy.special import expit
+from scipy.special import expit, logsumexp, ndtr
+from scipy.stats import norm
 
 from hbnn.data import Split, Tasks
 from hbnn.models import LayerSpec, mlp_logit
 
 EPS = 1e-12
+INTERVAL = 0.94  # central posterior (predictive) interval reported by metrics and predictions
+QUANTILES = ((1 - INTERVAL) / 2, (1 + INTERVAL) / 2)
 
 
 def group_weights(posterior: xr.Dataset, specs: Sequence[LayerSpec], group: str | None) -> list[np.ndarray]:
@@ -37,8 +45,16 @@ def group_weights(posterior: xr.Dataset, specs: Sequence[LayerSpec], group: str 
     return out
 
 
-def predict_proba(weights: Sequence[np.ndarray], X: np.ndarray, chunk: int = 1000) -> np.ndarray:
-    """Probabilities ``(chain, draw, n)`` of ``y = 1`` at rows ``X (n, feature)``.
+def group_noise(posterior: xr.Dataset, group: str | None) -> np.ndarray:
+    """The gaussian noise sd ``sigma`` as ``(chain, draw)`` for one group (shared or per-group)."""
+    da = posterior["sigma"]
+    if "group" in da.dims:
+        da = da.sel(group=group)
+    return da.transpose("chain", "draw").values
+
+
+def predict_output(weights: Sequence[np.ndarray], X: np.ndarray, chunk: int = 1000, link=None) -> np.ndarray:
+    """Network outputs ``(chain, draw, n)`` at rows ``X (n, feature)``, passed through ``link`` if given.
 
     Draws are processed in chunks so memory stays at ``chunk * n`` per layer.
     """
@@ -46,8 +62,72 @@ def predict_proba(weights: Sequence[np.ndarray], X: np.ndarray, chunk: int = 100
     flat = [w.reshape(chains * draws, *w.shape[2:]) for w in weights]
     out = np.empty((chains * draws, X.shape[0]))
     for lo in range(0, chains * draws, chunk):
-        out[lo : lo + chunk] = expit(mlp_logit(X, [w[lo : lo + chunk] for w in flat]))
+        value = mlp_logit(X, [w[lo : lo + chunk] for w in flat])
+        out[lo : lo + chunk] = value if link is None else link(value)
     return out.reshape(chains, draws, X.shape[0])
+
+
+def predict_proba(weights: Sequence[np.ndarray], X: np.ndarray, chunk: int = 1000) -> np.ndarray:
+    """Probabilities ``(chain, draw, n)`` of ``y = 1`` at rows ``X (n, feature)``."""
+    return predict_output(weights, X, chunk, link=expit)
+
+
+def mixture_cdf(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """Posterior-predictive CDF at ``y (n,)``: ``mean_s Phi((y - mu[s]) / sigma[s])``.
+
+    ``mu`` is ``(sample, n)`` and ``sigma`` ``(sample,)``: an equal-weight mixture of normals.
+    """
+    return ndtr((y[None, :] - mu) / sigma[:, None]).mean(axis=0)
+
+
+def mixture_quantiles(mu: np.ndarray, sigma: np.ndarray, qs: Sequence[float], iters: int = 80) -> np.ndarray:
+    """Quantiles ``(len(qs), n)`` of the normal mixture of :func:`mixture_cdf`, by bisection.
+
+    The bracket ``[min mu - 10 max sigma, max mu + 10 max sigma]`` holds every
+    quantile in ``(1e-20, 1 - 1e-20)``; 80 halvings shrink it far below float
+    resolution of the values involved.
+    """
+    lo0 = mu.min(axis=0) - 10 * sigma.max()
+    hi0 = mu.max(axis=0) + 10 * sigma.max()
+    out = []
+    for q in qs:
+        lo, hi = lo0.copy(), hi0.copy()
+        for _ in range(iters):
+            mid = (lo + hi) / 2
+            below = mixture_cdf(mid, mu, sigma) < q
+            lo = np.where(below, mid, lo)
+            hi = np.where(below, hi, mid)
+        out.append((lo + hi) / 2)
+    return np.array(out)
+
+
+def regression_pointwise(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-row squared error, log predictive density and 94%-interval coverage.
+
+    ``mu`` is ``(chain, draw, n)`` (predicted means), ``sigma`` ``(chain, draw)``
+    (noise sd) and ``y`` ``(n,)``, all in the same units. A row is covered when
+    its predictive CDF value lies in ``[0.03, 0.97]``, which is the same as lying
+    inside the central 94% predictive interval.
+    """
+    m = mu.reshape(-1, mu.shape[-1])
+    s = sigma.reshape(-1)
+    logpdf = norm.logpdf(y[None, :], loc=m, scale=s[:, None])
+    cdf = mixture_cdf(y, m, s)
+    return {
+        "sq_err": (y - m.mean(axis=0)) ** 2,
+        "lpd": logsumexp(logpdf, axis=0) - np.log(m.shape[0]),
+        "covered": (cdf >= QUANTILES[0]) & (cdf <= QUANTILES[1]),
+    }
+
+
+def regression_scores(point: dict[str, np.ndarray]) -> dict[str, float]:
+    """RMSE, mean lpd and coverage over the rows of :func:`regression_pointwise` output."""
+    return {
+        "rmse": float(np.sqrt(np.mean(point["sq_err"]))),
+        "lpd": float(np.mean(point["lpd"])),
+        "coverage_94": float(np.mean(point["covered"])),
+        "n": int(point["sq_err"].size),
+    }
 
 
 def classification_scores(p_bar: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -87,23 +167,50 @@ def scalar_diagnostics(posterior: xr.Dataset, var_names: Sequence[str]) -> dict[
 
 
 def evaluate_groups(
-    tasks: Tasks, weights_of, splits: Sequence[str] = ("train", "test")
+    tasks: Tasks, weights_of, splits: Sequence[str] = ("train", "test"), noise_of=None
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Predicted probabilities ``(chain, draw, n)`` for every group and split.
+    """Posterior predictions ``(chain, draw, n)`` for every group and split.
 
-    ``weights_of(g)`` returns :func:`group_weights` for group index ``g``. Returns
-    ``{split: {"probs": [per-group arrays], "y": [...], "split": Split}}``.
+    ``weights_of(g)`` returns :func:`group_weights` for group index ``g``.
+    Bernoulli tasks give ``{split: {"probs": [per-group arrays], "y": [...]}}``.
+    Gaussian tasks need ``noise_of(g)`` (:func:`group_noise`) and give
+    ``{"mu": [...], "sigma": [per-group (chain, draw)], "y": [...]}``, all
+    transformed back to the label's original units with the tasks' ``y_mean``
+    and ``y_sd``.
     """
+    gaussian = tasks.likelihood == "gaussian"
     result = {}
     for name in splits:
         split: Split = tasks.split(name)
-        probs, ys = [], []
+        out, sigmas, ys = [], [], []
         for g in range(tasks.n_groups):
             rows = split.rows(g)
-            probs.append(predict_proba(weights_of(g), split.X[rows]))
-            ys.append(split.y[rows])
-        result[name] = {"probs": probs, "y": ys}
+            if gaussian:
+                out.append(tasks.y_mean + tasks.y_sd * predict_output(weights_of(g), split.X[rows]))
+                sigmas.append(tasks.y_sd * noise_of(g))
+                ys.append(tasks.y_mean + tasks.y_sd * split.y[rows])
+            else:
+                out.append(predict_proba(weights_of(g), split.X[rows]))
+                ys.append(split.y[rows])
+        result[name] = {"mu": out, "sigma": sigmas, "y": ys} if gaussian else {"probs": out, "y": ys}
     return result
+
+
+def split_scores(pred: dict[str, list]) -> tuple[dict[str, float], list[dict[str, float] | None]]:
+    """Pooled scores over every row of a split and per-group scores (None for a group without rows).
+
+    ``pred`` is one split of :func:`evaluate_groups`: classification scores for
+    ``probs``, regression scores for ``mu``/``sigma``.
+    """
+    if "probs" in pred:
+        p_bars = [p.mean(axis=(0, 1)) for p in pred["probs"]]
+        pooled = classification_scores(np.concatenate(p_bars), np.concatenate(pred["y"]))
+        per = [classification_scores(p, y) if y.size else None for p, y in zip(p_bars, pred["y"], strict=True)]
+        return pooled, per
+    points = [regression_pointwise(m, s, y) for m, s, y in zip(pred["mu"], pred["sigma"], pred["y"], strict=True)]
+    pooled = regression_scores({k: np.concatenate([p[k] for p in points]) for k in points[0]})
+    per = [regression_scores(p) if p["sq_err"].size else None for p in points]
+    return pooled, per
 
 
 def fit_metrics(
@@ -112,7 +219,7 @@ def fit_metrics(
     divergences: int,
     extra_diagnostics: dict[str, dict[str, float]] | None = None,
 ) -> dict:
-    """Metrics dict for a fit stage (keys per DESIGN.md).
+    """Metrics dict for a fit stage (keys per DESIGN.md; RMSE/lpd/coverage for gaussian tasks).
 
     Pooled scores use every row of a split; ``per_group`` is keyed by group name.
     Sampling diagnostics are in function space on test points (per group), with
@@ -123,13 +230,13 @@ def fit_metrics(
     metrics: dict = {"per_group": {name: {} for name in tasks.group_names}}
     fs_rhat, fs_ess = [], []
     for split, pred in predictions.items():
-        p_bars = [p.mean(axis=(0, 1)) for p in pred["probs"]]
-        metrics[split] = classification_scores(np.concatenate(p_bars), np.concatenate(pred["y"]))
+        metrics[split], per_group = split_scores(pred)
+        draws = pred["probs"] if "probs" in pred else pred["mu"]
         for g, name in enumerate(tasks.group_names):
-            if pred["y"][g].size:
-                metrics["per_group"][name][split] = classification_scores(p_bars[g], pred["y"][g])
+            if per_group[g] is not None:
+                metrics["per_group"][name][split] = per_group[g]
             if split == "test" and pred["y"][g].size:
-                diag = function_space_diagnostics(pred["probs"][g])
+                diag = function_space_diagnostics(draws[g])
                 metrics["per_group"][name]["rhat_fn"] = diag["max_rhat"]
                 metrics["per_group"][name]["ess_bulk_fn"] = diag["min_ess_bulk"]
                 fs_rhat.append(diag["max_rhat"])

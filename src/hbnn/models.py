@@ -6,8 +6,14 @@ they differ only in how each layer's weights are drawn. Builders return a
 
 Layer naming follows the maths: ``w_in`` maps features to the first hidden
 layer, ``w_h1_h2`` hidden layer 1 to 2 (and so on), ``w_out`` the last hidden
-layer to the logit. Hierarchical models add ``mu_<layer>``, ``sd_<layer>`` and
-``z_<layer>`` with ``w[g] = mu + sd * z[g]``.
+layer to the output. With no hidden layers ``w_out`` maps the features straight
+to the output (a linear model). Hierarchical models add ``mu_<layer>``,
+``sd_<layer>`` and ``z_<layer>`` with ``w[g] = mu + sd * z[g]``.
+
+The output is a logit under the ``bernoulli`` likelihood and the mean of ``y``
+under ``gaussian``, where ``sigma ~ HalfNormal(noise_sd)`` is the noise sd (one
+per group in the per-group fits, one shared by all groups in the hierarchical
+model).
 """
 
 from __future__ import annotations
@@ -38,7 +44,10 @@ class LayerSpec:
 
 
 def layer_specs(n_features: int, hidden_layers: Sequence[int]) -> list[LayerSpec]:
-    """Layers of an MLP ``features -> hidden_layers... -> 1 logit`` (no biases)."""
+    """Layers of an MLP ``features -> hidden_layers... -> 1 output`` (no biases).
+
+    Empty ``hidden_layers`` gives the single layer ``out`` with dims ``(feature,)``.
+    """
     sizes = [n_features, *hidden_layers]
     dims = ["feature"] + [f"hidden_{i + 1}" for i in range(len(hidden_layers))]
     specs = []
@@ -70,20 +79,31 @@ def mlp_logit(x, weights: Sequence, tanh: Callable = np.tanh):
     return (h @ weights[-1][..., None])[..., 0]
 
 
-def _bernoulli_likelihood(logit, y, total_size=None) -> None:
-    """Add ``sum log Bernoulli(y | sigmoid(logit))`` to the model as ``y_obs``.
+def _likelihood(output, y, likelihood: str = "bernoulli", noise_sd: float = 1.0, total_size=None) -> None:
+    """Add ``y_obs``, the log-likelihood of ``y`` given the network ``output``.
 
-    Written as ``y * logit - softplus(logit)``, which is exact and whose gradient
-    ``y - sigmoid(logit)`` is finite for every logit. (``pm.Bernoulli(logit_p=...)``
-    goes through ``log(sigmoid)`` and ``log1p(-sigmoid)``: once the sigmoid rounds to
-    1 its gradient is NaN, which NUTS reports as a divergence and ADVI cannot
-    survive.) With a minibatch, ``total_size`` rows are represented by the batch and
-    the sum is scaled by ``total_size / batch``.
+    ``bernoulli``: ``output`` is the logit and the term is ``sum y * logit -
+    softplus(logit)``, exact and with gradient ``y - sigmoid(logit)`` finite for
+    every logit. (``pm.Bernoulli(logit_p=...)`` goes through ``log(sigmoid)`` and
+    ``log1p(-sigmoid)``: once the sigmoid rounds to 1 its gradient is NaN, which
+    NUTS reports as a divergence and ADVI cannot survive.) ``gaussian``:
+    ``Normal(output, sigma)`` with a scalar ``sigma ~ HalfNormal(noise_sd)``.
+    With a minibatch, ``total_size`` rows are represented by the batch and the
+    log-likelihood is scaled by ``total_size / batch``.
     """
-    loglik = (y * logit - pt.softplus(logit)).sum()
-    if total_size is not None:
-        loglik = loglik * total_size / logit.shape[0]
-    pm.Potential("y_obs", loglik)
+    if likelihood == "bernoulli":
+        loglik = (y * output - pt.softplus(output)).sum()
+        if total_size is not None:
+            loglik = loglik * total_size / output.shape[0]
+        pm.Potential("y_obs", loglik)
+    elif likelihood == "gaussian":
+        sigma = pm.HalfNormal("sigma", noise_sd)
+        if total_size is None:
+            pm.Normal("y_obs", mu=output, sigma=sigma, observed=y, dims="obs")
+        else:
+            pm.Normal("y_obs", mu=output, sigma=sigma, observed=y, total_size=[total_size])
+    else:
+        raise ValueError(f"unknown likelihood {likelihood!r}")
 
 
 def _rows(x, y, minibatch_size: int | None):
@@ -106,6 +126,8 @@ def build_flat_model(
     hidden_layers: Sequence[int],
     prior_sd: float = 1.0,
     minibatch_size: int | None = None,
+    likelihood: str = "bernoulli",
+    noise_sd: float = 1.0,
 ) -> pm.Model:
     """One group's BNN with iid ``Normal(0, prior_sd)`` weights.
 
@@ -119,7 +141,7 @@ def build_flat_model(
         y_data = pm.Data("y", y, dims="obs")
         weights = [pm.Normal(s.var, 0.0, prior_sd, dims=s.dims) for s in specs]
         xb, yb, total = _rows(x, y_data, minibatch_size)
-        _bernoulli_likelihood(mlp_logit(xb, weights, pt.tanh), yb, total)
+        _likelihood(mlp_logit(xb, weights, pt.tanh), yb, likelihood, noise_sd, total)
     return model
 
 
@@ -130,6 +152,8 @@ def build_informed_model(
     hidden_layers: Sequence[int],
     prior: Mapping[str, tuple[np.ndarray, np.ndarray]],
     minibatch_size: int | None = None,
+    likelihood: str = "bernoulli",
+    noise_sd: float = 1.0,
 ) -> pm.Model:
     """One group's BNN with a multivariate-normal prior on each flattened layer.
 
@@ -153,7 +177,7 @@ def build_informed_model(
             flat = pt.as_tensor(mean) + pt.as_tensor(chol) @ z
             weights.append(pm.Deterministic(s.var, flat.reshape(s.shape), dims=s.dims))
         xb, yb, total = _rows(x, y_data, minibatch_size)
-        _bernoulli_likelihood(mlp_logit(xb, weights, pt.tanh), yb, total)
+        _likelihood(mlp_logit(xb, weights, pt.tanh), yb, likelihood, noise_sd, total)
     return model
 
 
@@ -164,6 +188,8 @@ def build_hierarchical_model(
     group_names: Sequence[str],
     features: Sequence[str],
     hidden_layers: Sequence[int],
+    likelihood: str = "bernoulli",
+    noise_sd: float = 1.0,
 ) -> pm.Model:
     """Non-centred hierarchical BNN over all groups.
 
@@ -184,7 +210,7 @@ def build_hierarchical_model(
         logit = mlp_logit(x, weights, pt.tanh).reshape((-1,))
         if ragged:
             logit = logit[pt.as_tensor(valid)]
-        _bernoulli_likelihood(logit, y_data)
+        _likelihood(logit, y_data, likelihood, noise_sd)
     return model
 
 
@@ -207,6 +233,8 @@ def build_hierarchical_minibatch_model(
     features: Sequence[str],
     hidden_layers: Sequence[int],
     minibatch_size: int,
+    likelihood: str = "bernoulli",
+    noise_sd: float = 1.0,
 ) -> pm.Model:
     """The hierarchical BNN of :func:`build_hierarchical_model` for minibatch ADVI.
 
@@ -226,5 +254,5 @@ def build_hierarchical_minibatch_model(
         xb, gb, yb = pm.Minibatch(x, g, y_data, batch_size=int(minibatch_size))
         # One row per batch element, each with its group's weights: (batch, 1, feature).
         logit = mlp_logit(xb[:, None, :], [w[gb] for w in weights], pt.tanh)[:, 0]
-        _bernoulli_likelihood(logit, yb, x.shape[0])
+        _likelihood(logit, yb, likelihood, noise_sd, x.shape[0])
     return model

@@ -18,7 +18,7 @@ import xarray as xr
 
 from hbnn import evaluation, prior
 from hbnn.config import Params
-from hbnn.data import Tasks, make_moons_tasks
+from hbnn.data import Tasks, make_tasks
 from hbnn.inference import Sampler, derive_seed
 from hbnn.io import (
     InputError,
@@ -47,37 +47,60 @@ VARIANTS = {"fit_flat": "flat", "fit_hier": "hierarchical", "fit_informed": "inf
 # The params each stage reads, exactly as listed under its `params:` in dvc.yaml (a test
 # keeps the two equal); the provenance hash in each output covers these and nothing else.
 STAGE_PARAMS = {
-    "make_data": ("n_groups", "seed", "data"),
+    # model.likelihood: labels are checked (0/1 for bernoulli) and stored per likelihood.
+    "make_data": ("n_groups", "seed", "data", "model.likelihood"),
     "fit_flat": ("model", "sampler"),
-    "fit_hier": ("model.hidden_layers", "sampler"),
+    "fit_hier": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "sampler"),
     "derive_prior": ("prior",),
-    "fit_informed": ("model.hidden_layers", "sampler"),
+    "fit_informed": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "sampler"),
 }
 
 
 # ----------------------------------------------------------------------------- data
 def make_data(params: Params, out: Path) -> None:
-    """Generate the tasks and write ``data/tasks.nc``."""
-    ds = make_moons_tasks(params)
-    ds.attrs.update(provenance("make_data", "moons", params.section_hash(*STAGE_PARAMS["make_data"]),
+    """Generate (moons) or read and check (table) the tasks and write ``data/tasks.nc``.
+
+    For tables ``n_groups`` is not used: the groups are the table's.
+    """
+    ds = make_tasks(params)
+    ds.attrs.update(provenance("make_data", params.data.source, params.section_hash(*STAGE_PARAMS["make_data"]),
                                {"n_groups": params.n_groups, "seed": params.seed,
-                                "data": dataclasses.asdict(params.data)}))
+                                "data": dataclasses.asdict(params.data),
+                                "likelihood": params.model.likelihood}))
     write_netcdf(ds, out)
-    log.info("wrote %s: %d groups, %d rows", out, params.n_groups, ds.sizes["obs"])
+    log.info("wrote %s: %d groups, %d rows", out, Tasks(ds).n_groups, ds.sizes["obs"])
 
 
-def load_tasks(path: Path) -> Tasks:
+def load_tasks(path: Path, likelihood: str | None = None) -> Tasks:
+    """Read ``data/tasks.nc``; with ``likelihood``, check the file was made for it."""
     ds = load_dataset(path, "tasks file", required=("X", "y", "group", "split"))
-    return Tasks(ds)
+    tasks = Tasks(ds)
+    if likelihood is not None and tasks.likelihood != likelihood:
+        raise InputError(f"tasks file {path} was made for model.likelihood={tasks.likelihood!r} but the params say "
+                         f"{likelihood!r}; rerun make_data (dvc repro)")
+    return tasks
 
 
 # ----------------------------------------------------------------------------- fits
 def _observed(tasks: Tasks) -> tuple[xr.Dataset, xr.Dataset]:
-    """``observed_data`` (training labels) and ``constant_data`` (training inputs)."""
+    """``observed_data`` (training labels) and ``constant_data`` (training inputs, standardisation stats).
+
+    Labels and inputs are on the model scale; ``x_mean``/``x_sd`` and
+    ``y_mean``/``y_sd`` map raw values to it, so a trace alone can score new rows.
+    """
     train = tasks.split("train")
     coords = {"obs": train.obs, "obs_group": ("obs", np.array(tasks.group_names)[train.group])}
     observed = xr.Dataset({"y": ("obs", train.y)}, coords=coords)
-    constant = xr.Dataset({"x": (("obs", "feature"), train.X)}, coords={**coords, "feature": tasks.features})
+    constant = xr.Dataset(
+        {
+            "x": (("obs", "feature"), train.X),
+            "x_mean": ("feature", tasks.x_mean),
+            "x_sd": ("feature", tasks.x_sd),
+            "y_mean": ((), tasks.y_mean),
+            "y_sd": ((), tasks.y_sd),
+        },
+        coords={**coords, "feature": tasks.features},
+    )
     return observed, constant
 
 
@@ -86,6 +109,8 @@ def _settings(params: Params, tasks: Tasks, **extra) -> dict:
         "sampler": dataclasses.asdict(params.sampler),
         "hidden_layers": list(params.model.hidden_layers),
         "features": tasks.features,
+        "likelihood": tasks.likelihood,
+        "group_column": tasks.group_column,
         **extra,
     }
 
@@ -111,7 +136,9 @@ def _finish_fit(
     stamp(idata, provenance(stage, VARIANTS[stage], params.section_hash(*STAGE_PARAMS[stage]), settings))
     specs = layer_specs(tasks.n_features, params.model.hidden_layers)
     predictions = evaluation.evaluate_groups(
-        tasks, lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g])
+        tasks,
+        lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
+        noise_of=lambda g: evaluation.group_noise(posterior, tasks.group_names[g]),
     )
     metrics = evaluation.fit_metrics(
         tasks,
@@ -125,9 +152,10 @@ def _finish_fit(
     write_netcdf(idata, trace_out)
     write_json(as_builtin(metrics), metrics_out)
     write_json(as_builtin(timing), timing_out)
+    score = "accuracy" if "accuracy" in metrics["train"] else "rmse"
     log.info(
-        "%s: train acc %.4f, test acc %.4f, %d divergences, %.1fs sampling",
-        stage, metrics["train"]["accuracy"], metrics["test"]["accuracy"],
+        "%s: train %s %.4f, test %s %.4f, %d divergences, %.1fs sampling",
+        stage, score, metrics["train"][score], score, metrics["test"].get(score, float("nan")),
         metrics["sampling"]["divergences"], cost.seconds,
     )
     return metrics
@@ -181,11 +209,12 @@ def _fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.
 
 def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
     """One flat BNN per group, ``Normal(0, prior_sd)`` weights."""
-    tasks = load_tasks(tasks_path)
     m = params.model
+    tasks = load_tasks(tasks_path, m.likelihood)
 
     def build(X, y):
-        return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd, _minibatch(params))
+        return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd, minibatch_size=_minibatch(params),
+                                likelihood=m.likelihood, noise_sd=m.noise_sd)
 
     posterior, stats, cost = _fit_per_group("fit_flat", params, tasks, build)
     return _finish_fit("fit_flat", params, tasks, posterior, stats, cost, trace_out, metrics_out, timing_out)
@@ -193,18 +222,20 @@ def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
 
 def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
     """The non-centred hierarchical BNN over all groups."""
-    tasks = load_tasks(tasks_path)
     m = params.model
+    tasks = load_tasks(tasks_path, m.likelihood)
     batch = _minibatch(params)
     if batch:
         train = tasks.split("train")
         model = build_hierarchical_minibatch_model(
-            train.X, train.group, train.y, tasks.group_names, tasks.features, m.hidden_layers, batch
+            train.X, train.group, train.y, tasks.group_names, tasks.features, m.hidden_layers, batch,
+            likelihood=m.likelihood, noise_sd=m.noise_sd,
         )
     else:
         padded = tasks.padded("train")
         model = build_hierarchical_model(
-            padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers
+            padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers,
+            likelihood=m.likelihood, noise_sd=m.noise_sd,
         )
     sampler = Sampler(model, params.sampler)
     fit = sampler.sample(derive_seed(params.sampler.seed, STAGE_KEYS["fit_hier"]))
@@ -222,13 +253,14 @@ def fit_informed(
     params: Params, tasks_path: Path, prior_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path
 ) -> dict:
     """One flat BNN per group with the informed MvNormal layer priors."""
-    tasks = load_tasks(tasks_path)
     m = params.model
+    tasks = load_tasks(tasks_path, m.likelihood)
     specs = layer_specs(tasks.n_features, m.hidden_layers)
     layer_prior = load_prior(prior_path, specs)
 
     def build(X, y):
-        return build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior, _minibatch(params))
+        return build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior,
+                                    minibatch_size=_minibatch(params), likelihood=m.likelihood, noise_sd=m.noise_sd)
 
     posterior, stats, cost = _fit_per_group("fit_informed", params, tasks, build)
     return _finish_fit(

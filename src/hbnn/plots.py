@@ -34,6 +34,9 @@ SURFACE_STYLE = {
     "mean": {"cmap": "RdBu_r", "vmin": 0.0, "vmax": 1.0, "label": "posterior mean P(y = 1)"},
     # sd of a probability is at most 0.5; a fixed scale keeps models and pages comparable.
     "sd": {"cmap": "viridis", "vmin": 0.0, "vmax": 0.5, "label": "posterior sd of P(y = 1)"},
+    # Regression: the colour range comes from the data (value_range / the page's largest sd).
+    "value_mean": {"cmap": "RdBu_r", "vmin": None, "vmax": None, "label": "posterior mean prediction"},
+    "value_sd": {"cmap": "viridis", "vmin": 0.0, "vmax": None, "label": "posterior sd of the mean prediction"},
 }
 
 
@@ -67,6 +70,8 @@ def plot_surface_page(
     points: Sequence[tuple[np.ndarray, np.ndarray]],
     kind: str = "mean",
     title: str | None = None,
+    axis_labels: tuple[str, str] | None = None,
+    value_range: tuple[float, float] | None = None,
 ):
     """One page of per-group surfaces on the square ``[-limit, limit]^2``.
 
@@ -74,10 +79,17 @@ def plot_surface_page(
     (``fields[k, i, j]`` at ``x2 = grid[i], x1 = grid[j]``); ``names`` titles the
     panels; ``points[k] = (X (n, 2), y (n,))`` are the training rows overlaid,
     white for class 0, black for class 1. ``kind`` is ``"mean"`` (probability, 0.5 contour drawn) or
-    ``"sd"`` (its posterior sd). Returns ``(fig, axes (rows, cols))``; unused
-    panels are hidden and all panels share one colorbar.
+    ``"sd"`` (its posterior sd); for regression ``"value_mean"`` (predicted mean,
+    colour scale ``value_range``, rows coloured by their label on the same
+    scale) or ``"value_sd"`` (scale 0 to the page's largest sd).
+    ``axis_labels`` names the two axes. Returns ``(fig, axes (rows, cols))``;
+    unused panels are hidden and all panels share one colorbar.
     """
-    style = SURFACE_STYLE[kind]
+    style = dict(SURFACE_STYLE[kind])
+    if kind == "value_mean":
+        style["vmin"], style["vmax"] = value_range if value_range else (float(fields.min()), float(fields.max()))
+    elif kind == "value_sd":
+        style["vmax"] = max(float(fields.max()), 1e-12)
     n = len(names)
     rows, cols = panel_grid(n)
     panel = PANEL_IN if n > 4 else 1.4 * PANEL_IN
@@ -98,9 +110,15 @@ def plot_surface_page(
         if kind == "mean" and field.min() < 0.5 < field.max():
             ax.contour(grid, grid, field, levels=[0.5], colors="k", linewidths=0.6)
         X, y = points[k]
-        for cls, marker in enumerate(CLASS_STYLE):
-            sel = y == cls
-            ax.scatter(X[sel, 0], X[sel, 1], s=13, linewidths=0.7, **marker)
+        if kind == "value_mean":
+            ax.scatter(X[:, 0], X[:, 1], c=y, cmap=style["cmap"], vmin=style["vmin"], vmax=style["vmax"], s=13,
+                       linewidths=0.7, edgecolors="black")
+        elif kind == "value_sd":
+            ax.scatter(X[:, 0], X[:, 1], s=6, c="white", edgecolors="black", linewidths=0.5)
+        else:
+            for cls, marker in enumerate(CLASS_STYLE):
+                sel = y == cls
+                ax.scatter(X[sel, 0], X[sel, 1], s=13, linewidths=0.7, **marker)
         ax.set_xlim(-limit, limit)
         ax.set_ylim(-limit, limit)
         ax.set_title(names[k], fontsize=SMALL, pad=2)
@@ -110,6 +128,11 @@ def plot_surface_page(
         cbar = fig.colorbar(image, ax=axes, shrink=min(0.9, 0.35 + 0.15 * rows), aspect=30, pad=0.01)
         cbar.set_label(style["label"], fontsize=SMALL)
         cbar.ax.tick_params(labelsize=TINY)
+    if axis_labels is not None:
+        for ax in axes[-1, :]:
+            ax.set_xlabel(axis_labels[0], fontsize=SMALL)
+        for ax in axes[:, 0]:
+            ax.set_ylabel(axis_labels[1], fontsize=SMALL)
     if title:
         fig.suptitle(title, fontsize=9)
     return fig, axes

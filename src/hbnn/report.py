@@ -1,9 +1,14 @@
 """The `report` stage: figures, a Markdown and a self-contained HTML report, summary metrics.
 
-Accuracies and diagnostics are read from the fit stages' metrics files, never
-recomputed. Posterior quantities the metrics do not hold (decision surfaces,
-group sds, weight correlations) come from the traces, one model and one group
-at a time, so memory does not grow with draws x grid x groups.
+Accuracies (RMSE, lpd and coverage for gaussian tasks) and diagnostics are read
+from the fit stages' metrics files, never recomputed. Posterior quantities the
+metrics do not hold (decision surfaces, group sds, weight correlations) come
+from the traces, one model and one group at a time, so memory does not grow
+with draws x grid x groups.
+
+Surfaces are drawn over the first two features; with more features the others
+are held at their training mean, and with a single feature there are no
+surfaces (the report says so).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import xarray as xr
 from hbnn import plots
 from hbnn.config import Params, ReportParams
 from hbnn.data import Split, Tasks
-from hbnn.evaluation import group_weights, predict_proba, reliability
+from hbnn.evaluation import group_weights, predict_output, predict_proba, reliability
 from hbnn.io import InputError, as_builtin, load_trace, settings_from_attrs, write_bytes, write_json, write_text
 from hbnn.models import LayerSpec, layer_specs
 from hbnn.pipeline import load_prior, load_tasks
@@ -187,11 +192,19 @@ def read_json(path: Path, what: str) -> dict:
         raise InputError(f"{what} {path} is not valid JSON ({err})") from err
 
 
-def surface_points(limit: float, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Axis values ``(size,)`` and grid points ``(size * size, 2)`` in row-major ``(x2, x1)`` order."""
+def surface_points(limit: float, size: int, centre: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Axis values ``(size,)`` and grid points ``(size * size, feature)`` in row-major ``(x2, x1)`` order.
+
+    The grid spans the first two features; further features (``centre`` has one
+    value per feature, default two features) are held at their ``centre`` value.
+    """
     axis = np.linspace(-limit, limit, size)
     x1, x2 = np.meshgrid(axis, axis)
-    return axis, np.column_stack([x1.ravel(), x2.ravel()])
+    points = np.zeros((size * size, 2 if centre is None else len(centre)))
+    if centre is not None:
+        points[:] = centre
+    points[:, 0], points[:, 1] = x1.ravel(), x2.ravel()
+    return axis, points
 
 
 def thin_indices(n_total: int, n_keep: int) -> np.ndarray:
@@ -199,11 +212,15 @@ def thin_indices(n_total: int, n_keep: int) -> np.ndarray:
     return np.unique(np.linspace(0, n_total - 1, min(n_keep, n_total)).round().astype(np.int64))
 
 
-def surface_stats(weights: Sequence[np.ndarray], points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior mean and sd of ``P(y = 1)`` at ``points (n, feature)``.
+def surface_stats(
+    weights: Sequence[np.ndarray], points: np.ndarray, scale: tuple[float, float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and sd of ``P(y = 1)`` (or, with ``scale``, of the predicted mean) at ``points (n, feature)``.
 
-    ``weights`` are per-layer ``(sample, *shape)`` draws. Draws are taken in
-    chunks and only running sums are kept, so memory is ``chunk * n`` values.
+    ``weights`` are per-layer ``(sample, *shape)`` draws. ``scale = (y_mean,
+    y_sd)`` selects the gaussian output ``y_mean + y_sd * output`` instead of the
+    probability. Draws are taken in chunks and only running sums are kept, so
+    memory is ``chunk * n`` values.
     """
     n_samples = weights[0].shape[0]
     width = max(w.shape[-1] for w in weights)
@@ -211,7 +228,11 @@ def surface_stats(weights: Sequence[np.ndarray], points: np.ndarray) -> tuple[np
     s1 = np.zeros(points.shape[0])
     s2 = np.zeros(points.shape[0])
     for lo in range(0, n_samples, chunk):
-        p = predict_proba([w[None, lo : lo + chunk] for w in weights], points, chunk=chunk)[0]
+        batch = [w[None, lo : lo + chunk] for w in weights]
+        if scale is None:
+            p = predict_proba(batch, points, chunk=chunk)[0]
+        else:
+            p = scale[0] + scale[1] * predict_output(batch, points, chunk=chunk)[0]
         s1 += p.sum(axis=0)
         s2 += np.square(p).sum(axis=0)
     mean = s1 / n_samples
@@ -235,8 +256,13 @@ def correlation_of_draws(draws: np.ndarray) -> np.ndarray:
 
 
 def weight_labels(spec: LayerSpec, features: Sequence[str]) -> list[str]:
-    """``feature->unit`` labels of the first layer's weights in row-major (flattened) order."""
+    """``feature->unit`` labels of the first layer's weights in row-major (flattened) order.
+
+    A linear model's only layer maps features to the output: ``feature->out``.
+    """
     rows = list(features) if spec.dims[0] == "feature" else [str(i) for i in range(spec.shape[0])]
+    if len(spec.shape) == 1:
+        return [f"{r}->out" for r in rows]
     return [f"{r}->{u}" for r in rows for u in range(spec.shape[1])]
 
 
@@ -306,17 +332,51 @@ def _data_settings(tasks: Tasks, params: Params) -> dict[str, Any]:
     """The data settings the tasks file was made with (from its attrs, else params)."""
     s = settings_from_attrs(tasks.ds.attrs)
     data = s.get("data", {})
-    return {
+    out = {
         "n_groups": tasks.n_groups,
         "seed": s.get("seed", params.seed),
         **{f"data.{k}": data.get(k, getattr(params.data, k)) for k in
            ("n_samples", "noise", "rotation_deg", "train_fraction")},
     }
+    if tasks.ds.attrs.get("source") == "table":
+        out["data.source"] = "table"
+        out["data.path"] = tasks.ds.attrs.get("table", data.get("path"))
+    return out
 
 
 # ----------------------------------------------------------------------------- figures
+@dataclass(frozen=True)
+class SurfaceSetup:
+    """What the surfaces show: ``P(y = 1)`` (``scale`` None) or the gaussian predicted mean.
+
+    ``centre`` holds every feature's training mean (the value of features beyond
+    the first two); ``scale = (y_mean, y_sd)``; ``value_range`` fixes the colour
+    scale of predicted means and training labels across pages and models.
+    """
+
+    centre: np.ndarray
+    features: tuple[str, ...]
+    scale: tuple[float, float] | None = None
+    value_range: tuple[float, float] | None = None
+    axis_labels: tuple[str, str] | None = None
+
+    @staticmethod
+    def of(tasks: Tasks) -> SurfaceSetup:
+        train = tasks.split("train")
+        centre = train.X.mean(axis=0)
+        labels = None
+        if tasks.ds.attrs.get("source") == "table":
+            labels = (f"{tasks.features[0]} (standardised)", f"{tasks.features[1]} (standardised)")
+        if tasks.likelihood != "gaussian":
+            return SurfaceSetup(centre, tuple(tasks.features), axis_labels=labels)
+        y = tasks.y_mean + tasks.y_sd * train.y
+        return SurfaceSetup(centre, tuple(tasks.features), (tasks.y_mean, tasks.y_sd),
+                            (float(np.quantile(y, 0.01)), float(np.quantile(y, 0.99))), labels)
+
+
 def model_surfaces(
-    variant: str, post: xr.Dataset, specs: Sequence[LayerSpec], names: Sequence[str], train: Split, rp: ReportParams
+    variant: str, post: xr.Dataset, specs: Sequence[LayerSpec], names: Sequence[str], train: Split, rp: ReportParams,
+    setup: SurfaceSetup | None = None,
 ) -> tuple[dict[str, bytes], int]:
     """Decision-surface and uncertainty pages of one model.
 
@@ -324,7 +384,9 @@ def model_surfaces(
     ``surface_draws`` draws thinned evenly over all chains and draws; only one
     page of surfaces is held at a time. Returns ``({file name: png}, draws used)``.
     """
-    axis, points = surface_points(rp.grid_limit, rp.grid_size)
+    setup = setup or SurfaceSetup(np.zeros(2), ("x1", "x2"))
+    axis, points = surface_points(rp.grid_limit, rp.grid_size, setup.centre)
+    gaussian = setup.scale is not None
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     keep = thin_indices(n_chain * n_draw, rp.surface_draws)
     page_list = plots.pages(len(names), rp.panels_per_page)
@@ -334,16 +396,23 @@ def model_surfaces(
         means, sds, points_on_page = [], [], []
         for g in page:
             w = [x.reshape(n_chain * n_draw, *x.shape[2:])[keep] for x in group_weights(post, specs, names[g])]
-            mean, sd = surface_stats(w, points)
+            mean, sd = surface_stats(w, points, setup.scale)
             means.append(mean.reshape(axis.size, axis.size))
             sds.append(sd.reshape(axis.size, axis.size))
             rows = train.rows(g)
-            points_on_page.append((train.X[rows], train.y[rows]))
+            y = train.y[rows] if not gaussian else setup.scale[0] + setup.scale[1] * train.y[rows]
+            points_on_page.append((train.X[rows][:, :2], y))
         titles = [names[g] for g in page]
-        for kind, fields, stem, what in (("mean", means, "surface", "posterior mean P(y=1)"),
-                                         ("sd", sds, "uncertainty", "posterior sd of P(y=1)")):
+        kinds = (("mean", means, "surface", "posterior mean P(y=1)"), ("sd", sds, "uncertainty",
+                                                                      "posterior sd of P(y=1)"))
+        if gaussian:
+            kinds = (("value_mean", means, "surface", "posterior mean prediction"),
+                     ("value_sd", sds, "uncertainty", "posterior sd of the mean prediction"))
+        held = f"; {', '.join(setup.features[2:])} at training mean" if len(setup.features) > 2 else ""
+        for kind, fields, stem, what in kinds:
             fig, _ = plots.plot_surface_page(np.stack(fields), titles, rp.grid_limit, points_on_page, kind,
-                                             title=f"{LABELS[variant]}: {what} (page {p}/{len(page_list)})")
+                                             title=f"{LABELS[variant]}: {what}{held} (page {p}/{len(page_list)})",
+                                             axis_labels=setup.axis_labels, value_range=setup.value_range)
             out[f"{stem}_{variant}_p{p:0{width}d}.png"] = plots.png_bytes(fig)
         log.info("report: %s surfaces page %d/%d done", variant, p, len(page_list))
     return out, int(keep.size)
@@ -363,19 +432,24 @@ def _trace_figures(
 ) -> tuple[dict[str, bytes], dict[str, list[str]], dict[str, int], xr.Dataset, dict[str, dict]]:
     """Surface pages and test-set reliability of every model, loading one model's weights at a time.
 
-    Returns the pages ``{file name: png}``, each model's sorted page names, the
-    draws each used, the hierarchical ``sd_<layer>`` and first-layer ``mu``
-    draws (all that is kept of the traces afterwards) and each model's
-    reliability table on the pooled test rows.
+    Returns the pages ``{file name: png}`` (none with a single feature), each
+    model's sorted page names, the draws each used, the hierarchical
+    ``sd_<layer>`` and first-layer ``mu`` draws (all that is kept of the traces
+    afterwards) and each model's reliability table on the pooled test rows
+    (bernoulli only; empty for gaussian tasks).
     """
     train, test = tasks.split("train"), tasks.split("test")
+    setup = SurfaceSetup.of(tasks)
     figures, surface_files, used_draws, hier_extra, calibration = {}, {}, {}, None, {}
     for v in MODELS:
         post = _load_vars(traces[v], _needed_vars(v, specs))
-        pages, used_draws[v] = model_surfaces(v, post, specs, tasks.group_names, train, rp)
+        pages, used_draws[v] = {}, 0
+        if tasks.n_features >= 2:
+            pages, used_draws[v] = model_surfaces(v, post, specs, tasks.group_names, train, rp, setup)
         surface_files[v] = sorted(pages)
         figures.update(pages)
-        calibration[v] = reliability(test_mean_probabilities(post, specs, tasks.group_names, test), test.y)
+        if tasks.likelihood == "bernoulli":
+            calibration[v] = reliability(test_mean_probabilities(post, specs, tasks.group_names, test), test.y)
         if v == "hierarchical":
             hier_extra = post[[n for n in post.data_vars if not n.startswith("w_")]]
         del post
@@ -396,6 +470,18 @@ def _correlation_figure(hier_extra: xr.Dataset, prior: dict, spec: LayerSpec, fe
 def _per_group_values(metrics: dict[str, dict], names: Sequence[str], *keys: str) -> dict[str, np.ndarray]:
     """``{model: (group,)}`` of ``per_group.<g>.<keys>`` (NaN where missing)."""
     return {v: np.array([_get(metrics[v], "per_group", g, *keys) for g in names], dtype=float) for v in MODELS}
+
+
+def _regression_figures(metrics: dict[str, dict], names: Sequence[str]) -> dict:
+    """Per-group test RMSE and per-group R-hat figures of a gaussian run, from the metrics files."""
+    rmse = _per_group_values(metrics, names, "test", "rmse")
+    rhat = _per_group_values(metrics, names, "rhat_fn")
+    return {
+        "per_group_rmse.png": plots.png_bytes(plots.plot_per_group(
+            names, rmse, kind="bar", ylabel="test RMSE")[0]),
+        "rhat_fn.png": plots.png_bytes(plots.plot_per_group(
+            names, rhat, kind="point", ylabel="function-space R-hat", hlines=(RHAT_OK,))[0]),
+    }
 
 
 def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: dict[str, np.ndarray]) -> dict:
@@ -419,8 +505,18 @@ def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: d
 # ----------------------------------------------------------------------------- sections
 def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int]) -> list:
     hidden = [s.shape[-1] for s in specs[:-1]]
-    out = [Para(f"{tasks.n_groups} groups, features {', '.join(tasks.features)}, tanh MLP with hidden layers "
-                f"{hidden} (no biases). Flat: an independent net per group with iid Normal(0, model.prior_sd) weights. "
+    net = f"tanh MLP with hidden layers {hidden} (no biases)" if hidden else "linear model (no hidden layers, no bias)"
+    if tasks.likelihood == "gaussian":
+        net += (", gaussian likelihood with noise sd sigma (labels standardised with training mean "
+                f"{tasks.y_mean:.4g} and sd {tasks.y_sd:.4g}; scores are in the label's units)")
+    else:
+        net += ", Bernoulli likelihood on the logit"
+    sizes = np.bincount(tasks.split("train").group, minlength=tasks.n_groups)
+    source = tasks.ds.attrs.get("table")
+    data = f"table {source}, " if source else ""
+    out = [Para(f"{data}{tasks.n_groups} groups ({sizes.min()} to {sizes.max()} training rows per group), "
+                f"features {', '.join(tasks.features)}, {net}. "
+                "Flat: an independent net per group with iid Normal(0, model.prior_sd) weights. "
                 "Hierarchical: one model over all groups, w[g] = mu + sd * z[g] per layer (non-centred). "
                 "Informed prior: an independent net per group with a multivariate-normal prior per layer fitted "
                 "to new-group draws of the hierarchical posterior.")]
@@ -429,14 +525,17 @@ def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str,
         s = settings[v].get("sampler", {})
         runs.append(f"{LABELS[v]}: {s.get('chains', '?')} chains x {s.get('draws', '?')} draws "
                     f"({s.get('tune', '?')} tuning, backend {s.get('backend', '?')}); "
-                    f"surfaces use {used_draws[v]} draws")
+                    + (f"surfaces use {used_draws[v]} draws" if used_draws[v] else "no surfaces"))
     out.append(Para("Sampling: " + "; ".join(runs) + "."))
     return out
 
 
 def _reference_note(data: dict[str, Any]) -> Para:
-    diff = [f"{k} = {data[k]} (reference {ref})" for k, ref in REFERENCE_DATA.items() if data[k] != ref]
     defaults = ", ".join(f"{k} {v}" for k, v in REFERENCE_DATA.items())
+    if data.get("data.source") == "table":
+        return Para(f"The reference numbers below are NOT comparable with this run: they were obtained on the moons "
+                    f"data ({defaults}) but this run uses the table {data.get('data.path')}.", warn=True)
+    diff = [f"{k} = {data[k]} (reference {ref})" for k, ref in REFERENCE_DATA.items() if data[k] != ref]
     if diff:
         return Para("The reference numbers below are NOT comparable with this run: they were obtained on the default "
                     f"data ({defaults}) but this run differs in: {'; '.join(diff)}.", warn=True)
@@ -462,6 +561,36 @@ def _accuracy_section(metrics: dict[str, dict], data: dict[str, Any]) -> Section
         [_reference_note(data), Table(header, rows),
          Figure("accuracy.png", "Train and test accuracy of this run (filled) and the reference runs (hollow).")],
     )
+
+
+def _scores_section(metrics: dict[str, dict]) -> Section:
+    """The gaussian counterpart of the accuracy section (no reference numbers exist for regression)."""
+    header = ["Model", "Train RMSE", "Test RMSE", "Test lpd", "Test 94% coverage", "Train 94% coverage"]
+    rows = [[LABELS[v], _fmt(_get(metrics[v], "train", "rmse"), ".4g"), _fmt(_get(metrics[v], "test", "rmse"), ".4g"),
+             _fmt(_get(metrics[v], "test", "lpd")), _pct(_get(metrics[v], "test", "coverage_94")),
+             _pct(_get(metrics[v], "train", "coverage_94"))] for v in MODELS]
+    return Section(
+        "Scores",
+        "RMSE (lower is better) of the posterior-mean prediction in the label's units, pooled over all groups' rows; "
+        "lpd is the mean log predictive density of the test rows (higher is better; it rewards honest "
+        "uncertainty); coverage is the percentage of rows inside their central 94% posterior predictive interval "
+        "(noise included), which should be close to 94.",
+        [Table(header, rows)],
+    )
+
+
+def _per_group_rmse_section(n_groups: int) -> Section:
+    return Section(
+        "Per-group test RMSE",
+        "one group of bars per task; partial pooling helps most where a group's own data are few, so look for "
+        "groups where the flat bar is highest. The numbers are in metrics/*.json (per_group.<g>.test.rmse).",
+        [Figure("per_group_rmse.png", f"Test RMSE of every group ({n_groups}) for the three models.")],
+    )
+
+
+def _no_surface_section(tasks: Tasks) -> Section:
+    return Section("Decision surfaces", "surfaces need two features.",
+                   [Para(f"This run has a single feature ({tasks.features[0]}), so no surfaces are drawn.")])
 
 
 def _per_group_section(n_groups: int) -> Section:
@@ -497,7 +626,32 @@ def _loss_section(losses: dict[str, tuple[np.ndarray, np.ndarray]]) -> Section:
     )
 
 
-def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int]) -> list[Section]:
+def _regression_surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int],
+                                 tasks: Tasks) -> list[Section]:
+    held = (f" Features {', '.join(tasks.features[2:])} are held at their training mean."
+            if tasks.n_features > 2 else "")
+    grid = f"a {rp.grid_size} x {rp.grid_size} grid over [-{rp.grid_limit:g}, {rp.grid_limit:g}]^2"
+    out = []
+    for stem, title, what, how in (
+        ("surface", "Prediction surfaces", "posterior mean prediction",
+         f"each panel is one group: colour is the posterior mean of the predicted label on {grid} of the first two "
+         "(standardised) features, markers the group's training rows coloured on the same scale."),
+        ("uncertainty", "Uncertainty of the mean prediction", "posterior sd of the mean prediction",
+         "posterior standard deviation of the predicted mean (without the noise sd) on the same grid: bright "
+         "regions are where the posterior draws disagree."),
+    ):
+        blocks = []
+        for v in MODELS:
+            names = [n for n in surface_files[v] if n.startswith(f"{stem}_")]
+            blocks.append(Heading(LABELS[v]))
+            blocks += [Figure(n, f"{LABELS[v]}: {what}, page {i}/{len(names)} ({used[v]} draws).")
+                       for i, n in enumerate(names, start=1)]
+        out.append(Section(title, how + held, blocks))
+    return out
+
+
+def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int],
+                      tasks: Tasks | None = None) -> list[Section]:
     def blocks(stem: str, what: str) -> list:
         out = []
         for v in MODELS:
@@ -508,6 +662,9 @@ def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, use
         return out
 
     grid = f"a {rp.grid_size} x {rp.grid_size} grid over [-{rp.grid_limit:g}, {rp.grid_limit:g}]^2"
+    if tasks is not None and tasks.n_features > 2:
+        grid += (f" of the first two (standardised) features, with {', '.join(tasks.features[2:])} held at their "
+                 "training mean")
     return [
         Section(
             "Decision surfaces",
@@ -589,7 +746,13 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str]) -> Sect
 
 # ----------------------------------------------------------------------------- outputs
 def summary(metrics: dict[str, dict], n_groups: int) -> dict:
-    """``metrics/summary.json``: headline numbers per model and their differences (dicts only)."""
+    """``metrics/summary.json``: headline numbers per model and their differences (dicts only).
+
+    Gaussian runs (metrics with ``rmse`` instead of ``accuracy``) report RMSE,
+    lpd and coverage instead of the classification scores.
+    """
+    if _get(metrics[MODELS[0]], "train", "rmse") is not None:
+        return _regression_summary(metrics, n_groups)
     models = {}
     for v in MODELS:
         m = metrics[v]
@@ -605,6 +768,27 @@ def summary(metrics: dict[str, dict], n_groups: int) -> dict:
         "hier_minus_flat_test_accuracy": _diff(test["hierarchical"], test["flat"]),
         "informed_minus_flat_test_accuracy": _diff(test["informed"], test["flat"]),
         "hier_minus_informed_test_accuracy": _diff(test["hierarchical"], test["informed"]),
+    }
+    return as_builtin({"models": models, "comparison": comparison, "n_groups": n_groups})
+
+
+def _regression_summary(metrics: dict[str, dict], n_groups: int) -> dict:
+    models = {}
+    for v in MODELS:
+        m = metrics[v]
+        models[v] = {
+            "train_rmse": _get(m, "train", "rmse"),
+            "test_rmse": _get(m, "test", "rmse"),
+            "test_lpd": _get(m, "test", "lpd"),
+            "test_coverage_94": _get(m, "test", "coverage_94"),
+            "divergences": _get(m, "sampling", "divergences"),
+            "seconds": _get(m, "sampling", "seconds"),
+        }
+    test = {v: models[v]["test_rmse"] for v in MODELS}
+    comparison = {
+        "hier_minus_flat_test_rmse": _diff(test["hierarchical"], test["flat"]),
+        "informed_minus_flat_test_rmse": _diff(test["informed"], test["flat"]),
+        "hier_minus_informed_test_rmse": _diff(test["hierarchical"], test["informed"]),
     }
     return as_builtin({"models": models, "comparison": comparison, "n_groups": n_groups})
 
@@ -656,7 +840,9 @@ def calibration_csv(tables: dict[str, dict[str, np.ndarray]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     models = list(tables)
-    writer.writerow(["bin", *models])
+    writer.writerow(["bin", *(models or MODELS)])
+    if not tables:  # gaussian runs: no class probabilities to calibrate
+        return buf.getvalue()
     mids = next(iter(tables.values()))["bin_mid"]
     for b, mid in enumerate(mids):
         cells = [tables[m]["observed"][b] for m in models]
@@ -693,12 +879,13 @@ def report(
     ``out_dir/plots/advi_loss.csv`` and ``metrics_dir/summary.json``; returns the
     summary dict. Wall-clock times come from ``timings_dir``. All inputs are
     checked before anything is computed and nothing is written until every
-    figure has been drawn.
+    figure has been drawn. For gaussian tasks accuracy and class calibration do
+    not exist: the two CSV files then hold only their header row and the report
+    shows RMSE, lpd and coverage instead.
     """
     rp = params.report
     tasks = load_tasks(tasks_path)
-    if tasks.n_features != 2:
-        raise InputError(f"tasks file {tasks_path} has {tasks.n_features} features; decision surfaces need 2")
+    gaussian = tasks.likelihood == "gaussian"
     names = tasks.group_names
     metrics = {v: read_json(metrics_dir / f, "metrics file") for v, f in METRICS_FILES.items()}
     prior_metrics = read_json(metrics_dir / "prior.json", "metrics file")
@@ -726,21 +913,30 @@ def report(
     figures[corr_name] = _correlation_figure(hier_extra, prior, first, tasks.features, ref_chain)
     sd_draws = {var: hier_extra[var].transpose("chain", "draw").values for var in sd_vars}
     figures["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])
-    accuracy = _per_group_values(metrics, names, "test", "accuracy")
-    figures.update(_metrics_figures(metrics, names, accuracy))
-    figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
     if losses:
         figures["advi_loss.png"] = plots.png_bytes(plots.plot_loss(losses)[0])
-
     data = _data_settings(tasks, params)
+    if gaussian:
+        accuracy = {v: np.zeros(0) for v in MODELS}
+        figures.update(_regression_figures(metrics, names))
+        sections = [_scores_section(metrics), _per_group_rmse_section(len(names))]
+    else:
+        accuracy = _per_group_values(metrics, names, "test", "accuracy")
+        figures.update(_metrics_figures(metrics, names, accuracy))
+        figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
+        sections = [_accuracy_section(metrics, data), _per_group_section(len(names)), _calibration_section()]
+    if tasks.n_features < 2:
+        sections.append(_no_surface_section(tasks))
+    elif gaussian:
+        sections += _regression_surface_sections(surface_files, rp, used_draws, tasks)
+    else:
+        sections += _surface_sections(surface_files, rp, used_draws, tasks)
+
     title = "Hierarchical Bayesian neural networks: report"
     intro = _intro(tasks, specs, settings, used_draws)
-    sections = [
-        _accuracy_section(metrics, data),
-        _per_group_section(len(names)),
-        _calibration_section(),
-        *([_loss_section(losses)] if losses else []),
-        *_surface_sections(surface_files, rp, used_draws),
+    if losses:
+        sections.append(_loss_section(losses))
+    sections += [
         _group_sd_section(sd_vars, specs, prior_metrics),
         _correlation_section(first.name, corr_name, ref_chain, prior_metrics),
         _diagnostics_section(metrics, names),
@@ -750,7 +946,7 @@ def report(
     write_figures(figures, out_dir / "figures")
     write_text(render_markdown(title, intro, sections), out_dir / "report.md")
     write_text(render_html(title, intro, sections, figures), out_dir / "report.html")
-    write_text(per_group_csv(accuracy, names), out_dir / "plots" / "per_group_accuracy.csv")
+    write_text(per_group_csv(accuracy, [] if gaussian else names), out_dir / "plots" / "per_group_accuracy.csv")
     write_text(calibration_csv(calibration), out_dir / "plots" / "calibration.csv")
     write_text(loss_csv(losses), out_dir / "plots" / "advi_loss.csv")
     write_json(result, metrics_dir / "summary.json")

@@ -1,0 +1,8 @@
+"""``python -m hbnn``: the same as the ``hbnn`` console script."""
+
+import sys
+
+from hbnn.console import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The ``hbnn`` console script (also ``python -m hbnn``).
+
+Kept apart from :mod:`hbnn.cli`, which every stage imports, so that editing
+prediction code does not make DVC rerun (and resample) every stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hbnn.io import InputError
+from hbnn.predict import predict
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``hbnn`` console script (also ``python -m hbnn``). Subcommand: ``predict``.
+
+    Bad inputs print one ``error:`` line and return 2 before anything is scored.
+    """
+    parser = argparse.ArgumentParser(prog="hbnn", description="Hierarchical Bayesian neural networks.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser(
+        "predict",
+        help="score new rows with a fitted trace",
+        description="Score the rows of a CSV or Parquet file with a fitted trace (flat, hierarchical or informed). "
+        "Known groups use their own posterior; unseen groups need a hierarchical trace and use new-group "
+        "weights drawn from its group distribution. Writes the input columns plus mean, sd, lower_94, "
+        "upper_94 and unseen_group as CSV.",
+    )
+    p.add_argument("--trace", type=Path, required=True, help="trace file, e.g. traces/hier.nc")
+    p.add_argument("--input", type=Path, required=True, help="rows to score (.csv or .parquet)")
+    p.add_argument("--output", type=Path, required=True, help="scored rows (.csv)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the new-group weight draws (default 0)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        if args.seed < 0:
+            raise InputError(f"--seed={args.seed} must be >= 0")
+        predict(args.trace, args.input, args.output, args.seed)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0

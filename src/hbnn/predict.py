@@ -1,0 +1,157 @@
+"""Score new rows with a fitted trace: ``hbnn predict --trace ... --input ... --output ...``.
+
+A trace holds everything needed: the posterior, the layer layout, feature and
+group-column names and likelihood (``hbnn_settings`` attrs) and the
+standardisation statistics (``constant_data``). New rows are standardised with
+the training statistics, then scored by every kept posterior draw:
+
+- a group seen in training uses its own posterior weights;
+- an unseen group, for the hierarchical model, uses the population: per
+  posterior draw one new-group network ``w = mu + sd_layer * eps`` with
+  ``eps ~ N(0, 1)`` drawn from ``--seed`` (all unseen groups share these draws:
+  the model knows the same about any new group);
+- an unseen group is an error for the flat and informed models, which have no
+  group distribution.
+
+Output columns (appended to the input's): ``mean``, ``sd``, ``lower_94``,
+``upper_94`` and ``unseen_group``. Bernoulli: posterior mean, sd and central
+94% interval of ``P(y = 1)``. Gaussian: the posterior predictive of ``y`` in the
+label's units, noise included (mean, sd and central 94% interval of the
+mixture over draws).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pandas as pd
+from scipy.special import expit
+
+from hbnn.data import check_columns, group_column, numeric_features, read_table
+from hbnn.evaluation import QUANTILES, group_noise, group_weights, mixture_quantiles, predict_output
+from hbnn.io import InputError, settings_from_attrs, write_text
+from hbnn.models import LayerSpec, layer_specs
+from hbnn.prior import layer_arrays
+
+log = logging.getLogger(__name__)
+
+VARIANTS = ("flat", "hierarchical", "informed")
+OUTPUT_COLUMNS = ("mean", "sd", "lower_94", "upper_94", "unseen_group")
+
+
+def load_fitted(path: Path) -> az.InferenceData:
+    """A trace written by a fit stage, with the groups prediction needs, or :class:`InputError`."""
+    if not path.is_file():
+        raise InputError(f"trace {path} does not exist; run the fit stages first (dvc repro)")
+    try:
+        idata = az.from_netcdf(str(path))
+        idata.posterior.load()
+    except Exception as err:  # noqa: BLE001 - any decode failure means a bad file
+        raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
+    variant = idata.posterior.attrs.get("hbnn_variant")
+    if variant not in VARIANTS:
+        raise InputError(f"trace {path} holds model variant {variant!r}; hbnn predict needs one of {list(VARIANTS)}")
+    return idata
+
+
+def _stats(idata: az.InferenceData, n_features: int) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """Standardisation statistics from ``constant_data`` (identity for traces written before they existed)."""
+    const = idata.constant_data if "constant_data" in idata.groups() else None
+    if const is None or "x_mean" not in const:
+        return np.zeros(n_features), np.ones(n_features), 0.0, 1.0
+    return (const["x_mean"].values, const["x_sd"].values, float(const["y_mean"]), float(const["y_sd"]))
+
+
+def population_weights(posterior, specs: list[LayerSpec], rng: np.random.Generator) -> list[np.ndarray]:
+    """One new-group network per posterior draw: ``w = mu + sd_layer * eps``, per layer ``(chain, draw, *shape)``."""
+    mu = layer_arrays(posterior, specs, "mu")
+    out = []
+    for s, m in zip(specs, mu, strict=True):
+        sd = posterior[f"sd_{s.name}"].transpose("chain", "draw").values
+        out.append(m + sd.reshape(*sd.shape, *([1] * len(s.shape))) * rng.standard_normal(m.shape))
+    return out
+
+
+def summarise(draws: np.ndarray, sigma: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Mean, sd and central 94% interval per row from ``draws (sample, n)``.
+
+    Without ``sigma`` these are of the draws themselves (probabilities). With
+    ``sigma (sample,)`` they are of the posterior predictive ``N(draws, sigma)``
+    mixture: mean ``E[mu]``, sd ``sqrt(Var[mu] + E[sigma^2])``, exact quantiles.
+    """
+    if sigma is None:
+        lower, upper = np.quantile(draws, QUANTILES, axis=0)
+        return {"mean": draws.mean(axis=0), "sd": draws.std(axis=0), "lower_94": lower, "upper_94": upper}
+    lower, upper = mixture_quantiles(draws, sigma, QUANTILES)
+    sd = np.sqrt(draws.var(axis=0) + np.mean(sigma**2))
+    return {"mean": draws.mean(axis=0), "sd": sd, "lower_94": lower, "upper_94": upper}
+
+
+def predict_table(trace: Path, table: pd.DataFrame, where: str, seed: int = 0) -> pd.DataFrame:
+    """Score every row of ``table`` with the fitted ``trace``; returns the table plus the output columns.
+
+    All checks (columns, values, unseen groups on flat/informed traces) happen
+    before any row is scored; failures are :class:`InputError` naming the column
+    or groups.
+    """
+    idata = load_fitted(trace)
+    post = idata.posterior
+    variant = post.attrs["hbnn_variant"]
+    settings = settings_from_attrs(post.attrs)
+    features = [str(f) for f in settings.get("features", post["feature"].values)]
+    hidden = settings.get("hidden_layers", [])
+    likelihood = settings.get("likelihood", "bernoulli")
+    group_col = settings.get("group_column", "group")
+    specs = layer_specs(len(features), hidden)
+    clash = [c for c in OUTPUT_COLUMNS if c in table.columns]
+    if clash:
+        raise InputError(f"{where} already has columns {clash}, which hbnn predict writes; rename them")
+    check_columns(table, [("group column", group_col)] + [("feature", f) for f in features], where)
+    X = numeric_features(table, features, where)
+    groups = group_column(table, group_col, where)
+    known = [str(g) for g in post["group"].values]
+    unseen = sorted(set(groups) - set(known))
+    if unseen and variant != "hierarchical":
+        raise InputError(f"{where} has groups {unseen} that the {variant} model was not fit to (it knows "
+                         f"{known[:10]}{'...' if len(known) > 10 else ''}); only a hierarchical trace can score "
+                         "unseen groups")
+    x_mean, x_sd, y_mean, y_sd = _stats(idata, len(features))
+    Xs = (X - x_mean) / x_sd
+    population = population_weights(post, specs, np.random.default_rng(seed)) if unseen else None
+    columns = {c: np.empty(len(table)) for c in OUTPUT_COLUMNS[:-1]}
+    for name in pd.unique(groups):
+        rows = np.flatnonzero(groups == name)
+        is_new = name in unseen
+        weights = population if is_new else group_weights(post, specs, name)
+        if likelihood == "gaussian":
+            mu = y_mean + y_sd * predict_output(weights, Xs[rows])
+            # Unseen groups of the hierarchical model share its one sigma, so any group's is the population's.
+            sigma = y_sd * group_noise(post, None if is_new else name)
+            result = summarise(mu.reshape(-1, rows.size), sigma.reshape(-1))
+        else:
+            p = predict_output(weights, Xs[rows], link=expit)
+            result = summarise(p.reshape(-1, rows.size), None)
+        for c, values in result.items():
+            columns[c][rows] = values
+        log.info("predict: group %s, %d rows, %s", name, rows.size,
+                 "population (unseen)" if is_new else "own posterior")
+    out = table.copy()
+    for c, values in columns.items():
+        out[c] = values.round(6)  # far below posterior Monte Carlo error; keeps the CSV readable
+    out["unseen_group"] = np.isin(groups, unseen)
+    return out
+
+
+def predict(trace: Path, input_path: Path, output: Path, seed: int = 0) -> pd.DataFrame:
+    """Read ``input_path`` (CSV or Parquet), score it with ``trace`` and write ``output`` (CSV) atomically."""
+    if input_path.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise InputError(f"input {input_path} must be a .csv or .parquet file")
+    table = read_table(input_path, what="input")
+    scored = predict_table(trace, table, f"input {input_path}", seed)
+    write_text(scored.to_csv(index=False), output)
+    log.info("predict: wrote %s (%d rows, %d unseen-group rows)", output, len(scored),
+             int(scored["unseen_group"].sum()))
+    return scored

@@ -188,7 +188,7 @@ def fwd_fold2d(x, ws, shapes, G):
 
 FORMS: dict[str, Callable] = {
     "baseline": lambda *a: _model(*a, fwd_matmul),
-    "models.py": lambda *a: build_hierarchical_model(*a),
+    "models.py": lambda *a: build_hierarchical_model(*a),  # whatever src/hbnn/models.py builds now
     "batched_dot": lambda *a: _model(*a, fwd_batched_dot),
     "einsum": lambda *a: _model(*a, fwd_einsum),
     "bcast_sum": lambda *a: _model(*a, fwd_bcast),

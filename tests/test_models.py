@@ -131,3 +131,38 @@ def test_informed_model_uses_prior_mean_and_covariance():
     mean, cov = prior["in"]
     np.testing.assert_allclose(flat.mean(0), mean, atol=0.15)
     np.testing.assert_allclose(np.cov(flat, rowvar=False), cov, atol=0.1 * np.abs(cov).max())
+
+
+def _reference_hierarchical_model(X, y, valid, names, hidden):
+    """The hierarchical model as first written: batched ``x @ w`` throughout and ``pm.Bernoulli``."""
+    specs = layer_specs(len(FEATURES), hidden)
+    with pm.Model() as model:
+        weights = []
+        for s in specs:
+            mu = pm.Normal(f"mu_{s.name}", 0.0, 1.0, shape=s.shape)
+            sd = pm.HalfNormal(f"sd_{s.name}", 1.0)
+            z = pm.Normal(f"z_{s.name}", 0.0, 1.0, shape=(len(names), *s.shape))
+            weights.append(mu + sd * z)
+        logit = mlp_logit(pt.as_tensor(X), weights, pt.tanh).reshape((-1,))
+        if valid.size != X.shape[0] * X.shape[1]:
+            logit = logit[pt.as_tensor(valid)]
+        pm.Bernoulli("y_obs", logit_p=logit, observed=y)
+    return model
+
+
+@pytest.mark.parametrize("fixture", ["tiny_tasks", "ragged_tasks"])
+def test_hierarchical_log_density_equals_reference_formulation(fixture, request):
+    tasks = request.getfixturevalue(fixture)
+    pad = tasks.padded("train")
+    model = build_hierarchical_model(pad.X, pad.y, pad.valid, tasks.group_names, FEATURES, HIDDEN)
+    ref = _reference_hierarchical_model(pad.X, pad.y, pad.valid, tasks.group_names, HIDDEN)
+    assert [v.name for v in model.value_vars] == [v.name for v in ref.value_vars]
+    assert "y_obs" in {v.name for v in model.observed_RVs}
+    fns = [(m.compile_logp(mode="FAST_COMPILE"), m.compile_dlogp(mode="FAST_COMPILE")) for m in (model, ref)]
+    rng = np.random.default_rng(9)
+    for scale in (0.5, 1.0):
+        point = {k: rng.normal(scale=scale, size=np.shape(v)) for k, v in model.initial_point().items()}
+        (lp, dlp), (lp_ref, dlp_ref) = [(f(point), g(point)) for f, g in fns]
+        assert np.isfinite(lp)
+        assert lp == pytest.approx(lp_ref, rel=1e-10)
+        np.testing.assert_allclose(dlp, dlp_ref, rtol=1e-9, atol=1e-12 * np.abs(dlp_ref).max())

@@ -74,6 +74,16 @@ def _bernoulli_likelihood(logit, y) -> None:
     pm.Bernoulli("y_obs", logit_p=logit, observed=y, dims="obs")
 
 
+def _bernoulli_logit_logp(value, logit):
+    """``log Bernoulli(value | sigmoid(logit))`` for ``value`` in {0, 1}, written directly.
+
+    Equal to ``pm.Bernoulli(logit_p=logit)``'s log density, but without its
+    route through ``p = sigmoid(logit)``, the support switch and the ``0 <= p <=
+    1`` check, so the log density and its gradient compile to fewer ops.
+    """
+    return value * logit - pt.softplus(logit)
+
+
 def build_flat_model(
     X: np.ndarray,
     y: np.ndarray,
@@ -142,6 +152,10 @@ def build_hierarchical_model(
     their labels. Only those positions enter the likelihood, so padding rows
     contribute nothing. Per layer: ``mu ~ N(0, 1)`` per weight, ``sd ~
     HalfNormal(1)``, ``z[g] ~ N(0, 1)`` and ``w[g] = mu + sd * z[g]``.
+
+    The likelihood is the Bernoulli-logit log density written out (see
+    :func:`_bernoulli_logit_logp`); benchmarks/grad_forms.py compares this
+    graph with the alternatives under nutpie's numba backend.
     """
     specs = layer_specs(len(features), hidden_layers)
     coords = layer_coords(features, hidden_layers)
@@ -159,5 +173,6 @@ def build_hierarchical_model(
         logit = mlp_logit(x, weights, pt.tanh).reshape((-1,))
         if ragged:
             logit = logit[pt.as_tensor(valid)]
-        _bernoulli_likelihood(logit, y_data)
+        # An observed CustomDist keeps ``y_obs`` an observed variable (unlike pm.Potential).
+        pm.CustomDist("y_obs", logit, logp=_bernoulli_logit_logp, observed=y_data, dims="obs")
     return model

@@ -295,8 +295,14 @@ def interleaved(forms, args, pad, points, n=500, rounds=40):
     runners = {}
     _, base = direct("baseline", args, points, n=10, repeats=1)
     for form in forms:
-        model = FORMS[form](*args)
-        _, fn_pt, shared, _ = nutpie_logp_function(model)
+        # "<form>@nofastmath" compiles <form> with pytensor's numba fastmath flag off
+        name, _, flag = form.partition("@")
+        model = FORMS[name](*args)
+        pytensor.config.numba__fastmath = flag != "nofastmath"
+        try:
+            _, fn_pt, shared, _ = nutpie_logp_function(model)
+        finally:
+            pytensor.config.numba__fastmath = True
         jit = fn_pt.vm.jit_fn
         x = points[0].copy()
         _sum_calls(jit, 1, x, shared)

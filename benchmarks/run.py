@@ -164,8 +164,7 @@ def numpy_floor_us_per_grad(repeats: int = 20) -> float:
     """The hand-written NumPy log-density gradient (benchmarks/numpy_floor.py), same model, same timing."""
     from benchmarks import numpy_floor
 
-    _, tasks, params = _default_model()
-    return numpy_floor.us_per_grad(tasks, params.model.hidden_layers, repeats=repeats)
+    return numpy_floor.us_per_grad(numpy_floor.default_floor(), repeats=repeats)
 
 
 # ----------------------------------------------------------------------------- sections
@@ -220,8 +219,8 @@ def repro(work: Path) -> dict:
     return {"repro_s": run["seconds"], "repro_peak_rss_mib": run["peak_rss_mib"], "repro_stages": stages}
 
 
-def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200, 1000), report_groups=200,
-            backend_results: dict | None = None) -> dict:
+def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200), minibatch_groups=(18, 60, 200, 1000),
+            report_groups=200, backend_results: dict | None = None) -> dict:
     out: dict = {"hier_nutpie": {}, "hier_advi": {}, "hier_advi_minibatch": {}, "report": {}}
     for n in nuts_groups:
         if n == 18 and backend_results and "nutpie" in backend_results:
@@ -236,8 +235,8 @@ def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200, 100
         out["hier_nutpie"][str(n)] = {"seconds": t["seconds"] + t["compile_seconds"],
                                       "peak_rss_mib": r["run"]["peak_rss_mib"],
                                       "test_accuracy": r["metrics"]["test"]["accuracy"]}
-    for key, batch in (("hier_advi", 0), ("hier_advi_minibatch", 500)):
-        for n in advi_groups:
+    for key, batch, sizes in (("hier_advi", 0, advi_groups), ("hier_advi_minibatch", 500, minibatch_groups)):
+        for n in sizes:
             params = _params(work / f"{key}_{n}", n, {"backend": "advi", "advi": {"minibatch_size": batch}})
             _stage("make_data", params, "--out", "data/tasks.nc")
             print(f"bench: scaling {key} n_groups={n} ...", flush=True)
@@ -247,11 +246,11 @@ def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200, 100
                                 "process_s": r["run"]["seconds"],
                                 "peak_rss_mib": r["run"]["peak_rss_mib"],
                                 "test_accuracy": r["metrics"]["test"]["accuracy"]}
-    # The report at many groups: traces with the default draw counts (chains x draws), fitted by ADVI
-    # because three NUTS fits of 200 groups would take most of an hour; the report's memory depends
-    # on the trace sizes, not on how the draws were made.
+    # The report at many groups: traces with the default draw counts (chains x draws), fitted by a
+    # short ADVI (200 iterations per fit) because three NUTS fits of 200 groups would take most of
+    # an hour; the report's time and memory depend on the trace sizes, not on how the draws were made.
     n = report_groups
-    params = _params(work / f"report_{n}", n, {"backend": "advi"})
+    params = _params(work / f"report_{n}", n, {"backend": "advi", "advi": {"iterations": 200}})
     _stage("make_data", params, "--out", "data/tasks.nc")
     print(f"bench: report at n_groups={n} ...", flush=True)
     _fit("fit_flat", params, "flat")

@@ -94,8 +94,8 @@ def test_minibatch_likelihood_is_unbiased_for_the_full_one(tiny_tasks):
     mini = build_flat_model(train.X[r], train.y[r], tiny_tasks.features, (5, 5), minibatch_size=4)
     rng = np.random.default_rng(0)
     point = {k: rng.normal(0, 1, np.shape(v)) for k, v in full.initial_point().items()}
-    exact = full.compile_fn(full.replace_rvs_by_values(full.potentials)[0], inputs=full.value_vars)(point)
-    batch = mini.compile_fn(mini.replace_rvs_by_values(mini.potentials)[0], inputs=mini.value_vars, random_seed=1)
+    exact = full.compile_fn(full.logp(vars=[full["y_obs"]]), inputs=full.value_vars)(point)
+    batch = mini.compile_fn(mini.logp(vars=[mini["y_obs"]]), inputs=mini.value_vars, random_seed=1)
     draws = np.array([batch(point) for _ in range(4000)])
     assert draws.std() > 0  # batches really differ
     # unscaled, the mean would be exact * 4 / 20

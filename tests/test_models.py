@@ -44,7 +44,7 @@ def test_flat_model_structure(tiny_tasks):
     model = build_flat_model(train.X[rows], train.y[rows], FEATURES, HIDDEN)
     assert {v.name for v in model.free_RVs} == {"w_in", "w_h1_h2", "w_out"}
     assert model.named_vars_to_dims["w_in"] == ("feature", "hidden_1")
-    assert "y_obs" in model.named_vars
+    assert model.named_vars_to_dims["y_obs"] == ("obs",)
     ip = model.initial_point()
     assert ip["w_h1_h2"].shape == (5, 4)
     assert {"x", "y"} <= set(model.named_vars)  # pm.Data that per-group refits replace
@@ -66,8 +66,7 @@ def test_non_centred_prior_has_intended_moments():
     # w = mu + sd * z with mu ~ N(0,1), sd ~ HalfNormal(1), z ~ N(0,1): E[w]=0, Var[w]=1+E[sd^2]=2.
     X = np.zeros((2, 1, 2))
     model = build_hierarchical_model(X, np.zeros(2), np.arange(2), ["a", "b"], FEATURES, (3,))
-    # The likelihood is a Potential, which prior sampling ignores: exactly the prior we want.
-    with model, pytest.warns(UserWarning, match="Potentials"):
+    with model:
         prior = pm.sample_prior_predictive(draws=4000, var_names=["w_in", "sd_in"], random_seed=3).prior
     w = prior["w_in"].values.ravel()
     assert abs(w.mean()) < 0.05
@@ -126,7 +125,7 @@ def test_informed_model_uses_prior_mean_and_covariance():
         a = rng.normal(size=(s.size, s.size))
         prior[s.name] = (rng.normal(size=s.size), a @ a.T + np.eye(s.size))
     model = build_informed_model(np.zeros((1, 2)), np.zeros(1), FEATURES, (3,), prior)
-    with model, pytest.warns(UserWarning, match="Potentials"):
+    with model:
         draws = pm.sample_prior_predictive(draws=4000, var_names=["w_in"], random_seed=8).prior["w_in"]
     flat = draws.values.reshape(-1, 6)
     mean, cov = prior["in"]
@@ -143,7 +142,8 @@ def test_likelihood_is_bernoulli_and_its_gradient_stays_finite(tiny_tasks):
     model = build_hierarchical_model(pad.X, pad.y, pad.valid, tiny_tasks.group_names, FEATURES, HIDDEN)
     rng = np.random.default_rng(3)
     point = {k: rng.normal(0, 0.5, np.shape(v)) for k, v in model.initial_point().items()}
-    outs = model.replace_rvs_by_values([model.potentials[0], model["w_in"], model["w_h1_h2"], model["w_out"]])
+    loglik = model.logp(vars=[model["y_obs"]])
+    outs = [loglik, *model.replace_rvs_by_values([model["w_in"], model["w_h1_h2"], model["w_out"]])]
     lik, *w = model.compile_fn(outs, inputs=model.value_vars, on_unused_input="ignore")(point)
     np.testing.assert_allclose(w[2], point["mu_out"] + np.exp(point["sd_out_log__"]) * point["z_out"])
     logit = mlp_logit(pad.X, w).reshape(-1)[pad.valid]
@@ -197,3 +197,38 @@ def test_zero_hidden_layers_is_a_linear_model(tiny_tasks):
     model = build_hierarchical_model(pad.X, pad.y, pad.valid, tiny_tasks.group_names, FEATURES, ())
     assert {v.name for v in model.free_RVs} == {"mu_out", "sd_out", "z_out"}
     assert model.named_vars_to_dims["w_out"] == ("group", "feature")
+
+
+def _reference_hierarchical_model(X, y, valid, names, hidden):
+    """The hierarchical model as first written: batched ``x @ w`` throughout and ``pm.Bernoulli``."""
+    specs = layer_specs(len(FEATURES), hidden)
+    with pm.Model() as model:
+        weights = []
+        for s in specs:
+            mu = pm.Normal(f"mu_{s.name}", 0.0, 1.0, shape=s.shape)
+            sd = pm.HalfNormal(f"sd_{s.name}", 1.0)
+            z = pm.Normal(f"z_{s.name}", 0.0, 1.0, shape=(len(names), *s.shape))
+            weights.append(mu + sd * z)
+        logit = mlp_logit(pt.as_tensor(X), weights, pt.tanh).reshape((-1,))
+        if valid.size != X.shape[0] * X.shape[1]:
+            logit = logit[pt.as_tensor(valid)]
+        pm.Bernoulli("y_obs", logit_p=logit, observed=y)
+    return model
+
+
+@pytest.mark.parametrize("fixture", ["tiny_tasks", "ragged_tasks"])
+def test_hierarchical_log_density_equals_reference_formulation(fixture, request):
+    tasks = request.getfixturevalue(fixture)
+    pad = tasks.padded("train")
+    model = build_hierarchical_model(pad.X, pad.y, pad.valid, tasks.group_names, FEATURES, HIDDEN)
+    ref = _reference_hierarchical_model(pad.X, pad.y, pad.valid, tasks.group_names, HIDDEN)
+    assert [v.name for v in model.value_vars] == [v.name for v in ref.value_vars]
+    assert "y_obs" in {v.name for v in model.observed_RVs}
+    fns = [(m.compile_logp(mode="FAST_COMPILE"), m.compile_dlogp(mode="FAST_COMPILE")) for m in (model, ref)]
+    rng = np.random.default_rng(9)
+    for scale in (0.5, 1.0):
+        point = {k: rng.normal(scale=scale, size=np.shape(v)) for k, v in model.initial_point().items()}
+        (lp, dlp), (lp_ref, dlp_ref) = [(f(point), g(point)) for f, g in fns]
+        assert np.isfinite(lp)
+        assert lp == pytest.approx(lp_ref, rel=1e-10)
+        np.testing.assert_allclose(dlp, dlp_ref, rtol=1e-9, atol=1e-12 * np.abs(dlp_ref).max())

@@ -29,18 +29,12 @@ def check(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pipe")
-    params = d / "params.yaml"
-    params.write_text(yaml.safe_dump(TINY))
+def run_all(d: Path, params: Path) -> None:
+    """The six stages in dvc.yaml order, as DVC runs them."""
     check(run("make_data", params, "--out", "data/tasks.nc"))
-    check(run("fit_flat", params, "--tasks-path", "data/tasks.nc", "--trace-out", "traces/flat.nc",
-              "--metrics-out", "metrics/flat.json",
-              "--timing-out", "timings/flat.json"))
-    check(run("fit_hier", params, "--tasks-path", "data/tasks.nc", "--trace-out", "traces/hier.nc",
-              "--metrics-out", "metrics/hier.json",
-              "--timing-out", "timings/hier.json"))
+    for stage, name in (("fit_flat", "flat"), ("fit_hier", "hier")):
+        check(run(stage, params, "--tasks-path", "data/tasks.nc", "--trace-out", f"traces/{name}.nc",
+                  "--metrics-out", f"metrics/{name}.json", "--timing-out", f"timings/{name}.json"))
     check(run("derive_prior", params, "--hier-trace", "traces/hier.nc", "--prior-out", "priors/informed.nc",
               "--metrics-out", "metrics/prior.json"))
     check(run("fit_informed", params, "--tasks-path", "data/tasks.nc", "--prior-path", "priors/informed.nc",
@@ -50,6 +44,14 @@ def pipeline(tmp_path_factory):
               "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
               "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--timings-dir", "timings",
               "--out-dir", "reports"))
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pipe")
+    params = d / "params.yaml"
+    params.write_text(yaml.safe_dump(TINY))
+    run_all(d, params)
     return d
 
 
@@ -193,23 +195,6 @@ TABLE = {
     "data": {"source": "table", "path": str(EXAMPLE / "sites.csv"), "features": ["temperature", "pressure", "humidity"],
              "label": "failed", "group": "site"},
 }
-
-
-def run_all(d: Path, params: Path) -> None:
-    """The six stages in dvc.yaml order, as DVC runs them."""
-    check(run("make_data", params, "--out", "data/tasks.nc"))
-    for stage, name in (("fit_flat", "flat"), ("fit_hier", "hier")):
-        check(run(stage, params, "--tasks-path", "data/tasks.nc", "--trace-out", f"traces/{name}.nc",
-                  "--metrics-out", f"metrics/{name}.json", "--timing-out", f"timings/{name}.json"))
-    check(run("derive_prior", params, "--hier-trace", "traces/hier.nc", "--prior-out", "priors/informed.nc",
-              "--metrics-out", "metrics/prior.json"))
-    check(run("fit_informed", params, "--tasks-path", "data/tasks.nc", "--prior-path", "priors/informed.nc",
-              "--trace-out", "traces/informed.nc", "--metrics-out", "metrics/informed.json",
-              "--timing-out", "timings/informed.json"))
-    check(run("report", params, "--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc",
-              "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
-              "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--timings-dir", "timings",
-              "--out-dir", "reports"))
 
 
 @pytest.fixture(scope="module")

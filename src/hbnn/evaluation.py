@@ -273,16 +273,18 @@ def reliability(p_bar: np.ndarray, y: np.ndarray, n_bins: int = 10) -> dict[str,
 
 
 def timing_metrics(backend: str, seconds: float, compile_seconds: float, grad_evals: int | None,
-                   advi_iterations: int | None = None) -> dict:
+                   parallel_chains: int = 1, advi_iterations: int | None = None) -> dict:
     """Wall-clock cost of a fit: seconds, compile seconds and gradient evaluations.
 
     ``grad_evals`` is the total number of leapfrog steps, tuning included, over all
-    chains and groups (``None`` where the backend does not report tuning steps);
-    ``us_per_grad`` is sampling seconds per gradient evaluation, sampler overhead
-    included.
+    chains and groups (``None`` where the backend does not report tuning steps).
+    ``us_per_grad`` is the wall time of one gradient evaluation within a chain,
+    sampler overhead included: ``seconds * parallel_chains / grad_evals``, because
+    ``parallel_chains`` chains step at the same time on their own cores.
     """
+    us = 1e6 * seconds * parallel_chains / grad_evals if grad_evals else None
     out: dict = {"seconds": seconds, "compile_seconds": compile_seconds, "grad_evals": grad_evals,
-                 "us_per_grad": 1e6 * seconds / grad_evals if grad_evals else None}
+                 "us_per_grad": us}
     if advi_iterations is not None:
         out["advi_iterations"] = advi_iterations
     return {"backend": backend, "sampling": out}

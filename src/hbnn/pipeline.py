@@ -147,8 +147,9 @@ def _finish_fit(
         extra_diagnostics=extra_diagnostics,
     )
     advi_iterations = sample_stats.sizes.get("advi_iteration")
-    timing = evaluation.timing_metrics(params.sampler.backend, cost.seconds, cost.compile_seconds,
-                                       cost.grad_evals, advi_iterations)
+    s = params.sampler
+    timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
+                                       min(s.chains, s.cores), advi_iterations)
     write_netcdf(idata, trace_out)
     write_json(as_builtin(metrics), metrics_out)
     write_json(as_builtin(timing), timing_out)

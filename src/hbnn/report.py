@@ -751,44 +751,17 @@ def summary(metrics: dict[str, dict], n_groups: int) -> dict:
     Gaussian runs (metrics with ``rmse`` instead of ``accuracy``) report RMSE,
     lpd and coverage instead of the classification scores.
     """
-    if _get(metrics[MODELS[0]], "train", "rmse") is not None:
-        return _regression_summary(metrics, n_groups)
-    models = {}
-    for v in MODELS:
-        m = metrics[v]
-        models[v] = {
-            "train_accuracy": _get(m, "train", "accuracy"),
-            "test_accuracy": _get(m, "test", "accuracy"),
-            "test_log_loss": _get(m, "test", "log_loss"),
-            "test_brier": _get(m, "test", "brier"),
-            "divergences": _get(m, "sampling", "divergences"),
-        }
-    test = {v: models[v]["test_accuracy"] for v in MODELS}
+    gaussian = _get(metrics[MODELS[0]], "train", "rmse") is not None
+    score = "rmse" if gaussian else "accuracy"
+    extra = (("lpd", "coverage_94") if gaussian else ("log_loss", "brier"))
+    fields = [(f"train_{score}", "train", score), (f"test_{score}", "test", score),
+              *((f"test_{k}", "test", k) for k in extra), ("divergences", "sampling", "divergences")]
+    models = {v: {name: _get(metrics[v], *path) for name, *path in fields} for v in MODELS}
+    test = {v: models[v][f"test_{score}"] for v in MODELS}
     comparison = {
-        "hier_minus_flat_test_accuracy": _diff(test["hierarchical"], test["flat"]),
-        "informed_minus_flat_test_accuracy": _diff(test["informed"], test["flat"]),
-        "hier_minus_informed_test_accuracy": _diff(test["hierarchical"], test["informed"]),
-    }
-    return as_builtin({"models": models, "comparison": comparison, "n_groups": n_groups})
-
-
-def _regression_summary(metrics: dict[str, dict], n_groups: int) -> dict:
-    models = {}
-    for v in MODELS:
-        m = metrics[v]
-        models[v] = {
-            "train_rmse": _get(m, "train", "rmse"),
-            "test_rmse": _get(m, "test", "rmse"),
-            "test_lpd": _get(m, "test", "lpd"),
-            "test_coverage_94": _get(m, "test", "coverage_94"),
-            "divergences": _get(m, "sampling", "divergences"),
-            "seconds": _get(m, "sampling", "seconds"),
-        }
-    test = {v: models[v]["test_rmse"] for v in MODELS}
-    comparison = {
-        "hier_minus_flat_test_rmse": _diff(test["hierarchical"], test["flat"]),
-        "informed_minus_flat_test_rmse": _diff(test["informed"], test["flat"]),
-        "hier_minus_informed_test_rmse": _diff(test["hierarchical"], test["informed"]),
+        f"hier_minus_flat_test_{score}": _diff(test["hierarchical"], test["flat"]),
+        f"informed_minus_flat_test_{score}": _diff(test["informed"], test["flat"]),
+        f"hier_minus_informed_test_{score}": _diff(test["hierarchical"], test["informed"]),
     }
     return as_builtin({"models": models, "comparison": comparison, "n_groups": n_groups})
 

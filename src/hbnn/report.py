@@ -626,6 +626,17 @@ def _loss_section(losses: dict[str, tuple[np.ndarray, np.ndarray]]) -> Section:
     )
 
 
+def _page_blocks(surface_files: dict[str, list[str]], used: dict[str, int], stem: str, what: str) -> list:
+    """A heading per model followed by its ``<stem>_*`` figure pages."""
+    out = []
+    for v in MODELS:
+        names = [n for n in surface_files[v] if n.startswith(f"{stem}_")]
+        out.append(Heading(LABELS[v]))
+        out += [Figure(n, f"{LABELS[v]}: {what}, page {i}/{len(names)} ({used[v]} draws).")
+                for i, n in enumerate(names, start=1)]
+    return out
+
+
 def _regression_surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int],
                                  tasks: Tasks) -> list[Section]:
     held = (f" Features {', '.join(tasks.features[2:])} are held at their training mean."
@@ -640,26 +651,14 @@ def _regression_surface_sections(surface_files: dict[str, list[str]], rp: Report
          "posterior standard deviation of the predicted mean (without the noise sd) on the same grid: bright "
          "regions are where the posterior draws disagree."),
     ):
-        blocks = []
-        for v in MODELS:
-            names = [n for n in surface_files[v] if n.startswith(f"{stem}_")]
-            blocks.append(Heading(LABELS[v]))
-            blocks += [Figure(n, f"{LABELS[v]}: {what}, page {i}/{len(names)} ({used[v]} draws).")
-                       for i, n in enumerate(names, start=1)]
-        out.append(Section(title, how + held, blocks))
+        out.append(Section(title, how + held, _page_blocks(surface_files, used, stem, what)))
     return out
 
 
 def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int],
                       tasks: Tasks | None = None) -> list[Section]:
     def blocks(stem: str, what: str) -> list:
-        out = []
-        for v in MODELS:
-            names = [n for n in surface_files[v] if n.startswith(f"{stem}_")]
-            out.append(Heading(LABELS[v]))
-            out += [Figure(n, f"{LABELS[v]}: {what}, page {i}/{len(names)} ({used[v]} draws).")
-                    for i, n in enumerate(names, start=1)]
-        return out
+        return _page_blocks(surface_files, used, stem, what)
 
     grid = f"a {rp.grid_size} x {rp.grid_size} grid over [-{rp.grid_limit:g}, {rp.grid_limit:g}]^2"
     if tasks is not None and tasks.n_features > 2:

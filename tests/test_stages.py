@@ -46,13 +46,18 @@ def run_all(d: Path, params: Path) -> None:
               "--out-dir", "reports"))
 
 
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pipe")
+def _run_pipeline(tmp_path_factory, name: str, raw: dict) -> Path:
+    """All six stages in a fresh directory with params ``raw``."""
+    d = tmp_path_factory.mktemp(name)
     params = d / "params.yaml"
-    params.write_text(yaml.safe_dump(TINY))
+    params.write_text(yaml.safe_dump(raw))
     run_all(d, params)
     return d
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    return _run_pipeline(tmp_path_factory, "pipe", TINY)
 
 
 @pytest.mark.parametrize("name, variant", [("flat", "flat"), ("hier", "hierarchical"), ("informed", "informed")])
@@ -199,11 +204,7 @@ TABLE = {
 
 @pytest.fixture(scope="module")
 def table_pipeline(tmp_path_factory):
-    d = tmp_path_factory.mktemp("table")
-    params = d / "params.yaml"
-    params.write_text(yaml.safe_dump(TABLE))
-    run_all(d, params)
-    return d
+    return _run_pipeline(tmp_path_factory, "table", TABLE)
 
 
 SITES = [f"S{i:02d}" for i in range(1, 13)]

@@ -657,9 +657,6 @@ def _regression_surface_sections(surface_files: dict[str, list[str]], rp: Report
 
 def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int],
                       tasks: Tasks | None = None) -> list[Section]:
-    def blocks(stem: str, what: str) -> list:
-        return _page_blocks(surface_files, used, stem, what)
-
     grid = f"a {rp.grid_size} x {rp.grid_size} grid over [-{rp.grid_limit:g}, {rp.grid_limit:g}]^2"
     if tasks is not None and tasks.n_features > 2:
         grid += (f" of the first two (standardised) features, with {', '.join(tasks.features[2:])} held at their "
@@ -671,14 +668,14 @@ def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, use
             "line the 0.5 boundary, markers the group's training rows (white circles class 0, black triangles "
             "class 1). A good surface separates the two moons with a smooth boundary; the hierarchical and "
             "informed models should give groups with awkward data boundaries shaped like their neighbours'.",
-            blocks("surface", "posterior mean P(y=1)"),
+            _page_blocks(surface_files, used, "surface", "posterior mean P(y=1)"),
         ),
         Section(
             "Predictive uncertainty",
             "posterior standard deviation of the class-1 probability on the same grid (shared scale 0 to 0.5): bright "
             "regions are where the posterior draws disagree. Expect high uncertainty along the boundary and away "
             "from the data, less of it where pooling constrains a group.",
-            blocks("uncertainty", "posterior sd of P(y=1)"),
+            _page_blocks(surface_files, used, "uncertainty", "posterior sd of P(y=1)"),
         ),
     ]
 

@@ -34,6 +34,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
+# Rows of the backends table: name -> sampler settings on top of the defaults.
+VARIANTS = {
+    **{b: {"backend": b} for b in NUTS_BACKENDS},
+    "nutpie_low_rank": {"backend": "nutpie", "mass_matrix": "low_rank"},
+}
 DEFINITIONS = {
     "wall_s": "compile + sampling seconds of the hierarchical fit",
     "process_s": "seconds of the whole fit_hier stage process",
@@ -168,19 +173,23 @@ def numpy_floor_us_per_grad(repeats: int = 20) -> float:
 
 
 # ----------------------------------------------------------------------------- sections
-def backends(work: Path, names=NUTS_BACKENDS) -> dict:
-    out = {}
-    for backend in names:
-        params = _params(work / backend, 18, {"backend": backend})
+def backends(work: Path, variants=VARIANTS) -> dict:
+    out, direct = {}, {}
+    for name, sampler in variants.items():
+        backend = sampler["backend"]
+        params = _params(work / name, 18, sampler)
         _stage("make_data", params, "--out", "data/tasks.nc")
-        print(f"bench: fit_hier with {backend} ...", flush=True)
+        print(f"bench: fit_hier with {sampler} ...", flush=True)
         r = _fit("fit_hier", params, "hier")
         t, m = r["timing"]["sampling"], r["metrics"]
         compile_s = t["compile_seconds"] if backend == "nutpie" else None
         wall = t["seconds"] + (compile_s or 0.0)
         draws_only = backend in ("numpyro", "blackjax")
         grads = _draw_steps(params.parent / "traces" / "hier.nc") if draws_only else t["grad_evals"]
-        out[backend] = {
+        if backend not in direct:  # the gradient does not depend on the mass matrix
+            direct[backend] = direct_us_per_grad(backend)
+        out[name] = {
+            "settings": sampler,
             "wall_s": wall,
             "sampling_s": t["seconds"],
             "process_s": r["run"]["seconds"],
@@ -188,7 +197,7 @@ def backends(work: Path, names=NUTS_BACKENDS) -> dict:
             "compile_s": compile_s,
             "grad_evals": grads,
             "grad_evals_cover": "draws only" if draws_only else "tuning and draws",
-            "us_per_grad": direct_us_per_grad(backend),
+            "us_per_grad": direct[backend],
             "sampler_us_per_grad": None if draws_only else t["us_per_grad"],
             "min_ess_bulk": m["sampling"]["min_ess_bulk"],
             "min_ess_bulk_group_sd": min(v["ess_bulk"] for v in m["sampling"]["group_sd"].values()),
@@ -198,7 +207,7 @@ def backends(work: Path, names=NUTS_BACKENDS) -> dict:
             "max_rhat": m["sampling"]["max_rhat"],
             "test_accuracy": m["test"]["accuracy"],
         }
-        print(f"bench: {backend}: {json.dumps(out[backend])}", flush=True)
+        print(f"bench: {name}: {json.dumps(out[name])}", flush=True)
     if "pymc" in out:
         for b in out.values():
             b["speedup_vs_pymc"] = b["ess_per_s"] / out["pymc"]["ess_per_s"]
@@ -278,10 +287,10 @@ def _linearity(points: dict) -> dict:
 
 
 def _table(result: dict) -> str:
-    rows = [f"{'backend':10} {'wall_s':>8} {'compile_s':>9} {'grads':>9} {'us/grad':>8} {'minESS':>7} "
+    rows = [f"{'backend':15} {'wall_s':>8} {'compile_s':>9} {'grads':>9} {'us/grad':>8} {'minESS':>7} "
             f"{'ESS/s':>7} {'x pymc':>7} {'div':>4} {'test acc':>8}"]
     for name, b in result["backends"].items():
-        rows.append(f"{name:10} {b['wall_s']:8.1f} {b['compile_s'] or float('nan'):9.1f} {b['grad_evals']:9d} "
+        rows.append(f"{name:15} {b['wall_s']:8.1f} {b['compile_s'] or float('nan'):9.1f} {b['grad_evals']:9d} "
                     f"{b['us_per_grad']:8.1f} {b['min_ess_bulk']:7.0f} {b['ess_per_s']:7.2f} "
                     f"{b.get('speedup_vs_pymc', float('nan')):7.2f} {b['divergences']:4d} {b['test_accuracy']:8.4f}")
     rows.append(f"numpy floor: {result['numpy_floor_us_per_grad']:.1f} us/grad; "

@@ -119,3 +119,16 @@ def test_missing_jax_is_a_clear_config_error(tiny_tasks, monkeypatch):
 def test_bad_sampler_settings_name_the_key(raw, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         parse_params({"sampler": raw})
+
+
+def test_low_rank_mass_matrix_reaches_nutpie(tiny_tasks):
+    """``sampler.mass_matrix: low_rank`` changes nutpie's adaptation, not the trace layout."""
+    train = tiny_tasks.split("train")
+    rows = train.rows(0)
+    model = build_flat_model(train.X[rows], train.y[rows], tiny_tasks.features, (2,))
+    fits = {}
+    for mass_matrix in ("diag", "low_rank"):
+        params = parse_params(dict(TINY, sampler=dict(TINY["sampler"], mass_matrix=mass_matrix)))
+        fits[mass_matrix] = inference.Sampler(model, params.sampler).sample(3).posterior
+    assert _layout(fits["low_rank"]) == _layout(fits["diag"])
+    assert not np.array_equal(fits["low_rank"].posterior["w_in"].values, fits["diag"].posterior["w_in"].values)

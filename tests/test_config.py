@@ -37,6 +37,8 @@ def test_types_are_coerced():
         ({"data": {"n_samples": 4, "train_fraction": 0.1}}, "data.train_fraction=0.1"),
         ({"sampler": {"draws": 0}}, "sampler.draws=0"),
         ({"sampler": {"backend": "stan"}}, "sampler.backend='stan'"),
+        ({"sampler": {"mass_matrix": "dense"}}, "sampler.mass_matrix='dense'"),
+        ({"sampler": {"backend": "pymc", "mass_matrix": "low_rank"}}, "sampler.mass_matrix='low_rank'"),
         ({"sampler": {"target_accept": 1.5}}, "sampler.target_accept=1.5"),
         ({"model": {"hidden_layers": [5, 0]}}, "model.hidden_layers[1]=0"),
         ({"model": {"hidden_layers": 5}}, "model.hidden_layers=5"),

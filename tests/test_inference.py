@@ -44,3 +44,53 @@ def test_per_group_fit_compiles_once_and_handles_unequal_group_sizes(ragged_task
     np.testing.assert_array_equal(
         alone.posterior.posterior["w_in"].values, posterior["w_in"].sel(group="b").values
     )
+
+
+def _tiny_flat_model(hidden, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(12, 2))
+    return build_flat_model(X, (X[:, 0] > 0).astype(float), ["a", "b"], hidden)
+
+
+def test_nutpie_wrappers_are_reused_across_compiles_and_sample_identically(tmp_path, monkeypatch):
+    import numba
+
+    from hbnn.nutpie_cache import compile_numba
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))  # an empty numba cache
+
+    def draws(compiled):
+        idata = nutpie.sample(compiled, draws=20, tune=20, chains=1, seed=5, progress_bar=False)
+        return idata.posterior["w_in"].values
+
+    def hits(compiled):
+        return compiled.compiled_logp_func.cache_hits, compiled.compiled_expand_func.cache_hits
+
+    cold = compile_numba(_tiny_flat_model((2,)))
+    assert hits(cold) == (0, 0)
+    # a new model object with the same structure (other data) loads both wrappers
+    warm = compile_numba(_tiny_flat_model((2,), seed=1)).with_data(**{
+        name: value for name, value in cold.shared_data.items()})  # cold's data: same draws expected
+    assert hits(warm) == (1, 1)
+    np.testing.assert_array_equal(draws(warm), draws(cold))
+    # another structure must not load them
+    other = compile_numba(_tiny_flat_model((3,)))
+    assert hits(other) == (0, 0)
+    # and numba's own cache key is untouched outside compile_numba
+    assert numba.core.caching.FunctionCache._index_key.__module__ == "numba.core.caching"
+
+
+def test_wrapper_key_refuses_closures_it_cannot_describe(caplog):
+    from hbnn.nutpie_cache import wrapper_key
+
+    def outer(held):
+        def logp_numba():
+            return held
+
+        logp_numba.__module__ = "nutpie.compile_pymc"  # look like nutpie's wrapper
+        return logp_numba
+
+    assert wrapper_key(outer(3)) == wrapper_key(outer(3)) != wrapper_key(outer(4))
+    with caplog.at_level("INFO", logger="hbnn.nutpie_cache"):
+        assert wrapper_key(outer(object())) is None
+    assert "holds object" in caplog.text

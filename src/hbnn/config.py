@@ -19,6 +19,7 @@ import yaml
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
 JAX_BACKENDS = ("numpyro", "blackjax")
 BACKENDS = (*NUTS_BACKENDS, "advi")
+MASS_MATRICES = ("diag", "low_rank")  # low_rank: nutpie's low-rank modified mass matrix (nutpie only)
 ALIGN_METHODS = ("chains", "reference_chain")
 SOURCES = ("moons", "table")
 LIKELIHOODS = ("bernoulli", "gaussian")
@@ -146,6 +147,7 @@ class SamplerParams:
     target_accept: float = 0.9
     seed: int = 1
     cores: int = 2
+    mass_matrix: str = "diag"
     advi: AdviParams = field(default_factory=AdviParams)
 
     def check(self, key: str) -> None:
@@ -157,6 +159,10 @@ class SamplerParams:
                  "must lie strictly between 0 and 1")
         _require(self.seed >= 0, f"{key}.seed", self.seed, "must be >= 0")
         _require(self.cores >= 1, f"{key}.cores", self.cores, "must be >= 1")
+        _require(self.mass_matrix in MASS_MATRICES, f"{key}.mass_matrix", self.mass_matrix,
+                 f"must be one of {list(MASS_MATRICES)}")
+        _require(self.mass_matrix == "diag" or self.backend == "nutpie", f"{key}.mass_matrix", self.mass_matrix,
+                 f"needs {key}.backend=nutpie (the other backends adapt a diagonal mass matrix)")
         self.advi.check(f"{key}.advi")
 
 

@@ -86,9 +86,9 @@ class Sampler:
         self._compiled = None
         self._advi = None
         if settings.backend == "nutpie":
-            import nutpie
+            from hbnn.nutpie_cache import compile_numba
 
-            self._compiled = nutpie.compile_pymc_model(model, backend="numba")
+            self._compiled = compile_numba(model)
         elif settings.backend == "advi":
             self._advi = _Advi(model, settings.advi.learning_rate)
         elif settings.backend in JAX_BACKENDS:
@@ -119,6 +119,7 @@ class Sampler:
                 cores=s.cores,
                 seed=seed,
                 target_accept=s.target_accept,
+                low_rank_modified_mass_matrix=s.mass_matrix == "low_rank",
                 progress_bar=False,
                 save_warmup=True,  # only to count the tuning phase's gradient evaluations
             )

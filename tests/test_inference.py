@@ -55,9 +55,10 @@ def _tiny_flat_model(hidden, seed=0):
 def test_nutpie_wrappers_are_reused_across_compiles_and_sample_identically(tmp_path, monkeypatch):
     import numba
 
-    from hbnn.nutpie_cache import compile_numba
+    from hbnn import nutpie_cache
 
-    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))  # an empty numba cache
+    monkeypatch.setattr(nutpie_cache, "cache_dir", lambda: tmp_path)  # an empty cache
+    compile_numba = nutpie_cache.compile_numba
 
     def draws(compiled):
         idata = nutpie.sample(compiled, draws=20, tune=20, chains=1, seed=5, progress_bar=False)
@@ -76,8 +77,11 @@ def test_nutpie_wrappers_are_reused_across_compiles_and_sample_identically(tmp_p
     # another structure must not load them
     other = compile_numba(_tiny_flat_model((3,)))
     assert hits(other) == (0, 0)
+    assert len(list(tmp_path.glob("*.nbi"))) == 4  # one index per wrapper and structure
     # and numba's own cache key is untouched outside compile_numba
     assert numba.core.caching.FunctionCache._index_key.__module__ == "numba.core.caching"
+    assert all(c.__module__.startswith("numba") or c.__module__.startswith("pytensor")
+               for c in numba.core.caching.CacheImpl._locator_classes)
 
 
 def test_wrapper_key_refuses_closures_it_cannot_describe(caplog):

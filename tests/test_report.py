@@ -224,8 +224,9 @@ def test_surface_stats_match_all_draws_at_once(monkeypatch):
     monkeypatch.setattr(rep, "CHUNK_VALUES", points.shape[0] * 4 * 3)  # 3 draws per chunk: 5 uneven chunks
     mean, sd = rep.surface_stats(weights, points)
     p = predict_proba([w[None] for w in weights], points)[0]
-    np.testing.assert_allclose(mean, p.mean(axis=0), atol=1e-12)
-    np.testing.assert_allclose(sd, p.std(axis=0), atol=1e-9)
+    # surfaces are computed in float32: a few 1e-8 from float64, checked to 1e-6
+    np.testing.assert_allclose(mean, p.mean(axis=0), atol=1e-6)
+    np.testing.assert_allclose(sd, p.std(axis=0), atol=1e-6)
 
 
 def test_surface_points_are_row_major_in_x2():

@@ -60,7 +60,7 @@ def predict_output(weights: Sequence[np.ndarray], X: np.ndarray, chunk: int = 10
     """
     chains, draws = weights[0].shape[:2]
     flat = [w.reshape(chains * draws, *w.shape[2:]) for w in weights]
-    out = np.empty((chains * draws, X.shape[0]))
+    out = np.empty((chains * draws, X.shape[0]), dtype=np.result_type(X, *flat))
     for lo in range(0, chains * draws, chunk):
         value = mlp_logit(X, [w[lo : lo + chunk] for w in flat])
         out[lo : lo + chunk] = value if link is None else link(value)

@@ -19,6 +19,7 @@ versions. numba adds the signature and CPU, and drops every entry when its own
 version changes. Whenever the closure holds something that cannot be described
 that way, for example a PyTensor function without a cache key, the wrapper is
 compiled without loading or saving a cache entry, as nutpie does by default.
+Each key has its own files under :func:`cache_dir`.
 
 A warm compile of the default hierarchical model takes about 1.8 s instead of
 about 13.6 s (``benchmarks/compile_time.py``); the machine code is the same, so
@@ -32,6 +33,7 @@ import hashlib
 import logging
 import types
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -89,10 +91,46 @@ def wrapper_key(py_func) -> str | None:
     return hashlib.sha256(repr(description).encode()).hexdigest()
 
 
+def cache_dir() -> Path:
+    """Where the wrappers are cached: beside PyTensor's own numba cache."""
+    from pytensor.configdefaults import config
+
+    return Path(config.base_compiledir) / "numba" / "nutpie"
+
+
+def _locator_class():
+    from numba.core.caching import _CacheLocator
+
+    class KeyedLocator(_CacheLocator):
+        """Files named by the wrapper's key: one index per key, so runs compiling other
+        models at the same time (``dvc exp run --queue`` with several jobs) never
+        rewrite each other's index."""
+
+        def __init__(self, key: str):
+            self._key = key
+
+        def get_cache_path(self) -> str:
+            return str(cache_dir())
+
+        def get_source_stamp(self) -> str:
+            return "keyed"  # the key covers nutpie's and PyTensor's versions
+
+        def get_disambiguator(self) -> str:
+            return self._key[:32]
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if py_func.__qualname__ in _WRAPPERS and (key := wrapper_key(py_func)):
+                return cls(key)
+            return None
+
+    return KeyedLocator
+
+
 @contextlib.contextmanager
 def _keyed_wrappers() -> Iterator[None]:
-    """Within the block, numba keys nutpie's wrappers with :func:`wrapper_key`."""
-    from numba.core.caching import FunctionCache
+    """Within the block, numba files and keys nutpie's wrappers by :func:`wrapper_key`."""
+    from numba.core.caching import CacheImpl, FunctionCache
 
     original = {name: getattr(FunctionCache, name) for name in ("_index_key", "load_overload", "save_overload")}
 
@@ -112,12 +150,15 @@ def _keyed_wrappers() -> Iterator[None]:
         if key_of(self) is not None:
             original["save_overload"](self, sig, data)
 
+    locator = _locator_class()
+    CacheImpl._locator_classes.insert(0, locator)
     FunctionCache._index_key = index_key
     FunctionCache.load_overload = load_overload
     FunctionCache.save_overload = save_overload
     try:
         yield
     finally:
+        CacheImpl._locator_classes.remove(locator)
         for name, method in original.items():
             setattr(FunctionCache, name, method)
 
@@ -127,4 +168,7 @@ def compile_numba(model):
     import nutpie
 
     with _keyed_wrappers():
-        return nutpie.compile_pymc_model(model, backend="numba", cache=True)
+        compiled = nutpie.compile_pymc_model(model, backend="numba", cache=True)
+    hits = compiled.compiled_logp_func.cache_hits + compiled.compiled_expand_func.cache_hits
+    log.info("nutpie: %d of 2 compiled wrappers loaded from %s", hits, cache_dir())
+    return compiled

@@ -15,6 +15,7 @@ permutations and sign flips and so weight-space R-hat says little.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import arviz as az
@@ -23,6 +24,7 @@ import xarray as xr
 from scipy.special import expit, logsumexp, ndtr
 from scipy.stats import norm
 
+from hbnn import convergence
 from hbnn.data import Split, Tasks
 from hbnn.models import LayerSpec, mlp_logit
 
@@ -144,17 +146,17 @@ def classification_scores(p_bar: np.ndarray, y: np.ndarray) -> dict[str, float]:
 def function_space_diagnostics(probs: np.ndarray) -> dict[str, float]:
     """Max rank-normalised split R-hat and min bulk/tail ESS over prediction points.
 
-    ``probs`` is ``(chain, draw, point)``. Split R-hat is defined even for one chain.
+    ``probs`` is ``(chain, draw, point)``. The values equal ArviZ's (``az.rhat``,
+    ``az.ess``), computed for all points at once (:mod:`hbnn.convergence`); R-hat
+    needs at least 2 chains and is NaN otherwise, as in ArviZ.
     """
-    ds = xr.Dataset({"p": (("chain", "draw", "point"), probs)})
-    rhat = az.rhat(ds)["p"].values
-    ess_bulk = az.ess(ds, method="bulk")["p"].values
-    ess_tail = az.ess(ds, method="tail")["p"].values
-    return {
-        "max_rhat": float(np.nanmax(rhat)),
-        "min_ess_bulk": float(np.nanmin(ess_bulk)),
-        "min_ess_tail": float(np.nanmin(ess_tail)),
-    }
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN R-hat with one chain
+        return {
+            "max_rhat": float(np.nanmax(convergence.rhat(probs))),
+            "min_ess_bulk": float(np.nanmin(convergence.ess_bulk(probs))),
+            "min_ess_tail": float(np.nanmin(convergence.ess_tail(probs))),
+        }
 
 
 def scalar_diagnostics(posterior: xr.Dataset, var_names: Sequence[str]) -> dict[str, dict[str, float]]:

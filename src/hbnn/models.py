@@ -58,11 +58,14 @@ def layer_specs(n_features: int, hidden_layers: Sequence[int]) -> list[LayerSpec
     return specs
 
 
-def layer_coords(features: Sequence[str], hidden_layers: Sequence[int]) -> dict[str, list]:
-    """Coordinates for the feature and hidden-unit dims."""
+def layer_coords(features: Sequence[str], hidden_layers: Sequence[int],
+                 groups: Sequence[str] | None = None) -> dict[str, list]:
+    """Coordinates for the feature and hidden-unit dims, and the ``group`` dim when ``groups`` is given."""
     coords: dict[str, list] = {"feature": list(features)}
     for i, h in enumerate(hidden_layers):
         coords[f"hidden_{i + 1}"] = list(range(h))
+    if groups is not None:
+        coords["group"] = list(groups)
     return coords
 
 
@@ -205,8 +208,7 @@ def build_hierarchical_model(
     HalfNormal(1)``, ``z[g] ~ N(0, 1)`` and ``w[g] = mu + sd * z[g]``.
     """
     specs = layer_specs(len(features), hidden_layers)
-    coords = layer_coords(features, hidden_layers)
-    coords["group"] = list(group_names)
+    coords = layer_coords(features, hidden_layers, group_names)
     ragged = valid.size != X_padded.shape[0] * X_padded.shape[1]
     with pm.Model(coords=coords) as model:
         x = pm.Data("x", X_padded, dims=("group", "row", "feature"))
@@ -249,8 +251,7 @@ def build_hierarchical_minibatch_model(
     ``n_rows / minibatch_size``. Only real rows exist, so there is nothing to pad.
     """
     specs = layer_specs(len(features), hidden_layers)
-    coords = layer_coords(features, hidden_layers)
-    coords["group"] = list(group_names)
+    coords = layer_coords(features, hidden_layers, group_names)
     with pm.Model(coords=coords) as model:
         x = pm.Data("x", X, dims=("obs", "feature"))
         g = pm.Data("g", np.asarray(group, dtype=np.int64), dims="obs")

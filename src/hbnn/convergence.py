@@ -1,0 +1,145 @@
+"""ArviZ's rank-normalised split R-hat and bulk / tail ESS for many quantities at once.
+
+``az.rhat`` and ``az.ess`` loop over quantities in Python and rank each with
+``scipy.stats.rankdata``: about 0.33 s for one group's 50 test-point
+probabilities, which made the function-space diagnostics the slowest part of a
+1000-group fit stage. These functions take ``(chain, draw, quantity)`` arrays and
+do the ranking, the autocovariances and the variance terms for all quantities
+together; only Geyer's initial monotone sequence, a short scalar loop, runs per
+quantity. They follow ArviZ 0.23 (``arviz/stats/diagnostics.py``) step by step,
+including its NaN results, and ``tests/test_convergence.py`` checks them against
+ArviZ to 1e-10.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.fft import next_fast_len
+from scipy.special import ndtri
+
+MIN_DRAWS = 4
+TAIL_PROBS = (0.05, 0.95)
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of each column of ``x (n, k)``, ties given their average rank (``rankdata(method="average")``)."""
+    n = x.shape[0]
+    order = np.argsort(x, axis=0, kind="stable")
+    ordered = np.take_along_axis(x, order, axis=0)
+    new = np.ones(ordered.shape, dtype=bool)  # first position of each run of equal values
+    new[1:] = ordered[1:] != ordered[:-1]
+    last = np.ones(ordered.shape, dtype=bool)  # last position of each run
+    last[:-1] = new[1:]
+    pos = np.arange(n)[:, None]
+    first_pos = np.maximum.accumulate(np.where(new, pos, 0), axis=0)
+    last_pos = np.minimum.accumulate(np.where(last, pos, n)[::-1], axis=0)[::-1]
+    ranks = np.empty(x.shape)
+    np.put_along_axis(ranks, order, (first_pos + last_pos) / 2.0 + 1.0, axis=0)
+    return ranks
+
+
+def _split_chains(x: np.ndarray) -> np.ndarray:
+    """Each chain's first and last ``draw // 2`` draws as two chains."""
+    half = x.shape[1] // 2
+    return np.concatenate([x[:, :half], x[:, x.shape[1] - half:]], axis=0)
+
+
+def _z_scale(x: np.ndarray) -> np.ndarray:
+    """Normal scores of the pooled ranks (Blom offset 3/8), per quantity."""
+    c, n, k = x.shape
+    ranks = average_ranks(x.reshape(c * n, k))
+    return ndtri((ranks - 3 / 8) / (c * n - 2 * 3 / 8 + 1)).reshape(c, n, k)
+
+
+def _rhat(x: np.ndarray) -> np.ndarray:
+    n = x.shape[1]
+    between = n * np.var(x.mean(axis=1), axis=0, ddof=1)
+    within = np.var(x, axis=1, ddof=1).mean(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.sqrt((between / within + n - 1) / n)
+
+
+def _geyer_tau(rho: np.ndarray, n: int, total: int) -> float:
+    """Integrated autocorrelation time from autocorrelations ``rho (lag,)``, as ArviZ's ``_ess``."""
+    rho_t = np.zeros(n)
+    even, odd = 1.0, rho[1]
+    rho_t[0], rho_t[1] = even, odd
+    t = 1
+    while t < n - 3 and even + odd > 0.0:  # initial positive sequence
+        even, odd = rho[t + 1], rho[t + 2]
+        if even + odd >= 0:
+            rho_t[t + 1], rho_t[t + 2] = even, odd
+        t += 2
+    max_t = t - 2
+    if even > 0:
+        rho_t[max_t + 1] = even
+    t = 1
+    while t <= max_t - 2:  # initial monotone sequence
+        if rho_t[t + 1] + rho_t[t + 2] > rho_t[t - 1] + rho_t[t]:
+            rho_t[t + 1] = rho_t[t + 2] = (rho_t[t - 1] + rho_t[t]) / 2.0
+        t += 2
+    if np.isnan(rho_t).any():
+        return np.nan
+    tau = -1.0 + 2.0 * rho_t[: max_t + 1].sum() + rho_t[max_t + 1: max_t + 2].sum()
+    return max(tau, 1 / np.log10(total))
+
+
+def _ess(x: np.ndarray) -> np.ndarray:
+    """Effective sample size of each quantity of ``x (chain, draw, quantity)``."""
+    x = np.asarray(x, dtype=float)
+    c, n, k = x.shape
+    m = next_fast_len(2 * n)
+    centred = x - x.mean(axis=1, keepdims=True)
+    f = np.fft.rfft(centred, n=m, axis=1)
+    acov = np.fft.irfft(f * np.conjugate(f), n=m, axis=1)[:, :n] / n  # (chain, lag, quantity)
+    mean_var = acov[:, 0].mean(axis=0) * n / (n - 1.0)
+    var_plus = mean_var * (n - 1.0) / n
+    if c > 1:
+        var_plus = var_plus + np.var(x.mean(axis=1), axis=0, ddof=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = 1.0 - (mean_var - acov.mean(axis=0)) / var_plus  # (lag, quantity)
+    total = c * n
+    ess = np.array([total / _geyer_tau(rho[:, i], n, total) for i in range(k)])
+    constant = x.max(axis=(0, 1)) - x.min(axis=(0, 1)) < np.finfo(float).resolution
+    return np.where(constant, float(total), ess)
+
+
+def _invalid(x: np.ndarray, min_chains: int) -> np.ndarray:
+    """Quantities ArviZ returns NaN for: any NaN value, or too few chains or draws."""
+    bad = np.isnan(x).any(axis=(0, 1))
+    return bad | (x.shape[0] < min_chains) | (x.shape[1] < MIN_DRAWS)
+
+
+def rhat(x: np.ndarray) -> np.ndarray:
+    """Rank-normalised split R-hat (max of bulk and folded) per quantity; ``az.rhat``'s default."""
+    x = np.asarray(x, dtype=float)
+    out = np.full(x.shape[2], np.nan)
+    ok = ~_invalid(x, min_chains=2)
+    if ok.any():
+        s = _split_chains(x[..., ok])
+        folded = np.abs(s - np.median(s, axis=(0, 1)))
+        out[ok] = np.fmax(_rhat(_z_scale(s)), _rhat(_z_scale(folded)))
+    return out
+
+
+def ess_bulk(x: np.ndarray) -> np.ndarray:
+    """Bulk ESS (rank-normalised, split chains) per quantity; ``az.ess(method="bulk")``."""
+    x = np.asarray(x, dtype=float)
+    out = np.full(x.shape[2], np.nan)
+    ok = ~_invalid(x, min_chains=1)
+    if ok.any():
+        out[ok] = _ess(_z_scale(_split_chains(x[..., ok])))
+    return out
+
+
+def ess_tail(x: np.ndarray) -> np.ndarray:
+    """Tail ESS: the smaller ESS of the 5% and 95% quantile indicators; ``az.ess(method="tail")``."""
+    x = np.asarray(x, dtype=float)
+    out = np.full(x.shape[2], np.nan)
+    ok = ~_invalid(x, min_chains=1)
+    if ok.any():
+        y = x[..., ok]
+        pooled = y.reshape(-1, y.shape[2])
+        low, high = (_ess(_split_chains(y <= np.quantile(pooled, q, axis=0))) for q in TAIL_PROBS)
+        out[ok] = np.where(high < low, high, low)  # Python's min(low, high), NaN handling included
+    return out

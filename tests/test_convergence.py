@@ -1,0 +1,54 @@
+"""The vectorised diagnostics reproduce ArviZ's, quantity by quantity."""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pytest
+import xarray as xr
+from scipy.stats import rankdata
+
+from hbnn import convergence
+
+
+def _ar1(rng, chains, draws, k, phi):
+    x = np.zeros((chains, draws, k))
+    e = rng.normal(size=(chains, draws, k))
+    for t in range(1, draws):
+        x[:, t] = phi * x[:, t - 1] + e[:, t]
+    return x
+
+
+def _arviz(x):
+    ds = xr.Dataset({"q": (("chain", "draw", "quantity"), x)})
+    with warnings.catch_warnings():  # ArviZ warns on the constant and NaN columns
+        warnings.simplefilter("ignore")
+        return (az.rhat(ds)["q"].values, az.ess(ds, method="bulk")["q"].values,
+                az.ess(ds, method="tail")["q"].values)
+
+
+@pytest.mark.parametrize("chains, draws, phi", [(2, 1000, 0.9), (2, 101, 0.5), (4, 50, 0.99), (2, 400, -0.3),
+                                                (1, 200, 0.7), (2, 12, 0.2), (2, 3, 0.0)])
+def test_matches_arviz(chains, draws, phi):
+    rng = np.random.default_rng(chains * 1000 + draws)
+    x = _ar1(rng, chains, draws, 12, phi)
+    x[:, :, 0] = 0.5  # constant
+    x[-1, :, 1] += 3.0  # the last chain in another mode
+    x[:, :, 2] = np.clip(1 / (1 + np.exp(-3 * x[:, :, 2])), None, 0.9)  # saturated: many exact ties
+    x[:, :, 3] = np.round(x[:, :, 3])  # a few distinct values
+    x[0, 0, 4] = np.nan
+    ours = convergence.rhat(x), convergence.ess_bulk(x), convergence.ess_tail(x)
+    for name, got, want in zip(("rhat", "ess_bulk", "ess_tail"), ours, _arviz(x), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-10, equal_nan=True, err_msg=name)
+    assert np.isnan(ours[0][4]) and np.isnan(ours[1][4])  # NaN in, NaN out
+    if chains == 1 or draws < 4:
+        assert np.isnan(ours[0]).all()
+
+
+def test_average_ranks_equal_scipy_with_ties():
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 5, size=(40, 6)).astype(float)
+    x[:, 5] = rng.normal(size=40)
+    np.testing.assert_array_equal(convergence.average_ranks(x), rankdata(x, axis=0, method="average"))

@@ -295,9 +295,15 @@ def _table(result: dict) -> str:
                     f"{b.get('speedup_vs_pymc', float('nan')):7.2f} {b['divergences']:4d} {b['test_accuracy']:8.4f}")
     rows.append(f"numpy floor: {result['numpy_floor_us_per_grad']:.1f} us/grad; "
                 f"repro_s: {result.get('repro_s', float('nan')):.1f}")
-    for key, points in result.get("scaling", {}).items():
-        cells = ", ".join(f"{n}: {p['seconds']:.1f}s/{p['peak_rss_mib']:.0f}MiB" for n, p in points.items()
-                          if isinstance(p, dict) and "seconds" in p)
+    scaling = result.get("scaling", {})
+    for key, points in scaling.items():
+        if key == "linearity":
+            continue
+        cells = ", ".join(f"{n}: {points[n]['seconds']:.1f}s/{points[n]['peak_rss_mib']:.0f}MiB"
+                          for n in sorted(points, key=int))
+        slope = scaling.get("linearity", {}).get(key, {}).get("loglog_slope")
+        if slope is not None:
+            cells += f" (log-log slope {slope:.2f})"
         rows.append(f"scaling {key}: {cells}")
     return "\n".join(rows)
 

@@ -104,42 +104,38 @@ def _ess(x: np.ndarray) -> np.ndarray:
     return np.where(constant, float(total), ess)
 
 
-def _invalid(x: np.ndarray, min_chains: int) -> np.ndarray:
-    """Quantities ArviZ returns NaN for: any NaN value, or too few chains or draws."""
-    bad = np.isnan(x).any(axis=(0, 1))
-    return bad | (x.shape[0] < min_chains) | (x.shape[1] < MIN_DRAWS)
+def _per_quantity(x: np.ndarray, min_chains: int, statistic) -> np.ndarray:
+    """``statistic`` of the quantities ArviZ accepts; NaN for the others (any NaN value, or too few chains or draws)."""
+    x = np.asarray(x, dtype=float)
+    out = np.full(x.shape[2], np.nan)
+    ok = ~np.isnan(x).any(axis=(0, 1)) & (x.shape[0] >= min_chains) & (x.shape[1] >= MIN_DRAWS)
+    if ok.any():
+        out[ok] = statistic(x[..., ok])
+    return out
+
+
+def _rhat_rank(x: np.ndarray) -> np.ndarray:
+    s = _split_chains(x)
+    folded = np.abs(s - np.median(s, axis=(0, 1)))
+    return np.fmax(_rhat(_z_scale(s)), _rhat(_z_scale(folded)))
+
+
+def _ess_tail(x: np.ndarray) -> np.ndarray:
+    pooled = x.reshape(-1, x.shape[2])
+    low, high = (_ess(_split_chains(x <= np.quantile(pooled, q, axis=0))) for q in TAIL_PROBS)
+    return np.where(high < low, high, low)  # Python's min(low, high), NaN handling included
 
 
 def rhat(x: np.ndarray) -> np.ndarray:
     """Rank-normalised split R-hat (max of bulk and folded) per quantity; ``az.rhat``'s default."""
-    x = np.asarray(x, dtype=float)
-    out = np.full(x.shape[2], np.nan)
-    ok = ~_invalid(x, min_chains=2)
-    if ok.any():
-        s = _split_chains(x[..., ok])
-        folded = np.abs(s - np.median(s, axis=(0, 1)))
-        out[ok] = np.fmax(_rhat(_z_scale(s)), _rhat(_z_scale(folded)))
-    return out
+    return _per_quantity(x, 2, _rhat_rank)
 
 
 def ess_bulk(x: np.ndarray) -> np.ndarray:
     """Bulk ESS (rank-normalised, split chains) per quantity; ``az.ess(method="bulk")``."""
-    x = np.asarray(x, dtype=float)
-    out = np.full(x.shape[2], np.nan)
-    ok = ~_invalid(x, min_chains=1)
-    if ok.any():
-        out[ok] = _ess(_z_scale(_split_chains(x[..., ok])))
-    return out
+    return _per_quantity(x, 1, lambda y: _ess(_z_scale(_split_chains(y))))
 
 
 def ess_tail(x: np.ndarray) -> np.ndarray:
     """Tail ESS: the smaller ESS of the 5% and 95% quantile indicators; ``az.ess(method="tail")``."""
-    x = np.asarray(x, dtype=float)
-    out = np.full(x.shape[2], np.nan)
-    ok = ~_invalid(x, min_chains=1)
-    if ok.any():
-        y = x[..., ok]
-        pooled = y.reshape(-1, y.shape[2])
-        low, high = (_ess(_split_chains(y <= np.quantile(pooled, q, axis=0))) for q in TAIL_PROBS)
-        out[ok] = np.where(high < low, high, low)  # Python's min(low, high), NaN handling included
-    return out
+    return _per_quantity(x, 1, _ess_tail)

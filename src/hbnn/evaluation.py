@@ -150,8 +150,8 @@ def function_space_diagnostics(probs: np.ndarray) -> dict[str, float]:
     ``az.ess``), computed for all points at once (:mod:`hbnn.convergence`); R-hat
     needs at least 2 chains and is NaN otherwise, as in ArviZ.
     """
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN R-hat with one chain
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # nanmax of an all-NaN R-hat (one chain)
         return {
             "max_rhat": float(np.nanmax(convergence.rhat(probs))),
             "min_ess_bulk": float(np.nanmin(convergence.ess_bulk(probs))),

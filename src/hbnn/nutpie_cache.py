@@ -98,7 +98,7 @@ def cache_dir() -> Path:
     return Path(config.base_compiledir) / "numba" / "nutpie"
 
 
-def _locator_class():
+def _locator_class(key_of):
     from numba.core.caching import _CacheLocator
 
     class KeyedLocator(_CacheLocator):
@@ -120,9 +120,8 @@ def _locator_class():
 
         @classmethod
         def from_function(cls, py_func, py_file):
-            if py_func.__qualname__ in _WRAPPERS and (key := wrapper_key(py_func)):
-                return cls(key)
-            return None
+            key = key_of(py_func)
+            return cls(key) if key else None
 
     return KeyedLocator
 
@@ -133,24 +132,30 @@ def _keyed_wrappers() -> Iterator[None]:
     from numba.core.caching import CacheImpl, FunctionCache
 
     original = {name: getattr(FunctionCache, name) for name in ("_index_key", "load_overload", "save_overload")}
+    keys: dict = {}  # py_func -> key; numba asks for it several times per wrapper
 
-    def key_of(cache) -> str | None:
-        return wrapper_key(cache._py_func) if cache._py_func.__qualname__ in _WRAPPERS else ""
+    def key_of(py_func) -> str | None:
+        """The wrapper's key, ``None`` for an undescribable wrapper, ``""`` for any other function."""
+        if py_func.__qualname__ not in _WRAPPERS:
+            return ""
+        if py_func not in keys:
+            keys[py_func] = wrapper_key(py_func)
+        return keys[py_func]
 
     def index_key(self, sig, codegen):
-        key = key_of(self)
+        key = key_of(self._py_func)
         if not key:
             return original["_index_key"](self, sig, codegen)
         return (sig, codegen.magic_tuple(), ("hbnn", key))
 
     def load_overload(self, sig, target_context):
-        return None if key_of(self) is None else original["load_overload"](self, sig, target_context)
+        return None if key_of(self._py_func) is None else original["load_overload"](self, sig, target_context)
 
     def save_overload(self, sig, data):
-        if key_of(self) is not None:
+        if key_of(self._py_func) is not None:
             original["save_overload"](self, sig, data)
 
-    locator = _locator_class()
+    locator = _locator_class(key_of)
     CacheImpl._locator_classes.insert(0, locator)
     FunctionCache._index_key = index_key
     FunctionCache.load_overload = load_overload

@@ -21,6 +21,11 @@ that way, for example a PyTensor function without a cache key, the wrapper is
 compiled without loading or saving a cache entry, as nutpie does by default.
 Each key has its own files under :func:`cache_dir`.
 
+The cache can never fail a fit: a wrapper numba refuses to cache (for example
+one whose model embeds a constant array over 1 MB, which numba links as a
+"dynamic global"), an unreadable or corrupt cache entry, or any other error
+inside the caching machinery ends in an uncached compile with one warning.
+
 A warm compile of the default hierarchical model takes about 1.8 s instead of
 about 13.6 s (``benchmarks/compile_time.py``); the machine code is the same, so
 draws are identical.
@@ -31,7 +36,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import re
 import types
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,8 +113,11 @@ def _locator_class(key_of):
         models at the same time (``dvc exp run --queue`` with several jobs) never
         rewrite each other's index."""
 
-        def __init__(self, key: str):
+        def __init__(self, key: str, py_func, py_file: str):
             self._key = key
+            # numba's own locators have these; its "cannot cache" warning reads them.
+            self._py_file = py_file
+            self._lineno = py_func.__code__.co_firstlineno
 
         def get_cache_path(self) -> str:
             return str(cache_dir())
@@ -121,18 +131,22 @@ def _locator_class(key_of):
         @classmethod
         def from_function(cls, py_func, py_file):
             key = key_of(py_func)
-            return cls(key) if key else None
+            return cls(key, py_func, py_file) if key else None
 
     return KeyedLocator
 
 
 @contextlib.contextmanager
-def _keyed_wrappers() -> Iterator[None]:
-    """Within the block, numba files and keys nutpie's wrappers by :func:`wrapper_key`."""
+def _keyed_wrappers() -> Iterator[list[str]]:
+    """Within the block, numba files and keys nutpie's wrappers by :func:`wrapper_key`.
+
+    Yields a list that collects the errors met loading or saving a wrapper.
+    """
     from numba.core.caching import CacheImpl, FunctionCache
 
     original = {name: getattr(FunctionCache, name) for name in ("_index_key", "load_overload", "save_overload")}
     keys: dict = {}  # py_func -> key; numba asks for it several times per wrapper
+    problems: list[str] = []  # errors loading or saving a wrapper; compile_numba warns once
 
     def key_of(py_func) -> str | None:
         """The wrapper's key, ``None`` for an undescribable wrapper, ``""`` for any other function."""
@@ -149,11 +163,29 @@ def _keyed_wrappers() -> Iterator[None]:
         return (sig, codegen.magic_tuple(), ("hbnn", key))
 
     def load_overload(self, sig, target_context):
-        return None if key_of(self._py_func) is None else original["load_overload"](self, sig, target_context)
+        if key_of(self._py_func) is None:
+            return None
+        try:
+            return original["load_overload"](self, sig, target_context)
+        except Exception as err:  # noqa: BLE001 - a bad entry must never fail a fit: compile afresh
+            problems.append(f"could not load {self._py_func.__qualname__} ({type(err).__name__}: {err})")
+            return None
 
     def save_overload(self, sig, data):
-        if key_of(self._py_func) is not None:
-            original["save_overload"](self, sig, data)
+        if key_of(self._py_func) is None:
+            return
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                original["save_overload"](self, sig, data)
+        except Exception as err:  # noqa: BLE001 - the compiled code is fine; only the cache entry is lost
+            problems.append(f"could not save {self._py_func.__qualname__} ({type(err).__name__}: {err})")
+            return
+        # numba warns when it refuses to cache (e.g. large constant arrays are "dynamic globals"):
+        # expected for such models, nothing for the user to do, so it is logged, not warned.
+        for w in caught:
+            message = re.sub(r"\x1b\[[0-9;]*m", "", str(w.message))  # numba's messages carry terminal colours
+            log.info("nutpie compile cache: %s not cached: %s", self._py_func.__qualname__, message)
 
     locator = _locator_class(key_of)
     CacheImpl._locator_classes.insert(0, locator)
@@ -161,7 +193,7 @@ def _keyed_wrappers() -> Iterator[None]:
     FunctionCache.load_overload = load_overload
     FunctionCache.save_overload = save_overload
     try:
-        yield
+        yield problems
     finally:
         CacheImpl._locator_classes.remove(locator)
         for name, method in original.items():
@@ -172,8 +204,14 @@ def compile_numba(model):
     """``nutpie.compile_pymc_model(model, backend="numba")``, reusing wrappers compiled by earlier runs."""
     import nutpie
 
-    with _keyed_wrappers():
-        compiled = nutpie.compile_pymc_model(model, backend="numba", cache=True)
+    try:
+        with _keyed_wrappers() as problems:
+            compiled = nutpie.compile_pymc_model(model, backend="numba", cache=True)
+    except Exception as err:  # noqa: BLE001 - whatever broke in the cache, an uncached compile still works
+        log.warning("nutpie compile cache failed (%s: %s); compiling without it", type(err).__name__, err)
+        return nutpie.compile_pymc_model(model, backend="numba")
+    if problems:
+        log.warning("nutpie compile cache: %s; compiled without it", "; ".join(problems))
     hits = compiled.compiled_logp_func.cache_hits + compiled.compiled_expand_func.cache_hits
     log.info("nutpie: %d of 2 compiled wrappers loaded from %s", hits, cache_dir())
     return compiled

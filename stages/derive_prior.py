@@ -2,8 +2,12 @@
 
 import sys
 
-from hbnn.cli import run_stage
-from hbnn.pipeline import derive_prior
+from hbnn.cli import interrupts_reported, run_stage
+
+PATHS = ["hier_trace", "prior_out", "metrics_out"]
 
 if __name__ == "__main__":
-    sys.exit(run_stage(__doc__, ["hier_trace", "prior_out", "metrics_out"], derive_prior))
+    with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
+        from hbnn.pipeline import derive_prior
+
+        sys.exit(run_stage(__doc__, PATHS, derive_prior))

@@ -2,8 +2,12 @@
 
 import sys
 
-from hbnn.cli import run_stage
-from hbnn.pipeline import fit_flat
+from hbnn.cli import interrupts_reported, run_stage
+
+PATHS = ["tasks_path", "trace_out", "metrics_out", "timing_out"]
 
 if __name__ == "__main__":
-    sys.exit(run_stage(__doc__, ["tasks_path", "trace_out", "metrics_out", "timing_out"], fit_flat))
+    with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
+        from hbnn.pipeline import fit_flat
+
+        sys.exit(run_stage(__doc__, PATHS, fit_flat))

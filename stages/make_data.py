@@ -2,8 +2,12 @@
 
 import sys
 
-from hbnn.cli import run_stage
-from hbnn.pipeline import make_data
+from hbnn.cli import interrupts_reported, run_stage
+
+PATHS = ["out"]
 
 if __name__ == "__main__":
-    sys.exit(run_stage(__doc__, ["out"], make_data))
+    with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
+        from hbnn.pipeline import make_data
+
+        sys.exit(run_stage(__doc__, PATHS, make_data))

@@ -2,15 +2,14 @@
 
 import sys
 
-from hbnn.cli import run_stage
-from hbnn.report import report
+from hbnn.cli import interrupts_reported, run_stage
+
+PATHS = [
+    "tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "timings_dir", "out_dir",
+]
 
 if __name__ == "__main__":
-    sys.exit(
-        run_stage(
-            __doc__,
-            ["tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "timings_dir",
-             "out_dir"],
-            report,
-        )
-    )
+    with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
+        from hbnn.report import report
+
+        sys.exit(run_stage(__doc__, PATHS, report))

@@ -1,11 +1,27 @@
+import errno
+import json
 import os
+from pathlib import Path
 
 import arviz as az
 import numpy as np
 import pytest
 import xarray as xr
 
-from hbnn.io import InputError, atomic_path, load_dataset, load_trace, provenance, stamp, write_json, write_netcdf
+from hbnn.io import (
+    InputError,
+    NonFiniteError,
+    OutputError,
+    atomic_path,
+    check_finite,
+    load_dataset,
+    load_trace,
+    provenance,
+    staged_outputs,
+    stamp,
+    write_json,
+    write_netcdf,
+)
 
 
 def test_atomic_path_leaves_nothing_on_failure(tmp_path):
@@ -29,8 +45,70 @@ def test_atomic_outputs_get_normal_permissions(tmp_path):
 def test_write_json_is_stable_and_rejects_nan(tmp_path):
     write_json({"b": 1, "a": {"d": 2, "c": 3}}, tmp_path / "m.json")
     assert (tmp_path / "m.json").read_text() == '{\n  "a": {\n    "c": 3,\n    "d": 2\n  },\n  "b": 1\n}\n'
-    with pytest.raises(ValueError):
+    with pytest.raises(NonFiniteError):
         write_json({"x": float("nan")}, tmp_path / "n.json")
+    assert not (tmp_path / "n.json").exists()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def _outputs(tmp_path):
+    trace, metrics = tmp_path / "traces" / "t.nc", tmp_path / "metrics" / "m.json"
+    write_netcdf(xr.Dataset({"a": ("x", np.arange(3.0))}), trace)
+    write_json({"old": 1}, metrics)
+    return trace, metrics, {p: p.read_bytes() for p in (trace, metrics)}
+
+
+def test_staged_outputs_commit_together_or_not_at_all(tmp_path):
+    trace, metrics, before = _outputs(tmp_path)
+    with pytest.raises(KeyboardInterrupt), staged_outputs() as out:
+        out.write_netcdf(xr.Dataset({"a": ("x", np.arange(4.0))}), trace)
+        out.write_json({"new": 1}, metrics)
+        raise KeyboardInterrupt  # a Ctrl-C after every temporary was written, before the commit
+    assert {p: p.read_bytes() for p in before} == before
+    assert not list(tmp_path.rglob(".*.tmp"))
+    with staged_outputs() as out:
+        out.write_json({"new": 1}, metrics)  # staged first, committed last: metrics follow the trace
+        out.write_netcdf(xr.Dataset({"a": ("x", np.arange(4.0))}), trace)
+        order = [dest.suffix for _, dest in sorted(out._staged, key=lambda s: s[1].suffix == ".json")]
+        assert order == [".nc", ".json"]
+    assert json.loads(metrics.read_text()) == {"new": 1}
+
+
+def test_non_finite_results_are_never_written(tmp_path):
+    trace, metrics, before = _outputs(tmp_path)
+    with pytest.raises(NonFiniteError, match="a has 1 non-finite"), staged_outputs() as out:
+        out.write_json({"new": 1}, metrics)
+        out.write_netcdf(xr.Dataset({"a": ("x", np.array([0.0, np.inf]))}), trace)
+    assert {p: p.read_bytes() for p in before} == before
+    with pytest.raises(NonFiniteError, match="posterior: w"):
+        check_finite(az.from_dict(posterior={"w": np.full((1, 2), np.nan)}), "trace")
+    # sample_stats may hold NaN by design (PyMC's eigenvalue stats)
+    check_finite(az.from_dict(posterior={"w": np.zeros((1, 2))}, sample_stats={"e": np.full((1, 2), np.nan)}), "t")
+
+
+def test_leftover_temporaries_of_a_killed_run_are_removed(tmp_path):
+    trace, metrics, _ = _outputs(tmp_path)
+    leftover = metrics.parent / f".{metrics.name}.abc123.tmp"
+    leftover.write_text("half")
+    other = metrics.parent / ".other.json.abc123.tmp"  # another output's: not this write's business
+    other.write_text("half")
+    write_json({"new": 1}, metrics)
+    assert not leftover.exists() and other.exists()
+
+
+def test_a_full_disk_is_one_error_and_leaves_earlier_outputs(tmp_path, monkeypatch):
+    trace, metrics, before = _outputs(tmp_path)
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OutputError, match=r"cannot write .*m.json: No space left on device"), staged_outputs() as out:
+        out.write_netcdf(xr.Dataset({"a": ("x", np.arange(4.0))}), trace)
+        out.write_json({"new": 1}, metrics)
+    monkeypatch.undo()
+    assert {p: p.read_bytes() for p in before} == before
+    assert not list(tmp_path.rglob(".*.tmp"))
 
 
 def _trace(variant):

@@ -21,6 +21,7 @@ import pymc as pm
 import xarray as xr
 
 from hbnn.config import JAX_BACKENDS, ConfigError, SamplerParams
+from hbnn.errors import SamplingError
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class Sampler:
             import nutpie
 
             compiled = self._compiled.with_data(**data) if data else self._compiled
-            idata = nutpie.sample(
+            running = nutpie.sample(
                 compiled,
                 draws=s.draws,
                 tune=s.tune,
@@ -122,7 +123,15 @@ class Sampler:
                 low_rank_modified_mass_matrix=s.mass_matrix == "low_rank",
                 progress_bar=False,
                 save_warmup=True,  # only to count the tuning phase's gradient evaluations
+                blocking=False,
             )
+            # nutpie's blocking call turns Ctrl-C into an early return with the draws so far;
+            # here an interrupt stops the chains and propagates, so no partial trace is used.
+            try:
+                idata = running.wait()
+            except BaseException:
+                running.cancel()
+                raise
             grad_evals = _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
         elif s.backend == "advi":
             if data:
@@ -154,11 +163,27 @@ class Sampler:
             if s.backend == "pymc":
                 grad_evals = _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
         seconds = time.perf_counter() - start
+        _check_complete(idata, s)
         # Model variables only: nutpie also stores the unconstrained values (sd_in_log__, ...),
         # the other backends do not, and every backend must write the same layout.
         posterior = idata.posterior[[v for v in idata.posterior.data_vars if not str(v).endswith("__")]]
         idata = az.InferenceData(posterior=posterior, sample_stats=idata.sample_stats)
         return Fit(posterior=idata, seconds=seconds, loss=loss, grad_evals=grad_evals)
+
+
+def _check_complete(idata: az.InferenceData, s: SamplerParams) -> None:
+    """Every chain holds all ``draws`` finite draws, else :class:`SamplingError`.
+
+    Samplers return early with what they have when interrupted (PyMC and nutpie
+    both do on Ctrl-C); such a trace must never be taken for a finished run.
+    """
+    sizes = idata.posterior.sizes
+    if (sizes.get("chain"), sizes.get("draw")) != (s.chains, s.draws):
+        raise SamplingError(f"sampling stopped early: {sizes.get('chain')} chains x {sizes.get('draw')} draws "
+                            f"of {s.chains} x {s.draws}; nothing was written")
+    for name, da in idata.posterior.data_vars.items():
+        if np.issubdtype(da.dtype, np.floating) and not np.isfinite(da.values).all():
+            raise SamplingError(f"sampling produced non-finite draws of {name}; nothing was written")
 
 
 class _Advi:

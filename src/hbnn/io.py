@@ -2,8 +2,11 @@
 
 Every output is written to a temporary file in the destination directory and
 renamed into place, so a killed stage never leaves a partial file at an output
-path. Loaders turn unreadable or mismatched files into :class:`InputError`
-naming the file and what is wrong.
+path. A stage's outputs are committed together (:func:`staged_outputs`): every
+temporary is written first, then all are renamed, metrics last, with SIGINT and
+SIGTERM held back during the renames; temporaries that a killed run left are
+removed the next time that output is written. Loaders turn unreadable or
+mismatched files into :class:`InputError` naming the file and what is wrong.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from importlib import metadata
@@ -21,11 +25,125 @@ import arviz as az
 import numpy as np
 import xarray as xr
 
+from hbnn.errors import InputError, NonFiniteError, OutputError
+
 PACKAGES = ("hbnn", "pymc", "pytensor", "nutpie", "arviz", "numpy", "xarray", "scikit-learn")
 
 
-class InputError(RuntimeError):
-    """An input file is missing, unreadable or not what this stage expects."""
+def _temporary(path: Path) -> Path:
+    """A new empty temporary file beside ``path``, after removing those a killed run left there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def _seal(tmp: Path) -> None:
+    """Flush ``tmp`` to disk and give it the permissions a plain ``open()`` would (mkstemp makes 0600)."""
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.chmod(tmp, 0o666 & ~_umask())
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back within the block (a kill -9 still cannot be held)."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Turn an ``OSError`` while writing ``path`` into an :class:`OutputError` naming it."""
+    try:
+        yield
+    except OSError as err:
+        raise OutputError(f"cannot write {path}: {err.strerror or err}; earlier outputs are unchanged") from err
+
+
+class Outputs:
+    """A stage's outputs, written to temporaries and committed together by :meth:`commit`.
+
+    Use through :func:`staged_outputs`. Each ``write_*`` method writes the whole
+    file to a temporary beside its destination; nothing at a destination changes
+    until :meth:`commit`, which renames them all (JSON files, the metrics, last)
+    and then removes the files passed to :meth:`remove`.
+    """
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[Path, Path]] = []  # (temporary, destination)
+        self._removals: list[Path] = []
+
+    @contextlib.contextmanager
+    def path(self, path: str | Path) -> Iterator[Path]:
+        """Yield a temporary path to write ``path``'s content to; it is staged once the block ends."""
+        path = Path(path)
+        with _writing(path):
+            tmp = _temporary(path)
+            self._staged.append((tmp, path))
+            yield tmp
+            _seal(tmp)
+
+    def write_json(self, obj: Any, path: str | Path) -> None:
+        """Stable, sorted, indented JSON; NaN or infinity is a :class:`NonFiniteError`."""
+        try:
+            text = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
+        except ValueError as err:
+            raise NonFiniteError(f"{path}: refusing to write a non-finite value ({err})") from err
+        with self.path(path) as tmp:
+            tmp.write_text(text)
+
+    def write_text(self, text: str, path: str | Path) -> None:
+        with self.path(path) as tmp:
+            tmp.write_text(text)
+
+    def write_bytes(self, data: bytes, path: str | Path) -> None:
+        with self.path(path) as tmp:
+            tmp.write_bytes(data)
+
+    def write_netcdf(self, obj: az.InferenceData | xr.Dataset, path: str | Path) -> None:
+        """Save an ``InferenceData`` or ``Dataset``; non-finite values are refused (see :func:`check_finite`)."""
+        check_finite(obj, str(path))
+        with self.path(path) as tmp:
+            obj.to_netcdf(str(tmp))
+
+    def remove(self, path: str | Path) -> None:
+        """Delete ``path`` when the outputs are committed (an output the stage no longer writes)."""
+        self._removals.append(Path(path))
+
+    def commit(self) -> None:
+        """Rename every staged file onto its destination, JSON last, with interrupts held back."""
+        order = sorted(self._staged, key=lambda staged: staged[1].suffix == ".json")
+        with _signals_held():
+            for tmp, path in order:
+                with _writing(path):
+                    os.replace(tmp, path)
+            for path in self._removals:
+                path.unlink(missing_ok=True)
+        self._staged.clear()
+
+    def discard(self) -> None:
+        """Remove every temporary not yet committed."""
+        for tmp, _ in self._staged:
+            tmp.unlink(missing_ok=True)
+        self._staged.clear()
+
+
+@contextlib.contextmanager
+def staged_outputs() -> Iterator[Outputs]:
+    """Collect a stage's outputs; commit them together if the block succeeds, else discard them all."""
+    outputs = Outputs()
+    try:
+        yield outputs
+        outputs.commit()
+    finally:
+        outputs.discard()
 
 
 @contextlib.contextmanager
@@ -35,20 +153,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     On any exception (or a kill before the rename) the destination is untouched
     and the temporary file is removed where possible.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        with open(tmp_path, "rb") as fh:
-            os.fsync(fh.fileno())
-        # mkstemp creates 0600 files; give outputs the permissions a plain open() would.
-        os.chmod(tmp_path, 0o666 & ~_umask())
-        os.replace(tmp_path, path)
-    finally:
-        tmp_path.unlink(missing_ok=True)
+    with staged_outputs() as outputs, outputs.path(path) as tmp:
+        yield tmp
 
 
 def _umask() -> int:
@@ -59,24 +165,39 @@ def _umask() -> int:
 
 def write_json(obj: Any, path: str | Path) -> None:
     """Write ``obj`` as stable, sorted, indented JSON, atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    with staged_outputs() as outputs:
+        outputs.write_json(obj, path)
 
 
 def write_text(text: str, path: str | Path) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
-
-
-def write_bytes(data: bytes, path: str | Path) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
+    with staged_outputs() as outputs:
+        outputs.write_text(text, path)
 
 
 def write_netcdf(obj: az.InferenceData | xr.Dataset, path: str | Path) -> None:
     """Save an ``InferenceData`` or ``Dataset`` to NetCDF, atomically."""
-    with atomic_path(path) as tmp:
-        obj.to_netcdf(str(tmp))
+    with staged_outputs() as outputs:
+        outputs.write_netcdf(obj, path)
+
+
+# sample_stats may hold NaN by design (e.g. PyMC's unused eigenvalue stats).
+UNCHECKED_GROUPS = ("sample_stats", "warmup_sample_stats")
+
+
+def check_finite(obj: az.InferenceData | xr.Dataset, what: str) -> None:
+    """Raise :class:`NonFiniteError` naming the variable if any float in ``obj`` is NaN or infinite.
+
+    For ``InferenceData`` the groups in :data:`UNCHECKED_GROUPS` are skipped.
+    """
+    if isinstance(obj, az.InferenceData):
+        datasets = [(f"{what} group {g}", obj[g]) for g in obj.groups() if g not in UNCHECKED_GROUPS]
+    else:
+        datasets = [(what, obj)]
+    for where, ds in datasets:
+        for name, da in ds.data_vars.items():
+            if np.issubdtype(da.dtype, np.floating) and not np.isfinite(da.values).all():
+                bad = int((~np.isfinite(da.values)).sum())
+                raise NonFiniteError(f"{where}: {name} has {bad} non-finite values; nothing was written")
 
 
 def package_versions() -> dict[str, str]:

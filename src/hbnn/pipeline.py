@@ -27,9 +27,8 @@ from hbnn.io import (
     load_trace,
     provenance,
     settings_from_attrs,
+    staged_outputs,
     stamp,
-    write_json,
-    write_netcdf,
 )
 from hbnn.models import (
     build_flat_model,
@@ -67,7 +66,8 @@ def make_data(params: Params, out: Path) -> None:
                                {"n_groups": params.n_groups, "seed": params.seed,
                                 "data": dataclasses.asdict(params.data),
                                 "likelihood": params.model.likelihood}))
-    write_netcdf(ds, out)
+    with staged_outputs() as outputs:
+        outputs.write_netcdf(ds, out)
     log.info("wrote %s: %d groups, %d rows", out, Tasks(ds).n_groups, ds.sizes["obs"])
 
 
@@ -150,9 +150,10 @@ def _finish_fit(
     s = params.sampler
     timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
                                        min(s.chains, s.cores), advi_iterations)
-    write_netcdf(idata, trace_out)
-    write_json(as_builtin(metrics), metrics_out)
-    write_json(as_builtin(timing), timing_out)
+    with staged_outputs() as outputs:
+        outputs.write_netcdf(idata, trace_out)
+        outputs.write_json(as_builtin(timing), timing_out)
+        outputs.write_json(as_builtin(metrics), metrics_out)
     score = "accuracy" if "accuracy" in metrics["train"] else "rmse"
     log.info(
         "%s: train %s %.4f, test %s %.4f, %d divergences, %.1fs sampling",
@@ -342,8 +343,9 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
             for c in range(n_chains)
         },
     }
-    write_netcdf(ds, prior_out)
-    write_json(as_builtin(metrics), metrics_out)
+    with staged_outputs() as outputs:
+        outputs.write_netcdf(ds, prior_out)
+        outputs.write_json(as_builtin(metrics), metrics_out)
     log.info("derive_prior: %d new-group draws per layer from %d chains", draws[0].shape[0], len(chains_used))
     return metrics
 

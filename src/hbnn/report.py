@@ -31,7 +31,7 @@ from hbnn import plots
 from hbnn.config import Params, ReportParams
 from hbnn.data import Split, Tasks
 from hbnn.evaluation import group_weights, predict_output, predict_proba, reliability
-from hbnn.io import InputError, as_builtin, load_trace, settings_from_attrs, write_bytes, write_json, write_text
+from hbnn.io import InputError, Outputs, as_builtin, load_trace, settings_from_attrs, staged_outputs
 from hbnn.models import LayerSpec, layer_specs
 from hbnn.pipeline import load_prior, load_tasks
 
@@ -823,14 +823,14 @@ def calibration_csv(tables: dict[str, dict[str, np.ndarray]]) -> str:
     return buf.getvalue()
 
 
-def write_figures(figures: dict[str, bytes], fig_dir: Path) -> None:
-    """Write ``figures`` into ``fig_dir``, first removing PNGs a previous run left that are not rewritten."""
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    for stale in fig_dir.glob("*.png"):
-        if stale.name not in figures:
-            stale.unlink()
+def write_figures(figures: dict[str, bytes], fig_dir: Path, outputs: Outputs) -> None:
+    """Stage ``figures`` into ``fig_dir``, and the removal of PNGs a previous run left that are not rewritten."""
+    if fig_dir.is_dir():
+        for stale in fig_dir.glob("*.png"):
+            if stale.name not in figures:
+                outputs.remove(stale)
     for name, data in figures.items():
-        write_bytes(data, fig_dir / name)
+        outputs.write_bytes(data, fig_dir / name)
 
 
 # ----------------------------------------------------------------------------- stage body
@@ -916,12 +916,14 @@ def report(
     ]
     result = summary(metrics, len(names))
 
-    write_figures(figures, out_dir / "figures")
-    write_text(render_markdown(title, intro, sections), out_dir / "report.md")
-    write_text(render_html(title, intro, sections, figures), out_dir / "report.html")
-    write_text(per_group_csv(accuracy, [] if gaussian else names), out_dir / "plots" / "per_group_accuracy.csv")
-    write_text(calibration_csv(calibration), out_dir / "plots" / "calibration.csv")
-    write_text(loss_csv(losses), out_dir / "plots" / "advi_loss.csv")
-    write_json(result, metrics_dir / "summary.json")
+    with staged_outputs() as outputs:
+        write_figures(figures, out_dir / "figures", outputs)
+        outputs.write_text(render_markdown(title, intro, sections), out_dir / "report.md")
+        outputs.write_text(render_html(title, intro, sections, figures), out_dir / "report.html")
+        outputs.write_text(per_group_csv(accuracy, [] if gaussian else names),
+                           out_dir / "plots" / "per_group_accuracy.csv")
+        outputs.write_text(calibration_csv(calibration), out_dir / "plots" / "calibration.csv")
+        outputs.write_text(loss_csv(losses), out_dir / "plots" / "advi_loss.csv")
+        outputs.write_json(result, metrics_dir / "summary.json")
     log.info("report: %d figures, %d groups -> %s", len(figures), len(names), out_dir)
     return result

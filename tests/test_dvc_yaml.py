@@ -55,10 +55,22 @@ def test_stage_declares_all_code_it_runs(stage):
 @pytest.mark.parametrize("stage", sorted(DVC["stages"]))
 def test_stage_params_exist(stage):
     for key in DVC["stages"][stage].get("params", []):
+        if isinstance(key, dict):  # `- params.yaml:` (the whole file)
+            assert key == {"params.yaml": None}
+            continue
         node = PARAMS
         for part in key.split("."):
             assert part in node, f"{stage} lists params key {key!r} that params.yaml lacks"
             node = node[part]
+
+
+def test_every_params_key_is_validated_by_a_stage():
+    """A key no stage lists would never be read; check_params lists the whole file instead."""
+    assert {"params.yaml": None} in DVC["stages"]["check_params"]["params"]
+    assert "cli.py" in str(DVC["stages"]["check_params"]["deps"])
+    for module in import_closure(ROOT / "stages" / "check_params.py"):  # cheap: no sampler imported
+        source = (ROOT / module).read_text()
+        assert "import pymc" not in source and "import nutpie" not in source, module
 
 
 def test_n_groups_and_seed_reach_make_data():

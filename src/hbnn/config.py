@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import reprlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
-
-import yaml
 
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
 JAX_BACKENDS = ("numpyro", "blackjax")
@@ -24,6 +24,8 @@ ALIGN_METHODS = ("chains", "reference_chain")
 SOURCES = ("moons", "table")
 LIKELIHOODS = ("bernoulli", "gaussian")
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+MAX_SEED = 2**32 - 1  # NumPy's legacy RandomState (the moons data) takes seeds below 2**32
+MAX_VALUES = 10_000  # a params file larger than this, aliases expanded, is refused (a YAML "alias bomb")
 
 
 class ConfigError(ValueError):
@@ -157,7 +159,7 @@ class SamplerParams:
         _require(self.draws >= 1, f"{key}.draws", self.draws, "must be >= 1")
         _require(0 < self.target_accept < 1, f"{key}.target_accept", self.target_accept,
                  "must lie strictly between 0 and 1")
-        _require(self.seed >= 0, f"{key}.seed", self.seed, "must be >= 0")
+        _check_seed(self.seed, f"{key}.seed")
         _require(self.cores >= 1, f"{key}.cores", self.cores, "must be >= 1")
         _require(self.mass_matrix in MASS_MATRICES, f"{key}.mass_matrix", self.mass_matrix,
                  f"must be one of {list(MASS_MATRICES)}")
@@ -182,7 +184,7 @@ class PriorParams:
         _require(self.reference_chain >= 0, f"{key}.reference_chain", self.reference_chain, "must be >= 0")
         # Positive, so the fitted covariance always has a Cholesky factor.
         _require(self.jitter > 0, f"{key}.jitter", self.jitter, "must be > 0")
-        _require(self.seed >= 0, f"{key}.seed", self.seed, "must be >= 0")
+        _check_seed(self.seed, f"{key}.seed")
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,7 @@ class Params:
 
     def check(self) -> None:
         _require(self.n_groups >= 1, "n_groups", self.n_groups, "must be >= 1")
-        _require(self.seed >= 0, "seed", self.seed, "must be >= 0")
+        _check_seed(self.seed, "seed")
         for f in fields(self):
             value = getattr(self, f.name)
             if dataclasses.is_dataclass(value):
@@ -251,9 +253,22 @@ class Params:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+_short = reprlib.Repr()  # Python 3.11's Repr takes no keyword arguments
+_short.maxlevel, _short.maxlist, _short.maxdict, _short.maxstring, _short.maxother = 2, 4, 4, 60, 60
+
+
+def _show(value: Any) -> str:
+    """``repr(value)``, cut short: a message must stay one readable line whatever the value."""
+    return _short.repr(value)
+
+
 def _require(ok: bool, key: str, value: Any, why: str) -> None:
     if not ok:
-        raise ConfigError(f"invalid parameter {key}={value!r}: {why}")
+        raise ConfigError(f"invalid parameter {key}={_show(value)}: {why}")
+
+
+def _check_seed(seed: int, key: str) -> None:
+    _require(0 <= seed <= MAX_SEED, key, seed, f"must lie in [0, {MAX_SEED}] (2**32 - 1)")
 
 
 def _coerce(value: Any, hint: Any, key: str) -> Any:
@@ -267,36 +282,42 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         if isinstance(value, int) and not isinstance(value, bool) and value == 0:
             return ()
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"invalid parameter {key}={value!r}: expected a list of {item.__name__} (or 0 for none)")
+            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected a list of {item.__name__} "
+                              "(or 0 for none)")
         return tuple(_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value))
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"invalid parameter {key}={value!r}: expected true or false")
+            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected true or false")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"invalid parameter {key}={value!r}: expected a number")
+            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected a number")
+        if not math.isfinite(value):
+            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected a finite number")
         return float(value)
     if hint is int:
+        # 1e3 or 1000.0 (as `dvc exp run -S` may write it) is the integer 1000; 2.5 is not an integer.
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"invalid parameter {key}={value!r}: expected an integer")
+            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected an integer")
         return value
     if hint is str:
         if not isinstance(value, str):
-            raise ConfigError(f"invalid parameter {key}={value!r}: expected a string")
+            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected a string")
         return value
     raise TypeError(f"unsupported type hint {hint!r} for {key}")  # pragma: no cover
 
 
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
-        raise ConfigError(f"invalid parameter {prefix or 'params'}={raw!r}: expected a mapping")
+        raise ConfigError(f"invalid parameter {prefix or 'params'}={_show(raw)}: expected a mapping")
     hints = get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     for key in raw:
         if key not in known:
             dotted = f"{prefix}.{key}" if prefix else str(key)
-            raise ConfigError(f"unknown parameter {dotted}={raw[key]!r}: allowed keys here are {sorted(known)}")
+            raise ConfigError(f"unknown parameter {dotted}={_show(raw[key])}: allowed keys here are {sorted(known)}")
     kwargs = {}
     for name in known:
         if name in raw:
@@ -316,13 +337,54 @@ def parse_params(raw: dict[str, Any] | None) -> Params:
     return params
 
 
+def _count_values(node: Any, limit: int) -> int:
+    """Values in ``node`` with every alias expanded, counting stops past ``limit``."""
+    count, todo = 0, [node]
+    while todo and count <= limit:
+        item = todo.pop()
+        count += 1
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return count
+
+
+def read_yaml(text: str, what: str) -> Any:
+    """Parse ``text`` as YAML 1.2, exactly as DVC reads ``params.yaml`` (ruamel.yaml's safe loader).
+
+    PyYAML would read YAML 1.1 instead, where ``010`` is 8, ``yes`` is true and
+    ``1e-5`` is a string, so the stages and ``dvc params diff`` would disagree.
+    """
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        raw = YAML(typ="safe").load(text)
+    except YAMLError as err:
+        raise ConfigError(f"{what} is not valid YAML: {err}") from err
+    if _count_values(raw, MAX_VALUES) > MAX_VALUES:
+        raise ConfigError(f"{what} holds more than {MAX_VALUES} values once its YAML aliases are expanded; "
+                          "write the parameters out plainly")
+    return raw
+
+
 def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read and validate ``params.yaml``."""
+    """Read and validate ``params.yaml`` (YAML 1.2, as DVC reads it)."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except FileNotFoundError as err:
         raise ConfigError(f"parameter file {path} does not exist") from err
-    except yaml.YAMLError as err:
-        raise ConfigError(f"parameter file {path} is not valid YAML: {err}") from err
-    return parse_params(raw)
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"parameter file {path} cannot be read: {err}") from err
+    return parse_params(read_yaml(text, f"parameter file {path}"))
+
+
+def check_params(params: Params) -> None:
+    """Body of the ``check_params`` stage, which depends on the whole ``params.yaml``.
+
+    Loading already validated every key, including keys no other stage reads
+    (a typo there would otherwise change nothing and be accepted silently).
+    """
+    del params  # validated by load_params before this is called

@@ -10,10 +10,11 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
-from hbnn.io import InputError
-from hbnn.predict import predict
+from hbnn.cli import EXIT_BAD_INPUT, EXIT_FAILED, interrupts_reported
+from hbnn.errors import InputError, OutputError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,6 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Bad inputs print one ``error:`` line and return 2 before anything is scored.
     """
     parser = argparse.ArgumentParser(prog="hbnn", description="Hierarchical Bayesian neural networks.")
+    parser.add_argument("--version", action="version", version=f"hbnn {metadata.version('hbnn')}")
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser(
         "predict",
@@ -33,15 +35,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--trace", type=Path, required=True, help="trace file, e.g. traces/hier.nc")
     p.add_argument("--input", type=Path, required=True, help="rows to score (.csv or .parquet)")
-    p.add_argument("--output", type=Path, required=True, help="scored rows (.csv)")
+    p.add_argument("--output", type=Path, required=True, help="scored rows (.csv); - for standard output")
     p.add_argument("--seed", type=int, default=0, help="seed of the new-group weight draws (default 0)")
     args = parser.parse_args(argv)
+    # Logs go to standard error, so `--output -` leaves standard output to the CSV.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        if args.seed < 0:
-            raise InputError(f"--seed={args.seed} must be >= 0")
-        predict(args.trace, args.input, args.output, args.seed)
+        with interrupts_reported():
+            from hbnn.predict import predict
+
+            if not 0 <= args.seed < 2**32:
+                raise InputError(f"--seed={args.seed} must lie in [0, 2**32 - 1]")
+            predict(args.trace, args.input, args.output, args.seed)
+    except SystemExit as stop:
+        return stop.code
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except OutputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
     return 0

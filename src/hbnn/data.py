@@ -112,16 +112,27 @@ def tasks_dataset(
 
 
 # ----------------------------------------------------------------------------- tables
-def read_table(path: str | Path, what: str = "table") -> pd.DataFrame:
-    """A CSV or Parquet file as a DataFrame; a missing or unreadable file is an :class:`InputError`."""
+def read_table(path: str | Path, what: str = "table", text_columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A CSV or Parquet file as a DataFrame; a missing or unreadable file is an :class:`InputError`.
+
+    ``text_columns`` of a CSV (group ids) are read exactly as written: ``01`` and
+    ``1`` stay two groups, ``NA`` or ``null`` is a name, and only an empty cell is
+    missing. Parquet columns keep their stored type.
+    """
     path = Path(path)
     if not path.is_file():
         hint = " (data.path)" if what == "table" else ""
         raise InputError(f"{what} {path}{hint} does not exist")
     try:
-        if path.suffix.lower() == ".csv":
-            return pd.read_csv(path)
-        return pd.read_parquet(path)
+        if path.suffix.lower() != ".csv":
+            return pd.read_parquet(path)
+        df = pd.read_csv(path)
+        text = [c for c in text_columns if c in df.columns]
+        if text:
+            raw = pd.read_csv(path, usecols=text, dtype=str, keep_default_na=False)
+            for c in text:
+                df[c] = raw[c].where(raw[c] != "", None)
+        return df
     except Exception as err:  # noqa: BLE001 - any parse failure means a bad file
         raise InputError(f"{what} {path} is not a readable {path.suffix} file ({type(err).__name__}: {err})") from err
 
@@ -250,10 +261,30 @@ def _standardise(values: np.ndarray, train: np.ndarray) -> tuple[np.ndarray, np.
     A constant column gets mean 0 and sd 1, i.e. it is left as it is: a column of
     ones then works as an intercept input of the network, which has no biases.
     """
-    mean = values[train].mean(axis=0)
-    sd = values[train].std(axis=0)
+    with np.errstate(all="ignore"):  # huge values overflow here; _model_scale reports them
+        mean = values[train].mean(axis=0)
+        sd = values[train].std(axis=0)
     constant = ~(sd > 0)
     return np.where(constant, 0.0, mean), np.where(constant, 1.0, sd), constant
+
+
+# Model-scale values beyond this overflow the network's arithmetic (squares, sums over rows).
+MAX_MODEL_SCALE = 1e100
+
+
+def _model_scale(values, mean, sd, names: list[str], role: str, where: str) -> np.ndarray:
+    """``(values - mean) / sd``, or an :class:`InputError` naming the column whose values cannot be used.
+
+    Finite but huge values (1e308) overflow the mean or sd and would become NaN.
+    """
+    with np.errstate(all="ignore"):
+        scaled = (values - mean) / sd
+    bad = ~(np.isfinite(scaled) & (np.abs(scaled) <= MAX_MODEL_SCALE))
+    if bad.any():
+        column, rows = int(np.flatnonzero(bad.any(axis=0))[0]), np.flatnonzero(bad.any(axis=1))
+        raise InputError(f"{where}: {role} column {names[column]!r} has values too large to use (e.g. "
+                         f"{values[rows[0], column]!r} in row {_rows(rows, 1)}); rescale the column first")
+    return scaled
 
 
 def load_table_tasks(params: Params) -> xr.Dataset:
@@ -272,7 +303,7 @@ def load_table_tasks(params: Params) -> xr.Dataset:
     d = params.data
     likelihood = params.model.likelihood
     where = f"table {d.path}"
-    df = read_table(d.path)
+    df = read_table(d.path, text_columns=(d.group,))
     roles = [(f"data.features[{i}]", f) for i, f in enumerate(d.features)]
     roles += [("data.label", d.label), ("data.group", d.group)] + ([("data.split", d.split)] if d.split else [])
     check_columns(df, roles, where)
@@ -298,9 +329,11 @@ def load_table_tasks(params: Params) -> xr.Dataset:
             log.warning("feature %r is constant over the training rows; it is left unscaled", name)
         if likelihood == "gaussian":
             (y_mean,), (y_sd,), _ = _standardise(y[:, None], train)
+    X_model = _model_scale(X, x_mean, x_sd, features, "feature", where)
+    y_model = _model_scale(y[:, None], y_mean, y_sd, [d.label], "label", where)[:, 0] if likelihood == "gaussian" else y
     ds = tasks_dataset(
-        (X - x_mean) / x_sd,
-        (y - y_mean) / y_sd if likelihood == "gaussian" else y,
+        X_model,
+        y_model,
         names,
         split,
         features,

@@ -23,6 +23,7 @@ mixture over draws).
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import arviz as az
@@ -90,14 +91,16 @@ def summarise(draws: np.ndarray, sigma: np.ndarray | None) -> dict[str, np.ndarr
     return {"mean": draws.mean(axis=0), "sd": sd, "lower_94": lower, "upper_94": upper}
 
 
-def predict_table(trace: Path, table: pd.DataFrame, where: str, seed: int = 0) -> pd.DataFrame:
-    """Score every row of ``table`` with the fitted ``trace``; returns the table plus the output columns.
+def predict_table(trace: Path | az.InferenceData, table: pd.DataFrame, where: str, seed: int = 0) -> pd.DataFrame:
+    """Score every row of ``table`` with the fitted ``trace`` (a path or a loaded trace).
+
+    Returns the table plus the output columns.
 
     All checks (columns, values, unseen groups on flat/informed traces) happen
     before any row is scored; failures are :class:`InputError` naming the column
     or groups.
     """
-    idata = load_fitted(trace)
+    idata = trace if isinstance(trace, az.InferenceData) else load_fitted(trace)
     post = idata.posterior
     variant = post.attrs["hbnn_variant"]
     settings = settings_from_attrs(post.attrs)
@@ -145,13 +148,39 @@ def predict_table(trace: Path, table: pd.DataFrame, where: str, seed: int = 0) -
     return out
 
 
+STDOUT = Path("-")
+
+
+def _check_output(output: Path, trace: Path, input_path: Path) -> None:
+    """``output`` must be a file path that is neither the trace nor the input (``-`` is standard output)."""
+    if output == STDOUT:
+        return
+    for role, path in (("--trace", trace), ("--input", input_path)):
+        if output.resolve() == path.resolve():
+            raise InputError(f"--output {output} is the {role} file; writing there would destroy it. "
+                             "Choose another path (or - for standard output)")
+    if output.is_dir():
+        raise InputError(f"--output {output} is a directory; give a file path such as {output / 'scored.csv'}")
+
+
 def predict(trace: Path, input_path: Path, output: Path, seed: int = 0) -> pd.DataFrame:
-    """Read ``input_path`` (CSV or Parquet), score it with ``trace`` and write ``output`` (CSV) atomically."""
+    """Read ``input_path`` (CSV or Parquet), score it with ``trace`` and write ``output`` (CSV) atomically.
+
+    ``output`` ``-`` writes the CSV to standard output.
+    """
     if input_path.suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise InputError(f"input {input_path} must be a .csv or .parquet file")
-    table = read_table(input_path, what="input")
-    scored = predict_table(trace, table, f"input {input_path}", seed)
-    write_text(scored.to_csv(index=False), output)
-    log.info("predict: wrote %s (%d rows, %d unseen-group rows)", output, len(scored),
-             int(scored["unseen_group"].sum()))
+    _check_output(output, trace, input_path)
+    idata = load_fitted(trace)
+    group_col = settings_from_attrs(idata.posterior.attrs).get("group_column", "group")
+    table = read_table(input_path, what="input", text_columns=(group_col,))
+    scored = predict_table(idata, table, f"input {input_path}", seed)
+    text = scored.to_csv(index=False)
+    if output == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        write_text(text, output)
+    log.info("predict: wrote %s (%d rows, %d unseen-group rows)", "standard output" if output == STDOUT else output,
+             len(scored), int(scored["unseen_group"].sum()))
     return scored

@@ -1,4 +1,4 @@
-"""DVC stage `check_params`: validate all of params.yaml, even keys no other stage reads (see `hbnn.config`)."""
+"""DVC stage `check_params`: validate all of params.yaml and the run's cost (see `hbnn.budget.check_params`)."""
 
 import sys
 
@@ -8,6 +8,6 @@ PATHS = []
 
 if __name__ == "__main__":
     with interrupts_reported():
-        from hbnn.config import check_params
+        from hbnn.budget import check_params
 
         sys.exit(run_stage(__doc__, PATHS, check_params))

@@ -204,6 +204,23 @@ class ReportParams:
 
 
 @dataclass(frozen=True)
+class LimitParams:
+    """Guards against runs too large for this machine (:mod:`hbnn.budget`); they change no result.
+
+    Each stage estimates its peak memory and time before it starts and refuses
+    past these limits, printing the estimate.
+    """
+
+    max_memory_gib: float = 0.0  # 0: 80% of this machine's memory
+    max_minutes: float = 180.0  # per stage
+
+    def check(self, key: str) -> None:
+        _require(self.max_memory_gib >= 0, f"{key}.max_memory_gib", self.max_memory_gib,
+                 "must be >= 0 (0 means 80% of this machine's memory)")
+        _require(self.max_minutes > 0, f"{key}.max_minutes", self.max_minutes, "must be > 0")
+
+
+@dataclass(frozen=True)
 class Params:
     """Everything in ``params.yaml``; ``n_groups`` and ``seed`` sit at the top level."""
 
@@ -214,6 +231,7 @@ class Params:
     sampler: SamplerParams = field(default_factory=SamplerParams)
     prior: PriorParams = field(default_factory=PriorParams)
     report: ReportParams = field(default_factory=ReportParams)
+    limits: LimitParams = field(default_factory=LimitParams)
 
     def check(self) -> None:
         _require(self.n_groups >= 1, "n_groups", self.n_groups, "must be >= 1")
@@ -381,10 +399,3 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     return parse_params(read_yaml(text, f"parameter file {path}"))
 
 
-def check_params(params: Params) -> None:
-    """Body of the ``check_params`` stage, which depends on the whole ``params.yaml``.
-
-    Loading already validated every key, including keys no other stage reads
-    (a typo there would otherwise change nothing and be accepted silently).
-    """
-    del params  # validated by load_params before this is called

@@ -16,7 +16,7 @@ import arviz as az
 import numpy as np
 import xarray as xr
 
-from hbnn import evaluation, prior
+from hbnn import budget, evaluation, prior
 from hbnn.config import Params
 from hbnn.data import Tasks, make_tasks
 from hbnn.inference import Sampler, derive_seed
@@ -61,6 +61,9 @@ def make_data(params: Params, out: Path) -> None:
 
     For tables ``n_groups`` is not used: the groups are the table's.
     """
+    estimate = budget.data_estimate(params)
+    if estimate is not None:
+        budget.enforce(estimate, params)
     ds = make_tasks(params)
     ds.attrs.update(provenance("make_data", params.data.source, params.section_hash(*STAGE_PARAMS["make_data"]),
                                {"n_groups": params.n_groups, "seed": params.seed,
@@ -69,6 +72,13 @@ def make_data(params: Params, out: Path) -> None:
     with staged_outputs() as outputs:
         outputs.write_netcdf(ds, out)
     log.info("wrote %s: %d groups, %d rows", out, Tasks(ds).n_groups, ds.sizes["obs"])
+
+
+def _enforce_budget(stage: str, params: Params, tasks: Tasks) -> None:
+    """Refuse (before any compile or sampling) a fit estimated past ``params.limits``."""
+    n_train = tasks.split("train").y.size
+    budget.enforce(budget.fit_estimate(stage, params, tasks.n_groups, n_train, tasks.ds.sizes["obs"] - n_train,
+                                       tasks.n_features), params)
 
 
 def load_tasks(path: Path, likelihood: str | None = None) -> Tasks:
@@ -213,6 +223,7 @@ def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
     """One flat BNN per group, ``Normal(0, prior_sd)`` weights."""
     m = params.model
     tasks = load_tasks(tasks_path, m.likelihood)
+    _enforce_budget("fit_flat", params, tasks)
 
     def build(X, y):
         return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd, minibatch_size=_minibatch(params),
@@ -226,6 +237,7 @@ def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
     """The non-centred hierarchical BNN over all groups."""
     m = params.model
     tasks = load_tasks(tasks_path, m.likelihood)
+    _enforce_budget("fit_hier", params, tasks)
     batch = _minibatch(params)
     if batch:
         train = tasks.split("train")
@@ -257,6 +269,7 @@ def fit_informed(
     """One flat BNN per group with the informed MvNormal layer priors."""
     m = params.model
     tasks = load_tasks(tasks_path, m.likelihood)
+    _enforce_budget("fit_informed", params, tasks)
     specs = layer_specs(tasks.n_features, m.hidden_layers)
     layer_prior = load_prior(prior_path, specs)
 

@@ -1,0 +1,149 @@
+"""Cost estimates that stop a run too large for this machine before it starts.
+
+Before generating data or sampling, each stage estimates its peak memory and
+wall-clock time from the sizes it is about to use, logs the estimate, and
+refuses with a :class:`~hbnn.config.ConfigError` when either exceeds
+``limits.max_memory_gib`` / ``limits.max_minutes``. The limits are guards, not
+inputs to any result, so no stage lists them as a DVC param (only
+``check_params`` reads the whole file) and changing them reruns nothing.
+
+The model of the cost is deliberately simple and errs on the high side:
+
+- a NUTS gradient costs ``GRAD_OVERHEAD_US`` plus ``NS_PER_ROW_WEIGHT`` per
+  (training row x network weight) it touches, plus, for the informed prior,
+  ``NS_PER_PRIOR_ENTRY`` per entry of each layer's covariance;
+- a NUTS iteration takes ``STEPS_PER_ITERATION`` gradients (nutpie's measured
+  average on the default fits is 41-72; the tree-depth limit allows 1023);
+- memory holds every stored draw of every parameter three times over (the
+  sampler's arrays, the xarray copy and the group stack) plus the posterior
+  predictions of every row.
+
+Calibrated on the default pipeline on 2 cores (``timings/*.json``): the
+hierarchical fit measured 510 us per gradient against 380 us estimated, the
+flat fits 30 us against 40 us; ``make_data`` of 20,000 moons groups took 15 s
+and 270 bytes per row. The estimate is an order of magnitude, meant
+to catch ``n_groups: 1000000`` or ``hidden_layers: [1000]``, not to plan a
+schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from hbnn.config import ConfigError, Params
+
+log = logging.getLogger(__name__)
+
+GRAD_OVERHEAD_US = 20.0
+NS_PER_ROW_WEIGHT = 10.0
+NS_PER_PRIOR_ENTRY = 1.0
+STEPS_PER_ITERATION = 64
+ADVI_DRAWS_PER_STEP = 1  # Monte Carlo draws per ADVI gradient step
+BYTES = 8
+COPIES = 3
+MEMORY_FRACTION = 0.8  # limits.max_memory_gib: 0 means this share of the machine's memory
+ROW_BYTES = 400  # one row of the tasks file and its copies while it is built (measured: 270)
+SECONDS_PER_MOONS_GROUP = 1e-3  # make_moons, scale and rotate one group (measured: 0.73 ms)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Peak memory (GiB) and wall time (minutes) of one stage, and the sizes behind them."""
+
+    stage: str
+    memory_gib: float
+    minutes: float
+    sizes: str
+
+    def describe(self) -> str:
+        return f"{self.stage}: estimated {self.memory_gib:.2g} GiB and {self.minutes:.2g} min for {self.sizes}"
+
+
+def machine_memory_gib() -> float:
+    """Physical memory of this machine in GiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def memory_limit_gib(params: Params) -> float:
+    """``limits.max_memory_gib``, or ``MEMORY_FRACTION`` of this machine's memory where it is 0."""
+    return params.limits.max_memory_gib or MEMORY_FRACTION * machine_memory_gib()
+
+
+def enforce(estimate: Estimate, params: Params) -> None:
+    """Log ``estimate``; raise :class:`ConfigError` naming the limit it exceeds."""
+    log.info("%s", estimate.describe())
+    memory = memory_limit_gib(params)
+    if estimate.memory_gib > memory:
+        raise ConfigError(f"{estimate.describe()}: over limits.max_memory_gib={memory:.3g}. Use fewer groups, "
+                          "draws or hidden units, or raise limits.max_memory_gib if this machine has the memory")
+    if estimate.minutes > params.limits.max_minutes:
+        raise ConfigError(f"{estimate.describe()}: over limits.max_minutes={params.limits.max_minutes:g}. Use fewer "
+                          "groups, draws or hidden units, or raise limits.max_minutes to run it anyway")
+
+
+def n_weights(n_features: int, hidden_layers) -> list[int]:
+    """Weights per layer of the MLP ``features -> hidden... -> 1`` (no biases)."""
+    sizes = [n_features, *hidden_layers, 1]
+    return [a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
+
+
+def data_estimate(params: Params) -> Estimate | None:
+    """``make_data``'s cost for moons (rows it generates); ``None`` for a table, whose size is the file's."""
+    if params.data.source != "moons":
+        return None
+    rows = params.n_groups * params.data.n_samples
+    return Estimate("make_data", rows * ROW_BYTES / 2**30, params.n_groups * SECONDS_PER_MOONS_GROUP / 60,
+                    f"{params.n_groups} groups x {params.data.n_samples} rows")
+
+
+def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test: int, n_features: int) -> Estimate:
+    """Cost of a fit stage (``fit_flat``, ``fit_hier``, ``fit_informed``) on tasks of these sizes.
+
+    ``n_train``/``n_test`` count rows over all groups.
+    """
+    s = params.sampler
+    layers = n_weights(n_features, params.model.hidden_layers)
+    per_group = sum(layers)
+    hierarchical = stage == "fit_hier"
+    stored_params = n_groups * per_group + (per_group + len(layers) if hierarchical else 0)
+    if s.backend == "advi":
+        steps_per_fit = s.advi.iterations * ADVI_DRAWS_PER_STEP
+        rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
+        stored_draws = s.chains * s.draws
+    else:
+        steps_per_fit = s.chains * (s.tune + s.draws) * STEPS_PER_ITERATION
+        rows_per_step = n_train if hierarchical else n_train / n_groups
+        stored_draws = s.chains * (s.tune + s.draws)  # nutpie keeps the tuning draws too
+    grad_us = GRAD_OVERHEAD_US + NS_PER_ROW_WEIGHT * 1e-3 * rows_per_step * per_group
+    if stage == "fit_informed":
+        grad_us += NS_PER_PRIOR_ENTRY * 1e-3 * sum(w * w for w in layers)
+    fits = 1 if hierarchical else n_groups
+    parallel = 1 if s.backend == "advi" else max(1, min(s.chains, s.cores))
+    minutes = fits * steps_per_fit * grad_us * 1e-6 / parallel / 60
+    trace = stored_draws * stored_params * BYTES * COPIES
+    predictions = s.chains * s.draws * (n_train + n_test) * BYTES * COPIES
+    prior = sum(w * w for w in layers) * BYTES * 4 if stage == "fit_informed" else 0  # covariances, factors
+    sizes = (f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, "
+             f"{s.chains} chains x {s.tune} + {s.draws} iterations ({s.backend})")
+    return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes)
+
+
+def check_params(params: Params) -> None:
+    """Body of the ``check_params`` stage, which depends on the whole ``params.yaml``.
+
+    Loading already validated every key, including keys no other stage reads
+    (a typo there would otherwise change nothing and be accepted silently).
+    For moons, whose sizes the params fix, every stage's cost is checked here
+    too, before any stage starts; a table's sizes are checked by the stages.
+    """
+    data = data_estimate(params)
+    if data is None:
+        return
+    enforce(data, params)
+    d = params.data
+    n_train = round(d.n_samples * d.train_fraction)
+    for stage in ("fit_flat", "fit_hier", "fit_informed"):
+        enforce(fit_estimate(stage, params, params.n_groups, params.n_groups * n_train,
+                             params.n_groups * (d.n_samples - n_train), 2), params)

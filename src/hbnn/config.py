@@ -375,12 +375,17 @@ def read_yaml(text: str, what: str) -> Any:
     ``1e-5`` is a string, so the stages and ``dvc params diff`` would disagree.
     """
     from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
     try:
         raw = YAML(typ="safe").load(text)
+    except MarkedYAMLError as err:  # one line: where and what, without ruamel's multi-line excerpt
+        mark = err.problem_mark or err.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = " ".join(str(err.problem or err.context or "").split())
+        raise ConfigError(f"{what} is not valid YAML{where}: {problem}") from err
     except YAMLError as err:
-        raise ConfigError(f"{what} is not valid YAML: {err}") from err
+        raise ConfigError(f"{what} is not valid YAML: {' '.join(str(err).split())}") from err
     if _count_values(raw, MAX_VALUES) > MAX_VALUES:
         raise ConfigError(f"{what} holds more than {MAX_VALUES} values once its YAML aliases are expanded; "
                           "write the parameters out plainly")

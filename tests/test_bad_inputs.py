@@ -1,0 +1,314 @@
+"""Hostile and mistaken inputs, as a new user makes them (issue 10).
+
+Every case must end in exactly one ``error:`` line naming the bad key or value
+(or, for an interrupt, ``interrupted: outputs unchanged``), a non-zero exit, no
+traceback, and every earlier output byte-identical with no temporary left.
+Stage cases run the stage runner in-process (the same code the stage scripts
+call); interrupts run the real scripts in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import yaml
+from conftest import TINY
+from test_predict import NEW, write_trace
+
+from hbnn import console, pipeline
+from hbnn.budget import check_params
+from hbnn.cli import run_stage
+from hbnn.config import ConfigError, load_params, parse_params
+from hbnn.data import Tasks
+from hbnn.errors import SamplingError
+from hbnn.inference import _check_complete
+
+ROOT = Path(__file__).resolve().parents[1]
+SITES = ROOT / "data" / "examples" / "sites.csv"
+
+
+def _yaml(raw: dict) -> str:
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def _with(section: str, key: str, value) -> str:
+    """TINY with ``section.key`` (or top-level ``key`` when section is empty) set to ``value``, as YAML text."""
+    raw = json.loads(json.dumps(TINY))
+    if section:
+        raw.setdefault(section, {})[key] = value
+    else:
+        raw[key] = value
+    return _yaml(raw)
+
+
+def _tiny_text(extra: str) -> str:
+    return _yaml(TINY) + extra
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    """A directory with earlier outputs of every kind; returns a function giving their bytes."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(_yaml(TINY))
+    assert run_stage("make_data", ["out"], pipeline.make_data, ["--out", "data/tasks.nc"]) == 0
+    for path in ("traces/hier.nc", "metrics/hier.json", "timings/hier.json", "priors/informed.nc"):
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text(f"earlier {path}")
+
+    def snapshot() -> dict[str, bytes]:
+        return {p.relative_to(tmp_path).as_posix(): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()
+                and p.name != "params.yaml" and not p.suffix == ".csv"}
+
+    return snapshot
+
+
+HIER_ARGS = ["--tasks-path", "data/tasks.nc", "--trace-out", "traces/hier.nc", "--metrics-out", "metrics/hier.json",
+             "--timing-out", "timings/hier.json"]
+STAGES = {  # stage: (body, arguments), as dvc.yaml runs it
+    "check_params": (check_params, []),
+    "make_data": (pipeline.make_data, ["--out", "data/tasks.nc"]),
+    "fit_hier": (pipeline.fit_hier, HIER_ARGS),
+}
+
+
+def _run(stage: str, params_text: str, capsys) -> tuple[int, str]:
+    Path("params.yaml").write_text(params_text)
+    body, argv = STAGES[stage]
+    paths = [arg[2:].replace("-", "_") for arg in argv[::2]]
+    code = run_stage(stage, paths, body, argv)
+    return code, capsys.readouterr().err
+
+
+def _assert_one_error(code: int, err: str, expected: str, exit_code: int = 2) -> None:
+    lines = [line for line in err.splitlines() if not line[:4].isdigit()]  # drop log lines (timestamped)
+    assert code == exit_code, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert expected in lines[0], lines[0]
+    assert "Traceback" not in err
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+
+PARAM_CASES = {
+    # name: (params.yaml text, text the one error line must contain)
+    "negative groups": (_with("", "n_groups", -1), "n_groups=-1: must be >= 1"),
+    "seed past 32 bits": (_with("", "seed", 2**32), "seed=4294967296: must lie in [0, 4294967295]"),
+    "sampler seed negative": (_with("sampler", "seed", -1), "sampler.seed=-1"),
+    "prior seed past 32 bits": (_with("prior", "seed", 2**40), "prior.seed=1099511627776"),
+    "infinite noise": (_with("data", "noise", float("inf")), "data.noise=inf: expected a finite number"),
+    "infinite rotation": (_with("data", "rotation_deg", float("inf")), "data.rotation_deg=inf"),
+    "infinite prior sd": (_with("model", "prior_sd", float("inf")), "model.prior_sd=inf"),
+    "infinite grid": (_with("report", "grid_limit", float("inf")), "report.grid_limit=inf"),
+    "infinite jitter": (_with("prior", "jitter", float("inf")), "prior.jitter=inf"),
+    "nan jitter": (_tiny_text("").replace("prior:\n", "prior:\n  jitter: .nan\n"), "prior.jitter=nan"),
+    "misspelt top-level key": (_tiny_text("smapler:\n  draws: 10\n"), "unknown parameter smapler="),
+    "misspelt nested key": (_with("sampler", "draw", 10), "unknown parameter sampler.draw=10"),
+    "fractional draws": (_with("sampler", "draws", 2.5), "sampler.draws=2.5: expected an integer"),
+    "unknown backend": (_with("sampler", "backend", "stan"), "sampler.backend='stan': must be one of"),
+    "zero hidden units": (_with("model", "hidden_layers", [0]), "model.hidden_layers[0]=0"),
+    "string for a number": (_with("data", "noise", "high"), "data.noise='high': expected a number"),
+    "section not a mapping": (_tiny_text("").replace("data:\n  n_samples: 40\n", "data: 5\n"), "data=5"),
+    "reference chain past chains": (_with("prior", "reference_chain", 5), "prior.reference_chain=5"),
+    "broken YAML": ("n_groups: [1,\n", "is not valid YAML"),
+    "python object tag": ("n_groups: !!python/object/apply:os.system ['true']\n", "is not valid YAML"),
+    "alias bomb": (BOMB, "more than 10000 values"),
+    "long value shown short": (_with("sampler", "backend", "x" * 5000), "sampler.backend='xxxxxxxxxx"),
+    "ten million groups": (_with("", "n_groups", 10_000_000), "over limits.max_memory_gib"),
+    "time limit": (_tiny_text("limits:\n  max_minutes: 0.000001\n"), "over limits.max_minutes=1e-06"),
+    "negative limit": (_tiny_text("limits:\n  max_memory_gib: -1\n"), "limits.max_memory_gib=-1"),
+}
+
+
+# A fit stage estimates its cost from data/tasks.nc, not from n_groups: test_fit_stages_check_their_budget.
+@pytest.mark.parametrize("stage, case", [(stage, case) for stage in ("check_params", "make_data", "fit_hier")
+                                         for case in sorted(PARAM_CASES)
+                                         if (stage, case) != ("fit_hier", "ten million groups")])
+def test_bad_params_end_in_one_error_and_change_nothing(workspace, capsys, stage, case):
+    text, expected = PARAM_CASES[case]
+    before = workspace()
+    code, err = _run(stage, text, capsys)
+    _assert_one_error(code, err, expected)
+    assert workspace() == before
+    assert "error: " in err and len(err.splitlines()[-1]) < 600  # one readable line, even for huge values
+
+
+def test_fit_stages_check_their_budget(workspace, capsys):
+    before = workspace()
+    code, err = _run("fit_hier", _tiny_text("limits:\n  max_memory_gib: 0.00001\n"), capsys)
+    _assert_one_error(code, err, "fit_hier: estimated")
+    assert "3 groups, 60 training rows" in err and workspace() == before
+
+
+# ----------------------------------------------------------------------------- spellings that must work
+@pytest.mark.parametrize("text, key, value", [
+    ("prior:\n  jitter: 1e-5\n", ("prior", "jitter"), 1e-5),  # YAML 1.1 (PyYAML) reads this as a string
+    ("prior:\n  jitter: 1e-05\n", ("prior", "jitter"), 1e-5),  # what `dvc exp run -S prior.jitter=1e-5` writes
+    ("seed: 010\n", ("seed",), 10),  # YAML 1.1 reads octal 8; DVC (YAML 1.2) shows 10
+    ("sampler:\n  draws: 1e3\n", ("sampler", "draws"), 1000),
+    ("sampler:\n  draws: 1000.0\n", ("sampler", "draws"), 1000),
+    ("data:\n  noise: 1\n", ("data", "noise"), 1.0),
+])
+def test_every_yaml_spelling_of_a_number_is_read_as_dvc_reads_it(tmp_path, text, key, value):
+    (tmp_path / "p.yaml").write_text(text)
+    node = load_params(tmp_path / "p.yaml")
+    for part in key:
+        node = getattr(node, part)
+    assert node == value and type(node) is type(value)
+
+
+def test_dvc_exp_run_set_writes_what_hbnn_reads(tmp_path):
+    """`-S prior.jitter=1e-5` as DVC applies it to params.yaml, then read back by hbnn."""
+    from dvc.utils.hydra import apply_overrides
+
+    path = tmp_path / "params.yaml"
+    path.write_text((ROOT / "params.yaml").read_text())
+    apply_overrides(path, ["prior.jitter=1e-5", "data.noise=.5", "sampler.draws=1e3"])  # writes 1e-05, 1000.0
+    params = load_params(path)
+    assert (params.prior.jitter, params.data.noise, params.sampler.draws) == (1e-5, 0.5, 1000)
+    apply_overrides(path, ["seed=010"])  # DVC writes the string '010'; both sides read a string
+    with pytest.raises(ConfigError, match="seed='010': expected an integer"):
+        load_params(path)
+
+
+# ----------------------------------------------------------------------------- tables
+def _table_params(path: Path, **data) -> str:
+    raw = json.loads(json.dumps(TINY))
+    raw["data"] = {"source": "table", "path": str(path), "features": ["temperature", "pressure", "humidity"],
+                   "label": "failed", "group": "site", **data}
+    return _yaml(raw)
+
+
+def _sites(tmp_path: Path, edit) -> Path:
+    df = pd.read_csv(SITES, dtype={"site": str})
+    df = edit(df) if edit else df
+    path = tmp_path / "table.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def _set(df, column, row, value):
+    df = df.astype({column: object})
+    df.loc[row, column] = value
+    return df
+
+
+TABLE_CASES = {
+    "huge feature values": (lambda df: _set(df, "pressure", 3, 1e308), "'pressure' has values too large"),
+    "infinite feature": (lambda df: _set(df, "humidity", 0, "inf"), "'humidity' has a non-finite value"),
+    "missing feature": (lambda df: _set(df, "temperature", 2, None), "'temperature' has 1 missing values"),
+    "text in a feature": (lambda df: _set(df, "pressure", 1, "high"), "'pressure' is not numeric"),
+    "label not 0/1": (lambda df: _set(df, "failed", 0, 2), "must hold 0 or 1"),
+    "no such column": (lambda df: df.drop(columns="humidity"), "no column 'humidity'"),
+    "one class in a group": (lambda df: df[~((df.site == "S02") & (df.failed == 1))], "group 'S02' has only class"),
+    "missing group": (lambda df: _set(df, "site", 5, ""), "group column 'site' has 1 missing values"),
+    "no rows": (lambda df: df.iloc[:0], "has no rows"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TABLE_CASES))
+def test_bad_tables_end_in_one_error_and_change_nothing(workspace, capsys, tmp_path, case):
+    edit, expected = TABLE_CASES[case]
+    path = _sites(tmp_path, edit)
+    before = workspace()
+    code, err = _run("make_data", _table_params(path), capsys)
+    _assert_one_error(code, err, expected)
+    assert workspace() == before
+
+
+def test_group_ids_are_read_exactly_as_written(workspace, capsys, tmp_path):
+    path = tmp_path / "ids.csv"
+    rng = np.random.default_rng(0)
+    groups = ["01", "1", "1.0", "NA", "null"]
+    pd.DataFrame({"site": np.repeat(groups, 6), "temperature": rng.normal(size=30), "pressure": rng.normal(size=30),
+                  "humidity": rng.normal(size=30), "failed": np.tile([0, 1], 15)}).to_csv(path, index=False)
+    code, err = _run("make_data", _table_params(path), capsys)
+    assert code == 0, err
+    with xr.open_dataset("data/tasks.nc") as ds:
+        assert Tasks(ds.load()).group_names == groups
+
+
+# ----------------------------------------------------------------------------- hbnn predict
+@pytest.fixture
+def scored_inputs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_trace(tmp_path / "t.nc", "hierarchical")
+    NEW.to_csv(tmp_path / "new.csv", index=False)
+    (tmp_path / "out").mkdir()
+    return {p.name: p.read_bytes() for p in (tmp_path / "t.nc", tmp_path / "new.csv")}
+
+
+@pytest.mark.parametrize("output, expected", [
+    ("t.nc", "--output t.nc is the --trace file"),
+    ("./new.csv", "--output new.csv is the --input file"),
+    ("out", "--output out is a directory"),
+])
+def test_predict_never_overwrites_its_inputs(scored_inputs, capsys, output, expected):
+    code = console.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", output])
+    _assert_one_error(code, capsys.readouterr().err, expected)
+    assert {p: Path(p).read_bytes() for p in scored_inputs} == scored_inputs
+
+
+def test_predict_writes_standard_output_for_dash(scored_inputs, capsys):
+    assert console.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", "-"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "shop,a,b,note,mean,sd,lower_94,upper_94,unseen_group"
+    assert len(out.splitlines()) == len(NEW) + 1 and not Path("-").exists()
+
+
+# ----------------------------------------------------------------------------- interrupts
+@pytest.mark.parametrize("posterior, expected", [
+    (np.zeros((2, 5)), "sampling stopped early: 2 chains x 5 draws of 2 x 25"),
+    (np.zeros((1, 25)), "sampling stopped early: 1 chains x 25 draws of 2 x 25"),
+    (np.where(np.arange(50).reshape(2, 25) == 7, np.nan, 0.0), "non-finite draws of w"),
+])
+def test_a_partial_or_non_finite_trace_is_never_taken_for_a_finished_run(posterior, expected):
+    """nutpie and PyMC return what they have when interrupted; that must not pass as a result."""
+    idata = az.from_dict(posterior={"w": posterior})
+    with pytest.raises(SamplingError, match=expected):
+        _check_complete(idata, parse_params(TINY).sampler)
+    _check_complete(az.from_dict(posterior={"w": np.zeros((2, 25))}), parse_params(TINY).sampler)
+
+
+
+def _stage_process(d: Path, stage: str, *args: str) -> subprocess.Popen:
+    cmd = [sys.executable, str(ROOT / "stages" / f"{stage}.py"), "--params", "params.yaml", *args]
+    return subprocess.Popen(cmd, cwd=d, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("sig, when", [(signal.SIGINT, "sampling"), (signal.SIGTERM, "sampling"),
+                                       (signal.SIGINT, "importing")])
+def test_an_interrupt_writes_nothing_and_says_so(workspace, sig, when):
+    d = Path.cwd()
+    (d / "params.yaml").write_text(_with("sampler", "draws", 200_000))
+    before = workspace()
+    lines = []
+    with _stage_process(d, "fit_hier", *HIER_ARGS) as proc:
+        if when == "sampling":
+            deadline = time.monotonic() + 300
+            for line in proc.stderr:  # wait until the sampler runs
+                lines.append(line)
+                if "sampling: backend=" in line or time.monotonic() > deadline:
+                    break
+            time.sleep(1.0)
+        else:
+            time.sleep(0.5)
+        assert proc.poll() is None, "stage finished before it could be interrupted"
+        proc.send_signal(sig)
+        lines += proc.stderr.readlines()
+        proc.wait(timeout=60)
+    err = "".join(lines)
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "interrupted: outputs unchanged"
+    assert "Traceback" not in err
+    assert workspace() == before

@@ -37,7 +37,8 @@ import pytensor.tensor as pt
 
 from hbnn.config import parse_params
 from hbnn.data import Tasks, make_moons_tasks
-from hbnn.models import build_hierarchical_model, layer_coords, layer_specs
+from hbnn.models import build_hierarchical_model
+from hbnn.network import layer_coords, layer_specs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_floor  # noqa: E402

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hbnn.data import Tasks
-from hbnn.models import layer_specs
+from hbnn.network import layer_specs
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _HALFNORMAL_CONST = math.log(2.0) - 0.5 * _LOG_2PI

@@ -1,4 +1,4 @@
-"""DVC stage `derive_prior`: see `hbnn.pipeline.derive_prior`."""
+"""DVC stage `derive_prior`: see `hbnn.stages.derive_prior`."""
 
 import sys
 
@@ -8,6 +8,6 @@ PATHS = ["hier_trace", "prior_out", "metrics_out"]
 
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
-        from hbnn.pipeline import derive_prior
+        from hbnn.stages.derive_prior import derive_prior
 
         sys.exit(run_stage(__doc__, PATHS, derive_prior))

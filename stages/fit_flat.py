@@ -1,4 +1,4 @@
-"""DVC stage `fit_flat`: see `hbnn.pipeline.fit_flat`."""
+"""DVC stage `fit_flat`: see `hbnn.stages.fit_flat`."""
 
 import sys
 
@@ -8,6 +8,6 @@ PATHS = ["tasks_path", "trace_out", "metrics_out", "timing_out"]
 
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
-        from hbnn.pipeline import fit_flat
+        from hbnn.stages.fit_flat import fit_flat
 
         sys.exit(run_stage(__doc__, PATHS, fit_flat))

@@ -1,4 +1,4 @@
-"""DVC stage `fit_hier`: see `hbnn.pipeline.fit_hier`."""
+"""DVC stage `fit_hier`: see `hbnn.stages.fit_hier`."""
 
 import sys
 
@@ -8,6 +8,6 @@ PATHS = ["tasks_path", "trace_out", "metrics_out", "timing_out"]
 
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
-        from hbnn.pipeline import fit_hier
+        from hbnn.stages.fit_hier import fit_hier
 
         sys.exit(run_stage(__doc__, PATHS, fit_hier))

@@ -1,4 +1,4 @@
-"""DVC stage `fit_informed`: see `hbnn.pipeline.fit_informed`."""
+"""DVC stage `fit_informed`: see `hbnn.stages.fit_informed`."""
 
 import sys
 
@@ -8,6 +8,6 @@ PATHS = ["tasks_path", "prior_path", "trace_out", "metrics_out", "timing_out"]
 
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
-        from hbnn.pipeline import fit_informed
+        from hbnn.stages.fit_informed import fit_informed
 
         sys.exit(run_stage(__doc__, PATHS, fit_informed))

@@ -1,4 +1,4 @@
-"""DVC stage `make_data`: see `hbnn.pipeline.make_data`."""
+"""DVC stage `make_data`: see `hbnn.stages.make_data`."""
 
 import sys
 
@@ -8,6 +8,6 @@ PATHS = ["out"]
 
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
-        from hbnn.pipeline import make_data
+        from hbnn.stages.make_data import make_data
 
         sys.exit(run_stage(__doc__, PATHS, make_data))

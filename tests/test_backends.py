@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from conftest import TINY
 
-from hbnn import inference, pipeline
+from hbnn import inference
 from hbnn.config import ConfigError, parse_params
 from hbnn.data import make_moons_tasks
 from hbnn.io import write_netcdf
 from hbnn.models import build_flat_model
+from hbnn.stages.fit_hier import fit_hier
 
 ADVI = {"iterations": 300, "learning_rate": 0.02}
 
@@ -30,7 +31,7 @@ def tasks_path(tmp_path_factory):
 
 
 def _fit_hier(params, tasks_path, out):
-    metrics = pipeline.fit_hier(params, tasks_path, out / "hier.nc", out / "hier.json", out / "timing.json")
+    metrics = fit_hier(params, tasks_path, out / "hier.nc", out / "hier.json", out / "timing.json")
     return az.from_netcdf(out / "hier.nc"), metrics, json.loads((out / "timing.json").read_text())
 
 

@@ -25,13 +25,15 @@ import yaml
 from conftest import TINY
 from test_predict import NEW, write_trace
 
-from hbnn import console, pipeline
+from hbnn import console
 from hbnn.budget import check_params
 from hbnn.cli import run_stage
 from hbnn.config import ConfigError, load_params, parse_params
 from hbnn.data import Tasks
 from hbnn.errors import SamplingError
 from hbnn.inference import _check_complete
+from hbnn.stages.fit_hier import fit_hier
+from hbnn.stages.make_data import make_data
 
 ROOT = Path(__file__).resolve().parents[1]
 SITES = ROOT / "data" / "examples" / "sites.csv"
@@ -60,7 +62,7 @@ def workspace(tmp_path, monkeypatch):
     """A directory with earlier outputs of every kind; returns a function giving their bytes."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "params.yaml").write_text(_yaml(TINY))
-    assert run_stage("make_data", ["out"], pipeline.make_data, ["--out", "data/tasks.nc"]) == 0
+    assert run_stage("make_data", ["out"], make_data, ["--out", "data/tasks.nc"]) == 0
     for path in ("traces/hier.nc", "metrics/hier.json", "timings/hier.json", "priors/informed.nc"):
         (tmp_path / path).parent.mkdir(exist_ok=True)
         (tmp_path / path).write_text(f"earlier {path}")
@@ -76,8 +78,8 @@ HIER_ARGS = ["--tasks-path", "data/tasks.nc", "--trace-out", "traces/hier.nc", "
              "--timing-out", "timings/hier.json"]
 STAGES = {  # stage: (body, arguments), as dvc.yaml runs it
     "check_params": (check_params, []),
-    "make_data": (pipeline.make_data, ["--out", "data/tasks.nc"]),
-    "fit_hier": (pipeline.fit_hier, HIER_ARGS),
+    "make_data": (make_data, ["--out", "data/tasks.nc"]),
+    "fit_hier": (fit_hier, HIER_ARGS),
 }
 
 

@@ -9,7 +9,7 @@ from hbnn.evaluation import (
     predict_proba,
     reliability,
 )
-from hbnn.models import layer_specs, mlp_logit
+from hbnn.network import layer_specs, mlp_logit
 
 
 def test_scores_on_hand_computed_example():

@@ -1,16 +1,19 @@
 import numpy as np
 import nutpie
 
-from hbnn import pipeline
 from hbnn.config import parse_params
-from hbnn.inference import Sampler, derive_seed
+from hbnn.inference import Sampler
 from hbnn.models import build_flat_model
+from hbnn.stages.fitting import fit_per_group
+from hbnn.variants import derive_seed
 
 
 def test_derived_seeds_are_distinct_and_stable():
     seeds = {derive_seed(1, stage, g) for stage in (1, 2, 3) for g in range(50)}
     assert len(seeds) == 150
-    assert derive_seed(1, 2, 3) == derive_seed(1, 2, 3)
+    # Pinned: every committed draw depends on these streams, so a change here must be deliberate.
+    assert derive_seed(1, 2) == 2749604155  # the default fit_hier stream (sampler.seed 1, stage key 2)
+    assert derive_seed(1, 2, 3) == 690637451
 
 
 def test_per_group_fit_compiles_once_and_handles_unequal_group_sizes(ragged_tasks, monkeypatch):
@@ -27,7 +30,7 @@ def test_per_group_fit_compiles_once_and_handles_unequal_group_sizes(ragged_task
     def build(X, y):
         return build_flat_model(X, y, ragged_tasks.features, (2,))
 
-    posterior, stats, cost = pipeline._fit_per_group("fit_flat", params, ragged_tasks, build)
+    posterior, stats, cost = fit_per_group("fit_flat", params, ragged_tasks, build)
     assert len(calls) == 1
     assert posterior["w_in"].dims == ("chain", "draw", "group", "feature", "hidden_1")
     assert list(posterior["group"].values) == ["a", "b", "c"]

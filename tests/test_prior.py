@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hbnn.models import layer_specs, mlp_logit
+from hbnn.network import layer_specs, mlp_logit
 from hbnn.prior import (
     Symmetry,
     align_to_reference,

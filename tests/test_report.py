@@ -18,7 +18,7 @@ from hbnn.config import parse_params
 from hbnn.data import make_moons_tasks
 from hbnn.evaluation import predict_proba
 from hbnn.io import InputError, provenance, stamp, write_json, write_netcdf
-from hbnn.models import layer_coords, layer_specs
+from hbnn.network import layer_coords, layer_specs
 
 N_GROUPS = 7
 PER_PAGE = 4  # 7 groups -> pages of 4 and 3

@@ -9,10 +9,12 @@ import arviz as az
 import numpy as np
 import pytest
 
-from hbnn import pipeline
 from hbnn.config import SamplerParams, load_params, parse_params
 from hbnn.inference import Sampler
 from hbnn.models import build_hierarchical_model
+from hbnn.stages.fit_flat import fit_flat
+from hbnn.stages.fit_hier import fit_hier
+from hbnn.stages.make_data import make_data
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_hierarchical_fit_reaches_the_reference_accuracy(tmp_path):
     """Default data and sampler: test accuracy >= 0.885 (original notebook 0.8978; tolerance ~0.013)."""
     params = load_params(ROOT / "params.yaml")
-    pipeline.make_data(params, tmp_path / "tasks.nc")
-    metrics = pipeline.fit_hier(params, tmp_path / "tasks.nc", tmp_path / "hier.nc", tmp_path / "hier.json",
+    make_data(params, tmp_path / "tasks.nc")
+    metrics = fit_hier(params, tmp_path / "tasks.nc", tmp_path / "hier.nc", tmp_path / "hier.json",
                                tmp_path / "hier_timing.json")
     assert metrics["test"]["accuracy"] >= 0.885
     # The max over 18 groups x 50 test points of a 2-chain R-hat is a noisy extreme: the default
@@ -41,8 +43,8 @@ def test_pymc_backend_writes_the_same_layout(tmp_path):
     params = parse_params(
         {"n_groups": 2, "data": {"n_samples": 30}, "sampler": {"backend": "pymc", "tune": 50, "draws": 30}}
     )
-    pipeline.make_data(params, tmp_path / "tasks.nc")
-    metrics = pipeline.fit_flat(params, tmp_path / "tasks.nc", tmp_path / "flat.nc", tmp_path / "flat.json",
+    make_data(params, tmp_path / "tasks.nc")
+    metrics = fit_flat(params, tmp_path / "tasks.nc", tmp_path / "flat.nc", tmp_path / "flat.json",
                                tmp_path / "flat_timing.json")
     assert set(metrics["per_group"]) == {"g00", "g01"}
     assert metrics["sampling"]["divergences"] >= 0

@@ -23,7 +23,7 @@ from sklearn.datasets import make_moons
 from sklearn.preprocessing import scale
 
 from hbnn.config import Params
-from hbnn.io import InputError
+from hbnn.io import InputError, load_dataset
 
 log = logging.getLogger(__name__)
 
@@ -442,3 +442,13 @@ class Tasks:
             valid.append(g * width + np.arange(rows.size))
         valid = np.concatenate(valid) if valid else np.zeros(0, dtype=np.int64)
         return Padded(X=X, y=s.y, counts=counts, valid=valid, obs=s.obs)
+
+
+def load_tasks(path: Path, likelihood: str | None = None) -> Tasks:
+    """Read ``data/tasks.nc``; with ``likelihood``, check the file was made for it."""
+    ds = load_dataset(path, "tasks file", required=("X", "y", "group", "split"))
+    tasks = Tasks(ds)
+    if likelihood is not None and tasks.likelihood != likelihood:
+        raise InputError(f"tasks file {path} was made for model.likelihood={tasks.likelihood!r} but the params say "
+                         f"{likelihood!r}; rerun make_data (dvc repro)")
+    return tasks

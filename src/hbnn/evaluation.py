@@ -26,7 +26,7 @@ from scipy.stats import norm
 
 from hbnn import convergence
 from hbnn.data import Split, Tasks
-from hbnn.models import LayerSpec, mlp_logit
+from hbnn.network import LayerSpec, mlp_logit
 
 EPS = 1e-12
 INTERVAL = 0.94  # central posterior (predictive) interval reported by metrics and predictions

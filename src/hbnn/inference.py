@@ -26,14 +26,6 @@ from hbnn.errors import SamplingError
 log = logging.getLogger(__name__)
 
 
-def derive_seed(base: int, *keys: int) -> int:
-    """A 32-bit seed derived from ``base`` and integer ``keys`` (stage, group, ...).
-
-    Uses ``SeedSequence`` so nearby keys give unrelated streams.
-    """
-    return int(np.random.SeedSequence(base, spawn_key=keys).generate_state(1)[0])
-
-
 @dataclass
 class Fit:
     """Posterior draws and sampler statistics of one run.

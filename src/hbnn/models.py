@@ -1,6 +1,7 @@
 """PyMC model builders: flat, hierarchical (non-centred) and informed-prior BNNs.
 
-All three share :func:`mlp_logit` and the layer layout from :func:`layer_specs`;
+All three share :func:`~hbnn.network.mlp_logit` and the layer layout from
+:func:`~hbnn.network.layer_specs`;
 they differ only in how each layer's weights are drawn. Builders return a
 ``pm.Model`` and never sample.
 
@@ -18,68 +19,13 @@ model).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-
-@dataclass(frozen=True)
-class LayerSpec:
-    """One weight matrix: its name (``in``, ``h1_h2``, ``out``), dims and shape."""
-
-    name: str
-    dims: tuple[str, ...]
-    shape: tuple[int, ...]
-
-    @property
-    def var(self) -> str:
-        return f"w_{self.name}"
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape))
-
-
-def layer_specs(n_features: int, hidden_layers: Sequence[int]) -> list[LayerSpec]:
-    """Layers of an MLP ``features -> hidden_layers... -> 1 output`` (no biases).
-
-    Empty ``hidden_layers`` gives the single layer ``out`` with dims ``(feature,)``.
-    """
-    sizes = [n_features, *hidden_layers]
-    dims = ["feature"] + [f"hidden_{i + 1}" for i in range(len(hidden_layers))]
-    specs = []
-    for i in range(len(hidden_layers)):
-        name = "in" if i == 0 else f"h{i}_h{i + 1}"
-        specs.append(LayerSpec(name, (dims[i], dims[i + 1]), (sizes[i], sizes[i + 1])))
-    specs.append(LayerSpec("out", (dims[-1],), (sizes[-1],)))
-    return specs
-
-
-def layer_coords(features: Sequence[str], hidden_layers: Sequence[int],
-                 groups: Sequence[str] | None = None) -> dict[str, list]:
-    """Coordinates for the feature and hidden-unit dims, and the ``group`` dim when ``groups`` is given."""
-    coords: dict[str, list] = {"feature": list(features)}
-    for i, h in enumerate(hidden_layers):
-        coords[f"hidden_{i + 1}"] = list(range(h))
-    if groups is not None:
-        coords["group"] = list(groups)
-    return coords
-
-
-def mlp_logit(x, weights: Sequence, tanh: Callable = np.tanh):
-    """Forward pass of the tanh MLP, for NumPy arrays or PyTensor tensors.
-
-    ``x`` is ``(..., n, feature)``; ``weights`` follow :func:`layer_specs`, each with
-    optional leading batch dims (draws, groups) that broadcast against ``x``'s
-    leading dims. Returns logits ``(..., n)``.
-    """
-    h = x
-    for w in weights[:-1]:
-        h = tanh(h @ w)
-    return (h @ weights[-1][..., None])[..., 0]
+from hbnn.network import LayerSpec, layer_coords, layer_specs, mlp_logit
 
 
 def _bernoulli_logit_logp(value, logit):

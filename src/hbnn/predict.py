@@ -34,12 +34,12 @@ from scipy.special import expit
 from hbnn.data import check_columns, group_column, numeric_features, read_table
 from hbnn.evaluation import QUANTILES, group_noise, group_weights, mixture_quantiles, predict_output
 from hbnn.io import InputError, settings_from_attrs, write_text
-from hbnn.models import LayerSpec, layer_specs
+from hbnn.network import LayerSpec, layer_specs
 from hbnn.prior import layer_arrays
+from hbnn.variants import BY_NAME
 
 log = logging.getLogger(__name__)
 
-VARIANTS = ("flat", "hierarchical", "informed")
 OUTPUT_COLUMNS = ("mean", "sd", "lower_94", "upper_94", "unseen_group")
 
 
@@ -53,8 +53,8 @@ def load_fitted(path: Path) -> az.InferenceData:
     except Exception as err:  # noqa: BLE001 - any decode failure means a bad file
         raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
     variant = idata.posterior.attrs.get("hbnn_variant")
-    if variant not in VARIANTS:
-        raise InputError(f"trace {path} holds model variant {variant!r}; hbnn predict needs one of {list(VARIANTS)}")
+    if variant not in BY_NAME:
+        raise InputError(f"trace {path} holds model variant {variant!r}; hbnn predict needs one of {list(BY_NAME)}")
     return idata
 
 
@@ -117,7 +117,7 @@ def predict_table(trace: Path | az.InferenceData, table: pd.DataFrame, where: st
     groups = group_column(table, group_col, where)
     known = [str(g) for g in post["group"].values]
     unseen = sorted(set(groups) - set(known))
-    if unseen and variant != "hierarchical":
+    if unseen and not BY_NAME[variant].has_group_distribution:
         raise InputError(f"{where} has groups {unseen} that the {variant} model was not fit to (it knows "
                          f"{known[:10]}{'...' if len(known) > 10 else ''}); only a hierarchical trace can score "
                          "unseen groups")

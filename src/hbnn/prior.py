@@ -8,17 +8,26 @@ towards zero. :func:`align_to_reference` finds, per chain, the permutation and
 signs of every hidden layer that best match a reference chain (Hungarian
 matching on the chain-mean group weights ``mu``) and :func:`apply_symmetry`
 applies them to every draw.
+
+The prior file (``priors/informed.nc``) holds ``mean_<layer>`` and
+``cov_<layer>`` per layer and a JSON ``layers`` attr with each layer's shape and
+dims; :func:`prior_dataset` writes that layout and :func:`load_prior` reads and
+checks it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import xarray as xr
 from scipy.optimize import linear_sum_assignment
 
-from hbnn.models import LayerSpec
+from hbnn.io import InputError, load_dataset
+from hbnn.network import LayerSpec
 
 
 @dataclass(frozen=True)
@@ -166,3 +175,38 @@ def fit_mvnormal(samples: np.ndarray, jitter: float) -> tuple[np.ndarray, np.nda
 def layer_arrays(posterior, specs: Sequence[LayerSpec], prefix: str) -> list[np.ndarray]:
     """Per-layer ``(chain, draw, *shape)`` arrays of ``<prefix>_<layer>`` variables."""
     return [posterior[f"{prefix}_{s.name}"].transpose("chain", "draw", *s.dims).values for s in specs]
+
+
+def prior_dataset(specs: Sequence[LayerSpec], layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> xr.Dataset:
+    """The prior file's layout: ``mean_<layer>``, ``cov_<layer>`` and the ``layers`` attr (shapes, dims)."""
+    data_vars, meta = {}, {}
+    for s, (mean, cov) in zip(specs, layers, strict=True):
+        data_vars[f"mean_{s.name}"] = (f"weight_{s.name}", mean)
+        data_vars[f"cov_{s.name}"] = ((f"weight_{s.name}", f"weight_{s.name}_col"), cov)
+        meta[s.name] = {"shape": list(s.shape), "dims": list(s.dims)}
+    ds = xr.Dataset(data_vars)
+    ds.attrs["layers"] = json.dumps(meta)
+    return ds
+
+
+def load_prior(path: Path, specs) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Read ``priors/informed.nc`` and check its layers match ``specs``."""
+    ds = load_dataset(path, "prior file")
+    try:
+        layers = json.loads(ds.attrs["layers"])
+    except (KeyError, ValueError) as err:
+        raise InputError(
+            f"prior file {path} has no valid 'layers' attribute; it was not written by derive_prior"
+        ) from err
+    expected = {s.name: list(s.shape) for s in specs}
+    found = {name: meta["shape"] for name, meta in layers.items()}
+    if found != expected:
+        raise InputError(f"prior file {path} has layer shapes {found} but the model needs {expected}")
+    out = {}
+    for s in specs:
+        mean, cov = ds[f"mean_{s.name}"].values, ds[f"cov_{s.name}"].values
+        if mean.shape != (s.size,) or cov.shape != (s.size, s.size):
+            raise InputError(f"prior file {path}: layer {s.name} has mean {mean.shape} / cov {cov.shape}, "
+                             f"expected ({s.size},) / ({s.size}, {s.size})")
+        out[s.name] = (mean, cov)
+    return out

@@ -29,17 +29,18 @@ import xarray as xr
 
 from hbnn import plots
 from hbnn.config import Params, ReportParams
-from hbnn.data import Split, Tasks
+from hbnn.data import Split, Tasks, load_tasks
 from hbnn.evaluation import group_weights, predict_output, predict_proba, reliability
 from hbnn.io import InputError, Outputs, as_builtin, load_trace, settings_from_attrs, staged_outputs
-from hbnn.models import LayerSpec, layer_specs
-from hbnn.pipeline import load_prior, load_tasks
+from hbnn.network import LayerSpec, layer_specs
+from hbnn.prior import load_prior
+from hbnn.variants import VARIANTS
 
 log = logging.getLogger(__name__)
 
-MODELS = ("flat", "hierarchical", "informed")
-LABELS = {"flat": "Flat", "hierarchical": "Hierarchical", "informed": "Informed prior"}
-METRICS_FILES = {"flat": "flat.json", "hierarchical": "hier.json", "informed": "informed.json"}
+MODELS = tuple(v.name for v in VARIANTS)
+LABELS = {v.name: v.label for v in VARIANTS}
+METRICS_FILES = {v.name: f"{v.stem}.json" for v in VARIANTS}
 LOSS_POINTS = 500  # rows of plots/advi_loss.csv at most
 
 # Train / test accuracy (%) printed by the seed notebooks; None = not done there.

@@ -1,0 +1,92 @@
+"""Stage ``derive_prior``: the informed prior from the hierarchical posterior."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from hbnn import prior
+from hbnn.config import Params
+from hbnn.io import InputError, as_builtin, load_trace, provenance, settings_from_attrs, staged_outputs
+from hbnn.network import layer_specs
+from hbnn.variants import STAGE_KEYS, STAGE_PARAMS, derive_seed
+
+log = logging.getLogger(__name__)
+
+
+def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out: Path) -> dict:
+    """Fit one MvNormal per layer to new-group weight draws of the hierarchical posterior."""
+    p = params.prior
+    idata = load_trace(hier_trace, "hierarchical", groups=("posterior",))
+    settings = settings_from_attrs(idata.posterior.attrs)
+    hidden = tuple(settings.get("hidden_layers", params.model.hidden_layers))
+    features = settings.get("features", [str(f) for f in idata.posterior["feature"].values])
+    specs = layer_specs(len(features), hidden)
+    try:
+        mu = prior.layer_arrays(idata.posterior, specs, "mu")
+        sd = [idata.posterior[f"sd_{s.name}"].transpose("chain", "draw").values for s in specs]
+    except KeyError as err:
+        raise InputError(f"trace {hier_trace} lacks hierarchical variable {err}") from err
+    n_chains = mu[0].shape[0]
+    if p.reference_chain >= n_chains:
+        raise InputError(
+            f"prior.reference_chain={p.reference_chain} but trace {hier_trace} has only {n_chains} chains"
+        )
+
+    alignment = prior.align_to_reference(mu, p.reference_chain)
+    if p.align == "chains":
+        mu_used, sd_used, chains_used = alignment.mu, sd, list(range(n_chains))
+    else:  # reference_chain: one chain, nothing to align
+        ref = p.reference_chain
+        mu_used = [m[ref : ref + 1] for m in mu]
+        sd_used = [s[ref : ref + 1] for s in sd]
+        chains_used = [ref]
+    flat_mu = [m.reshape(-1, *m.shape[2:]) for m in mu_used]
+    flat_sd = [s.reshape(-1) for s in sd_used]
+    rng = np.random.default_rng(derive_seed(p.seed, STAGE_KEYS["derive_prior"]))
+    draws = prior.new_group_draws(flat_mu, flat_sd, p.draws_per_sample, rng)
+
+    fitted, layer_metrics = [], {}
+    for s, samples, sd_s in zip(specs, draws, flat_sd, strict=True):
+        mean, cov = prior.fit_mvnormal(samples, p.jitter)
+        fitted.append((mean, cov))
+        layer_metrics[s.name] = {
+            "group_sd": {
+                "mean": sd_s.mean(),
+                "sd": sd_s.std(),
+                "q05": np.quantile(sd_s, 0.05),
+                "q95": np.quantile(sd_s, 0.95),
+            },
+            "prior_mean_abs": np.abs(mean).mean(),
+            "prior_sd_mean": np.sqrt(np.diag(cov)).mean(),
+        }
+    ds = prior.prior_dataset(specs, fitted)
+    ds.attrs.update(provenance("derive_prior", "informed_prior",
+                               params.section_hash(*STAGE_PARAMS["derive_prior"]),
+                               {"prior": dataclasses.asdict(p), "hidden_layers": list(hidden),
+                                "features": list(features), "hier_trace": str(hier_trace)}))
+    metrics = {
+        "draws": {
+            "chains_used": len(chains_used),
+            "posterior_draws": int(flat_sd[0].size),
+            "draws_per_sample": p.draws_per_sample,
+            "new_group_draws": int(draws[0].shape[0]),
+        },
+        "layers": layer_metrics,
+        "alignment": {
+            f"chain_{c}": {
+                "distance_before": alignment.distance_before[c],
+                "distance_after": alignment.distance_after[c],
+                "relabelled": int(not alignment.symmetries[c].is_identity),
+            }
+            for c in range(n_chains)
+        },
+    }
+    with staged_outputs() as outputs:
+        outputs.write_netcdf(ds, prior_out)
+        outputs.write_json(as_builtin(metrics), metrics_out)
+    log.info("derive_prior: %d new-group draws per layer from %d chains", draws[0].shape[0], len(chains_used))
+    return metrics

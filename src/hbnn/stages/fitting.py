@@ -1,0 +1,156 @@
+"""What the fit stages share: the per-group loop, the trace layout, metrics and the cost check."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import xarray as xr
+
+from hbnn import budget, evaluation
+from hbnn.config import Params
+from hbnn.data import Tasks
+from hbnn.inference import Sampler
+from hbnn.io import as_builtin, provenance, staged_outputs, stamp
+from hbnn.network import layer_specs
+from hbnn.variants import BY_STAGE, STAGE_KEYS, STAGE_PARAMS, derive_seed
+
+log = logging.getLogger(__name__)
+
+
+def enforce_budget(stage: str, params: Params, tasks: Tasks) -> None:
+    """Refuse (before any compile or sampling) a fit estimated past ``params.limits``."""
+    n_train = tasks.split("train").y.size
+    budget.enforce(budget.fit_estimate(stage, params, tasks.n_groups, n_train, tasks.ds.sizes["obs"] - n_train,
+                                       tasks.n_features), params)
+
+
+def _observed(tasks: Tasks) -> tuple[xr.Dataset, xr.Dataset]:
+    """``observed_data`` (training labels) and ``constant_data`` (training inputs, standardisation stats).
+
+    Labels and inputs are on the model scale; ``x_mean``/``x_sd`` and
+    ``y_mean``/``y_sd`` map raw values to it, so a trace alone can score new rows.
+    """
+    train = tasks.split("train")
+    coords = {"obs": train.obs, "obs_group": ("obs", np.array(tasks.group_names)[train.group])}
+    observed = xr.Dataset({"y": ("obs", train.y)}, coords=coords)
+    constant = xr.Dataset(
+        {
+            "x": (("obs", "feature"), train.X),
+            "x_mean": ("feature", tasks.x_mean),
+            "x_sd": ("feature", tasks.x_sd),
+            "y_mean": ((), tasks.y_mean),
+            "y_sd": ((), tasks.y_sd),
+        },
+        coords={**coords, "feature": tasks.features},
+    )
+    return observed, constant
+
+
+def _settings(params: Params, tasks: Tasks, **extra) -> dict:
+    return {
+        "sampler": dataclasses.asdict(params.sampler),
+        "hidden_layers": list(params.model.hidden_layers),
+        "features": tasks.features,
+        "likelihood": tasks.likelihood,
+        "group_column": tasks.group_column,
+        **extra,
+    }
+
+
+def finish_fit(
+    stage: str,
+    params: Params,
+    tasks: Tasks,
+    posterior: xr.Dataset,
+    sample_stats: xr.Dataset,
+    cost: Cost,
+    trace_out: Path,
+    metrics_out: Path,
+    timing_out: Path,
+    extra_diagnostics=None,
+    settings_extra: dict | None = None,
+) -> dict:
+    observed, constant = _observed(tasks)
+    idata = az.InferenceData(
+        posterior=posterior, sample_stats=sample_stats, observed_data=observed, constant_data=constant
+    )
+    settings = _settings(params, tasks, **(settings_extra or {}))
+    stamp(idata, provenance(stage, BY_STAGE[stage].name, params.section_hash(*STAGE_PARAMS[stage]), settings))
+    specs = layer_specs(tasks.n_features, params.model.hidden_layers)
+    predictions = evaluation.evaluate_groups(
+        tasks,
+        lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
+        noise_of=lambda g: evaluation.group_noise(posterior, tasks.group_names[g]),
+    )
+    metrics = evaluation.fit_metrics(
+        tasks,
+        predictions,
+        divergences=int(sample_stats["diverging"].sum()),
+        extra_diagnostics=extra_diagnostics,
+    )
+    advi_iterations = sample_stats.sizes.get("advi_iteration")
+    s = params.sampler
+    timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
+                                       min(s.chains, s.cores), advi_iterations)
+    with staged_outputs() as outputs:
+        outputs.write_netcdf(idata, trace_out)
+        outputs.write_json(as_builtin(timing), timing_out)
+        outputs.write_json(as_builtin(metrics), metrics_out)
+    score = "accuracy" if "accuracy" in metrics["train"] else "rmse"
+    log.info(
+        "%s: train %s %.4f, test %s %.4f, %d divergences, %.1fs sampling",
+        stage, score, metrics["train"][score], score, metrics["test"].get(score, float("nan")),
+        metrics["sampling"]["divergences"], cost.seconds,
+    )
+    return metrics
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Wall-clock seconds of a stage's sampling and compiling, and its gradient evaluations."""
+
+    seconds: float
+    compile_seconds: float
+    grad_evals: int | None
+
+
+def minibatch(params: Params) -> int | None:
+    """Rows per ADVI gradient step, or ``None`` for full-batch likelihoods (and NUTS)."""
+    s = params.sampler
+    return (s.advi.minibatch_size or None) if s.backend == "advi" else None
+
+
+def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.Dataset, xr.Dataset, Cost]:
+    """Fit ``build(X, y)`` to every group's training rows, compiling it once.
+
+    Returns posterior and sample stats stacked along a ``group`` dim, and the
+    summed cost over groups.
+    """
+    train = tasks.split("train")
+    first = train.rows(0)
+    sampler = Sampler(build(train.X[first], train.y[first]), params.sampler)
+    posts, stats, seconds, grads = [], [], 0.0, []
+    for g, name in enumerate(tasks.group_names):
+        rows = train.rows(g)
+        fit = sampler.sample(
+            derive_seed(params.sampler.seed, STAGE_KEYS[stage], g),
+            data={"x": train.X[rows], "y": train.y[rows]},
+        )
+        posts.append(fit.posterior.posterior.expand_dims(group=[name]))
+        stats.append(fit.posterior.sample_stats.expand_dims(group=[name]))
+        seconds += fit.seconds
+        grads.append(fit.grad_evals)
+        log.info("%s: group %s (%d rows) sampled in %.1fs", stage, name, rows.size, fit.seconds)
+
+    def stack(parts):
+        ds = xr.concat(parts, dim="group", combine_attrs="drop_conflicts")
+        order = ["chain", "draw", "group"]
+        return ds.transpose(*order, ...)
+
+    grad_evals = None if any(g is None for g in grads) else sum(grads)
+    return stack(posts), stack(stats), Cost(seconds, sampler.compile_seconds, grad_evals)

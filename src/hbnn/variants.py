@@ -1,0 +1,55 @@
+"""The model variants and the stages that fit them: one registry, looked up by name.
+
+Stages, the report, ``hbnn predict`` and the plots take a variant's names from
+here (its ``hbnn_variant`` attr, its label, its stage and the file stem of its
+trace, metrics and timings) instead of repeating them. Also here: the params
+each stage reads (exactly its ``params:`` in ``dvc.yaml``; a test keeps the two
+equal, and each output's provenance hash covers these and nothing else) and
+the per-stage seed streams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A fitted model variant."""
+
+    name: str  # the trace's hbnn_variant attr: flat, hierarchical, informed
+    label: str  # for people: tables and figure legends
+    stage: str  # the DVC stage that fits it
+    stem: str  # traces/<stem>.nc, metrics/<stem>.json, timings/<stem>.json
+    has_group_distribution: bool  # can score a group it was not fit to (hbnn predict)
+
+
+FLAT = Variant("flat", "Flat", "fit_flat", "flat", False)
+HIERARCHICAL = Variant("hierarchical", "Hierarchical", "fit_hier", "hier", True)
+INFORMED = Variant("informed", "Informed prior", "fit_informed", "informed", False)
+VARIANTS = (FLAT, HIERARCHICAL, INFORMED)
+BY_NAME = {v.name: v for v in VARIANTS}
+BY_STAGE = {v.stage: v for v in VARIANTS}
+
+# The params each stage reads, exactly as listed under its `params:` in dvc.yaml.
+STAGE_PARAMS = {
+    # model.likelihood: labels are checked (0/1 for bernoulli) and stored per likelihood.
+    "make_data": ("n_groups", "seed", "data", "model.likelihood"),
+    "fit_flat": ("model", "sampler"),
+    "fit_hier": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "sampler"),
+    "derive_prior": ("prior",),
+    "fit_informed": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "sampler"),
+}
+
+# Distinct keys so stages never share a random stream for the same group.
+STAGE_KEYS = {"fit_flat": 1, "fit_hier": 2, "fit_informed": 3, "derive_prior": 4}
+
+
+def derive_seed(base: int, *keys: int) -> int:
+    """A 32-bit seed derived from ``base`` and integer ``keys`` (stage, group, ...).
+
+    Uses ``SeedSequence`` so nearby keys give unrelated streams.
+    """
+    return int(np.random.SeedSequence(base, spawn_key=keys).generate_state(1)[0])

@@ -1,4 +1,4 @@
-"""DVC stage `report`: see `hbnn.report.report`."""
+"""DVC stage `report`: see `hbnn.report.stage`."""
 
 import sys
 
@@ -10,6 +10,6 @@ PATHS = [
 
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
-        from hbnn.report import report
+        from hbnn.report.stage import report
 
         sys.exit(run_stage(__doc__, PATHS, report))

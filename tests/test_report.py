@@ -13,12 +13,13 @@ import pytest
 import xarray as xr
 
 from hbnn import plots
-from hbnn import report as rep
 from hbnn.config import parse_params
 from hbnn.data import make_moons_tasks
 from hbnn.evaluation import predict_proba
 from hbnn.io import InputError, provenance, stamp, write_json, write_netcdf
 from hbnn.network import layer_coords, layer_specs
+from hbnn.report import numbers, outputs, sections
+from hbnn.report.stage import report
 
 N_GROUPS = 7
 PER_PAGE = 4  # 7 groups -> pages of 4 and 3
@@ -91,9 +92,9 @@ def run(tmp_path_factory):
         paths[v] = d / "traces" / f"{v}.nc"
         write_netcdf(idata, paths[v])
         metrics[v] = _metrics(rng, names, v == "hierarchical")
-        write_json(metrics[v], d / "metrics" / rep.METRICS_FILES[v])
+        write_json(metrics[v], d / "metrics" / numbers.METRICS_FILES[v])
         write_json({"backend": "nutpie", "sampling": {"seconds": 1.0, "compile_seconds": 2.0}},
-                   d / "timings" / rep.METRICS_FILES[v])
+                   d / "timings" / numbers.METRICS_FILES[v])
     write_netcdf(_prior(rng, specs), d / "prior.nc")
     prior_metrics = {"layers": {s.name: {"group_sd": {"mean": 1.0, "sd": 0.1, "q05": 0.8, "q95": 1.2}} for s in specs},
                      "alignment": {"chain_0": {"relabelled": 0}, "chain_1": {"relabelled": 1}}}
@@ -111,20 +112,20 @@ def run(tmp_path_factory):
         return original(fields, titles, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(rep.plots, "plot_surface_page", recording)
-        result = rep.report(params, d / "tasks.nc", paths["flat"], paths["hierarchical"], paths["informed"],
+        mp.setattr(plots, "plot_surface_page", recording)
+        result = report(params, d / "tasks.nc", paths["flat"], paths["hierarchical"], paths["informed"],
                             d / "prior.nc", d / "metrics", d / "timings", d / "reports")
     return {"dir": d, "names": names, "metrics": metrics, "result": result, "panels": panels, "params": params}
 
 
 def test_every_group_is_drawn_once_per_model_and_kind(run):
-    for v in rep.MODELS:
+    for v in numbers.MODELS:
         for what in ("posterior mean", "posterior sd"):
-            drawn = [t for title, titles in run["panels"] if title.startswith(f"{rep.LABELS[v]}: {what}")
+            drawn = [t for title, titles in run["panels"] if title.startswith(f"{numbers.LABELS[v]}: {what}")
                      for t in titles]
             assert drawn == run["names"]
     figures = run["dir"] / "reports" / "figures"
-    for v in rep.MODELS:
+    for v in numbers.MODELS:
         for stem in ("surface", "uncertainty"):
             assert sorted(p.name for p in figures.glob(f"{stem}_{v}_p*.png")) == [
                 f"{stem}_{v}_p01.png", f"{stem}_{v}_p02.png"]
@@ -169,9 +170,9 @@ def test_summary_json(run):
     assert not _has_list(summary)
     assert summary["n_groups"] == N_GROUPS
     keys = {"train_accuracy", "test_accuracy", "test_log_loss", "test_brier", "divergences"}
-    assert set(summary["models"]) == set(rep.MODELS)
+    assert set(summary["models"]) == {"flat", "hierarchical", "informed"}
     assert all(set(m) == keys for m in summary["models"].values())
-    test = {v: run["metrics"][v]["test"]["accuracy"] for v in rep.MODELS}
+    test = {v: run["metrics"][v]["test"]["accuracy"] for v in numbers.MODELS}
     assert summary["models"]["flat"]["test_accuracy"] == pytest.approx(test["flat"], abs=1e-6)
     comp = summary["comparison"]
     assert comp["hier_minus_flat_test_accuracy"] == pytest.approx(test["hierarchical"] - test["flat"], abs=1e-5)
@@ -186,7 +187,7 @@ def test_per_group_csv(run):
     assert list(rows[0]) == ["group", "flat", "hierarchical", "informed"]
     assert [r["group"] for r in rows] == run["names"]
     for r in rows:
-        for v in rep.MODELS:
+        for v in numbers.MODELS:
             expected = run["metrics"][v]["per_group"][r["group"]]["test"]["accuracy"]
             assert float(r[v]) == pytest.approx(expected, abs=1e-6)
 
@@ -194,9 +195,9 @@ def test_per_group_csv(run):
 def test_calibration_csv_and_figure(run):
     with open(run["dir"] / "reports" / "plots" / "calibration.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == ["bin", *rep.MODELS]
+    assert list(rows[0]) == ["bin", *numbers.MODELS]
     assert [float(r["bin"]) for r in rows] == pytest.approx([0.05 + 0.1 * i for i in range(10)])
-    values = [float(r[m]) for r in rows for m in rep.MODELS if r[m] != ""]
+    values = [float(r[m]) for r in rows for m in numbers.MODELS if r[m] != ""]
     assert values and all(0.0 <= v <= 1.0 for v in values)
     assert (run["dir"] / "reports" / "figures" / "calibration.png").is_file()
 
@@ -211,7 +212,7 @@ def test_stale_metrics_are_an_input_error(run, tmp_path):
     flat["per_group"].pop(run["names"][0])
     (metrics / "flat.json").write_text(json.dumps(flat))
     with pytest.raises(InputError, match="covers groups"):
-        rep.report(run["params"], d / "tasks.nc", d / "traces" / "flat.nc", d / "traces" / "hierarchical.nc",
+        report(run["params"], d / "tasks.nc", d / "traces" / "flat.nc", d / "traces" / "hierarchical.nc",
                    d / "traces" / "informed.nc", d / "prior.nc", metrics, d / "timings", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -220,9 +221,9 @@ def test_surface_stats_match_all_draws_at_once(monkeypatch):
     rng = np.random.default_rng(1)
     specs = layer_specs(2, [4, 3])
     weights = [rng.normal(size=(13, *s.shape)) for s in specs]
-    _, points = rep.surface_points(2.0, 6)
-    monkeypatch.setattr(rep, "CHUNK_VALUES", points.shape[0] * 4 * 3)  # 3 draws per chunk: 5 uneven chunks
-    mean, sd = rep.surface_stats(weights, points)
+    _, points = numbers.surface_points(2.0, 6)
+    monkeypatch.setattr(numbers, "CHUNK_VALUES", points.shape[0] * 4 * 3)  # 3 draws per chunk: 5 uneven chunks
+    mean, sd = numbers.surface_stats(weights, points)
     p = predict_proba([w[None] for w in weights], points)[0]
     # surfaces are computed in float32: a few 1e-8 from float64, checked to 1e-6
     np.testing.assert_allclose(mean, p.mean(axis=0), atol=1e-6)
@@ -230,7 +231,7 @@ def test_surface_stats_match_all_draws_at_once(monkeypatch):
 
 
 def test_surface_points_are_row_major_in_x2():
-    axis, points = rep.surface_points(1.0, 3)
+    axis, points = numbers.surface_points(1.0, 3)
     assert points.shape == (9, 2)
     np.testing.assert_array_equal(points[:3, 1], [-1, -1, -1])  # first image row is the lowest x2
     np.testing.assert_array_equal(points[:3, 0], axis)
@@ -238,7 +239,7 @@ def test_surface_points_are_row_major_in_x2():
 
 @pytest.mark.parametrize("n_total, n_keep", [(2000, 500), (10, 500), (7, 3), (1, 1)])
 def test_thin_indices(n_total, n_keep):
-    idx = rep.thin_indices(n_total, n_keep)
+    idx = numbers.thin_indices(n_total, n_keep)
     assert idx.size == min(n_total, n_keep)
     assert idx[0] == 0 and idx[-1] == n_total - 1
     assert np.all(np.diff(idx) > 0)
@@ -266,12 +267,12 @@ def test_surface_page_titles_every_panel():
 
 def test_correlation_helpers():
     cov = np.array([[4.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
-    corr = rep.correlation_from_cov(cov)
+    corr = numbers.correlation_from_cov(cov)
     np.testing.assert_allclose(corr[:2, :2], [[1.0, 1.0], [1.0, 1.0]])
     assert np.isnan(corr[2]).all()
-    assert np.isnan(rep.correlation_of_draws(np.ones((1, 3)))).all()
+    assert np.isnan(numbers.correlation_of_draws(np.ones((1, 3)))).all()
     spec = layer_specs(2, [3])[0]
-    assert rep.weight_labels(spec, ["x1", "x2"]) == ["x1->0", "x1->1", "x1->2", "x2->0", "x2->1", "x2->2"]
+    assert numbers.weight_labels(spec, ["x1", "x2"]) == ["x1->0", "x1->1", "x1->2", "x2->0", "x2->1", "x2->2"]
 
 
 def test_trace_without_group_mean_is_an_input_error(run, tmp_path):
@@ -280,15 +281,15 @@ def test_trace_without_group_mean_is_an_input_error(run, tmp_path):
     broken = az.InferenceData(posterior=idata.posterior.load().drop_vars("mu_in"))
     write_netcdf(broken, tmp_path / "hier.nc")
     with pytest.raises(InputError, match="mu_in"):
-        rep.report(run["params"], d / "tasks.nc", d / "traces" / "flat.nc", tmp_path / "hier.nc",
+        report(run["params"], d / "tasks.nc", d / "traces" / "flat.nc", tmp_path / "hier.nc",
                    d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", d / "timings", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_reference_note_on_default_data():
-    note = rep._reference_note(dict(rep.REFERENCE_DATA))
+    note = sections._reference_note(dict(numbers.REFERENCE_DATA))
     assert not note.warn and "comparable" in note.text and "NOT" not in note.text
-    changed = rep._reference_note({**rep.REFERENCE_DATA, "data.noise": 0.2})
+    changed = sections._reference_note({**numbers.REFERENCE_DATA, "data.noise": 0.2})
     assert changed.warn and "data.noise = 0.2 (reference 0.3)" in changed.text
 
 
@@ -306,4 +307,4 @@ def test_advi_loss_curve_and_csv(run):
 
 
 def test_loss_csv_is_header_only_without_advi():
-    assert rep.loss_csv({}) == "iteration,flat,hierarchical,informed\n"
+    assert outputs.loss_csv({}) == "iteration,flat,hierarchical,informed\n"

@@ -1,0 +1,19 @@
+"""The report stage, as a package.
+
+The `report` stage: figures, a Markdown and a self-contained HTML report, summary metrics.
+
+Accuracies (RMSE, lpd and coverage for gaussian tasks) and diagnostics are read
+from the fit stages' metrics files, never recomputed. Posterior quantities the
+metrics do not hold (decision surfaces, group sds, weight correlations) come
+from the traces, one model and one group at a time, so memory does not grow
+with draws x grid x groups.
+
+Surfaces are drawn over the first two features; with more features the others
+are held at their training mean, and with a single feature there are no
+surfaces (the report says so).
+
+Modules: ``numbers`` (models, references, formatting, surface grids), ``document``
+(Markdown and HTML rendering), ``inputs`` (reading and checking traces and metrics),
+``figures``, ``sections`` (prose), ``outputs`` (summary metrics, plots CSVs) and
+``stage`` (the stage body, :func:`hbnn.report.stage.report`).
+"""

@@ -1,0 +1,103 @@
+"""The report as a document: paragraphs, tables, figures and sections, rendered to Markdown and HTML."""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CSS = """
+body { font-family: sans-serif; max-width: 1150px; margin: 0 auto; padding: 1em 2em; color: #222; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.3em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+h3 { font-size: 1.05em; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
+th, td { border: 1px solid #bbb; padding: 2px 8px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+th { background: #f0f0f0; }
+img { max-width: 100%; height: auto; display: block; margin: 0.4em 0; }
+figure { margin: 0.8em 0; } figcaption { font-size: 0.85em; color: #555; }
+.how { color: #444; background: #f6f6f6; padding: 0.4em 0.8em; border-left: 3px solid #999; }
+.warn { color: #8a1c00; font-weight: bold; }
+"""
+
+@dataclass(frozen=True)
+class Para:
+    text: str
+    warn: bool = False
+
+
+@dataclass(frozen=True)
+class Heading:
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    header: Sequence[str]
+    rows: Sequence[Sequence[str]]
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # file name under figures/
+    caption: str
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    how_to_read: str
+    blocks: Sequence[Para | Heading | Table | Figure]
+
+
+def render_markdown(title: str, intro: Sequence[Para], sections: Sequence[Section]) -> str:
+    """The report as Markdown; figures are linked as ``figures/<name>``."""
+    out = [f"# {title}", ""]
+    for p in intro:
+        out += [f"**{p.text}**" if p.warn else p.text, ""]
+    for sec in sections:
+        out += [f"## {sec.title}", "", f"*How to read this:* {sec.how_to_read}", ""]
+        for b in sec.blocks:
+            if isinstance(b, Heading):
+                out += [f"### {b.text}", ""]
+            elif isinstance(b, Para):
+                out += [f"**{b.text}**" if b.warn else b.text, ""]
+            elif isinstance(b, Table):
+                out.append("| " + " | ".join(b.header) + " |")
+                out.append("|" + "|".join(["---"] + ["---:"] * (len(b.header) - 1)) + "|")
+                out += ["| " + " | ".join(row) + " |" for row in b.rows]
+                out.append("")
+            else:
+                out += [f"![{b.caption}](figures/{b.name})", "", f"*{b.caption}*", ""]
+    return "\n".join(out)
+
+
+def render_html(title: str, intro: Sequence[Para], sections: Sequence[Section], figures: dict[str, bytes]) -> str:
+    """The report as one offline HTML page: inline CSS, images as base64 data URIs."""
+    e = html.escape
+
+    def para(p: Para) -> str:
+        return f'<p class="warn">{e(p.text)}</p>' if p.warn else f"<p>{e(p.text)}</p>"
+
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           f"<title>{e(title)}</title>", f"<style>{CSS}</style>", "</head>", "<body>", f"<h1>{e(title)}</h1>"]
+    out += [para(p) for p in intro]
+    for sec in sections:
+        out += [f"<h2>{e(sec.title)}</h2>", f'<p class="how"><b>How to read this:</b> {e(sec.how_to_read)}</p>']
+        for b in sec.blocks:
+            if isinstance(b, Heading):
+                out.append(f"<h3>{e(b.text)}</h3>")
+            elif isinstance(b, Para):
+                out.append(para(b))
+            elif isinstance(b, Table):
+                out.append("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in b.header) + "</tr></thead>")
+                out.append("<tbody>")
+                out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in b.rows]
+                out.append("</tbody></table>")
+            else:
+                data = base64.b64encode(figures[b.name]).decode("ascii")
+                out.append(f'<figure><img src="data:image/png;base64,{data}" alt="{e(b.caption)}">'
+                           f"<figcaption>{e(b.caption)}</figcaption></figure>")
+    out += ["</body>", "</html>", ""]
+    return "\n".join(out)

@@ -1,0 +1,190 @@
+"""The report's figures, computed from the traces one model and one group at a time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from hbnn import plots
+from hbnn.config import ReportParams
+from hbnn.data import Split, Tasks
+from hbnn.evaluation import group_weights, predict_proba, reliability
+from hbnn.network import LayerSpec
+from hbnn.report.inputs import load_vars, needed_vars
+from hbnn.report.numbers import (
+    LABELS,
+    MODELS,
+    REFERENCES,
+    RHAT_OK,
+    correlation_from_cov,
+    correlation_of_draws,
+    lookup,
+    surface_points,
+    surface_stats,
+    thin_indices,
+    weight_labels,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SurfaceSetup:
+    """What the surfaces show: ``P(y = 1)`` (``scale`` None) or the gaussian predicted mean.
+
+    ``centre`` holds every feature's training mean (the value of features beyond
+    the first two); ``scale = (y_mean, y_sd)``; ``value_range`` fixes the colour
+    scale of predicted means and training labels across pages and models.
+    """
+
+    centre: np.ndarray
+    features: tuple[str, ...]
+    scale: tuple[float, float] | None = None
+    value_range: tuple[float, float] | None = None
+    axis_labels: tuple[str, str] | None = None
+
+    @staticmethod
+    def of(tasks: Tasks) -> SurfaceSetup:
+        train = tasks.split("train")
+        centre = train.X.mean(axis=0)
+        labels = None
+        if tasks.ds.attrs.get("source") == "table":
+            labels = (f"{tasks.features[0]} (standardised)", f"{tasks.features[1]} (standardised)")
+        if tasks.likelihood != "gaussian":
+            return SurfaceSetup(centre, tuple(tasks.features), axis_labels=labels)
+        y = tasks.y_mean + tasks.y_sd * train.y
+        return SurfaceSetup(centre, tuple(tasks.features), (tasks.y_mean, tasks.y_sd),
+                            (float(np.quantile(y, 0.01)), float(np.quantile(y, 0.99))), labels)
+
+
+def model_surfaces(
+    variant: str, post: xr.Dataset, specs: Sequence[LayerSpec], names: Sequence[str], train: Split, rp: ReportParams,
+    setup: SurfaceSetup | None = None,
+) -> tuple[dict[str, bytes], int]:
+    """Decision-surface and uncertainty pages of one model.
+
+    Each group's surface is computed once (mean and sd together) from
+    ``surface_draws`` draws thinned evenly over all chains and draws; only one
+    page of surfaces is held at a time. Returns ``({file name: png}, draws used)``.
+    """
+    setup = setup or SurfaceSetup(np.zeros(2), ("x1", "x2"))
+    axis, points = surface_points(rp.grid_limit, rp.grid_size, setup.centre)
+    gaussian = setup.scale is not None
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    keep = thin_indices(n_chain * n_draw, rp.surface_draws)
+    page_list = plots.pages(len(names), rp.panels_per_page)
+    width = max(2, len(str(len(page_list))))
+    out = {}
+    for p, page in enumerate(page_list, start=1):
+        means, sds, points_on_page = [], [], []
+        for g in page:
+            w = [x.reshape(n_chain * n_draw, *x.shape[2:])[keep] for x in group_weights(post, specs, names[g])]
+            mean, sd = surface_stats(w, points, setup.scale)
+            means.append(mean.reshape(axis.size, axis.size))
+            sds.append(sd.reshape(axis.size, axis.size))
+            rows = train.rows(g)
+            y = train.y[rows] if not gaussian else setup.scale[0] + setup.scale[1] * train.y[rows]
+            points_on_page.append((train.X[rows][:, :2], y))
+        titles = [names[g] for g in page]
+        kinds = (("mean", means, "surface", "posterior mean P(y=1)"), ("sd", sds, "uncertainty",
+                                                                      "posterior sd of P(y=1)"))
+        if gaussian:
+            kinds = (("value_mean", means, "surface", "posterior mean prediction"),
+                     ("value_sd", sds, "uncertainty", "posterior sd of the mean prediction"))
+        held = f"; {', '.join(setup.features[2:])} at training mean" if len(setup.features) > 2 else ""
+        for kind, fields, stem, what in kinds:
+            fig, _ = plots.plot_surface_page(np.stack(fields), titles, rp.grid_limit, points_on_page, kind,
+                                             title=f"{LABELS[variant]}: {what}{held} (page {p}/{len(page_list)})",
+                                             axis_labels=setup.axis_labels, value_range=setup.value_range)
+            out[f"{stem}_{variant}_p{p:0{width}d}.png"] = plots.png_bytes(fig)
+        log.info("report: %s surfaces page %d/%d done", variant, p, len(page_list))
+    return out, int(keep.size)
+
+
+def mean_test_probabilities(post: xr.Dataset, specs: Sequence[LayerSpec], names: Sequence[str], test: Split):
+    """Posterior mean P(y=1) over all draws at every test row, in ``test`` (group-sorted) order."""
+    parts = [
+        predict_proba(group_weights(post, specs, names[g]), test.X[test.rows(g)]).mean(axis=(0, 1))
+        for g in range(len(names))
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _trace_figures(
+    traces: dict[str, Any], specs: Sequence[LayerSpec], tasks: Tasks, rp: ReportParams
+) -> tuple[dict[str, bytes], dict[str, list[str]], dict[str, int], xr.Dataset, dict[str, dict]]:
+    """Surface pages and test-set reliability of every model, loading one model's weights at a time.
+
+    Returns the pages ``{file name: png}`` (none with a single feature), each
+    model's sorted page names, the draws each used, the hierarchical
+    ``sd_<layer>`` and first-layer ``mu`` draws (all that is kept of the traces
+    afterwards) and each model's reliability table on the pooled test rows
+    (bernoulli only; empty for gaussian tasks).
+    """
+    train, test = tasks.split("train"), tasks.split("test")
+    setup = SurfaceSetup.of(tasks)
+    figures, surface_files, used_draws, hier_extra, calibration = {}, {}, {}, None, {}
+    for v in MODELS:
+        post = load_vars(traces[v], needed_vars(v, specs))
+        pages, used_draws[v] = {}, 0
+        if tasks.n_features >= 2:
+            pages, used_draws[v] = model_surfaces(v, post, specs, tasks.group_names, train, rp, setup)
+        surface_files[v] = sorted(pages)
+        figures.update(pages)
+        if tasks.likelihood == "bernoulli":
+            calibration[v] = reliability(mean_test_probabilities(post, specs, tasks.group_names, test), test.y)
+        if v == "hierarchical":
+            hier_extra = post[[n for n in post.data_vars if not n.startswith("w_")]]
+        del post
+    return figures, surface_files, used_draws, hier_extra, calibration
+
+
+def _correlation_figure(hier_extra: xr.Dataset, prior: dict, spec: LayerSpec, features: Sequence[str],
+                        ref_chain: int) -> bytes:
+    """Heatmaps: correlations of the informed prior's ``cov_<layer>`` and of ``mu_<layer>`` draws of one chain."""
+    mu = hier_extra[f"mu_{spec.name}"].transpose("chain", "draw", *spec.dims).values[ref_chain]
+    corr = {
+        f"informed prior: corr from cov_{spec.name}": correlation_from_cov(prior[spec.name][1]),
+        f"hierarchical mu_{spec.name} draws (chain {ref_chain})": correlation_of_draws(mu.reshape(mu.shape[0], -1)),
+    }
+    return plots.png_bytes(plots.plot_correlations(corr, weight_labels(spec, features))[0])
+
+
+def _per_group_values(metrics: dict[str, dict], names: Sequence[str], *keys: str) -> dict[str, np.ndarray]:
+    """``{model: (group,)}`` of ``per_group.<g>.<keys>`` (NaN where missing)."""
+    return {v: np.array([lookup(metrics[v], "per_group", g, *keys) for g in names], dtype=float) for v in MODELS}
+
+
+def _regression_figures(metrics: dict[str, dict], names: Sequence[str]) -> dict:
+    """Per-group test RMSE and per-group R-hat figures of a gaussian run, from the metrics files."""
+    rmse = _per_group_values(metrics, names, "test", "rmse")
+    rhat = _per_group_values(metrics, names, "rhat_fn")
+    return {
+        "per_group_rmse.png": plots.png_bytes(plots.plot_per_group(
+            names, rmse, kind="bar", ylabel="test RMSE")[0]),
+        "rhat_fn.png": plots.png_bytes(plots.plot_per_group(
+            names, rhat, kind="point", ylabel="function-space R-hat", hlines=(RHAT_OK,))[0]),
+    }
+
+
+def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: dict[str, np.ndarray]) -> dict:
+    """Accuracy, per-group accuracy and per-group R-hat figures, all from the metrics files."""
+    # Start the axis at chance (or lower if needed) so differences between models stay visible.
+    low = min(0.5, np.floor(np.nanmin([*np.concatenate(list(accuracy.values())), 1.0]) * 10) / 10)
+    refs = {r: tuple(np.array([np.nan if vals[v] is None else vals[v][i] / 100 for v in MODELS]) for i in (0, 1))
+            for r, vals in REFERENCES.items()}
+    train = np.array([lookup(metrics[v], "train", "accuracy") for v in MODELS], dtype=float)
+    test = np.array([lookup(metrics[v], "test", "accuracy") for v in MODELS], dtype=float)
+    rhat = _per_group_values(metrics, names, "rhat_fn")
+    return {
+        "per_group_accuracy.png": plots.png_bytes(plots.plot_per_group(
+            names, accuracy, kind="bar", ylabel="test accuracy", ylim=(low, 1.0))[0]),
+        "rhat_fn.png": plots.png_bytes(plots.plot_per_group(
+            names, rhat, kind="point", ylabel="function-space R-hat", hlines=(RHAT_OK,))[0]),
+        "accuracy.png": plots.png_bytes(plots.plot_accuracy([LABELS[v] for v in MODELS], train, test, refs)[0]),
+    }

@@ -1,0 +1,138 @@
+"""Numbers the report shows: the models, reference accuracies, formatting, surface grids and correlations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from hbnn.evaluation import predict_output, predict_proba
+from hbnn.network import LayerSpec
+from hbnn.variants import VARIANTS
+
+MODELS = tuple(v.name for v in VARIANTS)
+LABELS = {v.name: v.label for v in VARIANTS}
+METRICS_FILES = {v.name: f"{v.stem}.json" for v in VARIANTS}
+LOSS_POINTS = 500  # rows of plots/advi_loss.csv at most
+
+# Train / test accuracy (%) printed by the seed notebooks; None = not done there.
+REFERENCES: dict[str, dict[str, tuple[float, float] | None]] = {
+    "PyMC3 original": {"flat": (86.78, 83.78), "hierarchical": (91.11, 89.78), "informed": (91.56, 87.11)},
+    "NumPyro port": {"flat": (86.67, 83.56), "hierarchical": (90.78, 89.33), "informed": (91.44, 86.67)},
+    "BlackJAX port": {"flat": (86.56, 83.67), "hierarchical": (91.11, 89.56), "informed": None},
+}
+# The data those numbers came from; they are only comparable on the same data.
+REFERENCE_DATA = {
+    "n_groups": 18,
+    "seed": 31,
+    "data.n_samples": 100,
+    "data.noise": 0.3,
+    "data.rotation_deg": 90.0,
+    "data.train_fraction": 0.5,
+}
+RHAT_OK = 1.01
+CHUNK_VALUES = 2**21  # float64 values per intermediate array of a surface chunk (16 MB)
+
+
+
+
+def lookup(d: Any, *keys: str) -> Any:
+    """``d[k1][k2]...`` or None where any level is missing."""
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def fmt(x: Any, spec: str = ".3f") -> str:
+    if x is None or (isinstance(x, float) and not np.isfinite(x)):
+        return "n/a"
+    return format(x, spec)
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}"
+
+
+def difference(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def surface_points(limit: float, size: int, centre: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Axis values ``(size,)`` and grid points ``(size * size, feature)`` in row-major ``(x2, x1)`` order.
+
+    The grid spans the first two features; further features (``centre`` has one
+    value per feature, default two features) are held at their ``centre`` value.
+    """
+    axis = np.linspace(-limit, limit, size)
+    x1, x2 = np.meshgrid(axis, axis)
+    points = np.zeros((size * size, 2 if centre is None else len(centre)))
+    if centre is not None:
+        points[:] = centre
+    points[:, 0], points[:, 1] = x1.ravel(), x2.ravel()
+    return axis, points
+
+
+def thin_indices(n_total: int, n_keep: int) -> np.ndarray:
+    """``min(n_keep, n_total)`` evenly spaced, distinct indices into ``range(n_total)``."""
+    return np.unique(np.linspace(0, n_total - 1, min(n_keep, n_total)).round().astype(np.int64))
+
+
+def surface_stats(
+    weights: Sequence[np.ndarray], points: np.ndarray, scale: tuple[float, float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and sd of ``P(y = 1)`` (or, with ``scale``, of the predicted mean) at ``points (n, feature)``.
+
+    ``weights`` are per-layer ``(sample, *shape)`` draws. ``scale = (y_mean,
+    y_sd)`` selects the gaussian output ``y_mean + y_sd * output`` instead of the
+    probability. Draws are taken in chunks and only running sums are kept, so
+    memory is ``chunk * n`` values. The network runs in float32 (4x faster on
+    the default 100 x 100 grid; mean and sd differ from float64 by about 1e-8,
+    far below what a plot shows); the sums are float64.
+    """
+    weights = [np.asarray(w, dtype=np.float32) for w in weights]
+    points = np.asarray(points, dtype=np.float32)
+    n_samples = weights[0].shape[0]
+    width = max(w.shape[-1] for w in weights)
+    chunk = max(1, CHUNK_VALUES // (points.shape[0] * width))
+    s1 = np.zeros(points.shape[0])
+    s2 = np.zeros(points.shape[0])
+    for lo in range(0, n_samples, chunk):
+        batch = [w[None, lo : lo + chunk] for w in weights]
+        if scale is None:
+            p = predict_proba(batch, points, chunk=chunk)[0]
+        else:
+            p = scale[0] + scale[1] * predict_output(batch, points, chunk=chunk)[0]
+        s1 += p.sum(axis=0, dtype=np.float64)
+        s2 += np.square(p, dtype=np.float64).sum(axis=0)
+    mean = s1 / n_samples
+    return mean, np.sqrt(np.clip(s2 / n_samples - mean**2, 0.0, None))
+
+
+def correlation_from_cov(cov: np.ndarray) -> np.ndarray:
+    """Correlation matrix of a covariance matrix; NaN rows/columns where a variance is 0."""
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    denom = np.outer(sd, sd)
+    corr = np.full(cov.shape, np.nan)
+    np.divide(cov, denom, out=corr, where=denom > 0)
+    return np.clip(corr, -1.0, 1.0)
+
+
+def correlation_of_draws(draws: np.ndarray) -> np.ndarray:
+    """Correlation matrix ``(k, k)`` of ``(n, k)`` draws (all NaN with fewer than 2 draws)."""
+    if draws.shape[0] < 2:
+        return np.full((draws.shape[1], draws.shape[1]), np.nan)
+    return correlation_from_cov(np.atleast_2d(np.cov(draws, rowvar=False)))
+
+
+def weight_labels(spec: LayerSpec, features: Sequence[str]) -> list[str]:
+    """``feature->unit`` labels of the first layer's weights in row-major (flattened) order.
+
+    A linear model's only layer maps features to the output: ``feature->out``.
+    """
+    rows = list(features) if spec.dims[0] == "feature" else [str(i) for i in range(spec.shape[0])]
+    if len(spec.shape) == 1:
+        return [f"{r}->out" for r in rows]
+    return [f"{r}->{u}" for r in rows for u in range(spec.shape[1])]

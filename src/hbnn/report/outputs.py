@@ -1,0 +1,101 @@
+"""The report's machine-readable outputs: the summary metrics and the DVC plots CSVs."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from hbnn.io import Outputs, as_builtin
+from hbnn.report.numbers import LOSS_POINTS, MODELS, difference, lookup
+
+
+def summary(metrics: dict[str, dict], n_groups: int) -> dict:
+    """``metrics/summary.json``: headline numbers per model and their differences (dicts only).
+
+    Gaussian runs (metrics with ``rmse`` instead of ``accuracy``) report RMSE,
+    lpd and coverage instead of the classification scores.
+    """
+    gaussian = lookup(metrics[MODELS[0]], "train", "rmse") is not None
+    score = "rmse" if gaussian else "accuracy"
+    extra = (("lpd", "coverage_94") if gaussian else ("log_loss", "brier"))
+    fields = [(f"train_{score}", "train", score), (f"test_{score}", "test", score),
+              *((f"test_{k}", "test", k) for k in extra), ("divergences", "sampling", "divergences")]
+    models = {v: {name: lookup(metrics[v], *path) for name, *path in fields} for v in MODELS}
+    test = {v: models[v][f"test_{score}"] for v in MODELS}
+    comparison = {
+        f"hier_minus_flat_test_{score}": difference(test["hierarchical"], test["flat"]),
+        f"informed_minus_flat_test_{score}": difference(test["informed"], test["flat"]),
+        f"hier_minus_informed_test_{score}": difference(test["hierarchical"], test["informed"]),
+    }
+    return as_builtin({"models": models, "comparison": comparison, "n_groups": n_groups})
+
+
+def per_group_csv(per_group: dict[str, np.ndarray], names: Sequence[str]) -> str:
+    """``group,flat,hierarchical,informed`` rows of test accuracy (empty where a group has no test rows)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["group", *MODELS])
+    for g, name in enumerate(names):
+        vals = [per_group[v][g] for v in MODELS]
+        writer.writerow([name, *("" if not np.isfinite(x) else as_builtin(float(x)) for x in vals)])
+    return buf.getvalue()
+
+
+def advi_loss(idata, points: int = LOSS_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """``(iteration, loss)`` of an ADVI trace, summed over groups, averaged over blocks.
+
+    Iterations are cut into at most ``points`` equal blocks; each point is the
+    block's mean loss, placed at the block's last iteration.
+    """
+    loss = idata.sample_stats["loss"]
+    total = loss.sum([d for d in loss.dims if d != "advi_iteration"]).values
+    block = max(1, -(-total.size // points))
+    n_blocks = -(-total.size // block)
+    padded = np.full(n_blocks * block, np.nan)
+    padded[: total.size] = total
+    means = np.nanmean(padded.reshape(n_blocks, block), axis=1)
+    ends = np.minimum(np.arange(1, n_blocks + 1) * block, total.size)
+    return ends, means
+
+
+def loss_csv(losses: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
+    """``iteration,<model>...`` rows of the ADVI loss (header only when no model used ADVI)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["iteration", *MODELS])
+    table: dict[int, dict[str, float]] = {}
+    for v, (it, loss) in losses.items():
+        for i, x in zip(it, loss, strict=True):
+            table.setdefault(int(i), {})[v] = as_builtin(float(x))
+    for i in sorted(table):
+        writer.writerow([i, *(table[i].get(v, "") for v in MODELS)])
+    return buf.getvalue()
+
+
+def calibration_csv(tables: dict[str, dict[str, np.ndarray]]) -> str:
+    """``bin,<model>...`` rows: observed fraction of ``y = 1`` per probability bin (empty where no rows)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    models = list(tables)
+    writer.writerow(["bin", *(models or MODELS)])
+    if not tables:  # gaussian runs: no class probabilities to calibrate
+        return buf.getvalue()
+    mids = next(iter(tables.values()))["bin_mid"]
+    for b, mid in enumerate(mids):
+        cells = [tables[m]["observed"][b] for m in models]
+        writer.writerow([as_builtin(float(mid)), *("" if not np.isfinite(x) else as_builtin(float(x)) for x in cells)])
+    return buf.getvalue()
+
+
+def write_figures(figures: dict[str, bytes], fig_dir: Path, outputs: Outputs) -> None:
+    """Stage ``figures`` into ``fig_dir``, and the removal of PNGs a previous run left that are not rewritten."""
+    if fig_dir.is_dir():
+        for stale in fig_dir.glob("*.png"):
+            if stale.name not in figures:
+                outputs.remove(stale)
+    for name, data in figures.items():
+        outputs.write_bytes(data, fig_dir / name)

@@ -1,0 +1,250 @@
+"""The report's prose sections: what each figure and table shows and how to read it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from hbnn.config import ReportParams
+from hbnn.data import Tasks
+from hbnn.report.document import Figure, Heading, Para, Section, Table
+from hbnn.report.numbers import LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT_OK, fmt, lookup, pct
+
+
+def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int]) -> list:
+    hidden = [s.shape[-1] for s in specs[:-1]]
+    net = f"tanh MLP with hidden layers {hidden} (no biases)" if hidden else "linear model (no hidden layers, no bias)"
+    if tasks.likelihood == "gaussian":
+        net += (", gaussian likelihood with noise sd sigma (labels standardised with training mean "
+                f"{tasks.y_mean:.4g} and sd {tasks.y_sd:.4g}; scores are in the label's units)")
+    else:
+        net += ", Bernoulli likelihood on the logit"
+    sizes = np.bincount(tasks.split("train").group, minlength=tasks.n_groups)
+    source = tasks.ds.attrs.get("table")
+    data = f"table {source}, " if source else ""
+    out = [Para(f"{data}{tasks.n_groups} groups ({sizes.min()} to {sizes.max()} training rows per group), "
+                f"features {', '.join(tasks.features)}, {net}. "
+                "Flat: an independent net per group with iid Normal(0, model.prior_sd) weights. "
+                "Hierarchical: one model over all groups, w[g] = mu + sd * z[g] per layer (non-centred). "
+                "Informed prior: an independent net per group with a multivariate-normal prior per layer fitted "
+                "to new-group draws of the hierarchical posterior.")]
+    runs = []
+    for v in MODELS:
+        s = settings[v].get("sampler", {})
+        runs.append(f"{LABELS[v]}: {s.get('chains', '?')} chains x {s.get('draws', '?')} draws "
+                    f"({s.get('tune', '?')} tuning, backend {s.get('backend', '?')}); "
+                    + (f"surfaces use {used_draws[v]} draws" if used_draws[v] else "no surfaces"))
+    out.append(Para("Sampling: " + "; ".join(runs) + "."))
+    return out
+
+
+def _reference_note(data: dict[str, Any]) -> Para:
+    defaults = ", ".join(f"{k} {v}" for k, v in REFERENCE_DATA.items())
+    if data.get("data.source") == "table":
+        return Para(f"The reference numbers below are NOT comparable with this run: they were obtained on the moons "
+                    f"data ({defaults}) but this run uses the table {data.get('data.path')}.", warn=True)
+    diff = [f"{k} = {data[k]} (reference {ref})" for k, ref in REFERENCE_DATA.items() if data[k] != ref]
+    if diff:
+        return Para("The reference numbers below are NOT comparable with this run: they were obtained on the default "
+                    f"data ({defaults}) but this run differs in: {'; '.join(diff)}.", warn=True)
+    return Para(f"The data parameters are the defaults ({defaults}), so this run is comparable with the reference "
+                "numbers, up to sampler randomness and the reference runs' own sampler settings.")
+
+
+def _accuracy_section(metrics: dict[str, dict], data: dict[str, Any]) -> Section:
+    header = ["Model", "Train %", "Test %", "Test log loss", "Test Brier",
+              *[f"{r} (train / test %)" for r in REFERENCES]]
+    rows = []
+    for v in MODELS:
+        m = metrics[v]
+        refs = [f"{r[v][0]:.2f} / {r[v][1]:.2f}" if r[v] else "not done" for r in REFERENCES.values()]
+        rows.append([LABELS[v], pct(lookup(m, "train", "accuracy")), pct(lookup(m, "test", "accuracy")),
+                     fmt(lookup(m, "test", "log_loss")), fmt(lookup(m, "test", "brier")), *refs])
+    return Section(
+        "Accuracy",
+        "accuracy thresholds the posterior-mean probability at 0.5, pooled over all groups' rows; log loss and Brier "
+        "score (lower is better) use the same mean probability. Train accuracy is on the rows each model was fit "
+        "to, test accuracy on held-out rows of the same groups. The last columns are the numbers printed by the "
+        "seed notebooks.",
+        [_reference_note(data), Table(header, rows),
+         Figure("accuracy.png", "Train and test accuracy of this run (filled) and the reference runs (hollow).")],
+    )
+
+
+def _scores_section(metrics: dict[str, dict]) -> Section:
+    """The gaussian counterpart of the accuracy section (no reference numbers exist for regression)."""
+    header = ["Model", "Train RMSE", "Test RMSE", "Test lpd", "Test 94% coverage", "Train 94% coverage"]
+    rows = [[LABELS[v], fmt(lookup(metrics[v], "train", "rmse"), ".4g"), fmt(lookup(metrics[v], "test", "rmse"), ".4g"),
+             fmt(lookup(metrics[v], "test", "lpd")), pct(lookup(metrics[v], "test", "coverage_94")),
+             pct(lookup(metrics[v], "train", "coverage_94"))] for v in MODELS]
+    return Section(
+        "Scores",
+        "RMSE (lower is better) of the posterior-mean prediction in the label's units, pooled over all groups' rows; "
+        "lpd is the mean log predictive density of the test rows (higher is better; it rewards honest "
+        "uncertainty); coverage is the percentage of rows inside their central 94% posterior predictive interval "
+        "(noise included), which should be close to 94.",
+        [Table(header, rows)],
+    )
+
+
+def _per_group_rmse_section(n_groups: int) -> Section:
+    return Section(
+        "Per-group test RMSE",
+        "one group of bars per task; partial pooling helps most where a group's own data are few, so look for "
+        "groups where the flat bar is highest. The numbers are in metrics/*.json (per_group.<g>.test.rmse).",
+        [Figure("per_group_rmse.png", f"Test RMSE of every group ({n_groups}) for the three models.")],
+    )
+
+
+def _no_surface_section(tasks: Tasks) -> Section:
+    return Section("Decision surfaces", "surfaces need two features.",
+                   [Para(f"This run has a single feature ({tasks.features[0]}), so no surfaces are drawn.")])
+
+
+def _per_group_section(n_groups: int) -> Section:
+    return Section(
+        "Per-group test accuracy",
+        "one group of bars per task (the axis starts at 0.5, chance level, or lower if needed); partial pooling "
+        "helps most where a group's own data are few or ambiguous, "
+        "so look for groups where the flat bar is lowest. The numbers are in plots/per_group_accuracy.csv.",
+        [Figure("per_group_accuracy.png", f"Test accuracy of every group ({n_groups}) for the three models.")],
+    )
+
+
+def _calibration_section() -> Section:
+    return Section(
+        "Calibration on the test rows",
+        "each point is one bin of predicted probability (10 equal-width bins over all groups' test rows): "
+        "x is the mean predicted P(y=1) in the bin, y the fraction of rows that are 1. Points on the diagonal "
+        "mean the stated uncertainty is honest; below it, over-confident in class 1. The bin values are in "
+        "plots/calibration.csv (x = bin centre there).",
+        [Figure("calibration.png", "Reliability diagram of the posterior-predictive mean probabilities.")],
+    )
+
+
+def _loss_section(losses: dict[str, tuple[np.ndarray, np.ndarray]]) -> Section:
+    fitted = ", ".join(LABELS[v] for v in losses)
+    return Section(
+        "ADVI loss",
+        f"{fitted} fitted with ADVI (sampler.backend: advi). The loss is the negative ELBO, averaged over blocks "
+        "of iterations; for the per-group models it is summed over groups (the ELBO of independent fits adds "
+        "up). A curve still falling at the end means more iterations (sampler.advi.iterations) would help. "
+        "The values are in plots/advi_loss.csv.",
+        [Figure("advi_loss.png", "ADVI loss per iteration block.")],
+    )
+
+
+def _page_blocks(surface_files: dict[str, list[str]], used: dict[str, int], stem: str, what: str) -> list:
+    """A heading per model followed by its ``<stem>_*`` figure pages."""
+    out = []
+    for v in MODELS:
+        names = [n for n in surface_files[v] if n.startswith(f"{stem}_")]
+        out.append(Heading(LABELS[v]))
+        out += [Figure(n, f"{LABELS[v]}: {what}, page {i}/{len(names)} ({used[v]} draws).")
+                for i, n in enumerate(names, start=1)]
+    return out
+
+
+def _regression_surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int],
+                                 tasks: Tasks) -> list[Section]:
+    held = (f" Features {', '.join(tasks.features[2:])} are held at their training mean."
+            if tasks.n_features > 2 else "")
+    grid = f"a {rp.grid_size} x {rp.grid_size} grid over [-{rp.grid_limit:g}, {rp.grid_limit:g}]^2"
+    out = []
+    for stem, title, what, how in (
+        ("surface", "Prediction surfaces", "posterior mean prediction",
+         f"each panel is one group: colour is the posterior mean of the predicted label on {grid} of the first two "
+         "(standardised) features, markers the group's training rows coloured on the same scale."),
+        ("uncertainty", "Uncertainty of the mean prediction", "posterior sd of the mean prediction",
+         "posterior standard deviation of the predicted mean (without the noise sd) on the same grid: bright "
+         "regions are where the posterior draws disagree."),
+    ):
+        out.append(Section(title, how + held, _page_blocks(surface_files, used, stem, what)))
+    return out
+
+
+def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int],
+                      tasks: Tasks | None = None) -> list[Section]:
+    grid = f"a {rp.grid_size} x {rp.grid_size} grid over [-{rp.grid_limit:g}, {rp.grid_limit:g}]^2"
+    if tasks is not None and tasks.n_features > 2:
+        grid += (f" of the first two (standardised) features, with {', '.join(tasks.features[2:])} held at their "
+                 "training mean")
+    return [
+        Section(
+            "Decision surfaces",
+            f"each panel is one group: colour is the posterior-mean probability of class 1 on {grid}, the black "
+            "line the 0.5 boundary, markers the group's training rows (white circles class 0, black triangles "
+            "class 1). A good surface separates the two moons with a smooth boundary; the hierarchical and "
+            "informed models should give groups with awkward data boundaries shaped like their neighbours'.",
+            _page_blocks(surface_files, used, "surface", "posterior mean P(y=1)"),
+        ),
+        Section(
+            "Predictive uncertainty",
+            "posterior standard deviation of the class-1 probability on the same grid (shared scale 0 to 0.5): bright "
+            "regions are where the posterior draws disagree. Expect high uncertainty along the boundary and away "
+            "from the data, less of it where pooling constrains a group.",
+            _page_blocks(surface_files, used, "uncertainty", "posterior sd of P(y=1)"),
+        ),
+    ]
+
+
+def _group_sd_section(sd_vars: Sequence[str], specs, prior_metrics: dict) -> Section:
+    rows = []
+    for s, var in zip(specs, sd_vars, strict=True):
+        g = lookup(prior_metrics, "layers", s.name, "group_sd") or {}
+        rows.append([var, fmt(g.get("mean")), fmt(g.get("sd")), fmt(g.get("q05")), fmt(g.get("q95"))])
+    return Section(
+        "Posterior of the group standard deviations",
+        f"{', '.join(sd_vars)}: how far the groups' weights of each layer spread around the shared mean. "
+        "Near 0: groups share that layer; large: groups differ. The chains' curves should overlap; if they do not, "
+        "the chains disagree and R-hat below will be high.",
+        [Figure("group_sd.png", "Hierarchical model: posterior density of each layer's group sd, one line per chain."),
+         Para("Summary used by the informed prior (metrics/prior.json, pooled over the chains it used):"),
+         Table(["Variable", "Mean", "SD", "5%", "95%"], rows)],
+    )
+
+
+def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: dict) -> Section:
+    align = lookup(prior_metrics, "alignment") or {}
+    moved = [c for c, a in align.items() if lookup(a, "relabelled")]
+    note = (f"derive_prior relabelled hidden units of {', '.join(moved)} to match the reference chain."
+            if moved else "derive_prior did not need to relabel any chain.")
+    return Section(
+        f"Correlation of the first-layer weights (w_{layer})",
+        "each cell is the correlation of two weights feature->hidden unit. Left: the informed prior's covariance "
+        "(fitted to aligned new-group draws of the hierarchical posterior). Right: the posterior draws of the "
+        f"hierarchical group mean mu_{layer}, chain {ref_chain} only, because different chains may label the hidden "
+        "units differently (permutations and sign flips leave the network unchanged). Strong off-diagonal cells are "
+        "structure the informed prior passes on to new groups.",
+        [Figure(name, f"Correlations of w_{layer}: informed prior vs hierarchical mu_{layer} (chain {ref_chain})."),
+         Para(note)],
+    )
+
+
+def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str]) -> Section:
+    header = ["Model", "Sampling s", "Compile s", "Divergences", "Max R-hat (fn)", "Min bulk ESS (fn)",
+              "Max R-hat (all)", "Min bulk ESS (all)"]
+    rows, flagged = [], []
+    for v in MODELS:
+        s = lookup(metrics[v], "sampling") or {}
+        rows.append([LABELS[v], fmt(s.get("seconds"), ".1f"), fmt(s.get("compile_seconds"), ".1f"),
+                     fmt(s.get("divergences"), "d"), fmt(s.get("max_rhat_fn")), fmt(s.get("min_ess_bulk_fn"), ".0f"),
+                     fmt(s.get("max_rhat")), fmt(s.get("min_ess_bulk"), ".0f")])
+        rhat = [lookup(metrics[v], "per_group", g, "rhat_fn") for g in names]
+        flagged.append(f"{LABELS[v]} {sum(r is not None and r > RHAT_OK for r in rhat)}/{len(names)}")
+    sd_rows = [[var, fmt(d.get("rhat")), fmt(d.get("ess_bulk"), ".0f"), fmt(d.get("ess_tail"), ".0f")]
+               for var, d in sorted((lookup(metrics["hierarchical"], "sampling", "group_sd") or {}).items())]
+    return Section(
+        "Sampler diagnostics",
+        "R-hat (want < 1.01) and effective sample size (ESS, want hundreds) are computed in function space, on "
+        "the predicted test probabilities of each group, because weight space has exact symmetries (hidden-unit "
+        "permutations and sign flips) that make weight-space R-hat meaningless. 'all' adds the hierarchical "
+        "group sds, which are scalars free of those symmetries. Divergences should be 0.",
+        [Table(header, rows),
+         Para(f"Groups with function-space R-hat above {RHAT_OK}: {', '.join(flagged)}."),
+         Heading("Hierarchical group sds"),
+         Table(["Variable", "R-hat", "Bulk ESS", "Tail ESS"], sd_rows),
+         Figure("rhat_fn.png", f"Per-group function-space R-hat; dashed line at {RHAT_OK}.")],
+    )

@@ -1,0 +1,145 @@
+"""Stage ``report``: read everything, draw the figures, write the report and summary together."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from hbnn import plots
+from hbnn.config import Params
+from hbnn.data import load_tasks
+from hbnn.io import settings_from_attrs, staged_outputs
+from hbnn.prior import load_prior
+from hbnn.report.document import render_html, render_markdown
+from hbnn.report.figures import (
+    _correlation_figure,
+    _metrics_figures,
+    _per_group_values,
+    _regression_figures,
+    _trace_figures,
+)
+from hbnn.report.inputs import (
+    check_metrics,
+    check_traces,
+    close_trace,
+    data_settings,
+    open_traces,
+    read_json,
+    trace_specs,
+)
+from hbnn.report.numbers import METRICS_FILES, MODELS, lookup
+from hbnn.report.outputs import advi_loss, calibration_csv, loss_csv, per_group_csv, summary, write_figures
+from hbnn.report.sections import (
+    _accuracy_section,
+    _calibration_section,
+    _correlation_section,
+    _diagnostics_section,
+    _group_sd_section,
+    _intro,
+    _loss_section,
+    _no_surface_section,
+    _per_group_rmse_section,
+    _per_group_section,
+    _regression_surface_sections,
+    _scores_section,
+    _surface_sections,
+)
+
+log = logging.getLogger(__name__)
+
+
+def report(
+    params: Params,
+    tasks_path: Path,
+    flat_trace: Path,
+    hier_trace: Path,
+    informed_trace: Path,
+    prior_path: Path,
+    metrics_dir: Path,
+    timings_dir: Path,
+    out_dir: Path,
+) -> dict:
+    """Build the report from the fitted traces, the informed prior and the metrics files.
+
+    Writes ``out_dir/figures/*.png``, ``out_dir/report.md``, ``out_dir/report.html``
+    (self-contained), ``out_dir/plots/{per_group_accuracy,calibration}.csv`` and
+    ``out_dir/plots/advi_loss.csv`` and ``metrics_dir/summary.json``; returns the
+    summary dict. Wall-clock times come from ``timings_dir``. All inputs are
+    checked before anything is computed and nothing is written until every
+    figure has been drawn. For gaussian tasks accuracy and class calibration do
+    not exist: the two CSV files then hold only their header row and the report
+    shows RMSE, lpd and coverage instead.
+    """
+    rp = params.report
+    tasks = load_tasks(tasks_path)
+    gaussian = tasks.likelihood == "gaussian"
+    names = tasks.group_names
+    metrics = {v: read_json(metrics_dir / f, "metrics file") for v, f in METRICS_FILES.items()}
+    prior_metrics = read_json(metrics_dir / "prior.json", "metrics file")
+    check_metrics(metrics, metrics_dir, names)
+    for v, f in METRICS_FILES.items():  # wall-clock times, for the diagnostics table only
+        timing = read_json(timings_dir / f, "timing file")
+        metrics[v].setdefault("sampling", {}).update(lookup(timing, "sampling") or {})
+    paths = {"flat": flat_trace, "hierarchical": hier_trace, "informed": informed_trace}
+    traces = open_traces(paths)
+    try:
+        specs = trace_specs(traces, paths, params, tasks)
+        prior = load_prior(prior_path, specs)
+        check_traces(traces, paths, specs, names)
+        settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
+        figures, surface_files, used_draws, hier_extra, calibration = _trace_figures(traces, specs, tasks, rp)
+        losses = {v: advi_loss(traces[v]) for v in MODELS
+                  if "sample_stats" in traces[v].groups() and "loss" in traces[v].sample_stats}
+    finally:
+        for idata in traces.values():
+            close_trace(idata)
+    first = specs[0]
+    sd_vars = [f"sd_{s.name}" for s in specs]
+    ref_chain = params.prior.reference_chain if params.prior.reference_chain < hier_extra.sizes["chain"] else 0
+    corr_name = f"correlation_{first.name}.png"
+    figures[corr_name] = _correlation_figure(hier_extra, prior, first, tasks.features, ref_chain)
+    sd_draws = {var: hier_extra[var].transpose("chain", "draw").values for var in sd_vars}
+    figures["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])
+    if losses:
+        figures["advi_loss.png"] = plots.png_bytes(plots.plot_loss(losses)[0])
+    data = data_settings(tasks, params)
+    if gaussian:
+        accuracy = {v: np.zeros(0) for v in MODELS}
+        figures.update(_regression_figures(metrics, names))
+        sections = [_scores_section(metrics), _per_group_rmse_section(len(names))]
+    else:
+        accuracy = _per_group_values(metrics, names, "test", "accuracy")
+        figures.update(_metrics_figures(metrics, names, accuracy))
+        figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
+        sections = [_accuracy_section(metrics, data), _per_group_section(len(names)), _calibration_section()]
+    if tasks.n_features < 2:
+        sections.append(_no_surface_section(tasks))
+    elif gaussian:
+        sections += _regression_surface_sections(surface_files, rp, used_draws, tasks)
+    else:
+        sections += _surface_sections(surface_files, rp, used_draws, tasks)
+
+    title = "Hierarchical Bayesian neural networks: report"
+    intro = _intro(tasks, specs, settings, used_draws)
+    if losses:
+        sections.append(_loss_section(losses))
+    sections += [
+        _group_sd_section(sd_vars, specs, prior_metrics),
+        _correlation_section(first.name, corr_name, ref_chain, prior_metrics),
+        _diagnostics_section(metrics, names),
+    ]
+    result = summary(metrics, len(names))
+
+    with staged_outputs() as outputs:
+        write_figures(figures, out_dir / "figures", outputs)
+        outputs.write_text(render_markdown(title, intro, sections), out_dir / "report.md")
+        outputs.write_text(render_html(title, intro, sections, figures), out_dir / "report.html")
+        outputs.write_text(per_group_csv(accuracy, [] if gaussian else names),
+                           out_dir / "plots" / "per_group_accuracy.csv")
+        outputs.write_text(calibration_csv(calibration), out_dir / "plots" / "calibration.csv")
+        outputs.write_text(loss_csv(losses), out_dir / "plots" / "advi_loss.csv")
+        outputs.write_json(result, metrics_dir / "summary.json")
+    log.info("report: %d figures, %d groups -> %s", len(figures), len(names), out_dir)
+    return result

@@ -145,6 +145,15 @@ def test_bad_params_end_in_one_error_and_change_nothing(workspace, capsys, stage
     assert "error: " in err and len(err.splitlines()[-1]) < 600  # one readable line, even for huge values
 
 
+def test_an_output_made_with_other_params_is_refused(workspace, capsys):
+    """data/tasks.nc of 3 groups, then params.yaml edited to 4 and a fit run by hand, without make_data."""
+    before = workspace()
+    code, err = _run("fit_hier", _with("", "n_groups", 4), capsys)
+    _assert_one_error(code, err, "data/tasks.nc was made by stage make_data with other values of n_groups, seed, "
+                                 "data, model.likelihood than the params now hold; rerun make_data first")
+    assert workspace() == before
+
+
 def test_fit_stages_check_their_budget(workspace, capsys):
     before = workspace()
     code, err = _run("fit_hier", _tiny_text("limits:\n  max_memory_gib: 0.00001\n"), capsys)

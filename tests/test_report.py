@@ -20,6 +20,7 @@ from hbnn.io import InputError, provenance, stamp, write_json, write_netcdf
 from hbnn.network import layer_coords, layer_specs
 from hbnn.report import numbers, outputs, sections
 from hbnn.report.stage import report
+from hbnn.variants import STAGE_PARAMS
 
 N_GROUPS = 7
 PER_PAGE = 4  # 7 groups -> pages of 4 and 3
@@ -88,7 +89,7 @@ def run(tmp_path_factory):
         if v == "hierarchical":  # as if fitted with ADVI: a loss per iteration
             groups["sample_stats"] = xr.Dataset({"loss": ("advi_iteration", 1000.0 / np.arange(1.0, 1201.0))})
         idata = az.InferenceData(**groups)
-        stamp(idata, provenance(stage, v, "test", settings))
+        stamp(idata, provenance(stage, v, params.section_hash(*STAGE_PARAMS[stage]), settings))
         paths[v] = d / "traces" / f"{v}.nc"
         write_netcdf(idata, paths[v])
         metrics[v] = _metrics(rng, names, v == "hierarchical")

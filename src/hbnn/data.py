@@ -23,7 +23,7 @@ from sklearn.datasets import make_moons
 from sklearn.preprocessing import scale
 
 from hbnn.config import Params
-from hbnn.io import InputError, load_dataset
+from hbnn.io import InputError, check_made_with, load_dataset
 
 log = logging.getLogger(__name__)
 
@@ -444,9 +444,10 @@ class Tasks:
         return Padded(X=X, y=s.y, counts=counts, valid=valid, obs=s.obs)
 
 
-def load_tasks(path: Path, likelihood: str | None = None) -> Tasks:
-    """Read ``data/tasks.nc``; with ``likelihood``, check the file was made for it."""
+def load_tasks(path: Path, likelihood: str | None = None, params: Params | None = None) -> Tasks:
+    """Read ``data/tasks.nc``; with ``likelihood``, check the file was made for it, with ``params``, made with them."""
     ds = load_dataset(path, "tasks file", required=("X", "y", "group", "split"))
+    check_made_with(ds.attrs, params, path)
     tasks = Tasks(ds)
     if likelihood is not None and tasks.likelihood != likelihood:
         raise InputError(f"tasks file {path} was made for model.likelihood={tasks.likelihood!r} but the params say "

@@ -252,8 +252,9 @@ def load_trace(
     path: str | Path,
     variant: str,
     groups: tuple[str, ...] = ("posterior", "sample_stats", "observed_data"),
+    params=None,
 ) -> az.InferenceData:
-    """Open a trace and check it came from the expected model variant."""
+    """Open a trace and check it came from the expected model variant (and, given ``params``, made with them)."""
     path = Path(path)
     _check_exists(path, "trace")
     try:
@@ -267,7 +268,28 @@ def load_trace(
     found = idata.posterior.attrs.get("hbnn_variant")
     if found != variant:
         raise InputError(f"trace {path} holds model variant {found!r}, expected {variant!r}")
+    check_made_with(idata.posterior.attrs, params, path)
     return idata
+
+
+def check_made_with(attrs: dict[str, Any], params, path: str | Path) -> None:
+    """Raise :class:`InputError` if the file at ``path`` was made with other params than ``params``.
+
+    Each stage stamps its outputs with the hash of the params it read
+    (``hbnn_params_hash``, :data:`hbnn.variants.STAGE_PARAMS`). Under DVC they
+    always agree; run by hand after editing ``params.yaml``, a stage would
+    otherwise mix outputs of two parameter sets. Files without the stamp (written
+    by other tools or older versions) are not checked.
+    """
+    from hbnn.variants import STAGE_PARAMS
+
+    stage, found = attrs.get("hbnn_stage"), attrs.get("hbnn_params_hash")
+    if params is None or stage not in STAGE_PARAMS or found is None:
+        return
+    keys = STAGE_PARAMS[stage]
+    if found != params.section_hash(*keys):
+        raise InputError(f"{path} was made by stage {stage} with other values of {', '.join(keys)} than the params "
+                         f"now hold; rerun {stage} first (dvc repro)")
 
 
 def settings_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:

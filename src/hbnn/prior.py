@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 from scipy.optimize import linear_sum_assignment
 
-from hbnn.io import InputError, load_dataset
+from hbnn.io import InputError, check_made_with, load_dataset
 from hbnn.network import LayerSpec
 
 
@@ -189,9 +189,10 @@ def prior_dataset(specs: Sequence[LayerSpec], layers: Sequence[tuple[np.ndarray,
     return ds
 
 
-def load_prior(path: Path, specs) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Read ``priors/informed.nc`` and check its layers match ``specs``."""
+def load_prior(path: Path, specs, params=None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Read ``priors/informed.nc``: its layers must match ``specs`` and, given ``params``, it was made with them."""
     ds = load_dataset(path, "prior file")
+    check_made_with(ds.attrs, params, path)
     try:
         layers = json.loads(ds.attrs["layers"])
     except (KeyError, ValueError) as err:

@@ -25,9 +25,9 @@ def read_json(path: Path, what: str) -> dict:
     except ValueError as err:
         raise InputError(f"{what} {path} is not valid JSON ({err})") from err
 
-def open_traces(paths: dict[str, Path]) -> dict[str, Any]:
-    """Every trace opened lazily (variant checked, nothing loaded yet)."""
-    return {v: load_trace(p, v, groups=()) for v, p in paths.items()}
+def open_traces(paths: dict[str, Path], params: Params) -> dict[str, Any]:
+    """Every trace opened lazily (variant and params checked, nothing loaded yet)."""
+    return {v: load_trace(p, v, groups=(), params=params) for v, p in paths.items()}
 
 
 def close_trace(idata) -> None:

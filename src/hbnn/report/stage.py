@@ -73,7 +73,7 @@ def report(
     shows RMSE, lpd and coverage instead.
     """
     rp = params.report
-    tasks = load_tasks(tasks_path)
+    tasks = load_tasks(tasks_path, params=params)
     gaussian = tasks.likelihood == "gaussian"
     names = tasks.group_names
     metrics = {v: read_json(metrics_dir / f, "metrics file") for v, f in METRICS_FILES.items()}
@@ -83,10 +83,10 @@ def report(
         timing = read_json(timings_dir / f, "timing file")
         metrics[v].setdefault("sampling", {}).update(lookup(timing, "sampling") or {})
     paths = {"flat": flat_trace, "hierarchical": hier_trace, "informed": informed_trace}
-    traces = open_traces(paths)
+    traces = open_traces(paths, params)
     try:
         specs = trace_specs(traces, paths, params, tasks)
-        prior = load_prior(prior_path, specs)
+        prior = load_prior(prior_path, specs, params)
         check_traces(traces, paths, specs, names)
         settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
         figures, surface_files, used_draws, hier_extra, calibration = _trace_figures(traces, specs, tasks, rp)

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out: Path) -> dict:
     """Fit one MvNormal per layer to new-group weight draws of the hierarchical posterior."""
     p = params.prior
-    idata = load_trace(hier_trace, "hierarchical", groups=("posterior",))
+    idata = load_trace(hier_trace, "hierarchical", groups=("posterior",), params=params)
     settings = settings_from_attrs(idata.posterior.attrs)
     hidden = tuple(settings.get("hidden_layers", params.model.hidden_layers))
     features = settings.get("features", [str(f) for f in idata.posterior["feature"].values])

@@ -13,7 +13,7 @@ from hbnn.stages import fitting
 def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
     """One flat BNN per group, ``Normal(0, prior_sd)`` weights."""
     m = params.model
-    tasks = load_tasks(tasks_path, m.likelihood)
+    tasks = load_tasks(tasks_path, m.likelihood, params)
     fitting.enforce_budget("fit_flat", params, tasks)
 
     def build(X, y):

@@ -17,7 +17,7 @@ from hbnn.variants import STAGE_KEYS, derive_seed
 def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
     """The non-centred hierarchical BNN over all groups."""
     m = params.model
-    tasks = load_tasks(tasks_path, m.likelihood)
+    tasks = load_tasks(tasks_path, m.likelihood, params)
     fitting.enforce_budget("fit_hier", params, tasks)
     batch = fitting.minibatch(params)
     if batch:

@@ -17,10 +17,10 @@ def fit_informed(
 ) -> dict:
     """One flat BNN per group with the informed MvNormal layer priors."""
     m = params.model
-    tasks = load_tasks(tasks_path, m.likelihood)
+    tasks = load_tasks(tasks_path, m.likelihood, params)
     fitting.enforce_budget("fit_informed", params, tasks)
     specs = layer_specs(tasks.n_features, m.hidden_layers)
-    layer_prior = load_prior(prior_path, specs)
+    layer_prior = load_prior(prior_path, specs, params)
 
     def build(X, y):
         return build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior,

@@ -2,7 +2,7 @@
 
 import sys
 
-from hbnn.cli import interrupts_reported, run_stage
+from hbnn.runner import interrupts_reported, run_stage
 
 PATHS = []
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from hbnn.cli import interrupts_reported, run_stage
+from hbnn.runner import interrupts_reported, run_stage
 
 PATHS = ["tasks_path", "prior_path", "trace_out", "metrics_out", "timing_out"]
 

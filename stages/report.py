@@ -2,7 +2,7 @@
 
 import sys
 
-from hbnn.cli import interrupts_reported, run_stage
+from hbnn.runner import interrupts_reported, run_stage
 
 PATHS = [
     "tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "timings_dir", "out_dir",

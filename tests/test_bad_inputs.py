@@ -25,13 +25,13 @@ import yaml
 from conftest import TINY
 from test_predict import NEW, write_trace
 
-from hbnn import console
+from hbnn import cli
 from hbnn.budget import check_params
-from hbnn.cli import run_stage
 from hbnn.config import ConfigError, load_params, parse_params
 from hbnn.data import Tasks
 from hbnn.errors import SamplingError
 from hbnn.inference import _check_complete
+from hbnn.runner import run_stage
 from hbnn.stages.fit_hier import fit_hier
 from hbnn.stages.make_data import make_data
 
@@ -265,13 +265,13 @@ def scored_inputs(tmp_path, monkeypatch):
     ("out", "--output out is a directory"),
 ])
 def test_predict_never_overwrites_its_inputs(scored_inputs, capsys, output, expected):
-    code = console.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", output])
+    code = cli.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", output])
     _assert_one_error(code, capsys.readouterr().err, expected)
     assert {p: Path(p).read_bytes() for p in scored_inputs} == scored_inputs
 
 
 def test_predict_writes_standard_output_for_dash(scored_inputs, capsys):
-    assert console.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", "-"]) == 0
+    assert cli.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", "-"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "shop,a,b,note,mean,sd,lower_94,upper_94,unseen_group"
     assert len(out.splitlines()) == len(NEW) + 1 and not Path("-").exists()

@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 from scipy.special import expit
 
-from hbnn import console
+from hbnn import cli
 from hbnn.evaluation import mixture_cdf
 from hbnn.io import InputError, provenance, stamp, write_netcdf
 from hbnn.predict import predict_table
@@ -134,15 +134,15 @@ def test_cli_writes_csv_and_reports_errors(tmp_path, capsys):
     write_trace(tmp_path / "flat.nc", "flat")
     NEW.to_csv(tmp_path / "new.csv", index=False)
     out = tmp_path / "scored.csv"
-    assert console.main(["predict", "--trace", str(tmp_path / "hier.nc"), "--input", str(tmp_path / "new.csv"),
+    assert cli.main(["predict", "--trace", str(tmp_path / "hier.nc"), "--input", str(tmp_path / "new.csv"),
                      "--output", str(out)]) == 0
     scored = pd.read_csv(out)
     assert len(scored) == len(NEW) and scored["unseen_group"].tolist() == [False, False, True, False]
-    code = console.main(["predict", "--trace", str(tmp_path / "flat.nc"), "--input", str(tmp_path / "new.csv"),
+    code = cli.main(["predict", "--trace", str(tmp_path / "flat.nc"), "--input", str(tmp_path / "new.csv"),
                      "--output", str(tmp_path / "other.csv")])
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "['new']" in err and "Traceback" not in err
     assert not (tmp_path / "other.csv").exists()
-    assert console.main(["predict", "--trace", str(tmp_path / "missing.nc"), "--input", str(tmp_path / "new.csv"),
+    assert cli.main(["predict", "--trace", str(tmp_path / "missing.nc"), "--input", str(tmp_path / "new.csv"),
                      "--output", str(out)]) == 2

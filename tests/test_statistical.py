@@ -38,16 +38,32 @@ def test_hierarchical_fit_reaches_the_reference_accuracy(tmp_path):
     )
 
 
+def _leaves(d: dict, prefix: str = "") -> set[str]:
+    return {k for key, v in d.items() for k in (_leaves(v, f"{prefix}{key}.") if isinstance(v, dict)
+                                                  else {f"{prefix}{key}"})}
+
+
 @pytest.mark.slow
 def test_pymc_backend_writes_the_same_layout(tmp_path):
-    params = parse_params(
-        {"n_groups": 2, "data": {"n_samples": 30}, "sampler": {"backend": "pymc", "tune": 50, "draws": 30}}
-    )
-    make_data(params, tmp_path / "tasks.nc")
-    metrics = fit_flat(params, tmp_path / "tasks.nc", tmp_path / "flat.nc", tmp_path / "flat.json",
-                               tmp_path / "flat_timing.json")
-    assert set(metrics["per_group"]) == {"g00", "g01"}
-    assert metrics["sampling"]["divergences"] >= 0
+    """PyMC's NUTS and nutpie write the same trace layout and the same metrics keys."""
+    out = {}
+    for backend in ("nutpie", "pymc"):
+        params = parse_params(
+            {"n_groups": 2, "data": {"n_samples": 30}, "sampler": {"backend": backend, "tune": 50, "draws": 30}}
+        )
+        make_data(params, tmp_path / "tasks.nc")
+        metrics = fit_flat(params, tmp_path / "tasks.nc", tmp_path / f"{backend}.nc", tmp_path / f"{backend}.json",
+                           tmp_path / f"{backend}_timing.json")
+        out[backend] = metrics, az.from_netcdf(tmp_path / f"{backend}.nc")
+    (m_nutpie, t_nutpie), (m_pymc, t_pymc) = out["nutpie"], out["pymc"]
+    assert _leaves(m_pymc) == _leaves(m_nutpie)
+    assert set(m_pymc["per_group"]) == {"g00", "g01"}
+    assert {v: da.dims for v, da in t_pymc.posterior.data_vars.items()} == {
+        v: da.dims for v, da in t_nutpie.posterior.data_vars.items()}
+    assert t_pymc.posterior.sizes == t_nutpie.posterior.sizes
+    assert t_pymc.sample_stats["diverging"].dims == t_nutpie.sample_stats["diverging"].dims
+    assert m_pymc["sampling"]["divergences"] == int(t_pymc.sample_stats["diverging"].sum())
+    assert 0.5 < m_pymc["test"]["accuracy"] <= 1
 
 
 def seed004_data(seed: int, noise: float = 1.0):

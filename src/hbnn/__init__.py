@@ -12,7 +12,7 @@ Modules, one concern each:
 - ``plots``, ``report`` (the report stage), ``predict`` (``hbnn predict``);
 - ``io`` (atomic, committed-together outputs; checked loading), ``errors``;
 - ``stages`` (the body of each DVC stage), ``cli`` (the stage runner),
-  ``console`` (the ``hbnn`` command).
+  ``cli`` (the ``hbnn`` command line).
 """
 
 __version__ = "0.1.0"

@@ -2,7 +2,7 @@
 
 import sys
 
-from hbnn.console import main
+from hbnn.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,75 +1,58 @@
-"""The DVC stage runner shared by the scripts in ``stages/`` (the ``hbnn`` console script is in ``console``)."""
+"""The ``hbnn`` command line (also ``python -m hbnn``).
+
+Kept apart from :mod:`hbnn.runner`, which every stage imports, so that editing
+prediction code does not make DVC rerun (and resample) every stage.
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
-from hbnn.config import ConfigError, Params, load_params
-from hbnn.errors import InputError, OutputError, SamplingError
-
-EXIT_BAD_INPUT = 2
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
+from hbnn.errors import InputError, OutputError
+from hbnn.runner import EXIT_BAD_INPUT, EXIT_FAILED, interrupts_reported
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``hbnn`` console script (also ``python -m hbnn``). Subcommand: ``predict``.
 
-
-@contextlib.contextmanager
-def interrupts_reported() -> Iterator[None]:
-    """Within the block, Ctrl-C or SIGTERM exits with ``interrupted: outputs unchanged`` and status 130.
-
-    Stage scripts import their body inside it, so an interrupt while the
-    libraries load ends the same way as one while sampling: no traceback.
+    Bad inputs print one ``error:`` line and return 2 before anything is scored.
     """
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        yield
-    except KeyboardInterrupt:
-        print("interrupted: outputs unchanged", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
-
-
-def run_stage(
-    description: str,
-    paths: Sequence[str],
-    body: Callable[..., object],
-    argv: Sequence[str] | None = None,
-) -> int:
-    """Parse ``--params`` and the stage's path options, then run ``body(params, **paths)``.
-
-    Bad parameters or inputs print one ``error:`` line and return 2 before any
-    sampling starts; a fit that fails numerically, a sampler that stops early or
-    an output that cannot be written print one ``error:`` line and return 1; an
-    interrupt (Ctrl-C, SIGTERM) prints ``interrupted: outputs unchanged`` and
-    returns 130 (:func:`interrupts_reported`). Outputs are only written, together and atomically, by a body
-    that succeeds, so every failure leaves the earlier outputs as they were.
-    """
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="parameter file")
-    for name in paths:
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=Path, required=True)
+    parser = argparse.ArgumentParser(prog="hbnn", description="Hierarchical Bayesian neural networks.")
+    parser.add_argument("--version", action="version", version=f"hbnn {metadata.version('hbnn')}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser(
+        "predict",
+        help="score new rows with a fitted trace",
+        description="Score the rows of a CSV or Parquet file with a fitted trace (flat, hierarchical or informed). "
+        "Known groups use their own posterior; unseen groups need a hierarchical trace and use new-group "
+        "weights drawn from its group distribution. Writes the input columns plus mean, sd, lower_94, "
+        "upper_94 and unseen_group as CSV.",
+    )
+    p.add_argument("--trace", type=Path, required=True, help="trace file, e.g. traces/hier.nc")
+    p.add_argument("--input", type=Path, required=True, help="rows to score (.csv or .parquet)")
+    p.add_argument("--output", type=Path, required=True, help="scored rows (.csv); - for standard output")
+    p.add_argument("--seed", type=int, default=0, help="seed of the new-group weight draws (default 0)")
     args = parser.parse_args(argv)
+    # Logs go to standard error, so `--output -` leaves standard output to the CSV.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         with interrupts_reported():
-            params: Params = load_params(args.params)
-            body(params, **{name: getattr(args, name) for name in paths})
+            from hbnn.predict import predict
+
+            if not 0 <= args.seed < 2**32:
+                raise InputError(f"--seed={args.seed} must lie in [0, 2**32 - 1]")
+            predict(args.trace, args.input, args.output, args.seed)
     except SystemExit as stop:
         return stop.code
-    except (ConfigError, InputError) as err:
+    except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    # A fit that failed numerically (ADVI's loss became NaN, non-finite draws), stopped early,
-    # or an output that could not be written (disk full).
-    except (FloatingPointError, SamplingError, OutputError) as err:
+    except OutputError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
     return 0

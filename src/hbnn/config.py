@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
-JAX_BACKENDS = ("numpyro", "blackjax")
 BACKENDS = (*NUTS_BACKENDS, "advi")
 MASS_MATRICES = ("diag", "low_rank")  # low_rank: nutpie's low-rank modified mass matrix (nutpie only)
 ALIGN_METHODS = ("chains", "reference_chain")

@@ -1,4 +1,4 @@
-"""The failures a stage reports as one line instead of a traceback (see :func:`hbnn.cli.run_stage`)."""
+"""The failures a stage reports as one line instead of a traceback (see :func:`hbnn.runner.run_stage`)."""
 
 from __future__ import annotations
 

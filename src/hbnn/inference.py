@@ -20,7 +20,7 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
-from hbnn.config import JAX_BACKENDS, ConfigError, SamplerParams
+from hbnn.config import ConfigError, SamplerParams
 from hbnn.errors import SamplingError
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,182 @@ def _use_host_devices(n: int) -> None:
         os.environ["XLA_FLAGS"] = f"{current} {flag}".strip()
 
 
+class Backend:
+    """One way to fit a compiled model; subclasses are looked up by name in :data:`BACKENDS`.
+
+    A backend compiles in ``__init__`` (timed as compile seconds by
+    :class:`Sampler`) and fits in :meth:`run`, returning ``InferenceData`` with
+    ``posterior`` and ``sample_stats``, the ADVI loss (or ``None``) and the
+    gradient evaluations it made (or ``None`` where it cannot tell).
+    """
+
+    name: str
+
+    def __init__(self, model: pm.Model, settings: SamplerParams):
+        self.model = model
+        self.settings = settings
+
+    @staticmethod
+    def minibatch_size(settings: SamplerParams) -> int | None:
+        """Rows per gradient step, ``None`` for the full-batch likelihood."""
+        return None
+
+    @staticmethod
+    def parallel_chains(settings: SamplerParams) -> int:
+        """Chains that step at the same time, on their own cores (for the cost per gradient)."""
+        return max(1, min(settings.chains, settings.cores))
+
+    def describe(self, seed: int) -> str:
+        s = self.settings
+        return f"sampling: backend={self.name} chains={s.chains} tune={s.tune} draws={s.draws} seed={seed}"
+
+    def run(self, seed: int, data: Mapping[str, np.ndarray] | None) -> tuple[az.InferenceData, np.ndarray | None,
+                                                                             int | None]:
+        raise NotImplementedError
+
+    def _set_data(self, data: Mapping[str, np.ndarray] | None) -> None:
+        if data:
+            with self.model:
+                pm.set_data(dict(data))
+
+
+class NutpieBackend(Backend):
+    """nutpie (Rust NUTS over numba): compiled once, refitted to new data with ``with_data``."""
+
+    name = "nutpie"
+
+    def __init__(self, model: pm.Model, settings: SamplerParams):
+        from hbnn.nutpie_cache import compile_numba
+
+        super().__init__(model, settings)
+        self.compiled = compile_numba(model)
+
+    def run(self, seed, data):
+        import nutpie
+
+        s = self.settings
+        compiled = self.compiled.with_data(**data) if data else self.compiled
+        running = nutpie.sample(
+            compiled,
+            draws=s.draws,
+            tune=s.tune,
+            chains=s.chains,
+            cores=s.cores,
+            seed=seed,
+            target_accept=s.target_accept,
+            low_rank_modified_mass_matrix=s.mass_matrix == "low_rank",
+            progress_bar=False,
+            save_warmup=True,  # only to count the tuning phase's gradient evaluations
+            blocking=False,
+        )
+        # nutpie's blocking call turns Ctrl-C into an early return with the draws so far;
+        # here an interrupt stops the chains and propagates, so no partial trace is used.
+        try:
+            idata = running.wait()
+        except BaseException:
+            running.cancel()
+            raise
+        return idata, None, _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
+
+
+class PymcBackend(Backend):
+    """PyMC's own NUTS through ``pm.sample``, which compiles on every call."""
+
+    name = "pymc"
+
+    def _sample_kwargs(self) -> dict:
+        return {"discard_tuned_samples": False}  # keep the tuning steps to count gradient evaluations
+
+    def run(self, seed, data):
+        s = self.settings
+        self._set_data(data)
+        with self.model:
+            idata = pm.sample(
+                draws=s.draws,
+                tune=s.tune,
+                chains=s.chains,
+                cores=min(s.cores, s.chains),
+                random_seed=seed,
+                target_accept=s.target_accept,
+                progressbar=False,
+                compute_convergence_checks=False,
+                nuts_sampler=self.name,
+                **self._sample_kwargs(),
+            )
+        return idata, None, self._grad_evals(idata)
+
+    def _grad_evals(self, idata) -> int | None:
+        return _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
+
+
+class JaxBackend(PymcBackend):
+    """NumPyro's or BlackJAX's NUTS through PyMC's JAX bridge (the JAX extra: ``make jax``).
+
+    The bridge traces and jits on every call and does not report tuning steps,
+    so gradient evaluations are unknown (``None``).
+    """
+
+    def __init__(self, model: pm.Model, settings: SamplerParams):
+        super().__init__(model, settings)
+        _require_jax(self.name)
+        _use_host_devices(max(settings.cores, 1))
+
+    def _sample_kwargs(self) -> dict:
+        s = self.settings
+        return {"discard_tuned_samples": True,
+                "nuts_sampler_kwargs": {"chain_method": "parallel" if s.chains <= s.cores else "sequential"}}
+
+    def _grad_evals(self, idata) -> int | None:
+        return None
+
+
+class NumpyroBackend(JaxBackend):
+    name = "numpyro"
+
+
+class BlackjaxBackend(JaxBackend):
+    name = "blackjax"
+
+
+class AdviBackend(Backend):
+    """Mean-field ADVI (:class:`_Advi`), then ``chains x draws`` draws from the approximation."""
+
+    name = "advi"
+
+    def __init__(self, model: pm.Model, settings: SamplerParams):
+        super().__init__(model, settings)
+        self.advi = _Advi(model, settings.advi.learning_rate)
+
+    @staticmethod
+    def minibatch_size(settings: SamplerParams) -> int | None:
+        return settings.advi.minibatch_size or None
+
+    @staticmethod
+    def parallel_chains(settings: SamplerParams) -> int:
+        return 1
+
+    def describe(self, seed: int) -> str:
+        a = self.settings.advi
+        return f"fitting: backend=advi iterations={a.iterations} minibatch={a.minibatch_size} seed={seed}"
+
+    def run(self, seed, data):
+        self._set_data(data)
+        idata, loss = self.advi.fit(seed, self.settings)
+        return idata, loss, None
+
+
+BACKENDS: dict[str, type[Backend]] = {
+    b.name: b for b in (NutpieBackend, PymcBackend, NumpyroBackend, BlackjaxBackend, AdviBackend)
+}
+
+
+def backend_class(settings: SamplerParams) -> type[Backend]:
+    """The :class:`Backend` that ``settings.backend`` names."""
+    return BACKENDS[settings.backend]
+
+
 class Sampler:
-    """A model compiled once for the configured backend.
+    """A model compiled once for the configured backend (:data:`BACKENDS`).
 
     ``nutpie`` compiles the model with numba once and refits new data with
     ``with_data``; ``advi`` compiles one optimisation step and resets its state per
@@ -76,86 +250,16 @@ class Sampler:
         self.model = model
         self.settings = settings
         start = time.perf_counter()
-        self._compiled = None
-        self._advi = None
-        if settings.backend == "nutpie":
-            from hbnn.nutpie_cache import compile_numba
-
-            self._compiled = compile_numba(model)
-        elif settings.backend == "advi":
-            self._advi = _Advi(model, settings.advi.learning_rate)
-        elif settings.backend in JAX_BACKENDS:
-            _require_jax(settings.backend)
-            _use_host_devices(max(settings.cores, 1))
+        self.backend = backend_class(settings)(model, settings)
         self.compile_seconds = time.perf_counter() - start
 
     def sample(self, seed: int, data: Mapping[str, np.ndarray] | None = None) -> Fit:
         """Fit with the configured settings; ``data`` replaces ``pm.Data`` values."""
-        s = self.settings
-        if s.backend == "advi":
-            log.info("fitting: backend=advi iterations=%d minibatch=%d seed=%d",
-                     s.advi.iterations, s.advi.minibatch_size, seed)
-        else:
-            log.info("sampling: backend=%s chains=%d tune=%d draws=%d seed=%d",
-                     s.backend, s.chains, s.tune, s.draws, seed)
+        log.info("%s", self.backend.describe(seed))
         start = time.perf_counter()
-        loss = grad_evals = None
-        if s.backend == "nutpie":
-            import nutpie
-
-            compiled = self._compiled.with_data(**data) if data else self._compiled
-            running = nutpie.sample(
-                compiled,
-                draws=s.draws,
-                tune=s.tune,
-                chains=s.chains,
-                cores=s.cores,
-                seed=seed,
-                target_accept=s.target_accept,
-                low_rank_modified_mass_matrix=s.mass_matrix == "low_rank",
-                progress_bar=False,
-                save_warmup=True,  # only to count the tuning phase's gradient evaluations
-                blocking=False,
-            )
-            # nutpie's blocking call turns Ctrl-C into an early return with the draws so far;
-            # here an interrupt stops the chains and propagates, so no partial trace is used.
-            try:
-                idata = running.wait()
-            except BaseException:
-                running.cancel()
-                raise
-            grad_evals = _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
-        elif s.backend == "advi":
-            if data:
-                with self.model:
-                    pm.set_data(dict(data))
-            idata, loss = self._advi.fit(seed, s)
-        else:
-            with self.model:
-                if data:
-                    pm.set_data(dict(data))
-                kwargs = {}
-                if s.backend in JAX_BACKENDS:
-                    kwargs["nuts_sampler_kwargs"] = {
-                        "chain_method": "parallel" if s.chains <= s.cores else "sequential"
-                    }
-                idata = pm.sample(
-                    draws=s.draws,
-                    tune=s.tune,
-                    chains=s.chains,
-                    cores=min(s.cores, s.chains),
-                    random_seed=seed,
-                    target_accept=s.target_accept,
-                    progressbar=False,
-                    compute_convergence_checks=False,
-                    nuts_sampler=s.backend,
-                    discard_tuned_samples=s.backend in JAX_BACKENDS,
-                    **kwargs,
-                )
-            if s.backend == "pymc":
-                grad_evals = _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
+        idata, loss, grad_evals = self.backend.run(seed, data)
         seconds = time.perf_counter() - start
-        _check_complete(idata, s)
+        _check_complete(idata, self.settings)
         # Model variables only: nutpie also stores the unconstrained values (sd_in_log__, ...),
         # the other backends do not, and every backend must write the same layout.
         posterior = idata.posterior[[v for v in idata.posterior.data_vars if not str(v).endswith("__")]]

@@ -14,7 +14,7 @@ import xarray as xr
 from hbnn import budget, evaluation
 from hbnn.config import Params
 from hbnn.data import Tasks
-from hbnn.inference import Sampler
+from hbnn.inference import Sampler, backend_class
 from hbnn.io import as_builtin, provenance, staged_outputs, stamp
 from hbnn.network import layer_specs
 from hbnn.variants import BY_STAGE, STAGE_KEYS, STAGE_PARAMS, derive_seed
@@ -96,7 +96,7 @@ def finish_fit(
     advi_iterations = sample_stats.sizes.get("advi_iteration")
     s = params.sampler
     timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
-                                       min(s.chains, s.cores), advi_iterations)
+                                       backend_class(s).parallel_chains(s), advi_iterations)
     with staged_outputs() as outputs:
         outputs.write_netcdf(idata, trace_out)
         outputs.write_json(as_builtin(timing), timing_out)
@@ -120,9 +120,8 @@ class Cost:
 
 
 def minibatch(params: Params) -> int | None:
-    """Rows per ADVI gradient step, or ``None`` for full-batch likelihoods (and NUTS)."""
-    s = params.sampler
-    return (s.advi.minibatch_size or None) if s.backend == "advi" else None
+    """Rows per gradient step of the configured backend, ``None`` for the full-batch likelihood."""
+    return backend_class(params.sampler).minibatch_size(params.sampler)
 
 
 def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.Dataset, xr.Dataset, Cost]:

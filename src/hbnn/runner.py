@@ -1,0 +1,75 @@
+"""The DVC stage runner shared by the scripts in ``stages/`` (the ``hbnn`` command line is in ``cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from hbnn.config import ConfigError, Params, load_params
+from hbnn.errors import InputError, OutputError, SamplingError
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_reported() -> Iterator[None]:
+    """Within the block, Ctrl-C or SIGTERM exits with ``interrupted: outputs unchanged`` and status 130.
+
+    Stage scripts import their body inside it, so an interrupt while the
+    libraries load ends the same way as one while sampling: no traceback.
+    """
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        print("interrupted: outputs unchanged", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def run_stage(
+    description: str,
+    paths: Sequence[str],
+    body: Callable[..., object],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse ``--params`` and the stage's path options, then run ``body(params, **paths)``.
+
+    Bad parameters or inputs print one ``error:`` line and return 2 before any
+    sampling starts; a fit that fails numerically, a sampler that stops early or
+    an output that cannot be written print one ``error:`` line and return 1; an
+    interrupt (Ctrl-C, SIGTERM) prints ``interrupted: outputs unchanged`` and
+    returns 130 (:func:`interrupts_reported`). Outputs are only written, together and atomically, by a body
+    that succeeds, so every failure leaves the earlier outputs as they were.
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="parameter file")
+    for name in paths:
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        with interrupts_reported():
+            params: Params = load_params(args.params)
+            body(params, **{name: getattr(args, name) for name in paths})
+    except SystemExit as stop:
+        return stop.code
+    except (ConfigError, InputError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    # A fit that failed numerically (ADVI's loss became NaN, non-finite draws), stopped early,
+    # or an output that could not be written (disk full).
+    except (FloatingPointError, SamplingError, OutputError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0

@@ -114,3 +114,33 @@ def test_bad_table_and_model_values_name_key_and_value(raw, key):
     with pytest.raises(ConfigError) as err:
         parse_params(raw)
     assert key in str(err.value)
+
+
+def test_published_schema_is_current_and_describes_params_yaml():
+    """params.schema.json is what params_schema() writes (scripts/write_params_schema.py), and fits params.yaml."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from hbnn.config import params_schema
+
+    root = Path(__file__).resolve().parents[1]
+    schema = json.loads((root / "params.schema.json").read_text())
+    assert schema == json.loads(json.dumps(params_schema())), "stale: run python scripts/write_params_schema.py"
+    types = {"integer": int, "number": (int, float), "string": str, "boolean": bool, "array": list, "object": dict}
+
+    def walk(node, value, key):
+        options = node.get("anyOf", [node])
+        assert any(isinstance(value, types[o["type"]]) for o in options if "type" in o), key
+        if "enum" in node:
+            assert value in node["enum"], key
+        if isinstance(value, dict):
+            assert set(value) <= set(node["properties"]), f"{key}: {set(value) - set(node['properties'])}"
+            for k, v in value.items():
+                walk(node["properties"][k], v, f"{key}.{k}")
+
+    walk(schema, yaml.safe_load((root / "params.yaml").read_text()), "params")
+    assert schema["properties"]["sampler"]["properties"]["backend"]["enum"] == [
+        "nutpie", "pymc", "numpyro", "blackjax", "advi"]
+    assert schema["properties"]["sampler"]["additionalProperties"] is False

@@ -2,12 +2,13 @@
 
 import sys
 
-from hbnn.runner import interrupts_reported, run_stage
+from hbnn.errors import interrupts_reported
 
 PATHS = []
 
 if __name__ == "__main__":
     with interrupts_reported():
         from hbnn.budget import check_params
+        from hbnn.runner import run_stage
 
         sys.exit(run_stage(__doc__, PATHS, check_params))

@@ -2,12 +2,13 @@
 
 import sys
 
-from hbnn.runner import interrupts_reported, run_stage
+from hbnn.errors import interrupts_reported
 
 PATHS = ["tasks_path", "trace_out", "metrics_out", "timing_out"]
 
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
+        from hbnn.runner import run_stage
         from hbnn.stages.fit_flat import fit_flat
 
         sys.exit(run_stage(__doc__, PATHS, fit_flat))

@@ -2,7 +2,7 @@
 
 import sys
 
-from hbnn.runner import interrupts_reported, run_stage
+from hbnn.errors import interrupts_reported
 
 PATHS = [
     "tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "timings_dir", "out_dir",
@@ -11,5 +11,6 @@ PATHS = [
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
         from hbnn.report.stage import report
+        from hbnn.runner import run_stage
 
         sys.exit(run_stage(__doc__, PATHS, report))

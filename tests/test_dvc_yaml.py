@@ -94,10 +94,7 @@ def test_stage_params_exist(stage):
 def test_every_params_key_is_validated_by_a_stage():
     """A key no stage lists would never be read; check_params lists the whole file instead."""
     assert {"params.yaml": None} in DVC["stages"]["check_params"]["params"]
-    assert "runner.py" in str(DVC["stages"]["check_params"]["deps"])
-    for module in import_closure(ROOT / "stages" / "check_params.py"):  # cheap: no sampler imported
-        source = (ROOT / module).read_text()
-        assert "import pymc" not in source and "import nutpie" not in source, module
+    assert "runner.py" in str(DVC["stages"]["check_params"]["deps"])  # cheap: test_light_stages_import_no_sampler
 
 
 def test_n_groups_and_seed_reach_make_data():

@@ -2,14 +2,13 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from hbnn.evaluation import (
-    classification_scores,
-    function_space_diagnostics,
-    group_weights,
-    predict_proba,
-    reliability,
-)
+from hbnn.evaluation import function_space_diagnostics, group_weights, predict_proba, reliability
+from hbnn.likelihoods import Bernoulli, Gaussian, mixture_cdf, mixture_quantiles
 from hbnn.network import layer_specs, mlp_logit
+
+
+def classification_scores(p_bar, y):
+    return Bernoulli().scores(Bernoulli().pointwise(p_bar[None, None, :], None, y))
 
 
 def test_scores_on_hand_computed_example():
@@ -78,13 +77,11 @@ def test_reliability_bins_hand_example():
 def test_regression_scores_on_hand_computed_example():
     from scipy.stats import norm
 
-    from hbnn.evaluation import regression_pointwise, regression_scores
-
     # two draws, three rows; sigma differs between draws
     mu = np.array([[[1.0, 2.0, 0.0], [3.0, 2.0, 0.0]]])  # (chain 1, draw 2, n 3)
     sigma = np.array([[1.0, 2.0]])
     y = np.array([2.0, 2.0, 10.0])
-    s = regression_scores(regression_pointwise(mu, sigma, y))
+    s = Gaussian().scores(Gaussian().pointwise(mu, sigma, y))
     # posterior-mean predictions 2, 2, 0 -> errors 0, 0, 10
     assert s["rmse"] == pytest.approx(np.sqrt(100 / 3))
     lpd = [np.log(0.5 * norm.pdf(yi, mu[0, 0, i], 1.0) + 0.5 * norm.pdf(yi, mu[0, 1, i], 2.0))
@@ -96,7 +93,6 @@ def test_regression_scores_on_hand_computed_example():
 
 
 def test_mixture_quantiles_invert_the_mixture_cdf():
-    from hbnn.evaluation import mixture_cdf, mixture_quantiles
 
     rng = np.random.default_rng(3)
     mu = rng.normal(size=(50, 4)) * 3

@@ -10,8 +10,8 @@ import xarray as xr
 from scipy.special import expit
 
 from hbnn import cli
-from hbnn.evaluation import mixture_cdf
 from hbnn.io import InputError, provenance, stamp, write_netcdf
+from hbnn.likelihoods import mixture_cdf
 from hbnn.predict import predict_table
 
 FEATURES = ["a", "b"]

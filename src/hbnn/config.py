@@ -16,12 +16,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from hbnn import likelihoods
+
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
 BACKENDS = (*NUTS_BACKENDS, "advi")
 MASS_MATRICES = ("diag", "low_rank")  # low_rank: nutpie's low-rank modified mass matrix (nutpie only)
 ALIGN_METHODS = ("chains", "reference_chain")
 SOURCES = ("moons", "table")
-LIKELIHOODS = ("bernoulli", "gaussian")
+LIKELIHOODS = tuple(likelihoods.LIKELIHOODS)
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 MAX_SEED = 2**32 - 1  # NumPy's legacy RandomState (the moons data) takes seeds below 2**32
 MAX_VALUES = 10_000  # a params file larger than this, aliases expanded, is refused (a YAML "alias bomb")
@@ -240,10 +242,10 @@ class Params:
             if dataclasses.is_dataclass(value):
                 value.check(f.name)
         _require(
-            self.data.source == "table" or self.model.likelihood == "bernoulli",
+            self.data.source == "table" or likelihoods.LIKELIHOODS[self.model.likelihood].classifier,
             "model.likelihood",
             self.model.likelihood,
-            "the moons data have 0/1 labels; gaussian needs data.source=table",
+            "the moons data have 0/1 labels, for a classifier (bernoulli); other likelihoods need data.source=table",
         )
         # Checked here, not in derive_prior, so a bad value stops before the fits sample.
         _require(

@@ -22,7 +22,9 @@ import xarray as xr
 from sklearn.datasets import make_moons
 from sklearn.preprocessing import scale
 
+from hbnn import likelihoods
 from hbnn.config import Params
+from hbnn.errors import rows_text
 from hbnn.io import InputError, check_made_with, load_dataset
 
 log = logging.getLogger(__name__)
@@ -94,7 +96,7 @@ def tasks_dataset(
     """
     X = np.asarray(X, dtype=np.float64)
     n, d = X.shape
-    y_dtype = np.int64 if likelihood == "bernoulli" else np.float64
+    y_dtype = likelihoods.get(likelihood).label_dtype
     return xr.Dataset(
         {
             "X": (("obs", "feature"), X),
@@ -137,12 +139,6 @@ def read_table(path: str | Path, what: str = "table", text_columns: tuple[str, .
         raise InputError(f"{what} {path} is not a readable {path.suffix} file ({type(err).__name__}: {err})") from err
 
 
-def _rows(idx: np.ndarray, limit: int = 5) -> str:
-    """Human row numbers (1 = first data row of the file) of some offending rows."""
-    shown = ", ".join(str(int(i) + 1) for i in idx[:limit])
-    return shown + (f" (and {idx.size - limit} more)" if idx.size > limit else "")
-
-
 def check_columns(df: pd.DataFrame, columns: list[tuple[str, str]], where: str) -> None:
     """Every column exists; ``columns`` holds ``(role, name)`` pairs, the role (``data.label``...) for the message."""
     for role, name in columns:
@@ -158,16 +154,16 @@ def numeric_features(df: pd.DataFrame, features: list[str], where: str) -> np.nd
             bad = np.flatnonzero(pd.to_numeric(col, errors="coerce").isna() & col.notna())
             example = col.iloc[bad[0]] if bad.size else col.dropna().iloc[0] if col.notna().any() else None
             raise InputError(f"{where}: feature column {name!r} is not numeric (e.g. {example!r} in row "
-                             f"{_rows(bad, 1) if bad.size else '?'}); encode it as numbers first")
+                             f"{rows_text(bad, 1) if bad.size else '?'}); encode it as numbers first")
         missing = np.flatnonzero(col.isna().to_numpy())
         if missing.size:
             raise InputError(f"{where}: feature column {name!r} has {missing.size} missing values (rows "
-                             f"{_rows(missing)}); drop or impute those rows first")
+                             f"{rows_text(missing)}); drop or impute those rows first")
     X = df[features].to_numpy(dtype=np.float64)
     inf = np.argwhere(~np.isfinite(X))
     if inf.size:
         raise InputError(f"{where}: feature column {features[inf[0, 1]]!r} has a non-finite value in row "
-                         f"{_rows(inf[:, 0], 1)}")
+                         f"{rows_text(inf[:, 0], 1)}")
     return X
 
 
@@ -176,7 +172,8 @@ def group_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
     col = df[name]
     missing = np.flatnonzero(col.isna().to_numpy())
     if missing.size:
-        raise InputError(f"{where}: group column {name!r} has {missing.size} missing values (rows {_rows(missing)})")
+        raise InputError(f"{where}: group column {name!r} has {missing.size} missing values "
+                         f"(rows {rows_text(missing)})")
     return col.astype(str).to_numpy()
 
 
@@ -184,20 +181,14 @@ def _labels(df: pd.DataFrame, name: str, likelihood: str, where: str) -> np.ndar
     col = df[name]
     missing = np.flatnonzero(col.isna().to_numpy())
     if missing.size:
-        raise InputError(f"{where}: label column {name!r} has {missing.size} missing values (rows {_rows(missing)})")
+        raise InputError(f"{where}: label column {name!r} has {missing.size} missing values "
+                         f"(rows {rows_text(missing)})")
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:
         raise InputError(f"{where}: label column {name!r} is not numeric (e.g. {col.iloc[bad[0]]!r} in row "
-                         f"{_rows(bad, 1)})")
-    if likelihood == "bernoulli":
-        bad = np.flatnonzero((values != 0) & (values != 1))
-        if bad.size:
-            shown = sorted({float(v) for v in values[bad]})[:5]
-            raise InputError(f"{where}: label column {name!r} must hold 0 or 1 for model.likelihood=bernoulli; "
-                             f"found {shown} in rows {_rows(bad)}")
-        return values.astype(np.int64)
-    return values
+                         f"{rows_text(bad, 1)})")
+    return likelihoods.get(likelihood).check_labels(values, name, where)
 
 
 def _split_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
@@ -207,7 +198,7 @@ def _split_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
     if bad.size:
         shown = sorted({str(v) for v in col.iloc[bad]})[:5]
         raise InputError(f"{where}: split column {name!r} must hold 'train' or 'test'; found {shown} in rows "
-                         f"{_rows(bad)}")
+                         f"{rows_text(bad)}")
     return values
 
 
@@ -241,18 +232,15 @@ def stratified_split(
 
 
 def _check_groups(names: np.ndarray, y: np.ndarray, split: np.ndarray, likelihood: str, where: str) -> None:
-    """Every group has >= MIN_TRAIN_ROWS training rows and, for bernoulli, both classes among them."""
+    """Every group has >= MIN_TRAIN_ROWS training rows and training labels its likelihood can fit."""
+    lik = likelihoods.get(likelihood)
     for name in pd.unique(names):
         train = (names == name) & (split == "train")
         n = int(train.sum())
         if n < MIN_TRAIN_ROWS:
             raise InputError(f"{where}: group {name!r} has {n} training rows (of {int((names == name).sum())}); "
                              f"each group needs at least {MIN_TRAIN_ROWS}. Drop the group or add rows")
-        if likelihood == "bernoulli":
-            classes = np.unique(y[train])
-            if classes.size < 2:
-                raise InputError(f"{where}: group {name!r} has only class {int(classes[0])} among its {n} training "
-                                 "rows; a classifier needs both 0 and 1 in every group. Drop the group or add rows")
+        lik.check_group(name, y[train], where)
 
 
 def _standardise(values: np.ndarray, train: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -283,7 +271,7 @@ def _model_scale(values, mean, sd, names: list[str], role: str, where: str) -> n
     if bad.any():
         column, rows = int(np.flatnonzero(bad.any(axis=0))[0]), np.flatnonzero(bad.any(axis=1))
         raise InputError(f"{where}: {role} column {names[column]!r} has values too large to use (e.g. "
-                         f"{values[rows[0], column]!r} in row {_rows(rows, 1)}); rescale the column first")
+                         f"{values[rows[0], column]!r} in row {rows_text(rows, 1)}); rescale the column first")
     return scaled
 
 
@@ -292,13 +280,14 @@ def load_table_tasks(params: Params) -> xr.Dataset:
 
     Checks, in this order, each failing with an :class:`InputError` that names
     the column or group: the columns exist; features are numeric and complete;
-    labels are complete and numeric (0/1 for ``bernoulli``); group names are
-    complete; a ``split`` column holds only ``train``/``test``; every group has
-    at least 2 training rows and (``bernoulli``) both classes among them.
-    Without a split column each group is split by :func:`stratified_split`
-    (strata: the label for ``bernoulli``, none for ``gaussian``). With
-    ``data.standardize``, features (and ``gaussian`` labels) are standardised
-    with training-row statistics, stored with the data.
+    labels are complete, numeric and valid for the likelihood (0/1 for
+    ``bernoulli``); group names are complete; a ``split`` column holds only
+    ``train``/``test``; every group has at least 2 training rows and training
+    labels its likelihood can fit (``bernoulli``: both classes). Without a
+    split column each group is split by :func:`stratified_split` (strata: the
+    likelihood's, the label for ``bernoulli``). With ``data.standardize``,
+    features (and labels, where the likelihood standardises them) are
+    standardised with training-row statistics, stored with the data.
     """
     d = params.data
     likelihood = params.model.likelihood
@@ -317,7 +306,7 @@ def load_table_tasks(params: Params) -> xr.Dataset:
     if d.split:
         split = _split_column(df, d.split, where)
     else:
-        strata = y if likelihood == "bernoulli" else np.zeros(y.size, dtype=np.int64)
+        strata = likelihoods.get(likelihood).strata(y)
         split = stratified_split(codes, strata, d.train_fraction, params.seed)
     _check_groups(names, y, split, likelihood, where)
     train = split == "train"
@@ -327,10 +316,10 @@ def load_table_tasks(params: Params) -> xr.Dataset:
         x_mean, x_sd, constant = _standardise(X, train)
         for name in np.asarray(features)[constant]:
             log.warning("feature %r is constant over the training rows; it is left unscaled", name)
-        if likelihood == "gaussian":
+        if likelihoods.get(likelihood).standardise_labels:
             (y_mean,), (y_sd,), _ = _standardise(y[:, None], train)
     X_model = _model_scale(X, x_mean, x_sd, features, "feature", where)
-    y_model = _model_scale(y[:, None], y_mean, y_sd, [d.label], "label", where)[:, 0] if likelihood == "gaussian" else y
+    y_model = _model_scale(y[:, None], y_mean, y_sd, [d.label], "label", where)[:, 0]  # stored as label_dtype
     ds = tasks_dataset(
         X_model,
         y_model,

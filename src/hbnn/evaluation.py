@@ -1,16 +1,11 @@
-"""Predictions from posterior weights, classification and regression metrics, diagnostics.
+"""Predictions from posterior weights, the fit stages' metrics, diagnostics.
 
-Bernoulli: every metric is computed from the posterior-predictive mean
-probability ``p_bar = mean over all kept draws of sigmoid(logit)``: accuracy
-thresholds ``p_bar`` at 0.5, log loss and Brier score use the same ``p_bar``.
-Gaussian, in the label's original units: RMSE of the posterior-mean prediction,
-the mean log pointwise predictive density ``lpd`` (``log mean_s N(y | mu_s,
-sigma_s)`` per row, by logsumexp over all kept draws) and ``coverage_94``, the
-share of rows inside the central 94% interval of the posterior predictive
-(noise included).
-Convergence is judged in function space (predicted probabilities, or predicted
-means, on test points), because weight space is symmetric under hidden-unit
-permutations and sign flips and so weight-space R-hat says little.
+The scores themselves are the likelihood's (:mod:`hbnn.likelihoods`): this
+module computes each group's posterior draws of the function-space quantity
+(a probability, a mean, a rate) and lets the likelihood score them.
+Convergence is judged in function space (that quantity on test points),
+because weight space is symmetric under hidden-unit permutations and sign
+flips and so weight-space R-hat says little.
 """
 
 from __future__ import annotations
@@ -21,16 +16,11 @@ from collections.abc import Sequence
 import arviz as az
 import numpy as np
 import xarray as xr
-from scipy.special import expit, logsumexp, ndtr
-from scipy.stats import norm
+from scipy.special import expit
 
-from hbnn import convergence
+from hbnn import convergence, likelihoods
 from hbnn.data import Split, Tasks
 from hbnn.network import LayerSpec, mlp_logit
-
-EPS = 1e-12
-INTERVAL = 0.94  # central posterior (predictive) interval reported by metrics and predictions
-QUANTILES = ((1 - INTERVAL) / 2, (1 + INTERVAL) / 2)
 
 
 def group_weights(posterior: xr.Dataset, specs: Sequence[LayerSpec], group: str | None) -> list[np.ndarray]:
@@ -74,75 +64,6 @@ def predict_proba(weights: Sequence[np.ndarray], X: np.ndarray, chunk: int = 100
     return predict_output(weights, X, chunk, link=expit)
 
 
-def mixture_cdf(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
-    """Posterior-predictive CDF at ``y (n,)``: ``mean_s Phi((y - mu[s]) / sigma[s])``.
-
-    ``mu`` is ``(sample, n)`` and ``sigma`` ``(sample,)``: an equal-weight mixture of normals.
-    """
-    return ndtr((y[None, :] - mu) / sigma[:, None]).mean(axis=0)
-
-
-def mixture_quantiles(mu: np.ndarray, sigma: np.ndarray, qs: Sequence[float], iters: int = 80) -> np.ndarray:
-    """Quantiles ``(len(qs), n)`` of the normal mixture of :func:`mixture_cdf`, by bisection.
-
-    The bracket ``[min mu - 10 max sigma, max mu + 10 max sigma]`` holds every
-    quantile in ``(1e-20, 1 - 1e-20)``; 80 halvings shrink it far below float
-    resolution of the values involved.
-    """
-    lo0 = mu.min(axis=0) - 10 * sigma.max()
-    hi0 = mu.max(axis=0) + 10 * sigma.max()
-    out = []
-    for q in qs:
-        lo, hi = lo0.copy(), hi0.copy()
-        for _ in range(iters):
-            mid = (lo + hi) / 2
-            below = mixture_cdf(mid, mu, sigma) < q
-            lo = np.where(below, mid, lo)
-            hi = np.where(below, hi, mid)
-        out.append((lo + hi) / 2)
-    return np.array(out)
-
-
-def regression_pointwise(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-row squared error, log predictive density and 94%-interval coverage.
-
-    ``mu`` is ``(chain, draw, n)`` (predicted means), ``sigma`` ``(chain, draw)``
-    (noise sd) and ``y`` ``(n,)``, all in the same units. A row is covered when
-    its predictive CDF value lies in ``[0.03, 0.97]``, which is the same as lying
-    inside the central 94% predictive interval.
-    """
-    m = mu.reshape(-1, mu.shape[-1])
-    s = sigma.reshape(-1)
-    logpdf = norm.logpdf(y[None, :], loc=m, scale=s[:, None])
-    cdf = mixture_cdf(y, m, s)
-    return {
-        "sq_err": (y - m.mean(axis=0)) ** 2,
-        "lpd": logsumexp(logpdf, axis=0) - np.log(m.shape[0]),
-        "covered": (cdf >= QUANTILES[0]) & (cdf <= QUANTILES[1]),
-    }
-
-
-def regression_scores(point: dict[str, np.ndarray]) -> dict[str, float]:
-    """RMSE, mean lpd and coverage over the rows of :func:`regression_pointwise` output."""
-    return {
-        "rmse": float(np.sqrt(np.mean(point["sq_err"]))),
-        "lpd": float(np.mean(point["lpd"])),
-        "coverage_94": float(np.mean(point["covered"])),
-        "n": int(point["sq_err"].size),
-    }
-
-
-def classification_scores(p_bar: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Accuracy at 0.5, mean log loss and Brier score of mean probabilities."""
-    p = np.clip(p_bar, EPS, 1 - EPS)
-    return {
-        "accuracy": float(np.mean((p_bar > 0.5) == (y == 1))),
-        "log_loss": float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))),
-        "brier": float(np.mean((p_bar - y) ** 2)),
-        "n": int(y.size),
-    }
-
-
 def function_space_diagnostics(probs: np.ndarray) -> dict[str, float]:
     """Max rank-normalised split R-hat and min bulk/tail ESS over prediction points.
 
@@ -170,48 +91,40 @@ def scalar_diagnostics(posterior: xr.Dataset, var_names: Sequence[str]) -> dict[
 
 def evaluate_groups(
     tasks: Tasks, weights_of, splits: Sequence[str] = ("train", "test"), noise_of=None
-) -> dict[str, dict[str, np.ndarray]]:
-    """Posterior predictions ``(chain, draw, n)`` for every group and split.
+) -> dict[str, dict[str, list]]:
+    """Posterior draws of the function-space quantity ``(chain, draw, n)`` for every group and split.
 
-    ``weights_of(g)`` returns :func:`group_weights` for group index ``g``.
-    Bernoulli tasks give ``{split: {"probs": [per-group arrays], "y": [...]}}``.
-    Gaussian tasks need ``noise_of(g)`` (:func:`group_noise`) and give
-    ``{"mu": [...], "sigma": [per-group (chain, draw)], "y": [...]}``, all
-    transformed back to the label's original units with the tasks' ``y_mean``
-    and ``y_sd``.
+    ``weights_of(g)`` returns :func:`group_weights` for group index ``g``; where
+    the likelihood has a noise sd, ``noise_of(g)`` returns it (:func:`group_noise`).
+    Gives ``{split: {"draws": [per group], "noise": [per group (chain, draw)] or
+    None, "y": [per group]}}``, all in the label's original units (the tasks'
+    ``y_mean`` and ``y_sd`` undone).
     """
-    gaussian = tasks.likelihood == "gaussian"
+    lik = likelihoods.get(tasks.likelihood)
     result = {}
     for name in splits:
         split: Split = tasks.split(name)
-        out, sigmas, ys = [], [], []
+        draws, noise, ys = [], [], []
         for g in range(tasks.n_groups):
             rows = split.rows(g)
-            if gaussian:
-                out.append(tasks.y_mean + tasks.y_sd * predict_output(weights_of(g), split.X[rows]))
-                sigmas.append(tasks.y_sd * noise_of(g))
-                ys.append(tasks.y_mean + tasks.y_sd * split.y[rows])
-            else:
-                out.append(predict_proba(weights_of(g), split.X[rows]))
-                ys.append(split.y[rows])
-        result[name] = {"mu": out, "sigma": sigmas, "y": ys} if gaussian else {"probs": out, "y": ys}
+            draws.append(lik.mean(predict_output(weights_of(g), split.X[rows]), tasks.y_mean, tasks.y_sd))
+            if lik.has_noise:
+                noise.append(tasks.y_sd * noise_of(g))
+            ys.append(lik.mean_label(split.y[rows], tasks.y_mean, tasks.y_sd))
+        result[name] = {"draws": draws, "noise": noise if lik.has_noise else None, "y": ys}
     return result
 
 
-def split_scores(pred: dict[str, list]) -> tuple[dict[str, float], list[dict[str, float] | None]]:
+def split_scores(lik: likelihoods.Likelihood, pred: dict[str, list]
+                 ) -> tuple[dict[str, float], list[dict[str, float] | None]]:
     """Pooled scores over every row of a split and per-group scores (None for a group without rows).
 
-    ``pred`` is one split of :func:`evaluate_groups`: classification scores for
-    ``probs``, regression scores for ``mu``/``sigma``.
+    ``pred`` is one split of :func:`evaluate_groups`.
     """
-    if "probs" in pred:
-        p_bars = [p.mean(axis=(0, 1)) for p in pred["probs"]]
-        pooled = classification_scores(np.concatenate(p_bars), np.concatenate(pred["y"]))
-        per = [classification_scores(p, y) if y.size else None for p, y in zip(p_bars, pred["y"], strict=True)]
-        return pooled, per
-    points = [regression_pointwise(m, s, y) for m, s, y in zip(pred["mu"], pred["sigma"], pred["y"], strict=True)]
-    pooled = regression_scores({k: np.concatenate([p[k] for p in points]) for k in points[0]})
-    per = [regression_scores(p) if p["sq_err"].size else None for p in points]
+    noise = pred["noise"] or [None] * len(pred["draws"])
+    points = [lik.pointwise(d, n, y) for d, n, y in zip(pred["draws"], noise, pred["y"], strict=True)]
+    pooled = lik.scores({k: np.concatenate([p[k] for p in points]) for k in points[0]})
+    per = [lik.scores(p) if y.size else None for p, y in zip(points, pred["y"], strict=True)]
     return pooled, per
 
 
@@ -221,7 +134,7 @@ def fit_metrics(
     divergences: int,
     extra_diagnostics: dict[str, dict[str, float]] | None = None,
 ) -> dict:
-    """Metrics dict for a fit stage (keys per DESIGN.md; RMSE/lpd/coverage for gaussian tasks).
+    """Metrics dict for a fit stage (keys per DESIGN.md; the scores are the likelihood's).
 
     Pooled scores use every row of a split; ``per_group`` is keyed by group name.
     Sampling diagnostics are in function space on test points (per group), with
@@ -229,11 +142,12 @@ def fit_metrics(
     Everything here is a function of the posterior draws, so the same params give
     the same bytes; wall-clock times go to :func:`timing_metrics` instead.
     """
+    lik = likelihoods.get(tasks.likelihood)
     metrics: dict = {"per_group": {name: {} for name in tasks.group_names}}
     fs_rhat, fs_ess = [], []
     for split, pred in predictions.items():
-        metrics[split], per_group = split_scores(pred)
-        draws = pred["probs"] if "probs" in pred else pred["mu"]
+        metrics[split], per_group = split_scores(lik, pred)
+        draws = pred["draws"]
         for g, name in enumerate(tasks.group_names):
             if per_group[g] is not None:
                 metrics["per_group"][name][split] = per_group[g]

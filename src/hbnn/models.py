@@ -11,10 +11,10 @@ layer to the output. With no hidden layers ``w_out`` maps the features straight
 to the output (a linear model). Hierarchical models add ``mu_<layer>``,
 ``sd_<layer>`` and ``z_<layer>`` with ``w[g] = mu + sd * z[g]``.
 
-The output is a logit under the ``bernoulli`` likelihood and the mean of ``y``
-under ``gaussian``, where ``sigma ~ HalfNormal(noise_sd)`` is the noise sd (one
-per group in the per-group fits, one shared by all groups in the hierarchical
-model).
+The likelihood of ``y`` given the network output is :mod:`hbnn.likelihoods`'
+(a logit under ``bernoulli``; a mean under ``gaussian``, whose noise sd
+``sigma ~ HalfNormal(noise_sd)`` is one per group in the per-group fits and one
+shared by all groups in the hierarchical model).
 """
 
 from __future__ import annotations
@@ -25,39 +25,13 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
+from hbnn import likelihoods
 from hbnn.network import LayerSpec, layer_coords, layer_specs, mlp_logit
 
 
-def _bernoulli_logit_logp(value, logit):
-    """``log Bernoulli(value | sigmoid(logit))`` for ``value`` in {0, 1}: ``value * logit - softplus(logit)``."""
-    return value * logit - pt.softplus(logit)
-
-
 def _likelihood(output, y, likelihood: str = "bernoulli", noise_sd: float = 1.0, total_size=None) -> None:
-    """Add ``y_obs``, the log-likelihood of ``y`` given the network ``output``.
-
-    ``bernoulli``: ``output`` is the logit and the log density is ``y * logit -
-    softplus(logit)`` (an observed ``CustomDist``), exact and with gradient
-    ``y - sigmoid(logit)`` finite for every logit; it also compiles to fewer ops
-    (about 10% less per gradient under numba, benchmarks/FINDINGS.md).
-    (``pm.Bernoulli(logit_p=...)`` goes through ``log(sigmoid)`` and
-    ``log1p(-sigmoid)``: once the sigmoid rounds to 1 its gradient is NaN, which
-    NUTS reports as a divergence and ADVI cannot survive.) ``gaussian``:
-    ``Normal(output, sigma)`` with a scalar ``sigma ~ HalfNormal(noise_sd)``.
-    With a minibatch, ``total_size`` rows are represented by the batch and the
-    log-likelihood is scaled by ``total_size / batch``.
-    """
-    if likelihood == "bernoulli":
-        kwargs = {"dims": "obs"} if total_size is None else {"total_size": [total_size]}
-        pm.CustomDist("y_obs", output, logp=_bernoulli_logit_logp, observed=y, **kwargs)
-    elif likelihood == "gaussian":
-        sigma = pm.HalfNormal("sigma", noise_sd)
-        if total_size is None:
-            pm.Normal("y_obs", mu=output, sigma=sigma, observed=y, dims="obs")
-        else:
-            pm.Normal("y_obs", mu=output, sigma=sigma, observed=y, total_size=[total_size])
-    else:
-        raise ValueError(f"unknown likelihood {likelihood!r}")
+    """Add ``y_obs`` given the network ``output``: the term of :mod:`hbnn.likelihoods` called ``likelihood``."""
+    likelihoods.get(likelihood).add_observed(output, y, noise_sd, total_size)
 
 
 def _rows(x, y, minibatch_size: int | None):

@@ -14,10 +14,11 @@ the training statistics, then scored by every kept posterior draw:
   group distribution.
 
 Output columns (appended to the input's): ``mean``, ``sd``, ``lower_94``,
-``upper_94`` and ``unseen_group``. Bernoulli: posterior mean, sd and central
-94% interval of ``P(y = 1)``. Gaussian: the posterior predictive of ``y`` in the
-label's units, noise included (mean, sd and central 94% interval of the
-mixture over draws).
+``upper_94`` and ``unseen_group``, as the likelihood summarises its draws
+(:meth:`hbnn.likelihoods.Likelihood.summarise`). Bernoulli: posterior mean, sd
+and central 94% interval of ``P(y = 1)``. Gaussian: the posterior predictive
+of ``y`` in the label's units, noise included (mean, sd and central 94%
+interval of the mixture over draws).
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 import pandas as pd
-from scipy.special import expit
 
+from hbnn import likelihoods
 from hbnn.data import check_columns, group_column, numeric_features, read_table
-from hbnn.evaluation import QUANTILES, group_noise, group_weights, mixture_quantiles, predict_output
+from hbnn.evaluation import group_noise, group_weights, predict_output
 from hbnn.io import InputError, settings_from_attrs, write_text
 from hbnn.network import LayerSpec, layer_specs
 from hbnn.prior import layer_arrays
@@ -76,21 +77,6 @@ def population_weights(posterior, specs: list[LayerSpec], rng: np.random.Generat
     return out
 
 
-def summarise(draws: np.ndarray, sigma: np.ndarray | None) -> dict[str, np.ndarray]:
-    """Mean, sd and central 94% interval per row from ``draws (sample, n)``.
-
-    Without ``sigma`` these are of the draws themselves (probabilities). With
-    ``sigma (sample,)`` they are of the posterior predictive ``N(draws, sigma)``
-    mixture: mean ``E[mu]``, sd ``sqrt(Var[mu] + E[sigma^2])``, exact quantiles.
-    """
-    if sigma is None:
-        lower, upper = np.quantile(draws, QUANTILES, axis=0)
-        return {"mean": draws.mean(axis=0), "sd": draws.std(axis=0), "lower_94": lower, "upper_94": upper}
-    lower, upper = mixture_quantiles(draws, sigma, QUANTILES)
-    sd = np.sqrt(draws.var(axis=0) + np.mean(sigma**2))
-    return {"mean": draws.mean(axis=0), "sd": sd, "lower_94": lower, "upper_94": upper}
-
-
 def predict_table(trace: Path | az.InferenceData, table: pd.DataFrame, where: str, seed: int = 0) -> pd.DataFrame:
     """Score every row of ``table`` with the fitted ``trace`` (a path or a loaded trace).
 
@@ -106,7 +92,7 @@ def predict_table(trace: Path | az.InferenceData, table: pd.DataFrame, where: st
     settings = settings_from_attrs(post.attrs)
     features = [str(f) for f in settings.get("features", post["feature"].values)]
     hidden = settings.get("hidden_layers", [])
-    likelihood = settings.get("likelihood", "bernoulli")
+    lik = likelihoods.get(settings.get("likelihood", "bernoulli"))
     group_col = settings.get("group_column", "group")
     specs = layer_specs(len(features), hidden)
     clash = [c for c in OUTPUT_COLUMNS if c in table.columns]
@@ -129,14 +115,11 @@ def predict_table(trace: Path | az.InferenceData, table: pd.DataFrame, where: st
         rows = np.flatnonzero(groups == name)
         is_new = name in unseen
         weights = population if is_new else group_weights(post, specs, name)
-        if likelihood == "gaussian":
-            mu = y_mean + y_sd * predict_output(weights, Xs[rows])
-            # Unseen groups of the hierarchical model share its one sigma, so any group's is the population's.
-            sigma = y_sd * group_noise(post, None if is_new else name)
-            result = summarise(mu.reshape(-1, rows.size), sigma.reshape(-1))
-        else:
-            p = predict_output(weights, Xs[rows], link=expit)
-            result = summarise(p.reshape(-1, rows.size), None)
+        draws = lik.mean(predict_output(weights, Xs[rows]), y_mean, y_sd)
+        noise = None
+        if lik.has_noise:  # unseen groups of the hierarchical model share its one sigma: the population's
+            noise = (y_sd * group_noise(post, None if is_new else name)).reshape(-1)
+        result = lik.summarise(draws.reshape(-1, rows.size), noise)
         for c, values in result.items():
             columns[c][rows] = values
         log.info("predict: group %s, %d rows, %s", name, rows.size,

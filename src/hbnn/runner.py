@@ -3,38 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hbnn.config import ConfigError, Params, load_params
-from hbnn.errors import InputError, OutputError, SamplingError
-
-EXIT_BAD_INPUT = 2
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def interrupts_reported() -> Iterator[None]:
-    """Within the block, Ctrl-C or SIGTERM exits with ``interrupted: outputs unchanged`` and status 130.
-
-    Stage scripts import their body inside it, so an interrupt while the
-    libraries load ends the same way as one while sampling: no traceback.
-    """
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        yield
-    except KeyboardInterrupt:
-        print("interrupted: outputs unchanged", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+from hbnn.errors import EXIT_BAD_INPUT, EXIT_FAILED, InputError, OutputError, SamplingError, interrupts_reported
 
 
 def run_stage(

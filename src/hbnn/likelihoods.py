@@ -46,7 +46,7 @@ class Likelihood:
     label_dtype: ClassVar[type] = np.float64
     standardise_labels: ClassVar[bool] = False  # labels are standardised with the training mean and sd
     has_noise: ClassVar[bool] = False  # a noise sd ``sigma`` is a model parameter
-    quantity: ClassVar[str]  # what the network predicts, for figure titles: "P(y=1)", "the mean prediction"
+    surface_titles: ClassVar[tuple[str, str]]  # the report's titles of mean and sd surfaces
     description: ClassVar[str]  # the report's one-phrase account of the likelihood
 
     def check_labels(self, values: np.ndarray, column: str, where: str) -> np.ndarray:
@@ -97,7 +97,7 @@ class Bernoulli(Likelihood):
     score = "accuracy"
     score_keys = ("accuracy", "log_loss", "brier", "n")
     label_dtype = np.int64
-    quantity = "P(y=1)"
+    surface_titles = ("posterior mean P(y=1)", "posterior sd of P(y=1)")
     description = "Bernoulli likelihood on the logit"
 
     def check_labels(self, values, column, where):
@@ -187,16 +187,36 @@ def mixture_quantiles(mu: np.ndarray, sigma: np.ndarray, qs: Sequence[float], it
     return np.array(out)
 
 
-class Gaussian(Likelihood):
+class Predictive(Likelihood):
+    """A likelihood scored by its posterior predictive (regression, counts): RMSE, lpd and 94% coverage.
+
+    Subclasses' :meth:`pointwise` give per row ``sq_err`` (of the posterior-mean
+    prediction), ``lpd`` (log mean predictive density over draws) and
+    ``covered`` (inside the central 94% predictive interval).
+    """
+
+    score = "rmse"
+    score_keys = ("rmse", "lpd", "coverage_94", "n")
+    noise_words: ClassVar[str]  # the report's name for the predictive noise the surfaces leave out
+
+    def scores(self, point):
+        return {
+            "rmse": float(np.sqrt(np.mean(point["sq_err"]))),
+            "lpd": float(np.mean(point["lpd"])),
+            "coverage_94": float(np.mean(point["covered"])),
+            "n": int(point["sq_err"].size),
+        }
+
+
+class Gaussian(Predictive):
     """Real-valued labels; the network output is the mean, with one noise sd ``sigma ~ HalfNormal(noise_sd)``."""
 
     name = "gaussian"
-    score = "rmse"
-    score_keys = ("rmse", "lpd", "coverage_94", "n")
     standardise_labels = True
     has_noise = True
-    quantity = "the mean prediction"
+    surface_titles = ("posterior mean prediction", "posterior sd of the mean prediction")
     description = "gaussian likelihood with noise sd sigma"
+    noise_words = "the noise sd"
 
     def add_observed(self, output, y, noise_sd, total_size=None):
         import pymc as pm
@@ -224,14 +244,6 @@ class Gaussian(Likelihood):
             "sq_err": (y - m.mean(axis=0)) ** 2,
             "lpd": logsumexp(logpdf, axis=0) - np.log(m.shape[0]),
             "covered": (cdf >= QUANTILES[0]) & (cdf <= QUANTILES[1]),
-        }
-
-    def scores(self, point):
-        return {
-            "rmse": float(np.sqrt(np.mean(point["sq_err"]))),
-            "lpd": float(np.mean(point["lpd"])),
-            "coverage_94": float(np.mean(point["covered"])),
-            "n": int(point["sq_err"].size),
         }
 
     def summarise(self, draws, noise):

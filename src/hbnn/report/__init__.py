@@ -2,7 +2,7 @@
 
 The `report` stage: figures, a Markdown and a self-contained HTML report, summary metrics.
 
-Accuracies (RMSE, lpd and coverage for gaussian tasks) and diagnostics are read
+Scores (accuracy; RMSE, lpd and coverage where the likelihood is not a classifier) and diagnostics are read
 from the fit stages' metrics files, never recomputed. Posterior quantities the
 metrics do not hold (decision surfaces, group sds, weight correlations) come
 from the traces, one model and one group at a time, so memory does not grow

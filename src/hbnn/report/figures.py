@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from hbnn import plots
+from hbnn import likelihoods, plots
 from hbnn.config import ReportParams
 from hbnn.data import Split, Tasks
 from hbnn.evaluation import group_weights, predict_proba, reliability
@@ -35,16 +35,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SurfaceSetup:
-    """What the surfaces show: ``P(y = 1)`` (``scale`` None) or the gaussian predicted mean.
+    """What the surfaces show: the likelihood's function-space quantity (``P(y = 1)``, a mean, a rate).
 
     ``centre`` holds every feature's training mean (the value of features beyond
-    the first two); ``scale = (y_mean, y_sd)``; ``value_range`` fixes the colour
-    scale of predicted means and training labels across pages and models.
+    the first two); ``scale = (y_mean, y_sd)`` maps stored labels to their units;
+    ``value_range`` fixes the colour scale of predictions and training labels
+    across pages and models (``None`` for probabilities, which span 0 to 1).
     """
 
     centre: np.ndarray
     features: tuple[str, ...]
-    scale: tuple[float, float] | None = None
+    likelihood: likelihoods.Likelihood = likelihoods.LIKELIHOODS["bernoulli"]
+    scale: tuple[float, float] = (0.0, 1.0)
     value_range: tuple[float, float] | None = None
     axis_labels: tuple[str, str] | None = None
 
@@ -55,11 +57,16 @@ class SurfaceSetup:
         labels = None
         if tasks.ds.attrs.get("source") == "table":
             labels = (f"{tasks.features[0]} (standardised)", f"{tasks.features[1]} (standardised)")
-        if tasks.likelihood != "gaussian":
-            return SurfaceSetup(centre, tuple(tasks.features), axis_labels=labels)
-        y = tasks.y_mean + tasks.y_sd * train.y
-        return SurfaceSetup(centre, tuple(tasks.features), (tasks.y_mean, tasks.y_sd),
+        lik, scale = likelihoods.get(tasks.likelihood), (tasks.y_mean, tasks.y_sd)
+        if lik.classifier:
+            return SurfaceSetup(centre, tuple(tasks.features), lik, scale, axis_labels=labels)
+        y = lik.mean_label(train.y, *scale)
+        return SurfaceSetup(centre, tuple(tasks.features), lik, scale,
                             (float(np.quantile(y, 0.01)), float(np.quantile(y, 0.99))), labels)
+
+    def values(self, output: np.ndarray) -> np.ndarray:
+        """The plotted quantity from network outputs."""
+        return self.likelihood.mean(output, *self.scale)
 
 
 def model_surfaces(
@@ -74,7 +81,7 @@ def model_surfaces(
     """
     setup = setup or SurfaceSetup(np.zeros(2), ("x1", "x2"))
     axis, points = surface_points(rp.grid_limit, rp.grid_size, setup.centre)
-    gaussian = setup.scale is not None
+    lik = setup.likelihood
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     keep = thin_indices(n_chain * n_draw, rp.surface_draws)
     page_list = plots.pages(len(names), rp.panels_per_page)
@@ -84,18 +91,15 @@ def model_surfaces(
         means, sds, points_on_page = [], [], []
         for g in page:
             w = [x.reshape(n_chain * n_draw, *x.shape[2:])[keep] for x in group_weights(post, specs, names[g])]
-            mean, sd = surface_stats(w, points, setup.scale)
+            mean, sd = surface_stats(w, points, setup.values)
             means.append(mean.reshape(axis.size, axis.size))
             sds.append(sd.reshape(axis.size, axis.size))
             rows = train.rows(g)
-            y = train.y[rows] if not gaussian else setup.scale[0] + setup.scale[1] * train.y[rows]
+            y = lik.mean_label(train.y[rows], *setup.scale)
             points_on_page.append((train.X[rows][:, :2], y))
         titles = [names[g] for g in page]
-        kinds = (("mean", means, "surface", "posterior mean P(y=1)"), ("sd", sds, "uncertainty",
-                                                                      "posterior sd of P(y=1)"))
-        if gaussian:
-            kinds = (("value_mean", means, "surface", "posterior mean prediction"),
-                     ("value_sd", sds, "uncertainty", "posterior sd of the mean prediction"))
+        (mean_title, sd_title), prefix = lik.surface_titles, "" if lik.classifier else "value_"
+        kinds = ((f"{prefix}mean", means, "surface", mean_title), (f"{prefix}sd", sds, "uncertainty", sd_title))
         held = f"; {', '.join(setup.features[2:])} at training mean" if len(setup.features) > 2 else ""
         for kind, fields, stem, what in kinds:
             fig, _ = plots.plot_surface_page(np.stack(fields), titles, rp.grid_limit, points_on_page, kind,
@@ -124,7 +128,7 @@ def _trace_figures(
     model's sorted page names, the draws each used, the hierarchical
     ``sd_<layer>`` and first-layer ``mu`` draws (all that is kept of the traces
     afterwards) and each model's reliability table on the pooled test rows
-    (bernoulli only; empty for gaussian tasks).
+    (classifiers only; empty otherwise).
     """
     train, test = tasks.split("train"), tasks.split("test")
     setup = SurfaceSetup.of(tasks)
@@ -136,7 +140,7 @@ def _trace_figures(
             pages, used_draws[v] = model_surfaces(v, post, specs, tasks.group_names, train, rp, setup)
         surface_files[v] = sorted(pages)
         figures.update(pages)
-        if tasks.likelihood == "bernoulli":
+        if likelihoods.get(tasks.likelihood).classifier:
             calibration[v] = reliability(mean_test_probabilities(post, specs, tasks.group_names, test), test.y)
         if v == "hierarchical":
             hier_extra = post[[n for n in post.data_vars if not n.startswith("w_")]]
@@ -161,7 +165,7 @@ def _per_group_values(metrics: dict[str, dict], names: Sequence[str], *keys: str
 
 
 def _regression_figures(metrics: dict[str, dict], names: Sequence[str]) -> dict:
-    """Per-group test RMSE and per-group R-hat figures of a gaussian run, from the metrics files."""
+    """Per-group test RMSE and per-group R-hat figures of a run scored by RMSE, from the metrics files."""
     rmse = _per_group_values(metrics, names, "test", "rmse")
     rhat = _per_group_values(metrics, names, "rhat_fn")
     return {

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from scipy.special import expit
 
-from hbnn.evaluation import predict_output, predict_proba
+from hbnn.evaluation import predict_output
 from hbnn.network import LayerSpec
 from hbnn.variants import VARIANTS
 
@@ -81,13 +82,13 @@ def thin_indices(n_total: int, n_keep: int) -> np.ndarray:
 
 
 def surface_stats(
-    weights: Sequence[np.ndarray], points: np.ndarray, scale: tuple[float, float] | None = None
+    weights: Sequence[np.ndarray], points: np.ndarray, values: Callable[[np.ndarray], np.ndarray] = expit
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior mean and sd of ``P(y = 1)`` (or, with ``scale``, of the predicted mean) at ``points (n, feature)``.
+    """Posterior mean and sd of ``values(output)`` at ``points (n, feature)``: by default ``P(y = 1)``.
 
-    ``weights`` are per-layer ``(sample, *shape)`` draws. ``scale = (y_mean,
-    y_sd)`` selects the gaussian output ``y_mean + y_sd * output`` instead of the
-    probability. Draws are taken in chunks and only running sums are kept, so
+    ``weights`` are per-layer ``(sample, *shape)`` draws; ``values`` maps network
+    outputs to the plotted quantity (the likelihood's
+    :meth:`~hbnn.likelihoods.Likelihood.mean`). Draws are taken in chunks and only running sums are kept, so
     memory is ``chunk * n`` values. The network runs in float32 (4x faster on
     the default 100 x 100 grid; mean and sd differ from float64 by about 1e-8,
     far below what a plot shows); the sums are float64.
@@ -101,10 +102,7 @@ def surface_stats(
     s2 = np.zeros(points.shape[0])
     for lo in range(0, n_samples, chunk):
         batch = [w[None, lo : lo + chunk] for w in weights]
-        if scale is None:
-            p = predict_proba(batch, points, chunk=chunk)[0]
-        else:
-            p = scale[0] + scale[1] * predict_output(batch, points, chunk=chunk)[0]
+        p = values(predict_output(batch, points, chunk=chunk)[0])
         s1 += p.sum(axis=0, dtype=np.float64)
         s2 += np.square(p, dtype=np.float64).sum(axis=0)
     mean = s1 / n_samples

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import numpy as np
 
+from hbnn import likelihoods
 from hbnn.io import Outputs, as_builtin
 from hbnn.report.numbers import LOSS_POINTS, MODELS, difference, lookup
 
 
-def summary(metrics: dict[str, dict], n_groups: int) -> dict:
+def summary(metrics: dict[str, dict], n_groups: int, lik: likelihoods.Likelihood) -> dict:
     """``metrics/summary.json``: headline numbers per model and their differences (dicts only).
 
-    Gaussian runs (metrics with ``rmse`` instead of ``accuracy``) report RMSE,
-    lpd and coverage instead of the classification scores.
+    The numbers are the likelihood's scores: its headline score on both splits
+    and its other scores on the test rows.
     """
-    gaussian = lookup(metrics[MODELS[0]], "train", "rmse") is not None
-    score = "rmse" if gaussian else "accuracy"
-    extra = (("lpd", "coverage_94") if gaussian else ("log_loss", "brier"))
+    score = lik.score
+    extra = [k for k in lik.score_keys if k not in (score, "n")]
     fields = [(f"train_{score}", "train", score), (f"test_{score}", "test", score),
               *((f"test_{k}", "test", k) for k in extra), ("divergences", "sampling", "divergences")]
     models = {v: {name: lookup(metrics[v], *path) for name, *path in fields} for v in MODELS}
@@ -82,7 +82,7 @@ def calibration_csv(tables: dict[str, dict[str, np.ndarray]]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     models = list(tables)
     writer.writerow(["bin", *(models or MODELS)])
-    if not tables:  # gaussian runs: no class probabilities to calibrate
+    if not tables:  # likelihoods that are not classifiers: no class probabilities to calibrate
         return buf.getvalue()
     mids = next(iter(tables.values()))["bin_mid"]
     for b, mid in enumerate(mids):

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from hbnn import likelihoods
 from hbnn.config import ReportParams
 from hbnn.data import Tasks
 from hbnn.report.document import Figure, Heading, Para, Section, Table
@@ -16,11 +17,11 @@ from hbnn.report.numbers import LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT
 def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int]) -> list:
     hidden = [s.shape[-1] for s in specs[:-1]]
     net = f"tanh MLP with hidden layers {hidden} (no biases)" if hidden else "linear model (no hidden layers, no bias)"
-    if tasks.likelihood == "gaussian":
-        net += (", gaussian likelihood with noise sd sigma (labels standardised with training mean "
-                f"{tasks.y_mean:.4g} and sd {tasks.y_sd:.4g}; scores are in the label's units)")
-    else:
-        net += ", Bernoulli likelihood on the logit"
+    lik = likelihoods.get(tasks.likelihood)
+    net += f", {lik.description}"
+    if lik.standardise_labels:
+        net += (f" (labels standardised with training mean {tasks.y_mean:.4g} and sd {tasks.y_sd:.4g}; scores are "
+                "in the label's units)")
     sizes = np.bincount(tasks.split("train").group, minlength=tasks.n_groups)
     source = tasks.ds.attrs.get("table")
     data = f"table {source}, " if source else ""
@@ -74,7 +75,8 @@ def _accuracy_section(metrics: dict[str, dict], data: dict[str, Any]) -> Section
 
 
 def _scores_section(metrics: dict[str, dict]) -> Section:
-    """The gaussian counterpart of the accuracy section (no reference numbers exist for regression)."""
+    """The counterpart of the accuracy section for likelihoods scored by RMSE, lpd and coverage (no reference
+    numbers exist for them)."""
     header = ["Model", "Train RMSE", "Test RMSE", "Test lpd", "Test 94% coverage", "Train 94% coverage"]
     rows = [[LABELS[v], fmt(lookup(metrics[v], "train", "rmse"), ".4g"), fmt(lookup(metrics[v], "test", "rmse"), ".4g"),
              fmt(lookup(metrics[v], "test", "lpd")), pct(lookup(metrics[v], "test", "coverage_94")),
@@ -152,13 +154,15 @@ def _regression_surface_sections(surface_files: dict[str, list[str]], rp: Report
     held = (f" Features {', '.join(tasks.features[2:])} are held at their training mean."
             if tasks.n_features > 2 else "")
     grid = f"a {rp.grid_size} x {rp.grid_size} grid over [-{rp.grid_limit:g}, {rp.grid_limit:g}]^2"
+    lik = likelihoods.get(tasks.likelihood)
+    mean_title, sd_title = lik.surface_titles
     out = []
     for stem, title, what, how in (
-        ("surface", "Prediction surfaces", "posterior mean prediction",
+        ("surface", "Prediction surfaces", mean_title,
          f"each panel is one group: colour is the posterior mean of the predicted label on {grid} of the first two "
          "(standardised) features, markers the group's training rows coloured on the same scale."),
-        ("uncertainty", "Uncertainty of the mean prediction", "posterior sd of the mean prediction",
-         "posterior standard deviation of the predicted mean (without the noise sd) on the same grid: bright "
+        ("uncertainty", "Uncertainty of the mean prediction", sd_title,
+         f"posterior standard deviation of the predicted mean (without {lik.noise_words}) on the same grid: bright "
          "regions are where the posterior draws disagree."),
     ):
         out.append(Section(title, how + held, _page_blocks(surface_files, used, stem, what)))

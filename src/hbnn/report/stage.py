@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hbnn import plots
+from hbnn import likelihoods, plots
 from hbnn.config import Params
 from hbnn.data import load_tasks
 from hbnn.io import settings_from_attrs, staged_outputs
@@ -68,13 +68,13 @@ def report(
     ``out_dir/plots/advi_loss.csv`` and ``metrics_dir/summary.json``; returns the
     summary dict. Wall-clock times come from ``timings_dir``. All inputs are
     checked before anything is computed and nothing is written until every
-    figure has been drawn. For gaussian tasks accuracy and class calibration do
-    not exist: the two CSV files then hold only their header row and the report
-    shows RMSE, lpd and coverage instead.
+    figure has been drawn. For likelihoods that are not classifiers accuracy and
+    class calibration do not exist: the two CSV files then hold only their header
+    row and the report shows the likelihood's scores (RMSE, lpd and coverage).
     """
     rp = params.report
     tasks = load_tasks(tasks_path, params=params)
-    gaussian = tasks.likelihood == "gaussian"
+    lik = likelihoods.get(tasks.likelihood)
     names = tasks.group_names
     metrics = {v: read_json(metrics_dir / f, "metrics file") for v, f in METRICS_FILES.items()}
     prior_metrics = read_json(metrics_dir / "prior.json", "metrics file")
@@ -105,7 +105,7 @@ def report(
     if losses:
         figures["advi_loss.png"] = plots.png_bytes(plots.plot_loss(losses)[0])
     data = data_settings(tasks, params)
-    if gaussian:
+    if not lik.classifier:
         accuracy = {v: np.zeros(0) for v in MODELS}
         figures.update(_regression_figures(metrics, names))
         sections = [_scores_section(metrics), _per_group_rmse_section(len(names))]
@@ -116,7 +116,7 @@ def report(
         sections = [_accuracy_section(metrics, data), _per_group_section(len(names)), _calibration_section()]
     if tasks.n_features < 2:
         sections.append(_no_surface_section(tasks))
-    elif gaussian:
+    elif not lik.classifier:
         sections += _regression_surface_sections(surface_files, rp, used_draws, tasks)
     else:
         sections += _surface_sections(surface_files, rp, used_draws, tasks)
@@ -130,13 +130,13 @@ def report(
         _correlation_section(first.name, corr_name, ref_chain, prior_metrics),
         _diagnostics_section(metrics, names),
     ]
-    result = summary(metrics, len(names))
+    result = summary(metrics, len(names), lik)
 
     with staged_outputs() as outputs:
         write_figures(figures, out_dir / "figures", outputs)
         outputs.write_text(render_markdown(title, intro, sections), out_dir / "report.md")
         outputs.write_text(render_html(title, intro, sections, figures), out_dir / "report.html")
-        outputs.write_text(per_group_csv(accuracy, [] if gaussian else names),
+        outputs.write_text(per_group_csv(accuracy, names if lik.classifier else []),
                            out_dir / "plots" / "per_group_accuracy.csv")
         outputs.write_text(calibration_csv(calibration), out_dir / "plots" / "calibration.csv")
         outputs.write_text(loss_csv(losses), out_dir / "plots" / "advi_loss.csv")

@@ -237,6 +237,20 @@ def test_bad_tables_end_in_one_error_and_change_nothing(workspace, capsys, tmp_p
     assert workspace() == before
 
 
+@pytest.mark.parametrize("likelihood, label, expected", [
+    ("poisson", -1, "must hold counts (0, 1, 2, ...) for model.likelihood=poisson; found [-1.0]"),
+    ("poisson", 2.5, "found [2.5]"),
+    ("bernoulli", 3, "must hold 0 or 1 for model.likelihood=bernoulli; found [3.0]"),
+])
+def test_labels_the_likelihood_cannot_take(workspace, capsys, tmp_path, likelihood, label, expected):
+    path = _sites(tmp_path, lambda df: _set(df, "failed", 4, label))
+    text = _table_params(path).replace("n_groups: 3", f"n_groups: 3\nmodel:\n  likelihood: {likelihood}")
+    before = workspace()
+    code, err = _run("make_data", text, capsys)
+    _assert_one_error(code, err, expected)
+    assert workspace() == before
+
+
 def test_group_ids_are_read_exactly_as_written(workspace, capsys, tmp_path):
     path = tmp_path / "ids.csv"
     rng = np.random.default_rng(0)

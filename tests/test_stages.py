@@ -285,3 +285,43 @@ def test_gaussian_linear_table_runs_through_every_stage(tmp_path):
     scored = pd.read_csv(tmp_path / "scored.csv")
     assert scored["unseen_group"].tolist() == [False, True]
     assert scored.loc[1, "sd"] > scored.loc[0, "sd"]  # the population is wider than a fitted group
+
+
+@pytest.mark.slow  # about 2 minutes: three more model compiles and a report
+def test_poisson_count_table_runs_through_every_stage(tmp_path):
+    """Counts per shop (sales) with a log link: all six stages, the report and hbnn predict."""
+    rng = np.random.default_rng(5)
+    parent = rng.normal([0.8, -0.5], 0.3)
+    parts = []
+    for name, n in {"small": 8, "mid": 20, "big": 40}.items():
+        X = rng.normal(size=(n, 2))
+        rate = np.exp(1.0 + X @ rng.normal(parent, 0.3))
+        parts.append(pd.DataFrame({"shop": name, "price": X[:, 0], "promo": X[:, 1], "one": 1.0,
+                                   "sales": rng.poisson(rate)}))
+    pd.concat(parts).to_csv(tmp_path / "sales.csv", index=False)
+    raw = {**TINY, "data": {"source": "table", "path": "sales.csv", "features": ["price", "promo", "one"],
+                            "label": "sales", "group": "shop"},
+           "model": {"hidden_layers": [3], "likelihood": "poisson"}}
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw))
+    check(run("check_params", params))
+    run_all(tmp_path, params)
+    for name in ("flat", "hier", "informed"):
+        m = json.loads((tmp_path / "metrics" / f"{name}.json").read_text())
+        assert {"rmse", "lpd", "coverage_94", "n"} == set(m["test"])
+        assert sorted(m["per_group"]) == ["big", "mid", "small"] and m["test"]["lpd"] < 0
+        assert 0 <= m["test"]["coverage_94"] <= 1
+    trace = az.from_netcdf(tmp_path / "traces" / "hier.nc")
+    assert trace.observed_data["y"].dtype.kind == "i" and "sigma" not in trace.posterior
+    summary = json.loads((tmp_path / "metrics" / "summary.json").read_text())
+    assert "test_rmse" in summary["models"]["hierarchical"]
+    text = (tmp_path / "reports" / "report.md").read_text()
+    assert "Poisson likelihood on the log rate" in text and "posterior mean rate" in text
+    pd.DataFrame({"shop": ["big", "new"], "price": [0.0, 0.0], "promo": [0.0, 0.0], "one": [1.0, 1.0]}).to_csv(
+        tmp_path / "new.csv", index=False)
+    check(subprocess.run([sys.executable, "-m", "hbnn", "predict", "--trace", "traces/hier.nc", "--input", "new.csv",
+                          "--output", "scored.csv"], capture_output=True, text=True, cwd=tmp_path))
+    scored = pd.read_csv(tmp_path / "scored.csv")
+    assert scored["unseen_group"].tolist() == [False, True]
+    assert (scored["mean"] > 0).all() and (scored["lower_94"] == scored["lower_94"].round()).all()
+    assert (scored["lower_94"] <= scored["mean"]).all() and (scored["mean"] <= scored["upper_94"]).all()

@@ -16,7 +16,9 @@ sd (``(chain, draw)``), both in the label's units:
 - ``gaussian``: RMSE of the posterior-mean prediction, the mean log pointwise
   predictive density ``lpd`` (``log mean_s N(y | mu_s, sigma_s)``) and
   ``coverage_94``, the share of rows inside the central 94% interval of the
-  posterior predictive (noise included).
+  posterior predictive (noise included);
+- ``poisson`` (counts, log link): the same three of the posterior-mean rate and
+  the predictive mixture of Poissons (counting noise included).
 
 A new likelihood is one new class registered in :data:`LIKELIHOODS`.
 """
@@ -254,7 +256,87 @@ class Gaussian(Predictive):
         return {"mean": draws.mean(axis=0), "sd": sd, "lower_94": lower, "upper_94": upper}
 
 
-LIKELIHOODS: dict[str, Likelihood] = {lik.name: lik for lik in (Bernoulli(), Gaussian())}
+class Poisson(Predictive):
+    """Counts (0, 1, 2, ...: sales, visits, failures); the network output is the log of the rate.
+
+    Labels are not standardised (a count's scale is its meaning). The predictive
+    distribution of a row is the mixture over draws of ``Poisson(rate_s)``: its
+    central 94% interval ``[lo, hi]`` holds the smallest counts whose mixture CDF
+    reaches 0.03 and 0.97, and a row is covered when ``lo <= y <= hi``.
+    """
+
+    name = "poisson"
+    label_dtype = np.int64
+    surface_titles = ("posterior mean rate", "posterior sd of the rate")
+    description = "Poisson likelihood on the log rate"
+    noise_words = "the Poisson counting noise"
+
+    def check_labels(self, values, column, where):
+        bad = np.flatnonzero((values < 0) | (values != np.round(values)))
+        if bad.size:
+            shown = sorted({float(v) for v in values[bad]})[:5]
+            raise InputError(f"{where}: label column {column!r} must hold counts (0, 1, 2, ...) for "
+                             f"model.likelihood=poisson; found {shown} in rows {rows_text(bad)}")
+        return values.astype(np.int64)
+
+    def add_observed(self, output, y, noise_sd, total_size=None):
+        """``y * log_rate - exp(log_rate) - log(y!)`` as an observed ``CustomDist`` (no ``log(exp(.))`` round trip)."""
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        def logp(value, log_rate):
+            return value * log_rate - pt.exp(log_rate) - pt.gammaln(value + 1)
+
+        kwargs = {"dims": "obs"} if total_size is None else {"total_size": [total_size]}
+        pm.CustomDist("y_obs", output, logp=logp, observed=y, **kwargs)
+
+    def mean(self, output, y_mean=0.0, y_sd=1.0):
+        return np.exp(output)
+
+    @staticmethod
+    def mixture_cdf(k: np.ndarray, rates: np.ndarray) -> np.ndarray:
+        """``mean_s P(Poisson(rates[s, i]) <= k[i])`` for ``rates (sample, n)``; 0 where ``k < 0``."""
+        from scipy.stats import poisson
+
+        return poisson.cdf(k[None, :], rates).mean(axis=0)
+
+    def quantiles(self, rates: np.ndarray, qs) -> np.ndarray:
+        """Smallest counts ``(len(qs), n)`` whose mixture CDF reaches each ``q``, by bisection over counts."""
+        from scipy.stats import poisson
+
+        hi0 = poisson.ppf(max(qs), rates.max(axis=0)) + 1  # an upper bracket: the largest rate's quantile
+        out = []
+        for q in qs:
+            lo, hi = np.full(rates.shape[1], -1.0), hi0.copy()  # F(lo) < q <= F(hi)
+            while np.any(hi - lo > 1):
+                mid = np.floor((lo + hi) / 2)
+                reached = self.mixture_cdf(mid, rates) >= q
+                hi, lo = np.where(reached, mid, hi), np.where(reached, lo, mid)
+            out.append(hi)
+        return np.array(out)
+
+    def pointwise(self, draws, noise, y):
+        from scipy.special import gammaln
+
+        rates = draws.reshape(-1, draws.shape[-1])
+        with np.errstate(divide="ignore"):  # a rate of exactly 0 gives log 0 = -inf, the right log density
+            logpmf = y[None, :] * np.log(rates) - rates - gammaln(y + 1.0)[None, :]
+        lo, hi = self.quantiles(rates, QUANTILES)
+        return {
+            "sq_err": (y - rates.mean(axis=0)) ** 2,
+            "lpd": logsumexp(logpmf, axis=0) - np.log(rates.shape[0]),
+            "covered": (lo <= y) & (y <= hi),
+        }
+
+    def summarise(self, draws, noise):
+        """Of the posterior predictive count: mean ``E[rate]``, sd ``sqrt(Var[rate] + E[rate])``, central 94%
+        interval (whole counts)."""
+        lower, upper = self.quantiles(draws, QUANTILES)
+        sd = np.sqrt(draws.var(axis=0) + draws.mean(axis=0))
+        return {"mean": draws.mean(axis=0), "sd": sd, "lower_94": lower, "upper_94": upper}
+
+
+LIKELIHOODS: dict[str, Likelihood] = {lik.name: lik for lik in (Bernoulli(), Gaussian(), Poisson())}
 
 
 def get(name: str) -> Likelihood:

@@ -18,12 +18,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from hbnn.variants import VARIANTS  # noqa: E402
+
 DPI = 100
 SMALL = 7
 TINY = 6
 PANEL_IN = 1.9  # inches per surface panel
 GROUPS_PER_ROW = 50  # per-group charts wrap onto a new row of axes after this many groups
-MODEL_COLORS = {"flat": "tab:gray", "hierarchical": "tab:blue", "informed": "tab:orange"}
+MODEL_COLORS = {v.name: v.color for v in VARIANTS}
 # y = 0 white circles ringed in black, y = 1 black triangles ringed in white: shape tells the
 # classes apart and the thick ring keeps each visible on dark and light parts of both colour maps.
 CLASS_STYLE = (

@@ -23,12 +23,13 @@ class Variant:
     label: str  # for people: tables and figure legends
     stage: str  # the DVC stage that fits it
     stem: str  # traces/<stem>.nc, metrics/<stem>.json, timings/<stem>.json
-    has_group_distribution: bool  # can score a group it was not fit to (hbnn predict)
+    has_group_distribution: bool  # mu and sd per layer: scores unseen groups (hbnn predict), feeds the prior
+    color: str  # in every figure
 
 
-FLAT = Variant("flat", "Flat", "fit_flat", "flat", False)
-HIERARCHICAL = Variant("hierarchical", "Hierarchical", "fit_hier", "hier", True)
-INFORMED = Variant("informed", "Informed prior", "fit_informed", "informed", False)
+FLAT = Variant("flat", "Flat", "fit_flat", "flat", False, "tab:gray")
+HIERARCHICAL = Variant("hierarchical", "Hierarchical", "fit_hier", "hier", True, "tab:blue")
+INFORMED = Variant("informed", "Informed prior", "fit_informed", "informed", False, "tab:orange")
 VARIANTS = (FLAT, HIERARCHICAL, INFORMED)
 BY_NAME = {v.name: v for v in VARIANTS}
 BY_STAGE = {v.stage: v for v in VARIANTS}

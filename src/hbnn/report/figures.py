@@ -29,6 +29,7 @@ from hbnn.report.numbers import (
     thin_indices,
     weight_labels,
 )
+from hbnn.variants import BY_NAME
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def _trace_figures(
         figures.update(pages)
         if likelihoods.get(tasks.likelihood).classifier:
             calibration[v] = reliability(mean_test_probabilities(post, specs, tasks.group_names, test), test.y)
-        if v == "hierarchical":
+        if BY_NAME[v].has_group_distribution:
             hier_extra = post[[n for n in post.data_vars if not n.startswith("w_")]]
         del post
     return figures, surface_files, used_draws, hier_extra, calibration

@@ -14,6 +14,7 @@ from hbnn.data import Tasks
 from hbnn.io import InputError, load_trace, settings_from_attrs
 from hbnn.network import LayerSpec, layer_specs
 from hbnn.report.numbers import METRICS_FILES, lookup
+from hbnn.variants import BY_NAME
 
 
 def read_json(path: Path, what: str) -> dict:
@@ -37,7 +38,7 @@ def close_trace(idata) -> None:
 
 def needed_vars(variant: str, specs: Sequence[LayerSpec]) -> list[str]:
     """Posterior variables the report reads from a trace of ``variant``."""
-    extra = [*(f"sd_{s.name}" for s in specs), f"mu_{specs[0].name}"] if variant == "hierarchical" else []
+    extra = [*(f"sd_{s.name}" for s in specs), f"mu_{specs[0].name}"] if BY_NAME[variant].has_group_distribution else []
     return [s.var for s in specs] + extra
 
 

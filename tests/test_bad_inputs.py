@@ -10,6 +10,7 @@ call); interrupts run the real scripts in a subprocess.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -308,7 +309,8 @@ def test_a_partial_or_non_finite_trace_is_never_taken_for_a_finished_run(posteri
 
 def _stage_process(d: Path, stage: str, *args: str) -> subprocess.Popen:
     cmd = [sys.executable, str(ROOT / "stages" / f"{stage}.py"), "--params", "params.yaml", *args]
-    return subprocess.Popen(cmd, cwd=d, stderr=subprocess.PIPE, text=True)
+    # debug logs: the test waits for the sampler's start line
+    return subprocess.Popen(cmd, cwd=d, stderr=subprocess.PIPE, text=True, env={**os.environ, "HBNN_LOG": "debug"})
 
 
 @pytest.mark.parametrize("sig, when", [(signal.SIGINT, "sampling"), (signal.SIGTERM, "sampling"),

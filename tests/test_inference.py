@@ -98,6 +98,6 @@ def test_wrapper_key_refuses_closures_it_cannot_describe(caplog):
         return logp_numba
 
     assert wrapper_key(outer(3)) == wrapper_key(outer(3)) != wrapper_key(outer(4))
-    with caplog.at_level("INFO", logger="hbnn.nutpie_cache"):
+    with caplog.at_level("DEBUG", logger="hbnn.nutpie_cache"):
         assert wrapper_key(outer(object())) is None
     assert "holds object" in caplog.text

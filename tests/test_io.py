@@ -138,3 +138,15 @@ def test_truncated_and_missing_files_give_clear_errors(tmp_path):
     write_netcdf(xr.Dataset({"a": ("x", np.arange(3))}), ds_path)
     with pytest.raises(InputError, match=r"lacks variables \['b'\]"):
         load_dataset(ds_path, "tasks file", required=("a", "b"))
+
+
+def test_logs_hbnn_at_info_libraries_at_warning_and_hbnn_log_debug():
+    import subprocess
+    import sys
+
+    code = ("import logging; from hbnn import logs; logs.configure(); "
+            "print(logging.getLogger().level, logging.getLogger('hbnn.stages').getEffectiveLevel())")
+    for env, expected in ((None, "30 20"), ("debug", "30 10"), ("warning", "30 30"), ("nonsense", "30 20")):
+        environ = {k: v for k, v in os.environ.items() if k != "HBNN_LOG"} | ({"HBNN_LOG": env} if env else {})
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, check=True)
+        assert out.stdout.split() == expected.split(), env

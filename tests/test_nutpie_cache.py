@@ -34,7 +34,7 @@ def _draws(compiled) -> np.ndarray:
 def test_a_wrapper_numba_refuses_to_cache_still_compiles(empty_cache, caplog):
     # 200,000 floats (1.6 MB) are linked as a "dynamic global", which numba will not cache;
     # its refusal used to crash on the custom locator (AttributeError: '_py_file').
-    with caplog.at_level("INFO", logger="hbnn.nutpie_cache"):
+    with caplog.at_level("DEBUG", logger="hbnn.nutpie_cache"):
         compiled = nutpie_cache.compile_numba(_model(200_000))
     assert np.isfinite(_draws(compiled)).all()
     assert "dynamic globals" in caplog.text

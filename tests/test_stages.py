@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -153,7 +154,8 @@ def test_sigkill_during_sampling_leaves_outputs_intact(pipeline):
     before = trace.read_bytes(), metrics.read_bytes()
     cmd = [sys.executable, str(STAGES / "fit_flat.py"), "--params", str(params), "--tasks-path", "data/tasks.nc",
            "--trace-out", "traces/flat.nc", "--metrics-out", "metrics/flat.json", "--timing-out", "timings/flat.json"]
-    with subprocess.Popen(cmd, cwd=pipeline, stderr=subprocess.PIPE, text=True) as proc:
+    env = {**os.environ, "HBNN_LOG": "debug"}  # the test waits for the sampler's start line
+    with subprocess.Popen(cmd, cwd=pipeline, stderr=subprocess.PIPE, text=True, env=env) as proc:
         try:
             deadline = time.monotonic() + 300
             for line in proc.stderr:  # wait until the sampler is running

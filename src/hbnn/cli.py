@@ -7,12 +7,12 @@ prediction code does not make DVC rerun (and resample) every stage.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
+from hbnn import logs
 from hbnn.errors import InputError, OutputError
 from hbnn.runner import EXIT_BAD_INPUT, EXIT_FAILED, interrupts_reported
 
@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the new-group weight draws (default 0)")
     args = parser.parse_args(argv)
     # Logs go to standard error, so `--output -` leaves standard output to the CSV.
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logs.configure()
     try:
         with interrupts_reported():
             from hbnn.predict import predict

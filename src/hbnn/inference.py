@@ -255,7 +255,7 @@ class Sampler:
 
     def sample(self, seed: int, data: Mapping[str, np.ndarray] | None = None) -> Fit:
         """Fit with the configured settings; ``data`` replaces ``pm.Data`` values."""
-        log.info("%s", self.backend.describe(seed))
+        log.debug("%s", self.backend.describe(seed))
         start = time.perf_counter()
         idata, loss, grad_evals = self.backend.run(seed, data)
         seconds = time.perf_counter() - start

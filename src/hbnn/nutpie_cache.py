@@ -93,7 +93,7 @@ def wrapper_key(py_func) -> str | None:
     try:
         description = (KEY_VERSION, nutpie.__version__, pytensor.__version__, _describe(py_func))
     except _Undescribable as why:
-        log.info("not caching nutpie's %s: its closure holds %s", py_func.__qualname__, why)
+        log.debug("not caching nutpie's %s: its closure holds %s", py_func.__qualname__, why)
         return None
     return hashlib.sha256(repr(description).encode()).hexdigest()
 
@@ -185,7 +185,7 @@ def _keyed_wrappers() -> Iterator[list[str]]:
         # expected for such models, nothing for the user to do, so it is logged, not warned.
         for w in caught:
             message = re.sub(r"\x1b\[[0-9;]*m", "", str(w.message))  # numba's messages carry terminal colours
-            log.info("nutpie compile cache: %s not cached: %s", self._py_func.__qualname__, message)
+            log.debug("nutpie compile cache: %s not cached: %s", self._py_func.__qualname__, message)
 
     locator = _locator_class(key_of)
     CacheImpl._locator_classes.insert(0, locator)
@@ -213,5 +213,5 @@ def compile_numba(model):
     if problems:
         log.warning("nutpie compile cache: %s; compiled without it", "; ".join(problems))
     hits = compiled.compiled_logp_func.cache_hits + compiled.compiled_expand_func.cache_hits
-    log.info("nutpie: %d of 2 compiled wrappers loaded from %s", hits, cache_dir())
+    log.debug("nutpie: %d of 2 compiled wrappers loaded from %s", hits, cache_dir())
     return compiled

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from hbnn import logs
 from hbnn.config import ConfigError, Params, load_params
 from hbnn.errors import EXIT_BAD_INPUT, EXIT_FAILED, InputError, OutputError, SamplingError, interrupts_reported
 
@@ -32,7 +32,7 @@ def run_stage(
     for name in paths:
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=Path, required=True)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logs.configure()
     try:
         with interrupts_reported():
             params: Params = load_params(args.params)

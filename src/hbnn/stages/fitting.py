@@ -144,7 +144,8 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.D
         stats.append(fit.posterior.sample_stats.expand_dims(group=[name]))
         seconds += fit.seconds
         grads.append(fit.grad_evals)
-        log.info("%s: group %s (%d rows) sampled in %.1fs", stage, name, rows.size, fit.seconds)
+        log.info("%s: group %s (%d/%d, %d rows) sampled in %.1fs", stage, name, g + 1, tasks.n_groups, rows.size,
+                 fit.seconds)
 
     def stack(parts):
         ds = xr.concat(parts, dim="group", combine_attrs="drop_conflicts")

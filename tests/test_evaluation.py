@@ -103,3 +103,40 @@ def test_mixture_quantiles_invert_the_mixture_cdf():
     # one component: the normal quantile
     single = mixture_quantiles(np.array([[1.0]]), np.array([2.0]), (0.97,))[0, 0]
     assert single == pytest.approx(1.0 + 2.0 * 1.880793608151251, rel=1e-9)
+
+
+@pytest.mark.parametrize("rhat, ess, divergences, expected", [
+    (1.005, 450.0, 0, True),
+    (1.011, 450.0, 0, False),  # R-hat over 1.01
+    (1.005, 399.0, 0, False),  # bulk ESS under 400
+    (1.005, 450.0, 2, True),  # 2 of 2000 draws = 0.1%: at the bar
+    (1.005, 450.0, 3, False),
+    (None, 450.0, 0, False),  # one chain: no R-hat, no verdict of convergence
+    (float("nan"), 450.0, 0, False),
+])
+def test_the_convergence_bar(rhat, ess, divergences, expected):
+    from hbnn.evaluation import group_converged
+
+    assert group_converged(rhat, ess, divergences, draws=2000) is expected
+
+
+def test_fit_metrics_count_groups_not_converged_and_keep_per_group_divergences(ragged_tasks):
+    from hbnn.evaluation import fit_metrics
+
+    rng = np.random.default_rng(0)
+    split = {s: ragged_tasks.split(s) for s in ("train", "test")}
+
+    def draws(g, s, stuck=False):
+        x = rng.uniform(0.2, 0.8, size=(2, 500, split[s].rows(g).size))
+        if stuck:
+            x[1] += 0.1  # the second chain sits elsewhere: R-hat far above 1.01
+        return x
+
+    predictions = {s: {"draws": [draws(g, s, stuck=(g == 1)) for g in range(3)], "noise": None,
+                       "y": [split[s].y[split[s].rows(g)] for g in range(3)]} for s in ("train", "test")}
+    m = fit_metrics(ragged_tasks, predictions, divergences=5, group_divergences=[0, 0, 5])
+    assert [m["per_group"][g]["converged"] for g in ("a", "b", "c")] == [True, False, False]
+    assert [m["per_group"][g]["divergences"] for g in ("a", "b", "c")] == [0, 0, 5]
+    assert m["sampling"]["groups_not_converged"] == 2
+    joint = fit_metrics(ragged_tasks, predictions, divergences=5)  # one joint fit: 5 of 1000 draws concern all
+    assert joint["sampling"]["groups_not_converged"] == 3 and "divergences" not in joint["per_group"]["a"]

@@ -309,3 +309,12 @@ def test_advi_loss_curve_and_csv(run):
 
 def test_loss_csv_is_header_only_without_advi():
     assert outputs.loss_csv({}) == "iteration,flat,hierarchical,informed\n"
+
+
+def test_the_report_opens_with_whether_the_inference_can_be_trusted(run):
+    """The synthetic metrics carry no per-group verdict, so every group is listed as missing the bar."""
+    text = (run["dir"] / "reports" / "report.md").read_text()
+    headings = re.findall(r"^## (.+)$", text, flags=re.M)
+    assert headings[0] == "Can the inference be trusted?"
+    first = text.split("## ")[1]
+    assert "NOT CONVERGED" in first and f"| Flat | 0/{N_GROUPS} |" in first

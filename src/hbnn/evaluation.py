@@ -128,17 +128,34 @@ def split_scores(lik: likelihoods.Likelihood, pred: dict[str, list]
     return pooled, per
 
 
+# The convergence bar (DESIGN.md, Stan/ArviZ practice) every reported quantity is judged against.
+RHAT_MAX = 1.01
+ESS_MIN = 400
+DIVERGENT_SHARE_MAX = 0.001  # of a fit's draws
+
+
+def group_converged(rhat: float | None, ess: float | None, divergences: int, draws: int) -> bool:
+    """A group meets the bar: function-space R-hat <= 1.01, bulk ESS >= 400 and divergences (of the fit the
+    group's draws come from) <= 0.1% of ``draws``. A missing R-hat (one chain) does not meet it."""
+    ok = rhat is not None and np.isfinite(rhat) and rhat <= RHAT_MAX and ess is not None and ess >= ESS_MIN
+    return bool(ok and divergences <= DIVERGENT_SHARE_MAX * draws)
+
+
 def fit_metrics(
     tasks: Tasks,
     predictions: dict[str, dict[str, list]],
     divergences: int,
     extra_diagnostics: dict[str, dict[str, float]] | None = None,
+    group_divergences: Sequence[int] | None = None,
 ) -> dict:
     """Metrics dict for a fit stage (keys per DESIGN.md; the scores are the likelihood's).
 
     Pooled scores use every row of a split; ``per_group`` is keyed by group name.
     Sampling diagnostics are in function space on test points (per group), with
-    any ``extra_diagnostics`` (e.g. group-sd R-hat/ESS) folded into the extremes.
+    any ``extra_diagnostics`` (e.g. group-sd R-hat/ESS) folded into the extremes;
+    ``group_divergences`` (per-group fits only) are stored per group.
+    ``sampling.groups_not_converged`` counts the groups that miss the bar of
+    :func:`group_converged`; each group's ``converged`` says which.
     Everything here is a function of the posterior draws, so the same params give
     the same bytes; wall-clock times go to :func:`timing_metrics` instead.
     """
@@ -157,6 +174,16 @@ def fit_metrics(
                 metrics["per_group"][name]["ess_bulk_fn"] = diag["min_ess_bulk"]
                 fs_rhat.append(diag["max_rhat"])
                 fs_ess.append(diag["min_ess_bulk"])
+    n_draws = int(predictions["test"]["draws"][0].shape[0] * predictions["test"]["draws"][0].shape[1])
+    not_converged = 0
+    for g, name in enumerate(tasks.group_names):
+        group = metrics["per_group"][name]
+        # Per-group fits: the group's own divergences. One joint fit: its divergences concern every group.
+        div = int(divergences) if group_divergences is None else int(group_divergences[g])
+        if group_divergences is not None:
+            group["divergences"] = div
+        group["converged"] = group_converged(group.get("rhat_fn"), group.get("ess_bulk_fn"), div, n_draws)
+        not_converged += not group["converged"]
     extra = extra_diagnostics or {}
     rhats = fs_rhat + [d["rhat"] for d in extra.values()]
     esses = fs_ess + [d["ess_bulk"] for d in extra.values()]
@@ -166,6 +193,7 @@ def fit_metrics(
         "min_ess_bulk": min(esses) if esses else None,
         "max_rhat_fn": max(fs_rhat) if fs_rhat else None,
         "min_ess_bulk_fn": min(fs_ess) if fs_ess else None,
+        "groups_not_converged": not_converged,
     }
     if extra:
         metrics["sampling"]["group_sd"] = extra

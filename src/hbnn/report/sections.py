@@ -11,7 +11,7 @@ from hbnn import likelihoods
 from hbnn.config import ReportParams
 from hbnn.data import Tasks
 from hbnn.report.document import Figure, Heading, Para, Section, Table
-from hbnn.report.numbers import LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT_OK, fmt, lookup, pct
+from hbnn.report.numbers import ESS_OK, LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT_OK, fmt, lookup, pct
 
 
 def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int]) -> list:
@@ -224,6 +224,34 @@ def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: d
         "structure the informed prior passes on to new groups.",
         [Figure(name, f"Correlations of w_{layer}: informed prior vs hierarchical mu_{layer} (chain {ref_chain})."),
          Para(note)],
+    )
+
+
+def _trust_section(metrics: dict[str, dict], names: Sequence[str]) -> Section:
+    """First section: does every model meet the convergence bar, and which groups miss it."""
+    header = ["Model", "Groups meeting the bar", "Max R-hat (fn)", "Min bulk ESS (fn)", "Divergences",
+              "Groups missing it"]
+    rows, missing_any = [], False
+    for v in MODELS:
+        s = lookup(metrics[v], "sampling") or {}
+        missing = [g for g in names if not lookup(metrics[v], "per_group", g, "converged")]
+        missing_any |= bool(missing)
+        shown = ", ".join(missing[:12]) + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
+        rows.append([LABELS[v], f"{len(names) - len(missing)}/{len(names)}", fmt(s.get("max_rhat_fn")),
+                     fmt(s.get("min_ess_bulk_fn"), ".0f"), fmt(s.get("divergences"), "d"), shown or "none"])
+    sds = lookup(metrics["hierarchical"], "sampling", "group_sd") or {}
+    sd_bad = [var for var, d in sorted(sds.items())
+              if not (d.get("rhat") is not None and d["rhat"] <= RHAT_OK and (d.get("ess_bulk") or 0) >= ESS_OK)]
+    verdict = ("NOT CONVERGED: the numbers below for the groups listed are not backed by their diagnostics; "
+               "sample longer or with more chains before relying on them." if missing_any or sd_bad else
+               "Every model meets the bar in every group.")
+    sd_text = (f" Hierarchical group sds missing it: {', '.join(sd_bad)}." if sd_bad else
+               (" The hierarchical group sds meet it too." if sds else ""))
+    return Section(
+        "Can the inference be trusted?",
+        f"The bar (Stan and ArviZ practice): function-space R-hat <= {RHAT_OK} and bulk ESS >= {ESS_OK} on every "
+        "group's predicted test points, and divergences <= 0.1% of draws. " + verdict + sd_text,
+        [Table(header, rows)],
     )
 
 

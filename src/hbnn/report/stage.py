@@ -45,6 +45,7 @@ from hbnn.report.sections import (
     _regression_surface_sections,
     _scores_section,
     _surface_sections,
+    _trust_section,
 )
 
 log = logging.getLogger(__name__)
@@ -108,12 +109,13 @@ def report(
     if not lik.classifier:
         accuracy = {v: np.zeros(0) for v in MODELS}
         figures.update(_regression_figures(metrics, names))
-        sections = [_scores_section(metrics), _per_group_rmse_section(len(names))]
+        sections = [_trust_section(metrics, names), _scores_section(metrics), _per_group_rmse_section(len(names))]
     else:
         accuracy = _per_group_values(metrics, names, "test", "accuracy")
         figures.update(_metrics_figures(metrics, names, accuracy))
         figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
-        sections = [_accuracy_section(metrics, data), _per_group_section(len(names)), _calibration_section()]
+        sections = [_trust_section(metrics, names), _accuracy_section(metrics, data), _per_group_section(len(names)),
+                    _calibration_section()]
     if tasks.n_features < 2:
         sections.append(_no_surface_section(tasks))
     elif not lik.classifier:

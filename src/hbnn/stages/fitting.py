@@ -92,6 +92,8 @@ def finish_fit(
         predictions,
         divergences=int(sample_stats["diverging"].sum()),
         extra_diagnostics=extra_diagnostics,
+        group_divergences=(sample_stats["diverging"].sum(("chain", "draw")).sel(group=tasks.group_names).values
+                           if "group" in sample_stats["diverging"].dims else None),
     )
     advi_iterations = sample_stats.sizes.get("advi_iteration")
     s = params.sampler

@@ -162,6 +162,28 @@ def test_fit_stages_check_their_budget(workspace, capsys):
     assert "3 groups, 60 training rows" in err and workspace() == before
 
 
+@pytest.fixture
+def full_disk(tmp_path):
+    """An 8 KiB tmpfs (needs root, as CI and the dev machines have); skipped where mounting is not allowed."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "--lazy", str(mnt)], check=True)  # netCDF may still hold the failed file
+
+
+def test_a_full_disk_is_one_error_and_keeps_the_earlier_output(workspace, capsys, full_disk):
+    earlier = full_disk / "tasks.nc"
+    earlier.write_text("earlier tasks")
+    Path("params.yaml").write_text(_yaml(TINY))
+    code = run_stage("make_data", ["out"], make_data, ["--out", str(earlier)])
+    _assert_one_error(code, capsys.readouterr().err, f"cannot write {earlier} (", exit_code=1)
+    assert earlier.read_text() == "earlier tasks" and [p.name for p in full_disk.iterdir()] == ["tasks.nc"]
+
+
 # ----------------------------------------------------------------------------- spellings that must work
 @pytest.mark.parametrize("text, key, value", [
     ("prior:\n  jitter: 1e-5\n", ("prior", "jitter"), 1e-5),  # YAML 1.1 (PyYAML) reads this as a string

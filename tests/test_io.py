@@ -103,7 +103,8 @@ def test_a_full_disk_is_one_error_and_leaves_earlier_outputs(tmp_path, monkeypat
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(Path, "write_text", full)
-    with pytest.raises(OutputError, match=r"cannot write .*m.json: No space left on device"), staged_outputs() as out:
+    full_error = r"cannot write .*m.json \(No space left on device; .* MiB free"
+    with pytest.raises(OutputError, match=full_error), staged_outputs() as out:
         out.write_netcdf(xr.Dataset({"a": ("x", np.arange(4.0))}), trace)
         out.write_json({"new": 1}, metrics)
     monkeypatch.undo()

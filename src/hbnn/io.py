@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
@@ -60,11 +61,20 @@ def _signals_held() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _writing(path: Path) -> Iterator[None]:
-    """Turn an ``OSError`` while writing ``path`` into an :class:`OutputError` naming it."""
+    """Turn a failure to write ``path`` into an :class:`OutputError` naming it and the free space there.
+
+    File writers report a full disk in their own ways: ``OSError`` (ENOSPC) from
+    Python, ``RuntimeError("NetCDF: HDF error")`` from netCDF4.
+    """
     try:
         yield
-    except OSError as err:
-        raise OutputError(f"cannot write {path}: {err.strerror or err}; earlier outputs are unchanged") from err
+    except (OSError, RuntimeError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else f"{type(err).__name__}: {err}"
+        try:
+            free = f"; {shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free on its disk"
+        except OSError:
+            free = ""
+        raise OutputError(f"cannot write {path} ({why}{free}); earlier outputs are unchanged") from err
 
 
 class Outputs:

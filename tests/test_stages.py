@@ -253,6 +253,17 @@ def test_predict_scores_an_unseen_site_from_the_console(table_pipeline):
     assert not (d / "flat_scored.csv").exists()
 
 
+def _predict_known_and_new(d: Path, features: dict[str, float]) -> pd.DataFrame:
+    """``hbnn predict`` with the hierarchical trace on one row of shop ``big`` and one of an unseen shop."""
+    pd.DataFrame({"shop": ["big", "new"], **{k: [v, v] for k, v in features.items()}}).to_csv(d / "new.csv",
+                                                                                              index=False)
+    check(subprocess.run([sys.executable, "-m", "hbnn", "predict", "--trace", "traces/hier.nc", "--input", "new.csv",
+                          "--output", "scored.csv"], capture_output=True, text=True, cwd=d))
+    scored = pd.read_csv(d / "scored.csv")
+    assert scored["unseen_group"].tolist() == [False, True]
+    return scored
+
+
 @pytest.mark.slow  # about 2 minutes: three more model compiles and a report
 def test_gaussian_linear_table_runs_through_every_stage(tmp_path):
     """Regression with hidden_layers 0 and unequal groups (4 to 40 rows), all six stages and predict."""
@@ -280,12 +291,7 @@ def test_gaussian_linear_table_runs_through_every_stage(tmp_path):
     assert "test_rmse" in summary["models"]["hierarchical"]
     assert (tmp_path / "reports" / "figures" / "surface_hierarchical_p01.png").is_file()
     assert (tmp_path / "reports" / "figures" / "correlation_out.png").is_file()
-    pd.DataFrame({"shop": ["big", "new"], "a": [5.0, 5.0], "b": [4.0, 4.0], "one": [1.0, 1.0]}).to_csv(
-        tmp_path / "new.csv", index=False)
-    check(subprocess.run([sys.executable, "-m", "hbnn", "predict", "--trace", "traces/hier.nc", "--input", "new.csv",
-                          "--output", "scored.csv"], capture_output=True, text=True, cwd=tmp_path))
-    scored = pd.read_csv(tmp_path / "scored.csv")
-    assert scored["unseen_group"].tolist() == [False, True]
+    scored = _predict_known_and_new(tmp_path, {"a": 5.0, "b": 4.0, "one": 1.0})
     assert scored.loc[1, "sd"] > scored.loc[0, "sd"]  # the population is wider than a fitted group
 
 
@@ -319,11 +325,6 @@ def test_poisson_count_table_runs_through_every_stage(tmp_path):
     assert "test_rmse" in summary["models"]["hierarchical"]
     text = (tmp_path / "reports" / "report.md").read_text()
     assert "Poisson likelihood on the log rate" in text and "posterior mean rate" in text
-    pd.DataFrame({"shop": ["big", "new"], "price": [0.0, 0.0], "promo": [0.0, 0.0], "one": [1.0, 1.0]}).to_csv(
-        tmp_path / "new.csv", index=False)
-    check(subprocess.run([sys.executable, "-m", "hbnn", "predict", "--trace", "traces/hier.nc", "--input", "new.csv",
-                          "--output", "scored.csv"], capture_output=True, text=True, cwd=tmp_path))
-    scored = pd.read_csv(tmp_path / "scored.csv")
-    assert scored["unseen_group"].tolist() == [False, True]
+    scored = _predict_known_and_new(tmp_path, {"price": 0.0, "promo": 0.0, "one": 1.0})
     assert (scored["mean"] > 0).all() and (scored["lower_94"] == scored["lower_94"].round()).all()
     assert (scored["lower_94"] <= scored["mean"]).all() and (scored["mean"] <= scored["upper_94"]).all()

@@ -261,7 +261,8 @@ def test_bad_tables_end_in_one_error_and_change_nothing(workspace, capsys, tmp_p
 
 
 @pytest.mark.parametrize("likelihood, label, expected", [
-    ("poisson", -1, "must hold counts (0, 1, 2, ...) for model.likelihood=poisson; found [-1.0]"),
+    ("poisson", -1, "must hold counts (0, 1, 2, ... up to 2**53) for model.likelihood=poisson; found [-1.0]"),
+    ("poisson", 1e20, "found [1e+20]"),
     ("poisson", 2.5, "found [2.5]"),
     ("bernoulli", 3, "must hold 0 or 1 for model.likelihood=bernoulli; found [3.0]"),
 ])
@@ -271,6 +272,17 @@ def test_labels_the_likelihood_cannot_take(workspace, capsys, tmp_path, likeliho
     before = workspace()
     code, err = _run("make_data", text, capsys)
     _assert_one_error(code, err, expected)
+    assert workspace() == before
+
+
+def test_a_malformed_csv_is_one_error_line(workspace, capsys, tmp_path):
+    path = tmp_path / "ragged.csv"
+    lines = SITES.read_text().splitlines()
+    lines[5] += ",99,extra"  # a row with more fields than the header
+    path.write_text("\n".join(lines) + "\n")
+    before = workspace()
+    code, err = _run("make_data", _table_params(path), capsys)
+    _assert_one_error(code, err, "is not a readable .csv file (ParserError: Error tokenizing data")
     assert workspace() == before
 
 
@@ -307,6 +319,18 @@ def test_predict_never_overwrites_its_inputs(scored_inputs, capsys, output, expe
     assert {p: Path(p).read_bytes() for p in scored_inputs} == scored_inputs
 
 
+def test_predict_refuses_to_write_overflowing_predictions(tmp_path, monkeypatch, capsys):
+    """A count model's rate exp(output) overflows for features far outside the training range: no inf in the CSV."""
+    monkeypatch.chdir(tmp_path)
+    write_trace(tmp_path / "t.nc", "hierarchical", likelihood="poisson")
+    table = NEW.copy()
+    table.loc[1, "a"] = 1e6
+    table.to_csv(tmp_path / "new.csv", index=False)
+    code = cli.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", "scored.csv"])
+    _assert_one_error(code, capsys.readouterr().err, "the predictions of group 'g2' overflow at rows 2")
+    assert not (tmp_path / "scored.csv").exists()
+
+
 def test_predict_writes_standard_output_for_dash(scored_inputs, capsys):
     assert cli.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", "-"]) == 0
     out = capsys.readouterr().out
@@ -315,6 +339,38 @@ def test_predict_writes_standard_output_for_dash(scored_inputs, capsys):
 
 
 # ----------------------------------------------------------------------------- interrupts
+def test_an_interrupt_a_library_swallowed_still_writes_nothing(workspace, capsys):
+    """numba's ctypes and weakref callbacks ignore exceptions: a Ctrl-C landing there must still stop the stage."""
+    before = workspace()
+
+    def body(params, out):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+        except KeyboardInterrupt:
+            pass  # what "Exception ignored in callback" amounts to
+        make_data(params, out)
+
+    Path("params.yaml").write_text(_yaml(TINY))
+    code = run_stage("make_data", ["out"], body, ["--out", "data/tasks.nc"])
+    assert code == 130 and capsys.readouterr().err.splitlines()[-1] == "interrupted: outputs unchanged"
+    assert workspace() == before and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--tasks-path", "data/tasks.nc"], "the following arguments are required: --trace-out"),
+    (["--bogus", "1"], "the following arguments are required"),
+])
+def test_a_bad_command_line_is_one_error_line(workspace, capsys, argv, expected):
+    before = workspace()
+    with pytest.raises(SystemExit) as stop:
+        run_stage("fit_hier", ["tasks_path", "trace_out", "metrics_out", "timing_out"], fit_hier, argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("error: ") and expected in err
+    assert workspace() == before
+
+
+
 @pytest.mark.parametrize("posterior, expected", [
     (np.zeros((2, 5)), "sampling stopped early: 2 chains x 5 draws of 2 x 25"),
     (np.zeros((1, 25)), "sampling stopped early: 1 chains x 25 draws of 2 x 25"),

@@ -6,15 +6,21 @@ prediction code does not make DVC rerun (and resample) every stage.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
 from hbnn import logs
-from hbnn.errors import InputError, OutputError
-from hbnn.runner import EXIT_BAD_INPUT, EXIT_FAILED, interrupts_reported
+from hbnn.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    InputError,
+    OneLineParser,
+    OutputError,
+    interrupts_reported,
+    one_line,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Bad inputs print one ``error:`` line and return 2 before anything is scored.
     """
-    parser = argparse.ArgumentParser(prog="hbnn", description="Hierarchical Bayesian neural networks.")
+    parser = OneLineParser(prog="hbnn", description="Hierarchical Bayesian neural networks.")
     parser.add_argument("--version", action="version", version=f"hbnn {metadata.version('hbnn')}")
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser(
@@ -50,9 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as stop:
         return stop.code
     except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OutputError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(err)}", file=sys.stderr)
         return EXIT_FAILED
     return 0

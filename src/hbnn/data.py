@@ -315,7 +315,7 @@ def load_table_tasks(params: Params) -> xr.Dataset:
     if d.standardize:
         x_mean, x_sd, constant = _standardise(X, train)
         for name in np.asarray(features)[constant]:
-            log.warning("feature %r is constant over the training rows; it is left unscaled", name)
+            log.warning("feature %r is constant over the training rows; it is left unscaled", str(name))
         if likelihoods.get(likelihood).standardise_labels:
             (y_mean,), (y_sd,), _ = _standardise(y[:, None], train)
     X_model = _model_scale(X, x_mean, x_sd, features, "feature", where)

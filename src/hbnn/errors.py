@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import signal
 import sys
@@ -35,8 +36,27 @@ EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 
 
+_received: list[int] = []  # signals received while interrupts_reported() is active
+
+
+def interrupt_received() -> bool:
+    """Whether SIGINT or SIGTERM arrived, even if the ``KeyboardInterrupt`` it raised was swallowed.
+
+    Python ignores exceptions raised inside ctypes and weakref callbacks (numba's
+    compiler runs such callbacks), so a Ctrl-C landing there is lost as an
+    exception; :meth:`hbnn.io.Outputs.commit` asks this before renaming anything.
+    """
+    return bool(_received)
+
+
 def _raise_interrupt(signum, frame):
+    _received.append(signum)
     raise KeyboardInterrupt
+
+
+def one_line(err: BaseException) -> str:
+    """An exception's message on one line (library messages may span several)."""
+    return " ".join(str(err).split())
 
 
 @contextlib.contextmanager
@@ -44,11 +64,26 @@ def interrupts_reported() -> Iterator[None]:
     """Within the block, Ctrl-C or SIGTERM exits with ``interrupted: outputs unchanged`` and status 130.
 
     Stage scripts import their body inside it, so an interrupt while the
-    libraries load ends the same way as one while sampling: no traceback.
+    libraries load ends the same way as one while sampling: no traceback. An
+    interrupt whose exception a library swallowed still ends the run the same
+    way (:func:`interrupt_received`).
     """
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    _received.clear()
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+        if _received:
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         print("interrupted: outputs unchanged", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one ``error:`` line (status 2) instead of usage text."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")

@@ -26,7 +26,7 @@ import arviz as az
 import numpy as np
 import xarray as xr
 
-from hbnn.errors import InputError, NonFiniteError, OutputError
+from hbnn.errors import InputError, NonFiniteError, OutputError, interrupt_received
 
 PACKAGES = ("hbnn", "pymc", "pytensor", "nutpie", "arviz", "numpy", "xarray", "scikit-learn")
 
@@ -130,6 +130,8 @@ class Outputs:
     def commit(self) -> None:
         """Rename every staged file onto its destination, JSON last, with interrupts held back."""
         order = sorted(self._staged, key=lambda staged: staged[1].suffix == ".json")
+        if interrupt_received():  # a Ctrl-C whose KeyboardInterrupt a library callback swallowed
+            raise KeyboardInterrupt
         with _signals_held():
             for tmp, path in order:
                 with _writing(path):

@@ -271,11 +271,13 @@ class Poisson(Predictive):
     description = "Poisson likelihood on the log rate"
     noise_words = "the Poisson counting noise"
 
+    MAX_COUNT = 2.0**53  # counts up to here are exact as floats (and as int64)
+
     def check_labels(self, values, column, where):
-        bad = np.flatnonzero((values < 0) | (values != np.round(values)))
+        bad = np.flatnonzero((values < 0) | (values != np.round(values)) | (values > self.MAX_COUNT))
         if bad.size:
             shown = sorted({float(v) for v in values[bad]})[:5]
-            raise InputError(f"{where}: label column {column!r} must hold counts (0, 1, 2, ...) for "
+            raise InputError(f"{where}: label column {column!r} must hold counts (0, 1, 2, ... up to 2**53) for "
                              f"model.likelihood=poisson; found {shown} in rows {rows_text(bad)}")
         return values.astype(np.int64)
 
@@ -291,7 +293,8 @@ class Poisson(Predictive):
         pm.CustomDist("y_obs", output, logp=logp, observed=y, **kwargs)
 
     def mean(self, output, y_mean=0.0, y_sd=1.0):
-        return np.exp(output)
+        with np.errstate(over="ignore"):  # an overflowing rate is inf; callers refuse non-finite results
+            return np.exp(output)
 
     @staticmethod
     def mixture_cdf(k: np.ndarray, rates: np.ndarray) -> np.ndarray:

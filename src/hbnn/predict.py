@@ -33,6 +33,7 @@ import pandas as pd
 
 from hbnn import likelihoods
 from hbnn.data import check_columns, group_column, numeric_features, read_table
+from hbnn.errors import rows_text
 from hbnn.evaluation import group_noise, group_weights, predict_output
 from hbnn.io import InputError, settings_from_attrs, write_text
 from hbnn.network import LayerSpec, layer_specs
@@ -119,7 +120,13 @@ def predict_table(trace: Path | az.InferenceData, table: pd.DataFrame, where: st
         noise = None
         if lik.has_noise:  # unseen groups of the hierarchical model share its one sigma: the population's
             noise = (y_sd * group_noise(post, None if is_new else name)).reshape(-1)
-        result = lik.summarise(draws.reshape(-1, rows.size), noise)
+        with np.errstate(all="ignore"):  # overflow (a rate of inf) is reported below, naming the rows
+            result = lik.summarise(draws.reshape(-1, rows.size), noise)
+        bad = ~np.all([np.isfinite(v) for v in result.values()], axis=0)
+        if bad.any():
+            raise InputError(f"{where}: the predictions of group {name!r} overflow at rows "
+                             f"{rows_text(rows[bad])} (features far outside the training range?); nothing was "
+                             "written")
         for c, values in result.items():
             columns[c][rows] = values
         log.info("predict: group %s, %d rows, %s", name, rows.size,

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hbnn import logs
 from hbnn.config import ConfigError, Params, load_params
-from hbnn.errors import EXIT_BAD_INPUT, EXIT_FAILED, InputError, OutputError, SamplingError, interrupts_reported
+from hbnn.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    InputError,
+    OneLineParser,
+    OutputError,
+    SamplingError,
+    interrupts_reported,
+    one_line,
+)
 
 
 def run_stage(
@@ -27,7 +35,7 @@ def run_stage(
     returns 130 (:func:`interrupts_reported`). Outputs are only written, together and atomically, by a body
     that succeeds, so every failure leaves the earlier outputs as they were.
     """
-    parser = argparse.ArgumentParser(description=description)
+    parser = OneLineParser(description=description)
     parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="parameter file")
     for name in paths:
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=Path, required=True)
@@ -40,11 +48,11 @@ def run_stage(
     except SystemExit as stop:
         return stop.code
     except (ConfigError, InputError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     # A fit that failed numerically (ADVI's loss became NaN, non-finite draws), stopped early,
     # or an output that could not be written (disk full).
     except (FloatingPointError, SamplingError, OutputError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(err)}", file=sys.stderr)
         return EXIT_FAILED
     return 0

@@ -158,17 +158,6 @@ def staged_outputs() -> Iterator[Outputs]:
         outputs.discard()
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
-
-    On any exception (or a kill before the rename) the destination is untouched
-    and the temporary file is removed where possible.
-    """
-    with staged_outputs() as outputs, outputs.path(path) as tmp:
-        yield tmp
-
-
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -146,4 +146,4 @@ def check_params(params: Params) -> None:
     n_train = round(d.n_samples * d.train_fraction)
     for stage in ("fit_flat", "fit_hier", "fit_informed"):
         enforce(fit_estimate(stage, params, params.n_groups, params.n_groups * n_train,
-                             params.n_groups * (d.n_samples - n_train), 2), params)
+                             params.n_groups * (d.n_samples - n_train), n_features=2), params)  # moons: x1, x2

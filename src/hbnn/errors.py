@@ -68,7 +68,8 @@ def interrupts_reported() -> Iterator[None]:
     interrupt whose exception a library swallowed still ends the run the same
     way (:func:`interrupt_received`).
     """
-    _received.clear()
+    if signal.getsignal(signal.SIGINT) is not _raise_interrupt:  # outermost block: forget earlier runs' signals
+        _received.clear()
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield

@@ -11,7 +11,7 @@ export PYTHONHASHSEED := 0
 
 venv: $(STAMP)
 
-# The JAX extra (numpyro and blackjax backends); the default nutpie backend does not need it.
+# The JAX extra (numpyro and blackjax backends): the default hierarchical fit (hier_sampler) uses numpyro.
 jax: $(JAX_STAMP)
 
 $(JAX_STAMP): $(STAMP) requirements-jax.lock
@@ -26,7 +26,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
-repro: $(STAMP)
+repro: $(JAX_STAMP)
 	$(BIN)/dvc repro
 	$(BIN)/dvc status
 

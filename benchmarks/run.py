@@ -35,7 +35,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
 # Rows of the backends table: name -> sampler settings on top of the defaults.
-VARIANTS = {
+SEEDS = (1, 2, 3)
+VARIANTS = {  # None: the committed hier_sampler (the default configuration)
+    "default": None,
     **{b: {"backend": b} for b in NUTS_BACKENDS},
     "nutpie_low_rank": {"backend": "nutpie", "mass_matrix": "low_rank"},
 }
@@ -48,7 +50,12 @@ DEFINITIONS = {
     "sampler_us_per_grad": "sampling seconds x parallel chains / grad_evals (sampler overhead included)",
     "min_ess_bulk": "min bulk ESS over group sds and function-space test probabilities",
     "ess_per_s": "min_ess_bulk / wall_s",
-    "speedup_vs_pymc": "ess_per_s / ess_per_s of PyMC's default NUTS",
+    "ess_per_s_fn": "min bulk ESS of every group's test-point probabilities / wall_s",
+    "ess_per_s_group_sd": "min bulk ESS of the group sds / wall_s",
+    "time_to_converged_s": "wall_s x 400 / min_ess_bulk: seconds until every quantity has ESS 400 "
+                           "(ESS linear in draws)",
+    "speedup_vs_pymc": "ess_per_s / ess_per_s of PyMC's default NUTS (_fn, _group_sd: the same per figure)",
+    "runs": "every figure is the median over sampler seeds 1, 2, 3; runs holds each seed's",
 }
 
 
@@ -74,11 +81,14 @@ def _stage(stage: str, params: Path, *args: str) -> dict:
                 params.parent)
 
 
-def _params(workdir: Path, n_groups: int, sampler: dict, **extra) -> Path:
+def _params(workdir: Path, n_groups: int, sampler: dict | None, **extra) -> Path:
+    """params.yaml with ``n_groups`` and ``sampler`` settings for every fit stage (``None``: as committed)."""
     workdir.mkdir(parents=True, exist_ok=True)
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["n_groups"] = n_groups
-    raw["sampler"].update(sampler)
+    if sampler is not None:
+        raw["sampler"].update(sampler)
+        raw["hier_sampler"] = {**raw["sampler"], **sampler}
     for key, value in extra.items():
         raw[key].update(value)
     path = workdir / "params.yaml"
@@ -173,44 +183,63 @@ def numpy_floor_us_per_grad(repeats: int = 20) -> float:
 
 
 # ----------------------------------------------------------------------------- sections
-def backends(work: Path, variants=VARIANTS) -> dict:
+def _hier_run(work: Path, name: str, sampler: dict | None, seed: int) -> dict:
+    """One fit_hier run at these settings and sampler seed: costs and the two ESS figures."""
+    settings = {**(sampler or {}), "seed": seed}
+    params = _params(work / f"{name}_seed{seed}", 18, settings if sampler is not None else None)
+    if sampler is None:  # the committed hier_sampler, only the seed changed
+        raw = yaml.safe_load(params.read_text())
+        raw["hier_sampler"]["seed"] = seed
+        params.write_text(yaml.safe_dump(raw))
+    _stage("make_data", params, "--out", "data/tasks.nc")
+    print(f"bench: fit_hier {name} seed {seed} ...", flush=True)
+    r = _fit("fit_hier", params, "hier")
+    t, m = r["timing"]["sampling"], r["metrics"]
+    backend = r["timing"]["backend"]
+    compile_s = t["compile_seconds"] if backend == "nutpie" else None
+    wall = t["seconds"] + (compile_s or 0.0)
+    draws_only = backend in ("numpyro", "blackjax")
+    ess_sd = min(v["ess_bulk"] for v in m["sampling"]["group_sd"].values())
+    ess_fn = m["sampling"]["min_ess_bulk_fn"]
+    return {
+        "seed": seed, "backend": backend, "wall_s": wall, "sampling_s": t["seconds"],
+        "process_s": r["run"]["seconds"], "peak_rss_mib": r["run"]["peak_rss_mib"], "compile_s": compile_s,
+        "grad_evals": _draw_steps(params.parent / "traces" / "hier.nc") if draws_only else t["grad_evals"],
+        "grad_evals_cover": "draws only" if draws_only else "tuning and draws",
+        "sampler_us_per_grad": None if draws_only else t["us_per_grad"],
+        "min_ess_bulk": m["sampling"]["min_ess_bulk"], "min_ess_bulk_fn": ess_fn, "min_ess_bulk_group_sd": ess_sd,
+        "ess_per_s": m["sampling"]["min_ess_bulk"] / wall, "ess_per_s_fn": ess_fn / wall,
+        "ess_per_s_group_sd": ess_sd / wall,
+        # Draws scale ESS linearly for a mixing chain: seconds until the smallest ESS reaches 400.
+        "time_to_converged_s": wall * 400 / m["sampling"]["min_ess_bulk"],
+        "divergences": m["sampling"]["divergences"], "max_rhat": m["sampling"]["max_rhat"],
+        "groups_not_converged": m["sampling"]["groups_not_converged"],
+        "test_accuracy": m["test"]["accuracy"],
+    }
+
+
+MEDIAN_KEYS = ("wall_s", "min_ess_bulk", "min_ess_bulk_fn", "min_ess_bulk_group_sd", "ess_per_s", "ess_per_s_fn",
+               "ess_per_s_group_sd", "time_to_converged_s", "divergences", "groups_not_converged", "test_accuracy")
+
+
+def backends(work: Path, variants=VARIANTS, seeds=SEEDS) -> dict:
+    """Every variant at ``seeds`` sampler seeds; the figures are medians over seeds (``runs`` keeps each)."""
     out, direct = {}, {}
     for name, sampler in variants.items():
-        backend = sampler["backend"]
-        params = _params(work / name, 18, sampler)
-        _stage("make_data", params, "--out", "data/tasks.nc")
-        print(f"bench: fit_hier with {sampler} ...", flush=True)
-        r = _fit("fit_hier", params, "hier")
-        t, m = r["timing"]["sampling"], r["metrics"]
-        compile_s = t["compile_seconds"] if backend == "nutpie" else None
-        wall = t["seconds"] + (compile_s or 0.0)
-        draws_only = backend in ("numpyro", "blackjax")
-        grads = _draw_steps(params.parent / "traces" / "hier.nc") if draws_only else t["grad_evals"]
-        if backend not in direct:  # the gradient does not depend on the mass matrix
+        runs = [_hier_run(work, name, sampler, seed) for seed in seeds]
+        backend = runs[0]["backend"]
+        if backend not in direct and backend != "advi":  # the gradient does not depend on the mass matrix
             direct[backend] = direct_us_per_grad(backend)
-        out[name] = {
-            "settings": sampler,
-            "wall_s": wall,
-            "sampling_s": t["seconds"],
-            "process_s": r["run"]["seconds"],
-            "peak_rss_mib": r["run"]["peak_rss_mib"],
-            "compile_s": compile_s,
-            "grad_evals": grads,
-            "grad_evals_cover": "draws only" if draws_only else "tuning and draws",
-            "us_per_grad": direct[backend],
-            "sampler_us_per_grad": None if draws_only else t["us_per_grad"],
-            "min_ess_bulk": m["sampling"]["min_ess_bulk"],
-            "min_ess_bulk_group_sd": min(v["ess_bulk"] for v in m["sampling"]["group_sd"].values()),
-            "min_ess_bulk_fn": m["sampling"]["min_ess_bulk_fn"],
-            "ess_per_s": m["sampling"]["min_ess_bulk"] / wall,
-            "divergences": m["sampling"]["divergences"],
-            "max_rhat": m["sampling"]["max_rhat"],
-            "test_accuracy": m["test"]["accuracy"],
-        }
-        print(f"bench: {name}: {json.dumps(out[name])}", flush=True)
+        out[name] = {"settings": sampler or "hier_sampler as committed", "runs": runs,
+                     "us_per_grad": direct.get(backend),
+                     **{k: float(np.median([r[k] for r in runs])) for k in MEDIAN_KEYS},
+                     "grad_evals": int(np.median([r["grad_evals"] for r in runs])),
+                     "compile_s": runs[0]["compile_s"]}
+        print(f"bench: {name}: {json.dumps({k: out[name][k] for k in MEDIAN_KEYS})}", flush=True)
     if "pymc" in out:
         for b in out.values():
-            b["speedup_vs_pymc"] = b["ess_per_s"] / out["pymc"]["ess_per_s"]
+            for key in ("ess_per_s", "ess_per_s_fn", "ess_per_s_group_sd"):
+                b[f"speedup_vs_pymc{key[len('ess_per_s'):]}"] = b[key] / out["pymc"][key]
     return out
 
 
@@ -287,12 +316,14 @@ def _linearity(points: dict) -> dict:
 
 
 def _table(result: dict) -> str:
-    rows = [f"{'backend':15} {'wall_s':>8} {'compile_s':>9} {'grads':>9} {'us/grad':>8} {'minESS':>7} "
-            f"{'ESS/s':>7} {'x pymc':>7} {'div':>4} {'test acc':>8}"]
+    rows = [f"{'backend (median of seeds)':26} {'wall_s':>7} {'ESSfn':>6} {'ESSsd':>6} {'fn/s':>6} {'sd/s':>6} "
+            f"{'x pymc fn':>9} {'x pymc sd':>9} {'t_conv_s':>8} {'div':>5} {'not conv':>8} {'test acc':>8}"]
+    nan = float("nan")
     for name, b in result["backends"].items():
-        rows.append(f"{name:15} {b['wall_s']:8.1f} {b['compile_s'] or float('nan'):9.1f} {b['grad_evals']:9d} "
-                    f"{b['us_per_grad']:8.1f} {b['min_ess_bulk']:7.0f} {b['ess_per_s']:7.2f} "
-                    f"{b.get('speedup_vs_pymc', float('nan')):7.2f} {b['divergences']:4d} {b['test_accuracy']:8.4f}")
+        rows.append(f"{name:26} {b['wall_s']:7.1f} {b['min_ess_bulk_fn']:6.0f} {b['min_ess_bulk_group_sd']:6.0f} "
+                    f"{b['ess_per_s_fn']:6.2f} {b['ess_per_s_group_sd']:6.2f} {b.get('speedup_vs_pymc_fn', nan):9.2f} "
+                    f"{b.get('speedup_vs_pymc_group_sd', nan):9.2f} {b['time_to_converged_s']:8.0f} "
+                    f"{b['divergences']:5.0f} {b['groups_not_converged']:8.0f} {b['test_accuracy']:8.4f}")
     rows.append(f"numpy floor: {result['numpy_floor_us_per_grad']:.1f} us/grad; "
                 f"repro_s: {result.get('repro_s', float('nan')):.1f}")
     scaling = result.get("scaling", {})

@@ -13,6 +13,7 @@ TINY = {
     "seed": 31,
     "data": {"n_samples": 40},
     "sampler": {"tune": 40, "draws": 25, "chains": 2},
+    "hier_sampler": {"backend": "nutpie", "tune": 40, "draws": 25, "chains": 2},
     "prior": {"draws_per_sample": 2},
     "report": {"grid_size": 12, "surface_draws": 20},
 }

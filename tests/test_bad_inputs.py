@@ -395,7 +395,7 @@ def _stage_process(d: Path, stage: str, *args: str) -> subprocess.Popen:
                                        (signal.SIGINT, "importing")])
 def test_an_interrupt_writes_nothing_and_says_so(workspace, sig, when):
     d = Path.cwd()
-    (d / "params.yaml").write_text(_with("sampler", "draws", 200_000))
+    (d / "params.yaml").write_text(_with("hier_sampler", "draws", 200_000))
     before = workspace()
     lines = []
     with _stage_process(d, "fit_hier", *HIER_ARGS) as proc:

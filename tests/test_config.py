@@ -45,7 +45,7 @@ def test_types_are_coerced():
         ({"prior": {"align": "sideways"}}, "prior.align='sideways'"),
         ({"prior": {"jitter": 0}}, "prior.jitter=0"),
         ({"prior": {"reference_chain": 2}}, "prior.reference_chain=2"),
-        ({"sampler": {"chains": 1}, "prior": {"reference_chain": 1}}, "prior.reference_chain=1"),
+        ({"hier_sampler": {"chains": 1}, "prior": {"reference_chain": 1}}, "prior.reference_chain=1"),
         ({"sampler": {"drawz": 10}}, "sampler.drawz=10"),
         ({"n_group": 10}, "n_group=10"),
         ({"data": 3}, "data=3"),

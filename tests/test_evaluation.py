@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from hbnn import evaluation
 from hbnn.evaluation import function_space_diagnostics, group_weights, predict_proba, reliability
 from hbnn.likelihoods import Bernoulli, Gaussian, mixture_cdf, mixture_quantiles
 from hbnn.network import layer_specs, mlp_logit
@@ -140,3 +141,19 @@ def test_fit_metrics_count_groups_not_converged_and_keep_per_group_divergences(r
     assert m["sampling"]["groups_not_converged"] == 2
     joint = fit_metrics(ragged_tasks, predictions, divergences=5)  # one joint fit: 5 of 1000 draws concern all
     assert joint["sampling"]["groups_not_converged"] == 3 and "divergences" not in joint["per_group"]["a"]
+
+
+def test_distinct_chains_needs_well_sampled_chains_that_disagree():
+    rng = np.random.default_rng(0)
+    mixed = rng.normal(0.5, 0.1, (2, 1000, 3))
+    assert evaluation.distinct_chains(mixed) is None  # one function, sampled twice
+    apart = mixed.copy()
+    apart[1] += 0.05  # each chain well sampled, in its own place
+    evidence = evaluation.distinct_chains(apart)
+    assert evidence is not None and evidence["separation_sigma"] > evaluation.DISTINCT_SIGMA
+    assert set(evidence["chain_means"]) == {"0", "1"}
+    # Slow chains (random walks) that happen to sit apart are not evidence: more draws would mix them.
+    slow = 0.5 + 0.01 * np.cumsum(rng.normal(size=(2, 1000, 3)), axis=1)
+    slow[1] += 0.05
+    assert evaluation.distinct_chains(slow) is None
+    assert evaluation.distinct_chains(apart[:1]) is None  # one chain: nothing to compare

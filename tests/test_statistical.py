@@ -20,21 +20,34 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_hierarchical_fit_reaches_the_reference_accuracy(tmp_path):
-    """Default data and sampler: test accuracy >= 0.885 (original notebook 0.8978; tolerance ~0.013)."""
+def test_default_fits_meet_the_convergence_bar(tmp_path):
+    """Default data and params: every model meets the bar of DESIGN.md in every group (function-space
+    R-hat <= 1.01 and bulk ESS >= 400 on the test points, divergences <= 0.1% of draws), the group sds
+    meet it too, at most 2 of 18 groups are flagged as non-mixing, and the hierarchical test accuracy
+    reaches the original's (0.8978; tolerance ~0.013)."""
     params = load_params(ROOT / "params.yaml")
     make_data(params, tmp_path / "tasks.nc")
-    metrics = fit_hier(params, tmp_path / "tasks.nc", tmp_path / "hier.nc", tmp_path / "hier.json",
-                               tmp_path / "hier_timing.json")
-    assert metrics["test"]["accuracy"] >= 0.885
-    # The max over 18 groups x 50 test points of a 2-chain R-hat is a noisy extreme: the default
-    # run reads 1.057 (group g02, where the chains favour slightly different boundaries). 1.1
-    # still catches chains stuck in different functions; the group sds must have mixed.
-    assert metrics["sampling"]["max_rhat_fn"] < 1.1
-    assert max(d["rhat"] for d in metrics["sampling"]["group_sd"].values()) < 1.02
-    assert metrics["sampling"]["divergences"] <= 0.01 * 2 * 1000
+    out = {}
+    out["hier"] = fit_hier(params, tmp_path / "tasks.nc", tmp_path / "hier.nc", tmp_path / "hier.json",
+                           tmp_path / "hier_timing.json")
+    out["flat"] = fit_flat(params, tmp_path / "tasks.nc", tmp_path / "flat.nc", tmp_path / "flat.json",
+                           tmp_path / "flat_timing.json")
+    assert out["hier"]["test"]["accuracy"] >= 0.885
+    for name, metrics in out.items():
+        s = metrics["sampling"]
+        flagged = set(s["flagged_groups"])
+        assert len(flagged) <= 2, (name, s["flagged_groups"])
+        missing = {g for g, d in metrics["per_group"].items() if not d["converged"]} - flagged
+        assert not missing, (name, {g: metrics["per_group"][g] for g in missing})
+        for g, d in metrics["per_group"].items():
+            if g not in flagged:
+                assert d["rhat_fn"] <= 1.01 and d["ess_bulk_fn"] >= 400, (name, g, d)
+    for var, d in out["hier"]["sampling"]["group_sd"].items():
+        assert d["rhat"] <= 1.01 and d["ess_bulk"] >= 400, (var, d)
+    draws = params.hier_sampler.chains * params.hier_sampler.draws
+    assert out["hier"]["sampling"]["divergences"] <= 0.001 * draws
     assert json.loads((tmp_path / "hier.json").read_text())["test"]["accuracy"] == pytest.approx(
-        metrics["test"]["accuracy"], abs=1e-6
+        out["hier"]["test"]["accuracy"], abs=1e-6
     )
 
 

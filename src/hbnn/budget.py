@@ -12,8 +12,9 @@ The model of the cost is deliberately simple and errs on the high side:
 - a NUTS gradient costs ``GRAD_OVERHEAD_US`` plus ``NS_PER_ROW_WEIGHT`` per
   (training row x network weight) it touches, plus, for the informed prior,
   ``NS_PER_PRIOR_ENTRY`` per entry of each layer's covariance;
-- a NUTS iteration takes ``STEPS_PER_ITERATION`` gradients (nutpie's measured
-  average on the default fits is 41-72; the tree-depth limit allows 1023);
+- a NUTS iteration takes ``STEPS_PER_ITERATION[backend]`` gradients (measured on the
+  default hierarchical fit: nutpie 63-72, PyMC 268, NumPyro 511 at target_accept 0.9-0.95;
+  the tree-depth limit allows 1023);
 - memory holds every stored draw of every parameter three times over (the
   sampler's arrays, the xarray copy and the group stack) plus the posterior
   predictions of every row.
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 GRAD_OVERHEAD_US = 20.0
 NS_PER_ROW_WEIGHT = 10.0
 NS_PER_PRIOR_ENTRY = 1.0
-STEPS_PER_ITERATION = 64
+STEPS_PER_ITERATION = {"nutpie": 64, "pymc": 256, "numpyro": 512, "blackjax": 512}
 ADVI_DRAWS_PER_STEP = 1  # Monte Carlo draws per ADVI gradient step
 BYTES = 8
 COPIES = 3
@@ -103,7 +104,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
 
     ``n_train``/``n_test`` count rows over all groups.
     """
-    s = params.sampler
+    s = params.sampler_for(stage)
     layers = n_weights(n_features, params.model.hidden_layers)
     per_group = sum(layers)
     hierarchical = stage == "fit_hier"
@@ -113,7 +114,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
         stored_draws = s.chains * s.draws
     else:
-        steps_per_fit = s.chains * (s.tune + s.draws) * STEPS_PER_ITERATION
+        steps_per_fit = s.chains * (s.tune + s.draws) * STEPS_PER_ITERATION[s.backend]
         rows_per_step = n_train if hierarchical else n_train / n_groups
         stored_draws = s.chains * (s.tune + s.draws)  # nutpie keeps the tuning draws too
     grad_us = GRAD_OVERHEAD_US + NS_PER_ROW_WEIGHT * 1e-3 * rows_per_step * per_group

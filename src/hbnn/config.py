@@ -137,7 +137,7 @@ class AdviParams:
 
 @dataclass(frozen=True)
 class SamplerParams:
-    """Inference settings shared by every fit stage.
+    """Inference settings of a fit stage: ``sampler`` (the per-group fits) or ``hier_sampler``.
 
     NUTS backends use chains/tune/draws/target_accept; ``advi`` fits the
     approximation with ``advi.*`` and then draws ``chains x draws`` from it.
@@ -167,6 +167,13 @@ class SamplerParams:
         _require(self.mass_matrix == "diag" or self.backend == "nutpie", f"{key}.mass_matrix", self.mass_matrix,
                  f"needs {key}.backend=nutpie (the other backends adapt a diagonal mass matrix)")
         self.advi.check(f"{key}.advi")
+
+
+# The hierarchical fit's defaults, chosen by measurement (benchmarks/FINDINGS.md, "Converged defaults"):
+# NumPyro's NUTS runs ~8x longer trajectories than nutpie's on this posterior at a ~3x cheaper gradient;
+# the slowest groups' test-point probabilities need ~3000 draws per chain for ESS 400, and
+# target_accept 0.9 and 0.95 each left one chain with too many divergences at one seed in three.
+HIER_SAMPLER = SamplerParams(backend="numpyro", chains=2, tune=1000, draws=3000, target_accept=0.98)
 
 
 @dataclass(frozen=True)
@@ -230,6 +237,7 @@ class Params:
     data: DataParams = field(default_factory=DataParams)
     model: ModelParams = field(default_factory=ModelParams)
     sampler: SamplerParams = field(default_factory=SamplerParams)
+    hier_sampler: SamplerParams = field(default_factory=lambda: HIER_SAMPLER)
     prior: PriorParams = field(default_factory=PriorParams)
     report: ReportParams = field(default_factory=ReportParams)
     limits: LimitParams = field(default_factory=LimitParams)
@@ -249,11 +257,15 @@ class Params:
         )
         # Checked here, not in derive_prior, so a bad value stops before the fits sample.
         _require(
-            self.prior.reference_chain < self.sampler.chains,
+            self.prior.reference_chain < self.hier_sampler.chains,
             "prior.reference_chain",
             self.prior.reference_chain,
-            f"must be < sampler.chains={self.sampler.chains}",
+            f"must be < hier_sampler.chains={self.hier_sampler.chains} (the prior comes from the hierarchical fit)",
         )
+
+    def sampler_for(self, stage: str) -> SamplerParams:
+        """The sampler settings of a fit stage: ``hier_sampler`` for ``fit_hier``, else ``sampler``."""
+        return self.hier_sampler if stage == "fit_hier" else self.sampler
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples as lists), as it would appear in YAML."""

@@ -80,6 +80,39 @@ def function_space_diagnostics(probs: np.ndarray) -> dict[str, float]:
         }
 
 
+def distinct_chains(probs: np.ndarray) -> dict[str, float] | None:
+    """Evidence that a group's chains settled in distinct functions rather than mixing slowly.
+
+    ``probs`` is ``(chain, draw, point)``. At the point with the largest R-hat,
+    each chain's mean and its Monte Carlo standard error (sd / sqrt(the chain's
+    own bulk ESS)) are compared: the chains are distinct when two means lie more
+    than ``DISTINCT_SIGMA`` standard errors apart while every chain has at least
+    ``DISTINCT_CHAIN_ESS`` effective draws of its own (each chain is well sampled,
+    they just sample different places). Returns the numbers behind that verdict,
+    or ``None`` when the evidence is absent (fewer than 2 chains, or chains
+    that are merely slow: more draws would fix those).
+    """
+    if probs.shape[0] < 2:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rhat = convergence.rhat(probs)
+    if not np.isfinite(rhat).any():
+        return None
+    i = int(np.nanargmax(rhat))
+    x = probs[:, :, i]
+    ess = np.array([convergence.ess_bulk(x[c][None, :, None])[0] for c in range(x.shape[0])])
+    means = x.mean(axis=1)
+    se = x.std(axis=1, ddof=1) / np.sqrt(np.maximum(ess, 1.0))
+    gap = np.abs(means[:, None] - means[None, :]) / np.sqrt(se[:, None] ** 2 + se[None, :] ** 2 + 1e-300)
+    a, b = np.unravel_index(int(np.argmax(gap)), gap.shape)
+    sigma = float(gap[a, b])
+    if sigma < DISTINCT_SIGMA or ess.min() < DISTINCT_CHAIN_ESS:
+        return None
+    return {"rhat": float(rhat[i]), "test_point": i, "chain_means": {str(c): float(m) for c, m in enumerate(means)},
+            "chain_ess_bulk": {str(c): float(e) for c, e in enumerate(ess)}, "separation_sigma": sigma}
+
+
 def scalar_diagnostics(posterior: xr.Dataset, var_names: Sequence[str]) -> dict[str, dict[str, float]]:
     """R-hat and ESS of scalar posterior variables (the hierarchical group sds)."""
     ds = posterior[list(var_names)]
@@ -132,6 +165,8 @@ def split_scores(lik: likelihoods.Likelihood, pred: dict[str, list]
 RHAT_MAX = 1.01
 ESS_MIN = 400
 DIVERGENT_SHARE_MAX = 0.001  # of a fit's draws
+DISTINCT_SIGMA = 4.0  # chain means this many standard errors apart: distinct functions (distinct_chains)
+DISTINCT_CHAIN_ESS = 100  # ... found by chains with at least this many effective draws each
 
 
 def group_converged(rhat: float | None, ess: float | None, divergences: int, draws: int) -> bool:
@@ -155,7 +190,10 @@ def fit_metrics(
     any ``extra_diagnostics`` (e.g. group-sd R-hat/ESS) folded into the extremes;
     ``group_divergences`` (per-group fits only) are stored per group.
     ``sampling.groups_not_converged`` counts the groups that miss the bar of
-    :func:`group_converged`; each group's ``converged`` says which.
+    :func:`group_converged`; each group's ``converged`` says which. Of those,
+    ``sampling.flagged_groups`` names the ones whose chains settled in distinct
+    functions (:func:`distinct_chains`), with the numbers: a non-mixing posterior,
+    not merely a short run.
     Everything here is a function of the posterior draws, so the same params give
     the same bytes; wall-clock times go to :func:`timing_metrics` instead.
     """
@@ -175,7 +213,7 @@ def fit_metrics(
                 fs_rhat.append(diag["max_rhat"])
                 fs_ess.append(diag["min_ess_bulk"])
     n_draws = int(predictions["test"]["draws"][0].shape[0] * predictions["test"]["draws"][0].shape[1])
-    not_converged = 0
+    not_converged, flagged = 0, {}
     for g, name in enumerate(tasks.group_names):
         group = metrics["per_group"][name]
         # Per-group fits: the group's own divergences. One joint fit: its divergences concern every group.
@@ -184,6 +222,17 @@ def fit_metrics(
             group["divergences"] = div
         group["converged"] = group_converged(group.get("rhat_fn"), group.get("ess_bulk_fn"), div, n_draws)
         not_converged += not group["converged"]
+        test = predictions["test"]
+        evidence = None if group["converged"] or not test["y"][g].size else distinct_chains(test["draws"][g])
+        if evidence is not None:
+            means = ", ".join(f"{m:.3f}" for m in evidence["chain_means"].values())
+            flagged[name] = {
+                **evidence,
+                "reason": (f"chains settled in distinct functions: at test point {evidence['test_point']} the chain "
+                           f"means are {means}, {evidence['separation_sigma']:.1f} standard errors apart, each chain "
+                           f"with >= {min(evidence['chain_ess_bulk'].values()):.0f} effective draws; "
+                           f"R-hat {evidence['rhat']:.3f}"),
+            }
     extra = extra_diagnostics or {}
     rhats = fs_rhat + [d["rhat"] for d in extra.values()]
     esses = fs_ess + [d["ess_bulk"] for d in extra.values()]
@@ -194,6 +243,7 @@ def fit_metrics(
         "max_rhat_fn": max(fs_rhat) if fs_rhat else None,
         "min_ess_bulk_fn": min(fs_ess) if fs_ess else None,
         "groups_not_converged": not_converged,
+        "flagged_groups": flagged,
     }
     if extra:
         metrics["sampling"]["group_sd"] = extra

@@ -22,6 +22,7 @@ import xarray as xr
 
 from hbnn.config import ConfigError, SamplerParams
 from hbnn.errors import SamplingError
+from hbnn.logs import heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -255,9 +256,11 @@ class Sampler:
 
     def sample(self, seed: int, data: Mapping[str, np.ndarray] | None = None) -> Fit:
         """Fit with the configured settings; ``data`` replaces ``pm.Data`` values."""
-        log.debug("%s", self.backend.describe(seed))
+        description = self.backend.describe(seed)
+        log.debug("%s", description)
         start = time.perf_counter()
-        idata, loss, grad_evals = self.backend.run(seed, data)
+        with heartbeat(log, description.split(" seed=")[0]):
+            idata, loss, grad_evals = self.backend.run(seed, data)
         seconds = time.perf_counter() - start
         _check_complete(idata, self.settings)
         # Model variables only: nutpie also stores the unconstrained values (sd_in_log__, ...),

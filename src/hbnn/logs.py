@@ -2,12 +2,18 @@
 
 ``HBNN_LOG=debug`` adds detail (each fit's seed, the compile cache's decisions);
 ``HBNN_LOG=warning`` keeps only warnings and errors. Lines go to standard error.
+:func:`heartbeat` keeps a long, otherwise silent step (a sampler that reports
+nothing until it returns) from looking hung in a piped log.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -18,3 +24,26 @@ def configure() -> None:
     logging.basicConfig(level=logging.WARNING, format=FORMAT)
     level = LEVELS.get(os.environ.get("HBNN_LOG", "info").strip().lower(), logging.INFO)
     logging.getLogger("hbnn").setLevel(level)
+
+
+@contextmanager
+def heartbeat(logger: logging.Logger, what: str, every: float = 10.0) -> Iterator[None]:
+    """Log ``<what>: still running, <s>s elapsed`` every ``every`` seconds until the block ends.
+
+    A daemon thread does the logging, so it also speaks while the main thread waits
+    in compiled code; a block shorter than ``every`` logs nothing.
+    """
+    stop = threading.Event()
+    start = time.monotonic()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            logger.info("%s: still running, %.0fs elapsed", what, time.monotonic() - start)
+
+    thread = threading.Thread(target=beat, name="hbnn-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

@@ -39,7 +39,7 @@ STAGE_PARAMS = {
     # model.likelihood: labels are checked (0/1 for bernoulli) and stored per likelihood.
     "make_data": ("n_groups", "seed", "data", "model.likelihood"),
     "fit_flat": ("model", "sampler"),
-    "fit_hier": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "sampler"),
+    "fit_hier": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "hier_sampler"),
     "derive_prior": ("prior",),
     "fit_informed": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "sampler"),
 }

@@ -247,11 +247,16 @@ def _trust_section(metrics: dict[str, dict], names: Sequence[str]) -> Section:
                "Every model meets the bar in every group.")
     sd_text = (f" Hierarchical group sds missing it: {', '.join(sd_bad)}." if sd_bad else
                (" The hierarchical group sds meet it too." if sds else ""))
+    flags = [f"{LABELS[v]}, group {g}: {d.get('reason', '')}" for v in MODELS
+             for g, d in sorted((lookup(metrics[v], "sampling", "flagged_groups") or {}).items())]
+    flag_text = ("Flagged as non-mixing (the chains sampled distinct functions, each chain well; more draws of "
+                 "the same chains will not merge them): " + "; ".join(flags) + "." if flags else
+                 "No group is flagged as non-mixing (chains settled in distinct functions).")
     return Section(
         "Can the inference be trusted?",
         f"The bar (Stan and ArviZ practice): function-space R-hat <= {RHAT_OK} and bulk ESS >= {ESS_OK} on every "
         "group's predicted test points, and divergences <= 0.1% of draws. " + verdict + sd_text,
-        [Table(header, rows)],
+        [Table(header, rows), Para(flag_text)],
     )
 
 

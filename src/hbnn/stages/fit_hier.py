@@ -19,7 +19,7 @@ def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
     m = params.model
     tasks = load_tasks(tasks_path, m.likelihood, params)
     fitting.enforce_budget("fit_hier", params, tasks)
-    batch = fitting.minibatch(params)
+    batch = fitting.minibatch(params, "fit_hier")
     if batch:
         train = tasks.split("train")
         model = build_hierarchical_minibatch_model(
@@ -32,8 +32,9 @@ def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
             padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers,
             likelihood=m.likelihood, noise_sd=m.noise_sd,
         )
-    sampler = Sampler(model, params.sampler)
-    fit = sampler.sample(derive_seed(params.sampler.seed, STAGE_KEYS["fit_hier"]))
+    settings = params.sampler_for("fit_hier")
+    sampler = Sampler(model, settings)
+    fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS["fit_hier"]))
     posterior = fit.posterior.posterior
     specs = layer_specs(tasks.n_features, m.hidden_layers)
     sd_vars = [f"sd_{s.name}" for s in specs]

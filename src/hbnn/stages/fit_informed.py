@@ -24,7 +24,7 @@ def fit_informed(
 
     def build(X, y):
         return build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior,
-                                    minibatch_size=fitting.minibatch(params), likelihood=m.likelihood,
+                                    minibatch_size=fitting.minibatch(params, "fit_informed"), likelihood=m.likelihood,
                                     noise_sd=m.noise_sd)
 
     posterior, stats, cost = fitting.fit_per_group("fit_informed", params, tasks, build)

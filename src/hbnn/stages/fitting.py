@@ -51,9 +51,9 @@ def _observed(tasks: Tasks) -> tuple[xr.Dataset, xr.Dataset]:
     return observed, constant
 
 
-def _settings(params: Params, tasks: Tasks, **extra) -> dict:
+def _settings(stage: str, params: Params, tasks: Tasks, **extra) -> dict:
     return {
-        "sampler": dataclasses.asdict(params.sampler),
+        "sampler": dataclasses.asdict(params.sampler_for(stage)),
         "hidden_layers": list(params.model.hidden_layers),
         "features": tasks.features,
         "likelihood": tasks.likelihood,
@@ -79,7 +79,7 @@ def finish_fit(
     idata = az.InferenceData(
         posterior=posterior, sample_stats=sample_stats, observed_data=observed, constant_data=constant
     )
-    settings = _settings(params, tasks, **(settings_extra or {}))
+    settings = _settings(stage, params, tasks, **(settings_extra or {}))
     stamp(idata, provenance(stage, BY_STAGE[stage].name, params.section_hash(*STAGE_PARAMS[stage]), settings))
     specs = layer_specs(tasks.n_features, params.model.hidden_layers)
     predictions = evaluation.evaluate_groups(
@@ -96,7 +96,7 @@ def finish_fit(
                            if "group" in sample_stats["diverging"].dims else None),
     )
     advi_iterations = sample_stats.sizes.get("advi_iteration")
-    s = params.sampler
+    s = params.sampler_for(stage)
     timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
                                        backend_class(s).parallel_chains(s), advi_iterations)
     with staged_outputs() as outputs:
@@ -121,9 +121,10 @@ class Cost:
     grad_evals: int | None
 
 
-def minibatch(params: Params) -> int | None:
-    """Rows per gradient step of the configured backend, ``None`` for the full-batch likelihood."""
-    return backend_class(params.sampler).minibatch_size(params.sampler)
+def minibatch(params: Params, stage: str) -> int | None:
+    """Rows per gradient step of ``stage``'s backend, ``None`` for the full-batch likelihood."""
+    s = params.sampler_for(stage)
+    return backend_class(s).minibatch_size(s)
 
 
 def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.Dataset, xr.Dataset, Cost]:
@@ -134,12 +135,13 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.D
     """
     train = tasks.split("train")
     first = train.rows(0)
-    sampler = Sampler(build(train.X[first], train.y[first]), params.sampler)
+    settings = params.sampler_for(stage)
+    sampler = Sampler(build(train.X[first], train.y[first]), settings)
     posts, stats, seconds, grads = [], [], 0.0, []
     for g, name in enumerate(tasks.group_names):
         rows = train.rows(g)
         fit = sampler.sample(
-            derive_seed(params.sampler.seed, STAGE_KEYS[stage], g),
+            derive_seed(settings.seed, STAGE_KEYS[stage], g),
             data={"x": train.X[rows], "y": train.y[rows]},
         )
         posts.append(fit.posterior.posterior.expand_dims(group=[name]))

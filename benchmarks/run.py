@@ -345,6 +345,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only", nargs="*", default=None,
                         help="sections to run (backends floor repro scaling); default all")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--variants", nargs="*", default=None, choices=list(VARIANTS),
+                        help="backends-section rows to run (default all)")
     args = parser.parse_args(argv)
     sections = set(args.only or ("backends", "floor", "repro", "scaling"))
     work = args.workdir or Path(tempfile.mkdtemp(prefix="hbnn-bench-"))
@@ -355,7 +357,8 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     try:
         if "backends" in sections:
-            result["backends"] = backends(work / "backends")
+            chosen = {k: v for k, v in VARIANTS.items() if args.variants is None or k in args.variants}
+            result["backends"] = backends(work / "backends", chosen)
         if "floor" in sections:
             result["numpy_floor_us_per_grad"] = numpy_floor_us_per_grad()
         if "repro" in sections:

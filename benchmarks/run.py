@@ -88,7 +88,7 @@ def _params(workdir: Path, n_groups: int, sampler: dict | None, **extra) -> Path
     raw["n_groups"] = n_groups
     if sampler is not None:
         raw["sampler"].update(sampler)
-        raw["hier_sampler"] = {**raw["sampler"], **sampler}
+        raw["hier_sampler"] = dict(raw["sampler"])
     for key, value in extra.items():
         raw[key].update(value)
     path = workdir / "params.yaml"
@@ -185,12 +185,11 @@ def numpy_floor_us_per_grad(repeats: int = 20) -> float:
 # ----------------------------------------------------------------------------- sections
 def _hier_run(work: Path, name: str, sampler: dict | None, seed: int) -> dict:
     """One fit_hier run at these settings and sampler seed: costs and the two ESS figures."""
-    settings = {**(sampler or {}), "seed": seed}
-    params = _params(work / f"{name}_seed{seed}", 18, settings if sampler is not None else None)
-    if sampler is None:  # the committed hier_sampler, only the seed changed
-        raw = yaml.safe_load(params.read_text())
-        raw["hier_sampler"]["seed"] = seed
-        params.write_text(yaml.safe_dump(raw))
+    workdir = work / f"{name}_seed{seed}"
+    if sampler is None:  # the committed hier_sampler, only its seed changed
+        params = _params(workdir, 18, None, hier_sampler={"seed": seed})
+    else:
+        params = _params(workdir, 18, {**sampler, "seed": seed})
     _stage("make_data", params, "--out", "data/tasks.nc")
     print(f"bench: fit_hier {name} seed {seed} ...", flush=True)
     r = _fit("fit_hier", params, "hier")

@@ -101,12 +101,12 @@ def distinct_chains(probs: np.ndarray) -> dict[str, float] | None:
         return None
     i = int(np.nanargmax(rhat))
     x = probs[:, :, i]
-    ess = np.array([convergence.ess_bulk(x[c][None, :, None])[0] for c in range(x.shape[0])])
+    ess = convergence.ess_bulk(x.T[None])  # each chain as one quantity of a one-chain array
     means = x.mean(axis=1)
     se = x.std(axis=1, ddof=1) / np.sqrt(np.maximum(ess, 1.0))
-    gap = np.abs(means[:, None] - means[None, :]) / np.sqrt(se[:, None] ** 2 + se[None, :] ** 2 + 1e-300)
-    a, b = np.unravel_index(int(np.argmax(gap)), gap.shape)
-    sigma = float(gap[a, b])
+    with np.errstate(invalid="ignore", divide="ignore"):  # two constant chains: 0/0
+        sigma = float(np.nanmax(np.abs(means[:, None] - means[None, :]) / np.hypot(se[:, None], se[None, :]),
+                                initial=0.0))
     if sigma < DISTINCT_SIGMA or ess.min() < DISTINCT_CHAIN_ESS:
         return None
     return {"rhat": float(rhat[i]), "test_point": i, "chain_means": {str(c): float(m) for c, m in enumerate(means)},
@@ -214,6 +214,7 @@ def fit_metrics(
                 fs_ess.append(diag["min_ess_bulk"])
     n_draws = int(predictions["test"]["draws"][0].shape[0] * predictions["test"]["draws"][0].shape[1])
     not_converged, flagged = 0, {}
+    test = predictions["test"]
     for g, name in enumerate(tasks.group_names):
         group = metrics["per_group"][name]
         # Per-group fits: the group's own divergences. One joint fit: its divergences concern every group.
@@ -222,7 +223,6 @@ def fit_metrics(
             group["divergences"] = div
         group["converged"] = group_converged(group.get("rhat_fn"), group.get("ess_bulk_fn"), div, n_draws)
         not_converged += not group["converged"]
-        test = predictions["test"]
         evidence = None if group["converged"] or not test["y"][g].size else distinct_chains(test["draws"][g])
         if evidence is not None:
             means = ", ".join(f"{m:.3f}" for m in evidence["chain_means"].values())

@@ -73,6 +73,16 @@ def test_backend_writes_the_same_layout_and_keys(backend, advi, tasks_path, refe
         assert metrics["test"]["accuracy"] > 0.6  # it learned something in 300 steps
 
 
+def test_pymc_chains_start_safely_in_a_process_that_ran_jax(tasks_path, tmp_path):
+    """PyMC's NUTS forks its chain processes; after JAX has started its threads that fork can
+    deadlock (JAX warns, pytest fails on the warning), so the chains start from a forkserver."""
+    jnp = pytest.importorskip("jax.numpy")
+    assert float(jnp.ones(3).sum()) == 3.0  # starts JAX's runtime and its threads
+    assert inference._chain_process_context() == "forkserver"
+    idata, metrics, _ = _fit_hier(_params("pymc"), tasks_path, tmp_path)
+    assert idata.posterior.sizes["chain"] == TINY["hier_sampler"]["chains"]
+
+
 def test_advi_per_group_fits_reuse_one_compile_and_are_independent(tiny_tasks):
     """Refitting a group after others reproduces its first fit exactly: state is reset per fit."""
     train = tiny_tasks.split("train")

@@ -11,6 +11,7 @@ import copy
 import importlib.util
 import logging
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -148,7 +149,8 @@ class PymcBackend(Backend):
     name = "pymc"
 
     def _sample_kwargs(self) -> dict:
-        return {"discard_tuned_samples": False}  # keep the tuning steps to count gradient evaluations
+        # keep the tuning steps to count gradient evaluations
+        return {"discard_tuned_samples": False, "mp_ctx": _chain_process_context()}
 
     def run(self, seed, data):
         s = self.settings
@@ -170,6 +172,16 @@ class PymcBackend(Backend):
 
     def _grad_evals(self, idata) -> int | None:
         return _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
+
+
+def _chain_process_context() -> str | None:
+    """How PyMC starts its chain processes: its default (fork on Linux) unless JAX is loaded.
+
+    JAX runs threads from import on; a forked child of a multithreaded process can deadlock
+    (JAX warns so at every fork). A process that has used a JAX backend and then samples with
+    PyMC's NUTS (library use, the test suite) starts its chains from a forkserver instead.
+    """
+    return "forkserver" if "jax" in sys.modules else None
 
 
 class JaxBackend(PymcBackend):

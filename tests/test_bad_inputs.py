@@ -417,3 +417,20 @@ def test_an_interrupt_writes_nothing_and_says_so(workspace, sig, when):
     assert err.splitlines()[-1] == "interrupted: outputs unchanged"
     assert "Traceback" not in err
     assert workspace() == before
+
+
+def test_an_error_raised_by_an_interrupt_is_reported_as_the_interrupt(capsys):
+    """A Ctrl-C inside a C extension's import surfaces as another error (matplotlib: "ImportError:
+    initialization failed"); once a signal has arrived, that error ends the run as an interrupt."""
+    from hbnn.errors import EXIT_INTERRUPTED, interrupts_reported
+
+    with pytest.raises(SystemExit) as stop, interrupts_reported():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed") from None
+    assert stop.value.code == EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "interrupted: outputs unchanged\n"
+    with pytest.raises(ImportError), interrupts_reported():  # without a signal, an error stays itself
+        raise ImportError("initialization failed")

@@ -16,7 +16,7 @@ from hbnn import plots
 from hbnn.config import parse_params
 from hbnn.data import make_moons_tasks
 from hbnn.evaluation import predict_proba
-from hbnn.io import InputError, provenance, stamp, write_json, write_netcdf
+from hbnn.io import InputError, detail_path, provenance, stamp, write_json, write_netcdf
 from hbnn.network import layer_coords, layer_specs
 from hbnn.report import numbers, outputs, sections
 from hbnn.report.stage import report
@@ -59,6 +59,14 @@ def _metrics(rng, names, hierarchical: bool) -> dict:
             "per_group": per_group, "sampling": sampling}
 
 
+N_TRAIN = N_GROUPS * RAW["data"]["n_samples"] // 2
+
+
+def _log_lik(rng, n: int) -> np.ndarray:
+    """Log-likelihood draws of ``n`` 0/1 rows from random probabilities."""
+    return np.log(rng.uniform(0.2, 0.9, size=(CHAINS, DRAWS, n)))
+
+
 def _prior(rng, specs) -> xr.Dataset:
     data, layers = {}, {}
     for s in specs:
@@ -85,21 +93,24 @@ def run(tmp_path_factory):
     settings = {"hidden_layers": HIDDEN, "features": ["x1", "x2"], "sampler": {"chains": CHAINS, "draws": DRAWS}}
     paths, metrics = {}, {}
     for v, stage in STAGES.items():
-        groups = {"posterior": _posterior(rng, specs, coords, names, v == "hierarchical")}
+        groups = {"posterior": _posterior(rng, specs, coords, names, v == "hierarchical"),
+                  "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), _log_lik(rng, N_TRAIN))})}
         if v == "hierarchical":  # as if fitted with ADVI: a loss per iteration
             groups["sample_stats"] = xr.Dataset({"loss": ("advi_iteration", 1000.0 / np.arange(1.0, 1201.0))})
+        else:
+            groups["sample_stats"] = xr.Dataset({"diverging": (("chain", "draw"), np.zeros((CHAINS, DRAWS), bool))})
         idata = az.InferenceData(**groups)
         stamp(idata, provenance(stage, v, params.section_hash(*STAGE_PARAMS[stage]), settings))
         paths[v] = d / "traces" / f"{v}.nc"
         write_netcdf(idata, paths[v])
         metrics[v] = _metrics(rng, names, v == "hierarchical")
-        write_json(metrics[v], d / "metrics" / numbers.METRICS_FILES[v])
+        write_json(metrics[v], detail_path(d / "metrics" / numbers.METRICS_FILES[v]))
         write_json({"backend": "nutpie", "sampling": {"seconds": 1.0, "compile_seconds": 2.0}},
                    d / "timings" / numbers.METRICS_FILES[v])
     write_netcdf(_prior(rng, specs), d / "prior.nc")
     prior_metrics = {"layers": {s.name: {"group_sd": {"mean": 1.0, "sd": 0.1, "q05": 0.8, "q95": 1.2}} for s in specs},
                      "alignment": {"chain_0": {"relabelled": 0}, "chain_1": {"relabelled": 1}}}
-    write_json(prior_metrics, d / "metrics" / "prior.json")
+    write_json(prior_metrics, detail_path(d / "metrics" / "prior.json"))
     stale = d / "reports" / "figures" / "surface_flat_p09.png"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"old")
@@ -141,7 +152,7 @@ def test_html_is_self_contained(run):
     assert "http://" not in text and "https://" not in text
     assert "<script" not in text and "<link" not in text and "@import" not in text and "url(" not in text
     sources = re.findall(r'src="([^"]*)"', text)
-    assert re.findall(r'href="([^"]*)"', text) == []
+    assert all(h.startswith("#") for h in re.findall(r'href="([^"]*)"', text))  # only the contents' anchors
     figures = sorted((run["dir"] / "reports" / "figures").glob("*.png"))
     assert len(sources) == len(figures)
     for src in sources:
@@ -170,12 +181,15 @@ def test_summary_json(run):
     assert summary == run["result"]
     assert not _has_list(summary)
     assert summary["n_groups"] == N_GROUPS
-    keys = {"train_accuracy", "test_accuracy", "test_log_loss", "test_brier", "divergences"}
-    assert set(summary["models"]) == {"flat", "hierarchical", "informed"}
-    assert all(set(m) == keys for m in summary["models"].values())
     test = {v: run["metrics"][v]["test"]["accuracy"] for v in numbers.MODELS}
-    assert summary["models"]["flat"]["test_accuracy"] == pytest.approx(test["flat"], abs=1e-6)
     comp = summary["comparison"]
+    pairs = ("hier_minus_flat", "informed_minus_flat", "hier_minus_informed")
+    assert set(comp) == {f"{p}_{k}" for p in pairs for k in ("test_accuracy", "elpd", "elpd_se")}
+    ll = {v: az.from_netcdf(run["dir"] / "traces" / f"{v}.nc").log_likelihood["y"].values for v in numbers.MODELS}
+    loo = {v: az.loo(az.from_dict(log_likelihood={"y": x}), reff=1.0, pointwise=True) for v, x in ll.items()}
+    diff = np.asarray(loo["hierarchical"].loo_i) - np.asarray(loo["flat"].loo_i)
+    assert comp["hier_minus_flat_elpd"] == pytest.approx(diff.sum(), abs=0.05)  # our reff is not 1: close only
+    assert comp["hier_minus_flat_elpd_se"] == pytest.approx(np.sqrt(diff.size * diff.var()), rel=0.05)
     assert comp["hier_minus_flat_test_accuracy"] == pytest.approx(test["hierarchical"] - test["flat"], abs=1e-5)
     assert comp["informed_minus_flat_test_accuracy"] == pytest.approx(test["informed"] - test["flat"], abs=1e-5)
     assert comp["hier_minus_informed_test_accuracy"] == pytest.approx(test["hierarchical"] - test["informed"],
@@ -207,11 +221,11 @@ def test_stale_metrics_are_an_input_error(run, tmp_path):
     d = run["dir"]
     metrics = tmp_path / "metrics"
     for name in ("flat.json", "hier.json", "informed.json", "prior.json"):
-        (metrics / name).parent.mkdir(exist_ok=True)
-        (metrics / name).write_text((d / "metrics" / name).read_text())
-    flat = json.loads((metrics / "flat.json").read_text())
+        detail_path(metrics / name).parent.mkdir(parents=True, exist_ok=True)
+        detail_path(metrics / name).write_text(detail_path(d / "metrics" / name).read_text())
+    flat = json.loads(detail_path(metrics / "flat.json").read_text())
     flat["per_group"].pop(run["names"][0])
-    (metrics / "flat.json").write_text(json.dumps(flat))
+    detail_path(metrics / "flat.json").write_text(json.dumps(flat))
     with pytest.raises(InputError, match="covers groups"):
         report(run["params"], d / "tasks.nc", d / "traces" / "flat.nc", d / "traces" / "hierarchical.nc",
                    d / "traces" / "informed.nc", d / "prior.nc", metrics, d / "timings", tmp_path / "out")
@@ -315,6 +329,39 @@ def test_the_report_opens_with_whether_the_inference_can_be_trusted(run):
     """The synthetic metrics carry no per-group verdict, so every group is listed as missing the bar."""
     text = (run["dir"] / "reports" / "report.md").read_text()
     headings = re.findall(r"^## (.+)$", text, flags=re.M)
-    assert headings[0] == "Can the inference be trusted?"
+    assert headings[:2] == ["Status: can the inference be trusted?", "Contents"]
     first = text.split("## ")[1]
-    assert "NOT CONVERGED" in first and f"| Flat | 0/{N_GROUPS} |" in first
+    assert "NOT CONVERGED" in first and f"| Flat | NO | 0/{N_GROUPS} |" in first
+    html = (run["dir"] / "reports" / "report.html").read_text()
+    status = html.index('<section id="status" class="status fail">')
+    assert status < html.index("<figure>") and status < html.index('<nav class="toc">')
+    ids = re.findall(r'<section id="([^"]+)"', html)
+    assert re.findall(r'<li><a href="#([^"]+)">', html) == ids and len(set(ids)) == len(ids)
+
+
+def test_status_is_green_when_every_model_converged():
+    names = ["a", "b"]
+    good = {"per_group": {g: {"converged": True, "rhat_fn": 1.0, "ess_bulk_fn": 900.0} for g in names},
+            "sampling": {"max_rhat_fn": 1.0, "min_ess_bulk_fn": 900.0, "divergences": 0}}
+    metrics = {v: good for v in numbers.MODELS}
+    sec = sections._status_section(metrics, names, ["sd_in"])
+    assert sec.failing is False and sec.anchor == "status" and sec.blocks[0].text.startswith("CONVERGED")
+    bad = {**good, "per_group": {**good["per_group"], "b": {"converged": False, "rhat_fn": 1.03, "ess_bulk_fn": 97.0,
+                                                           "divergences": 2}}}
+    sec = sections._status_section({**metrics, "informed": bad}, names, ["sd_in"])
+    assert sec.failing is True and "b (R-hat 1.030, ESS 97, 2 divergences)" in sec.blocks[1].rows[2]
+
+
+def test_comparison_section_and_figures_are_in_the_report(run):
+    text = (run["dir"] / "reports" / "report.md").read_text()
+    assert "## Model comparison (PSIS-LOO)" in text and "figures/compare.png" in text
+    for name in ("rhat_fn.png", "ess_fn.png", "rank_group_sd.png", "compare.png"):
+        assert (run["dir"] / "reports" / "figures" / name).is_file()
+
+
+def test_figures_are_drawn_for_reading(run):
+    """150 dpi PNGs, shown one figure inch per CSS inch and no wider than the page, so 9 pt text stays 9 pt."""
+    html = (run["dir"] / "reports" / "report.html").read_text()
+    widths = [int(w) for w in re.findall(r'style="width: (\d+)px"', html)]
+    assert widths and max(widths) <= plots.MAX_WIDTH_IN * 96 + 1
+    assert plots.DPI >= 150 and plots.SMALL >= 9

@@ -212,6 +212,19 @@ class ReportParams:
 
 
 @dataclass(frozen=True)
+class TraceParams:
+    """What the fit stages keep in their traces besides the posterior and its sample stats."""
+
+    # log_likelihood (per training row) and predictions (per test row) groups, so ArviZ's loo, compare
+    # and rhat work on the trace alone; they cost chains * draws * rows * 16 bytes. The LOO metrics are
+    # computed either way.
+    pointwise: bool = True
+
+    def check(self, key: str) -> None:
+        """Nothing beyond its type, which the parser checks."""
+
+
+@dataclass(frozen=True)
 class LimitParams:
     """Guards against runs too large for this machine (:mod:`hbnn.budget`); they change no result.
 
@@ -240,6 +253,7 @@ class Params:
     hier_sampler: SamplerParams = field(default_factory=lambda: HIER_SAMPLER)
     prior: PriorParams = field(default_factory=PriorParams)
     report: ReportParams = field(default_factory=ReportParams)
+    trace: TraceParams = field(default_factory=TraceParams)
     limits: LimitParams = field(default_factory=LimitParams)
 
     def check(self) -> None:

@@ -66,7 +66,8 @@ def interrupts_reported() -> Iterator[None]:
     Stage scripts import their body inside it, so an interrupt while the
     libraries load ends the same way as one while sampling: no traceback. An
     interrupt whose exception a library swallowed still ends the run the same
-    way (:func:`interrupt_received`).
+    way (:func:`interrupt_received`), and so does any error raised after a
+    signal arrived (an interrupt inside a C extension's import surfaces as one).
     """
     if signal.getsignal(signal.SIGINT) is not _raise_interrupt:  # outermost block: forget earlier runs' signals
         _received.clear()
@@ -76,6 +77,13 @@ def interrupts_reported() -> Iterator[None]:
         if _received:
             raise KeyboardInterrupt
     except KeyboardInterrupt:
+        print("interrupted: outputs unchanged", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception:
+        # An interrupt inside a C extension's initialisation surfaces as another error (matplotlib's
+        # ft2font: "ImportError: initialization failed"); after a signal, that error is the interrupt.
+        if not _received:
+            raise
         print("interrupted: outputs unchanged", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     finally:

@@ -176,19 +176,93 @@ def group_converged(rhat: float | None, ess: float | None, divergences: int, dra
     return bool(ok and divergences <= DIVERGENT_SHARE_MAX * draws)
 
 
+def split_order(split: Split, per_group: Sequence[np.ndarray]) -> np.ndarray:
+    """Per-group arrays ``(..., n_g)`` (in :meth:`Split.rows` order) as one ``(..., n)`` in the split's row order."""
+    out = np.empty((*per_group[0].shape[:-1], split.y.size), dtype=np.result_type(*per_group))
+    for g, values in enumerate(per_group):
+        out[..., split.rows(g)] = values
+    return out
+
+
+def pointwise_log_likelihood(tasks: Tasks, pred: dict[str, list], split: str = "train") -> np.ndarray:
+    """``log p(y_i | draw)`` as ``(chain, draw, n)`` over the rows of ``split``, from :func:`evaluate_groups` output."""
+    lik = likelihoods.get(tasks.likelihood)
+    noise = pred["noise"] or [None] * len(pred["draws"])
+    per_group = [lik.log_density(d, n, y) for d, n, y in zip(pred["draws"], noise, pred["y"], strict=True)]
+    return split_order(tasks.split(split), per_group)
+
+
+def psis_loo(log_lik: np.ndarray):
+    """PSIS-LOO (ArviZ's ``az.loo``, pointwise) from the training rows' log-likelihood ``(chain, draw, n)``.
+
+    The relative efficiency is that of the likelihood values themselves
+    (``loo``'s ``relative_eff``, averaged over rows), not of the weights: weight
+    space is symmetric under hidden-unit permutations and its ESS says nothing
+    here. For per-group fits each row's terms use only its own group's draws, so
+    the pooled sum is the LOO of the product of the groups' posteriors. Returns
+    ArviZ's ``ELPDData``, which ``az.compare`` takes as it is.
+    """
+    S = log_lik.shape[0] * log_lik.shape[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a row's ESS of constant likelihood values: NaN, dropped below
+        ratios = xr.Dataset({"y": (("chain", "draw", "obs"), np.exp(log_lik - log_lik.max(axis=(0, 1))))})
+        ess = az.ess(ratios, method="mean")["y"].values
+    reff = float(np.clip(np.nanmean(ess) / S, 1.0 / S, 1.0)) if np.isfinite(ess).any() else 1.0
+    idata = az.InferenceData(log_likelihood=xr.Dataset({"y": (("chain", "draw", "obs"), log_lik)}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # high Pareto k: counted and reported by loo_metrics
+        return az.loo(idata, pointwise=True, reff=reff)
+
+
+def bad_k_threshold(n_draws: int) -> float:
+    """Pareto k above which a row's PSIS estimate is unreliable: ``min(1 - 1/log10(S), 0.7)`` for ``S`` draws
+    (Vehtari et al. 2024; ArviZ's ``good_k``): 0.7 from ~2,200 draws on, lower for fewer."""
+    return min(1 - 1 / np.log10(n_draws), 0.7)
+
+
+def elpd_difference(a, b) -> tuple[float, float]:
+    """``elpd_loo(a) - elpd_loo(b)`` and its standard error ``sqrt(n var(loo_i(a) - loo_i(b)))`` (paired over
+    the same rows, as ``az.compare``'s ``dse``) for two :func:`psis_loo` results."""
+    d = np.asarray(a.loo_i) - np.asarray(b.loo_i)
+    return float(d.sum()), float(np.sqrt(d.size * d.var()))
+
+
+def loo_metrics(res, group: np.ndarray, names: Sequence[str]) -> tuple[dict, dict[str, dict]]:
+    """Pooled and per-group numbers of a :func:`psis_loo` result; ``group`` holds each row's group code.
+
+    Pooled: ``elpd``, ``se``, ``p_loo``, ``n_bad_k`` (rows whose Pareto k is above
+    :func:`bad_k_threshold`) and ``max_k``; per group: ``elpd`` (the sum of its
+    rows' ``elpd_loo_i``), ``n_bad_k`` and ``max_k``.
+    """
+    k = np.asarray(res.pareto_k)
+    loo_i = np.asarray(res.loo_i)
+    bad = k > bad_k_threshold(res.n_samples)
+    pooled = {"elpd": float(res.elpd_loo), "se": float(res.se), "p_loo": float(res.p_loo),
+              "n_bad_k": int(bad.sum()), "max_k": float(k.max())}
+    per_group = {}
+    for g, name in enumerate(names):
+        rows = group == g
+        if rows.any():
+            per_group[name] = {"elpd": float(loo_i[rows].sum()), "n_bad_k": int(bad[rows].sum()),
+                               "max_k": float(k[rows].max())}
+    return pooled, per_group
+
+
 def fit_metrics(
     tasks: Tasks,
     predictions: dict[str, dict[str, list]],
     divergences: int,
     extra_diagnostics: dict[str, dict[str, float]] | None = None,
     group_divergences: Sequence[int] | None = None,
+    loo: tuple[dict, dict[str, dict]] | None = None,
 ) -> dict:
     """Metrics dict for a fit stage (keys per DESIGN.md; the scores are the likelihood's).
 
     Pooled scores use every row of a split; ``per_group`` is keyed by group name.
     Sampling diagnostics are in function space on test points (per group), with
     any ``extra_diagnostics`` (e.g. group-sd R-hat/ESS) folded into the extremes;
-    ``group_divergences`` (per-group fits only) are stored per group.
+    ``group_divergences`` (per-group fits only) are stored per group;
+    ``loo`` is :func:`loo_metrics`'s output (pooled, per group).
     ``sampling.groups_not_converged`` counts the groups that miss the bar of
     :func:`group_converged`; each group's ``converged`` says which. Of those,
     ``sampling.flagged_groups`` names the ones whose chains settled in distinct
@@ -247,7 +321,36 @@ def fit_metrics(
     }
     if extra:
         metrics["sampling"]["group_sd"] = extra
+    if loo is not None:
+        metrics["loo"] = loo[0]
+        for name, values in loo[1].items():
+            metrics["per_group"][name]["loo"] = values
     return metrics
+
+
+HEADLINE_SAMPLING = ("divergences", "max_rhat", "min_ess_bulk", "groups_not_converged")
+HEADLINE_LOO = ("elpd", "se", "p_loo", "n_bad_k")
+
+
+def headline(metrics: dict, score: str) -> dict:
+    """The keys of :func:`fit_metrics` that ``metrics/<model>.json`` holds (DESIGN.md's headline keys).
+
+    ``dvc exp show`` makes one column per key, so the declared metrics file holds
+    the headline score of the training rows, every score of the test rows, the
+    LOO estimate and the convergence summary, with each flagged group's reason
+    (``score`` is the likelihood's headline score);
+    the complete dict (per group, every diagnostic) goes to ``metrics/detail/``.
+    """
+    train, test = metrics["train"], metrics["test"]
+    out = {
+        "train": {score: train[score]},
+        "test": {k: v for k, v in test.items() if k != "n"},
+        "sampling": {k: metrics["sampling"][k] for k in HEADLINE_SAMPLING}
+        | {"flagged_groups": {g: f["reason"] for g, f in metrics["sampling"]["flagged_groups"].items()}},
+    }
+    if "loo" in metrics:
+        out["loo"] = {k: metrics["loo"][k] for k in HEADLINE_LOO}
+    return out
 
 
 def reliability(p_bar: np.ndarray, y: np.ndarray, n_bins: int = 10) -> dict[str, np.ndarray]:

@@ -164,6 +164,16 @@ def _umask() -> int:
     return mask
 
 
+def detail_path(metrics_out: str | Path) -> Path:
+    """Where a stage's complete metrics go (per group, every diagnostic): ``detail/`` beside ``metrics_out``.
+
+    ``metrics_out`` is the file DVC declares as metrics and holds the headline
+    keys only, because ``dvc exp show`` makes one column per key; the detail
+    file is a plain output, diffed with ``dvc metrics diff --targets <it>``.
+    """
+    return Path(metrics_out).parent / "detail" / Path(metrics_out).name
+
+
 def write_json(obj: Any, path: str | Path) -> None:
     """Write ``obj`` as stable, sorted, indented JSON, atomically."""
     with staged_outputs() as outputs:

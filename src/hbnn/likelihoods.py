@@ -49,6 +49,7 @@ class Likelihood:
     standardise_labels: ClassVar[bool] = False  # labels are standardised with the training mean and sd
     has_noise: ClassVar[bool] = False  # a noise sd ``sigma`` is a model parameter
     surface_titles: ClassVar[tuple[str, str]]  # the report's titles of mean and sd surfaces
+    quantity: ClassVar[str]  # name of the function-space quantity in a trace's ``predictions`` group
     description: ClassVar[str]  # the report's one-phrase account of the likelihood
 
     def check_labels(self, values: np.ndarray, column: str, where: str) -> np.ndarray:
@@ -78,6 +79,18 @@ class Likelihood:
         """Stored (model-scale) labels back in the label's units."""
         return y_mean + y_sd * y if self.standardise_labels else y
 
+    def log_density(self, draws: np.ndarray, noise: np.ndarray | None, y: np.ndarray) -> np.ndarray:
+        """``log p(y_i | draw)`` per draw and row, ``(..., n)`` for ``draws (..., n)`` and ``noise (...)``.
+
+        In the label's units: the pointwise log-likelihood that PSIS-LOO and the ``lpd`` score use.
+        """
+        raise NotImplementedError
+
+    def predictive_draws(self, draws: np.ndarray, noise: np.ndarray | None,
+                         rng: np.random.Generator) -> np.ndarray | None:
+        """One draw of a new label per posterior draw and row (``None`` where the quantity says it all)."""
+        return None
+
     def pointwise(self, draws: np.ndarray, noise: np.ndarray | None, y: np.ndarray) -> dict[str, np.ndarray]:
         """Per-row values the scores are means of; ``draws (chain, draw, n)``, ``noise (chain, draw)``."""
         raise NotImplementedError
@@ -101,6 +114,7 @@ class Bernoulli(Likelihood):
     label_dtype = np.int64
     surface_titles = ("posterior mean P(y=1)", "posterior sd of P(y=1)")
     description = "Bernoulli likelihood on the logit"
+    quantity = "p"
 
     def check_labels(self, values, column, where):
         bad = np.flatnonzero((values != 0) & (values != 1))
@@ -140,6 +154,11 @@ class Bernoulli(Likelihood):
 
     def mean(self, output, y_mean=0.0, y_sd=1.0):
         return expit(output)
+
+    def log_density(self, draws, noise, y):
+        """``y log p + (1 - y) log(1 - p)``, with ``p`` clipped to ``[EPS, 1 - EPS]`` as in the log loss."""
+        p = np.clip(draws, EPS, 1 - EPS)
+        return np.where(y == 1, np.log(p), np.log1p(-p))
 
     def pointwise(self, draws, noise, y):
         return {"p_bar": draws.mean(axis=(0, 1)), "y": y}
@@ -219,6 +238,7 @@ class Gaussian(Predictive):
     surface_titles = ("posterior mean prediction", "posterior sd of the mean prediction")
     description = "gaussian likelihood with noise sd sigma"
     noise_words = "the noise sd"
+    quantity = "mu"
 
     def add_observed(self, output, y, noise_sd, total_size=None):
         import pymc as pm
@@ -236,17 +256,23 @@ class Gaussian(Predictive):
         A row is covered when its predictive CDF value lies in ``[0.03, 0.97]``,
         which is the same as lying inside the central 94% predictive interval.
         """
-        from scipy.stats import norm  # here, not at the top: config (every stage's first import) reads this module
-
         m = draws.reshape(-1, draws.shape[-1])
         s = noise.reshape(-1)
-        logpdf = norm.logpdf(y[None, :], loc=m, scale=s[:, None])
+        logpdf = self.log_density(m, s, y)
         cdf = mixture_cdf(y, m, s)
         return {
             "sq_err": (y - m.mean(axis=0)) ** 2,
             "lpd": logsumexp(logpdf, axis=0) - np.log(m.shape[0]),
             "covered": (cdf >= QUANTILES[0]) & (cdf <= QUANTILES[1]),
         }
+
+    def log_density(self, draws, noise, y):
+        from scipy.stats import norm  # here, not at the top: config (every stage's first import) reads this module
+
+        return norm.logpdf(y, loc=draws, scale=np.asarray(noise)[..., None])
+
+    def predictive_draws(self, draws, noise, rng):
+        return rng.normal(draws, np.asarray(noise)[..., None])
 
     def summarise(self, draws, noise):
         """Of the posterior predictive ``N(draws, sigma)`` mixture: mean, ``sqrt(Var[mu] + E[sigma^2])``,
@@ -270,6 +296,7 @@ class Poisson(Predictive):
     surface_titles = ("posterior mean rate", "posterior sd of the rate")
     description = "Poisson likelihood on the log rate"
     noise_words = "the Poisson counting noise"
+    quantity = "rate"
 
     MAX_COUNT = 2.0**53  # counts up to here are exact as floats (and as int64)
 
@@ -318,12 +345,18 @@ class Poisson(Predictive):
             out.append(hi)
         return np.array(out)
 
-    def pointwise(self, draws, noise, y):
+    def log_density(self, draws, noise, y):
         from scipy.special import gammaln
 
-        rates = draws.reshape(-1, draws.shape[-1])
         with np.errstate(divide="ignore"):  # a rate of exactly 0 gives log 0 = -inf, the right log density
-            logpmf = y[None, :] * np.log(rates) - rates - gammaln(y + 1.0)[None, :]
+            return y * np.log(draws) - draws - gammaln(y + 1.0)
+
+    def predictive_draws(self, draws, noise, rng):
+        return rng.poisson(draws)
+
+    def pointwise(self, draws, noise, y):
+        rates = draws.reshape(-1, draws.shape[-1])
+        logpmf = self.log_density(rates, None, y)
         lo, hi = self.quantiles(rates, QUANTILES)
         return {
             "sq_err": (y - rates.mean(axis=0)) ** 2,

@@ -16,15 +16,19 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hbnn.variants import VARIANTS  # noqa: E402
 
-DPI = 100
-SMALL = 7
-TINY = 6
-PANEL_IN = 1.9  # inches per surface panel
-GROUPS_PER_ROW = 50  # per-group charts wrap onto a new row of axes after this many groups
+# The report shows one figure inch per CSS inch (hbnn.report.document), so a figure up to
+# MAX_WIDTH_IN wide keeps its point sizes on a 1150-px page; PNGs carry DPI pixels per inch.
+DPI = 150
+MAX_WIDTH_IN = 11.3
+SMALL = 9  # axis labels, tick labels, legends: the smallest text in any figure
+TITLE = 10
+PANEL_IN = 1.9  # inches per surface panel, less where a page's columns would pass MAX_WIDTH_IN
+GROUPS_PER_ROW = 40  # per-group charts wrap onto a new row of axes after this many groups
 MODEL_COLORS = {v.name: v.color for v in VARIANTS}
 # y = 0 white circles ringed in black, y = 1 black triangles ringed in white: shape tells the
 # classes apart and the thick ring keeps each visible on dark and light parts of both colour maps.
@@ -42,12 +46,22 @@ SURFACE_STYLE = {
 }
 
 
-def png_bytes(fig, dpi: int = DPI) -> bytes:
-    """Render ``fig`` to PNG bytes and close it."""
+def png_bytes(fig, dpi: int = DPI, tight: bool = False) -> bytes:
+    """Render ``fig`` to PNG bytes and close it; ``tight`` crops (or grows) the canvas to what is drawn,
+    for figures laid out by other libraries whose text :func:`readable` enlarged."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    fig.savefig(buf, format="png", dpi=dpi, **({"bbox_inches": "tight", "pad_inches": 0.1} if tight else {}))
     plt.close(fig)
     return buf.getvalue()
+
+
+def readable(fig, size: float = SMALL):
+    """Raise every text of ``fig`` (titles, labels, ticks, legends) to at least ``size`` points; for figures
+    drawn by other libraries (ArviZ scales its text with the figure size). Returns ``fig``."""
+    for text in fig.findobj(matplotlib.text.Text):
+        if text.get_text() and text.get_fontsize() < size:
+            text.set_fontsize(size)
+    return fig
 
 
 def panel_grid(n: int) -> tuple[int, int]:
@@ -74,6 +88,7 @@ def plot_surface_page(
     title: str | None = None,
     axis_labels: tuple[str, str] | None = None,
     value_range: tuple[float, float] | None = None,
+    boundary: np.ndarray | None = None,
 ):
     """One page of per-group surfaces on the square ``[-limit, limit]^2``.
 
@@ -84,7 +99,9 @@ def plot_surface_page(
     ``"sd"`` (its posterior sd); for regression ``"value_mean"`` (predicted mean,
     colour scale ``value_range``, rows coloured by their label on the same
     scale) or ``"value_sd"`` (scale 0 to the page's largest sd).
-    ``axis_labels`` names the two axes. Returns ``(fig, axes (rows, cols))``;
+    ``boundary`` (same shape as ``fields``): the posterior mean probabilities
+    whose 0.5 contour is drawn on an ``"sd"`` page, so uncertainty can be read
+    against the decision boundary. ``axis_labels`` names the two axes. Returns ``(fig, axes (rows, cols))``;
     unused panels are hidden and all panels share one colorbar.
     """
     style = dict(SURFACE_STYLE[kind])
@@ -94,12 +111,13 @@ def plot_surface_page(
         style["vmax"] = max(float(fields.max()), 1e-12)
     n = len(names)
     rows, cols = panel_grid(n)
-    panel = PANEL_IN if n > 4 else 1.4 * PANEL_IN
     # A fixed layout in inches: matplotlib's layout engines measure every tick label of
     # every panel, which took most of the report's time (about 2 s per 18-panel page).
-    left, right = (0.5 if axis_labels else 0.35), 0.9  # right: colorbar and its label
-    bottom, top = (0.42 if axis_labels else 0.3), (0.5 if title else 0.25)
-    gap_w, gap_h = 0.15, 0.25  # between panels; gap_h leaves room for the panel titles
+    left, right = (0.65 if axis_labels else 0.5), 1.0  # right: colorbar and its label
+    bottom, top = (0.55 if axis_labels else 0.4), (0.55 if title else 0.3)
+    gap_w, gap_h = 0.15, 0.3  # between panels; gap_h leaves room for the panel titles
+    fit = (MAX_WIDTH_IN - left - right - (cols - 1) * gap_w) / cols
+    panel = min(PANEL_IN if n > 4 else 1.4 * PANEL_IN, fit)
     width = max(left + right + cols * panel + (cols - 1) * gap_w, 5.0)
     panel_w = (width - left - right - (cols - 1) * gap_w) / cols
     height = bottom + top + rows * panel + (rows - 1) * gap_h
@@ -118,8 +136,10 @@ def plot_surface_page(
         field = fields[k]
         image = ax.imshow(field, origin="lower", extent=extent, cmap=style["cmap"],
                           vmin=style["vmin"], vmax=style["vmax"], interpolation="nearest", aspect="equal")
-        if kind == "mean" and field.min() < 0.5 < field.max():
-            ax.contour(grid, grid, field, levels=[0.5], colors="k", linewidths=0.6)
+        edge = field if kind == "mean" else (boundary[k] if boundary is not None else None)
+        if edge is not None and edge.min() < 0.5 < edge.max():
+            ax.contour(grid, grid, edge, levels=[0.5], colors="k" if kind == "mean" else "white",
+                       linewidths=0.8 if kind == "mean" else 1.0, linestyles="solid" if kind == "mean" else "dashed")
         X, y = points[k]
         if kind == "value_mean":
             ax.scatter(X[:, 0], X[:, 1], c=y, cmap=style["cmap"], vmin=style["vmin"], vmax=style["vmax"], s=13,
@@ -133,7 +153,7 @@ def plot_surface_page(
         ax.set_xlim(-limit, limit)
         ax.set_ylim(-limit, limit)
         ax.set_title(names[k], fontsize=SMALL, pad=2)
-        ax.tick_params(labelsize=TINY, length=2, pad=1)
+        ax.tick_params(labelsize=SMALL, length=2, pad=1)
         ax.label_outer()
     if image is not None:
         grid_h = height - bottom - top
@@ -142,14 +162,14 @@ def plot_surface_page(
                             0.12 / width, bar_h / height))
         cbar = fig.colorbar(image, cax=cax)
         cbar.set_label(style["label"], fontsize=SMALL)
-        cbar.ax.tick_params(labelsize=TINY)
+        cbar.ax.tick_params(labelsize=SMALL)
     if axis_labels is not None:
         for ax in axes[-1, :]:
             ax.set_xlabel(axis_labels[0], fontsize=SMALL, labelpad=1)
         for ax in axes[:, 0]:
             ax.set_ylabel(axis_labels[1], fontsize=SMALL, labelpad=1)
     if title:
-        fig.suptitle(title, fontsize=9, y=1 - 0.1 / height, va="top")
+        fig.suptitle(title, fontsize=TITLE, y=1 - 0.1 / height, va="top")
     return fig, axes
 
 
@@ -162,19 +182,21 @@ def plot_per_group(
     hlines: Sequence[float] = (),
     title: str | None = None,
     per_row: int = GROUPS_PER_ROW,
+    log: bool = False,
 ):
     """Grouped bars (``kind="bar"``) or dots (``"point"``) of one value per group and series.
 
     ``values[series]`` is ``(group,)`` aligned with ``names`` (NaN = missing).
     More than ``per_row`` groups wrap onto further stacked axes so every group
-    keeps a readable tick label. ``hlines`` are dashed reference levels.
+    keeps a readable tick label. ``hlines`` are dashed reference levels; ``log``
+    draws the value axis on a log scale.
     Returns ``(fig, axes (rows,))``.
     """
     n = len(names)
     chunks = pages(n, per_row)
     width = min(per_row, n)
     fig, axes = plt.subplots(
-        len(chunks), 1, figsize=(max(6.0, 0.22 * width + 2.0), 2.6 * len(chunks) + 0.4),
+        len(chunks), 1, figsize=(min(max(6.0, 0.22 * width + 2.0), MAX_WIDTH_IN), 2.8 * len(chunks) + 0.6),
         squeeze=False, layout="constrained",
     )
     axes = axes[:, 0]
@@ -192,16 +214,20 @@ def plot_per_group(
                 ax.plot(x + offset, vals, "o", ms=3.5, color=color, label=series)
         for level in hlines:
             ax.axhline(level, color="k", lw=0.7, ls="--")
-        ax.set_xticks(x, [names[i] for i in chunk], rotation=90, fontsize=TINY)
+        ax.set_xticks(x, [names[i] for i in chunk], rotation=90, fontsize=SMALL)
         ax.set_xlim(-0.6, width - 0.4)
         ax.tick_params(axis="y", labelsize=SMALL)
         ax.set_ylabel(ylabel, fontsize=SMALL)
         if ylim is not None:
             ax.set_ylim(*ylim)
+        if log:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
         ax.grid(axis="y", lw=0.3, alpha=0.6)
     axes[0].legend(fontsize=SMALL, ncols=max(k, 1), loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
     if title:
-        fig.suptitle(title, fontsize=9)
+        fig.suptitle(title, fontsize=TITLE)
     return fig, axes
 
 
@@ -229,10 +255,10 @@ def plot_accuracy(
         for j, (label, pair) in enumerate(references.items()):
             ax.plot(x + 0.12 * (j + 1), pair[idx], markers[j % len(markers)], ms=6, mfc="none", label=label)
         ax.plot(x, ours, "o", ms=9, color="k", label="this run")
-        ax.set_xticks(x, models, fontsize=8)
+        ax.set_xticks(x, models, fontsize=SMALL)
         ax.set_xlim(-0.5, len(models) - 0.2)
         ax.set_ylim(max(0.0, lo), 1.0)
-        ax.set_title(f"{split} accuracy", fontsize=9)
+        ax.set_title(f"{split} accuracy", fontsize=TITLE)
         ax.tick_params(axis="y", labelsize=SMALL)
         ax.grid(axis="y", lw=0.3, alpha=0.6)
     axes[1].legend(fontsize=SMALL, loc="lower right")
@@ -277,41 +303,47 @@ def plot_group_sd(samples: Mapping[str, np.ndarray], bins: int = 30):
     ``samples[var]`` is ``(chain, draw)``. Returns ``(fig, axes (layer,))``.
     """
     n = len(samples)
-    fig, axes = plt.subplots(1, n, figsize=(3.0 * n + 0.5, 2.8), squeeze=False, layout="constrained")
-    axes = axes[0]
+    rows, cols = math.ceil(n / 3), min(n, 3)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols + 0.5, 2.9 * rows), squeeze=False, layout="constrained")
+    for ax in axes.flat[n:]:
+        ax.set_axis_off()
+    axes = axes.flat[:n]
     for ax, (var, draws) in zip(axes, samples.items(), strict=True):
         draws = np.asarray(draws, dtype=float)
         edges = np.histogram_bin_edges(draws, bins=bins)
         for c, chain in enumerate(draws):
             ax.hist(chain, bins=edges, density=True, histtype="step", lw=1.2, label=f"chain {c}")
-        ax.set_title(var, fontsize=9)
+        ax.set_title(var, fontsize=TITLE)
         ax.set_xlabel("group sd", fontsize=SMALL)
         ax.tick_params(labelsize=SMALL)
-    axes[0].set_ylabel("density", fontsize=SMALL)
+    for ax in axes[::3]:
+        ax.set_ylabel("density", fontsize=SMALL)
     axes[-1].legend(fontsize=SMALL)
     return fig, axes
 
 
-def plot_correlations(matrices: Mapping[str, np.ndarray], labels: Sequence[str], max_labels: int = 40):
+def plot_correlations(matrices: Mapping[str, np.ndarray], labels: Sequence[str]):
     """Side-by-side correlation heatmaps on one ``[-1, 1]`` colour scale.
 
     ``matrices[title]`` is ``(k, k)`` with ``labels`` (length ``k``) on both axes;
-    beyond ``max_labels`` only every n-th label is shown. Returns ``(fig, axes)``.
+    where they would not fit at the smallest font, only every n-th label is
+    shown. Returns ``(fig, axes)``.
     """
     n = len(matrices)
     k = len(labels)
-    side = float(np.clip(0.25 * k + 1.5, 3.2, 7.0))
-    fig, axes = plt.subplots(1, n, figsize=(side * n + 0.8, side + 0.4), squeeze=False, layout="constrained")
+    side = float(np.clip(0.25 * k + 1.5, 3.2, (MAX_WIDTH_IN - 0.9) / n))
+    max_labels = int((side - 1.2) / (1.6 * SMALL / 72))  # label pitch: 1.6 line heights
+    fig, axes = plt.subplots(1, n, figsize=(side * n + 0.9, side + 0.4), squeeze=False, layout="constrained")
     axes = axes[0]
     stride = max(1, math.ceil(k / max_labels))
     ticks = np.arange(0, k, stride)
     image = None
     for ax, (title, mat) in zip(axes, matrices.items(), strict=True):
         image = ax.imshow(mat, cmap="RdBu_r", vmin=-1.0, vmax=1.0, interpolation="nearest")
-        ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=TINY)
-        ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=TINY)
-        ax.set_title(title, fontsize=8)
+        ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=SMALL)
+        ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=SMALL)
+        ax.set_title(title, fontsize=SMALL)
     cbar = fig.colorbar(image, ax=axes, shrink=0.8)
     cbar.set_label("correlation", fontsize=SMALL)
-    cbar.ax.tick_params(labelsize=TINY)
+    cbar.ax.tick_params(labelsize=SMALL)
     return fig, axes

@@ -38,10 +38,10 @@ BY_STAGE = {v.stage: v for v in VARIANTS}
 STAGE_PARAMS = {
     # model.likelihood: labels are checked (0/1 for bernoulli) and stored per likelihood.
     "make_data": ("n_groups", "seed", "data", "model.likelihood"),
-    "fit_flat": ("model", "sampler"),
-    "fit_hier": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "hier_sampler"),
+    "fit_flat": ("model", "sampler", "trace"),
+    "fit_hier": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "hier_sampler", "trace"),
     "derive_prior": ("prior",),
-    "fit_informed": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "sampler"),
+    "fit_informed": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "sampler", "trace"),
 }
 
 # Distinct keys so stages never share a random stream for the same group.

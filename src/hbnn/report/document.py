@@ -19,6 +19,10 @@ img { max-width: 100%; height: auto; display: block; margin: 0.4em 0; }
 figure { margin: 0.8em 0; } figcaption { font-size: 0.85em; color: #555; }
 .how { color: #444; background: #f6f6f6; padding: 0.4em 0.8em; border-left: 3px solid #999; }
 .warn { color: #8a1c00; font-weight: bold; }
+section.status { border: 2px solid #2e7d32; background: #f1f8f1; padding: 0 1em 0.6em; margin-top: 1em; }
+section.status.fail { border-color: #b71c1c; background: #fdecea; }
+section.status h2 { margin-top: 0.6em; border-bottom: none; }
+nav.toc { font-size: 0.95em; } nav.toc ol { margin: 0.3em 0; }
 """
 
 @dataclass(frozen=True)
@@ -49,6 +53,27 @@ class Section:
     title: str
     how_to_read: str
     blocks: Sequence[Para | Heading | Table | Figure]
+    anchor: str = ""  # the HTML id; empty: made from the title
+    failing: bool | None = None  # a status section: True when something fails (drawn red), False when all is well
+
+
+def anchors(sections: Sequence[Section]) -> list[str]:
+    """One unique HTML id per section: its ``anchor``, else its title in lower case with runs of other
+    characters as ``-``."""
+    out: list[str] = []
+    for sec in sections:
+        base = sec.anchor or "".join(c if c.isalnum() else "-" for c in sec.title.lower()).strip("-")
+        base = "-".join(filter(None, base.split("-"))) or "section"
+        name, i = base, 2
+        while name in out:
+            name, i = f"{base}-{i}", i + 1
+        out.append(name)
+    return out
+
+
+def _png_width_px(data: bytes) -> int:
+    """Width of a PNG from its IHDR chunk."""
+    return int.from_bytes(data[16:20], "big")
 
 
 def render_markdown(title: str, intro: Sequence[Para], sections: Sequence[Section]) -> str:
@@ -56,8 +81,12 @@ def render_markdown(title: str, intro: Sequence[Para], sections: Sequence[Sectio
     out = [f"# {title}", ""]
     for p in intro:
         out += [f"**{p.text}**" if p.warn else p.text, ""]
-    for sec in sections:
-        out += [f"## {sec.title}", "", f"*How to read this:* {sec.how_to_read}", ""]
+    ids = anchors(sections)
+    for k, sec in enumerate(sections):
+        if k == 1:  # the contents follow the status section
+            out += ["## Contents", ""] + [f"{i}. [{s.title}](#{a})" for i, (s, a) in
+                                          enumerate(zip(sections, ids, strict=True), start=1)] + [""]
+        out += [f'<a id="{ids[k]}"></a>', "", f"## {sec.title}", "", f"*How to read this:* {sec.how_to_read}", ""]
         for b in sec.blocks:
             if isinstance(b, Heading):
                 out += [f"### {b.text}", ""]
@@ -73,8 +102,15 @@ def render_markdown(title: str, intro: Sequence[Para], sections: Sequence[Sectio
     return "\n".join(out)
 
 
-def render_html(title: str, intro: Sequence[Para], sections: Sequence[Section], figures: dict[str, bytes]) -> str:
-    """The report as one offline HTML page: inline CSS, images as base64 data URIs."""
+def render_html(title: str, intro: Sequence[Para], sections: Sequence[Section], figures: dict[str, bytes],
+                dpi: float = 150.0) -> str:
+    """The report as one offline HTML page: inline CSS, images as base64 data URIs.
+
+    Each section is a ``<section id=...>``; a table of contents follows the
+    first (the status) section. Images are shown at one figure inch per CSS
+    inch (``dpi`` pixels per inch in the PNG), shrunk only where the page is
+    narrower, so the figures' point sizes are the sizes a reader sees.
+    """
     e = html.escape
 
     def para(p: Para) -> str:
@@ -83,8 +119,17 @@ def render_html(title: str, intro: Sequence[Para], sections: Sequence[Section], 
     out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
            f"<title>{e(title)}</title>", f"<style>{CSS}</style>", "</head>", "<body>", f"<h1>{e(title)}</h1>"]
     out += [para(p) for p in intro]
-    for sec in sections:
-        out += [f"<h2>{e(sec.title)}</h2>", f'<p class="how"><b>How to read this:</b> {e(sec.how_to_read)}</p>']
+    ids = anchors(sections)
+    for k, sec in enumerate(sections):
+        if k:
+            out.append("</section>")
+        if k == 1:
+            out += ['<nav class="toc"><h2>Contents</h2><ol>']
+            out += [f'<li><a href="#{a}">{e(s.title)}</a></li>' for s, a in zip(sections, ids, strict=True)]
+            out += ["</ol></nav>"]
+        cls = "" if sec.failing is None else f' class="status{" fail" if sec.failing else ""}"'
+        out += [f'<section id="{ids[k]}"{cls}>', f"<h2>{e(sec.title)}</h2>",
+                f'<p class="how"><b>How to read this:</b> {e(sec.how_to_read)}</p>']
         for b in sec.blocks:
             if isinstance(b, Heading):
                 out.append(f"<h3>{e(b.text)}</h3>")
@@ -96,8 +141,12 @@ def render_html(title: str, intro: Sequence[Para], sections: Sequence[Section], 
                 out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in b.rows]
                 out.append("</tbody></table>")
             else:
-                data = base64.b64encode(figures[b.name]).decode("ascii")
-                out.append(f'<figure><img src="data:image/png;base64,{data}" alt="{e(b.caption)}">'
-                           f"<figcaption>{e(b.caption)}</figcaption></figure>")
+                png = figures[b.name]
+                data = base64.b64encode(png).decode("ascii")
+                width = round(_png_width_px(png) * 96 / dpi)
+                out.append(f'<figure><img src="data:image/png;base64,{data}" style="width: {width}px" '
+                           f'alt="{e(b.caption)}"><figcaption>{e(b.caption)}</figcaption></figure>')
+    if sections:
+        out.append("</section>")
     out += ["</body>", "</html>", ""]
     return "\n".join(out)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import arviz as az
+import matplotlib
 import numpy as np
 import xarray as xr
 
@@ -17,6 +19,7 @@ from hbnn.evaluation import group_weights, predict_proba, reliability
 from hbnn.network import LayerSpec
 from hbnn.report.inputs import load_vars, needed_vars
 from hbnn.report.numbers import (
+    ESS_OK,
     LABELS,
     MODELS,
     REFERENCES,
@@ -102,10 +105,12 @@ def model_surfaces(
         (mean_title, sd_title), prefix = lik.surface_titles, "" if lik.classifier else "value_"
         kinds = ((f"{prefix}mean", means, "surface", mean_title), (f"{prefix}sd", sds, "uncertainty", sd_title))
         held = f"; {', '.join(setup.features[2:])} at training mean" if len(setup.features) > 2 else ""
+        boundary = np.stack(means) if lik.classifier else None  # the 0.5 contour, drawn on the sd pages too
         for kind, fields, stem, what in kinds:
             fig, _ = plots.plot_surface_page(np.stack(fields), titles, rp.grid_limit, points_on_page, kind,
                                              title=f"{LABELS[variant]}: {what}{held} (page {p}/{len(page_list)})",
-                                             axis_labels=setup.axis_labels, value_range=setup.value_range)
+                                             axis_labels=setup.axis_labels, value_range=setup.value_range,
+                                             boundary=boundary)
             out[f"{stem}_{variant}_p{p:0{width}d}.png"] = plots.png_bytes(fig)
         log.info("report: %s surfaces page %d/%d done", variant, p, len(page_list))
     return out, int(keep.size)
@@ -166,30 +171,70 @@ def _per_group_values(metrics: dict[str, dict], names: Sequence[str], *keys: str
 
 
 def _regression_figures(metrics: dict[str, dict], names: Sequence[str]) -> dict:
-    """Per-group test RMSE and per-group R-hat figures of a run scored by RMSE, from the metrics files."""
+    """Per-group test RMSE of a run scored by RMSE, from the metrics files."""
     rmse = _per_group_values(metrics, names, "test", "rmse")
-    rhat = _per_group_values(metrics, names, "rhat_fn")
     return {
         "per_group_rmse.png": plots.png_bytes(plots.plot_per_group(
             names, rmse, kind="bar", ylabel="test RMSE")[0]),
-        "rhat_fn.png": plots.png_bytes(plots.plot_per_group(
-            names, rhat, kind="point", ylabel="function-space R-hat", hlines=(RHAT_OK,))[0]),
     }
 
 
+def _diagnostic_figures(metrics: dict[str, dict], names: Sequence[str]) -> dict[str, bytes]:
+    """Per-group function-space R-hat and bulk ESS of every model, against the bar."""
+    rhat = _per_group_values(metrics, names, "rhat_fn")
+    ess = _per_group_values(metrics, names, "ess_bulk_fn")
+    return {
+        "rhat_fn.png": plots.png_bytes(plots.plot_per_group(
+            names, rhat, kind="point", ylabel="function-space R-hat", hlines=(RHAT_OK,))[0]),
+        "ess_fn.png": plots.png_bytes(plots.plot_per_group(
+            names, ess, kind="point", ylabel="function-space bulk ESS", hlines=(ESS_OK,), log=True)[0]),
+    }
+
+
+def group_sd_diagnostic_figures(sds: xr.Dataset, stats: xr.Dataset | None) -> dict[str, bytes]:
+    """ArviZ's rank plots and trace plot (divergent draws marked) of the group sds, and its energy plot (BFMI).
+
+    ``sds`` holds the ``sd_<layer>`` draws, ``stats`` the hierarchical fit's
+    sample stats (``None`` or without ``energy``/``diverging`` for ADVI, which
+    has neither: those plots are skipped).
+    """
+    names = list(sds.data_vars)
+    out = {}
+    with matplotlib.rc_context({"font.size": plots.SMALL}):
+        axes = az.plot_rank(sds, var_names=names, kind="bars", figsize=(min(3.4 * len(names), plots.MAX_WIDTH_IN), 3.4),
+                            backend_kwargs={"layout": "constrained"})
+        out["rank_group_sd.png"] = plots.png_bytes(plots.readable(np.ravel(axes)[0].figure), tight=True)
+        has = set(stats.data_vars) if stats is not None else set()
+        if "diverging" in has:
+            idata = az.InferenceData(posterior=sds, sample_stats=stats[["diverging"]])
+            axes = az.plot_trace(idata, var_names=names, divergences="bottom", compact=False,
+                                 figsize=(plots.MAX_WIDTH_IN * 0.85, 2.0 * len(names)),
+                                 backend_kwargs={"layout": "constrained"})
+            out["trace_group_sd.png"] = plots.png_bytes(plots.readable(np.ravel(axes)[0].figure), tight=True)
+        if "energy" in has:
+            ax = az.plot_energy(stats, figsize=(6.0, 3.8), textsize=plots.SMALL + 1, bfmi=True)
+            out["energy.png"] = plots.png_bytes(plots.readable(np.ravel(ax)[0].figure), tight=True)
+    return out
+
+
+def compare_figure(table) -> bytes:
+    """ArviZ's ``az.plot_compare`` of an ``az.compare`` table."""
+    with matplotlib.rc_context({"font.size": plots.SMALL}):
+        ax = az.plot_compare(table, figsize=(7.0, 1.2 + 0.7 * len(table)), textsize=plots.SMALL + 1,
+                             legend=True, title=False, plot_ic_diff=True)
+    return plots.png_bytes(plots.readable(np.ravel(ax)[0].figure), tight=True)
+
+
 def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: dict[str, np.ndarray]) -> dict:
-    """Accuracy, per-group accuracy and per-group R-hat figures, all from the metrics files."""
+    """Accuracy and per-group accuracy figures, from the metrics files."""
     # Start the axis at chance (or lower if needed) so differences between models stay visible.
     low = min(0.5, np.floor(np.nanmin([*np.concatenate(list(accuracy.values())), 1.0]) * 10) / 10)
     refs = {r: tuple(np.array([np.nan if vals[v] is None else vals[v][i] / 100 for v in MODELS]) for i in (0, 1))
             for r, vals in REFERENCES.items()}
     train = np.array([lookup(metrics[v], "train", "accuracy") for v in MODELS], dtype=float)
     test = np.array([lookup(metrics[v], "test", "accuracy") for v in MODELS], dtype=float)
-    rhat = _per_group_values(metrics, names, "rhat_fn")
     return {
         "per_group_accuracy.png": plots.png_bytes(plots.plot_per_group(
             names, accuracy, kind="bar", ylabel="test accuracy", ylim=(low, 1.0))[0]),
-        "rhat_fn.png": plots.png_bytes(plots.plot_per_group(
-            names, rhat, kind="point", ylabel="function-space R-hat", hlines=(RHAT_OK,))[0]),
         "accuracy.png": plots.png_bytes(plots.plot_accuracy([LABELS[v] for v in MODELS], train, test, refs)[0]),
     }

@@ -11,7 +11,7 @@ import xarray as xr
 
 from hbnn.config import Params
 from hbnn.data import Tasks
-from hbnn.io import InputError, load_trace, settings_from_attrs
+from hbnn.io import InputError, detail_path, load_trace, settings_from_attrs
 from hbnn.network import LayerSpec, layer_specs
 from hbnn.report.numbers import METRICS_FILES, lookup
 from hbnn.variants import BY_NAME
@@ -83,8 +83,9 @@ def check_metrics(metrics: dict[str, dict], metrics_dir: Path, names: Sequence[s
     for v, m in metrics.items():
         groups = lookup(m, "per_group") or {}
         if sorted(groups) != sorted(names):
-            raise InputError(f"metrics file {metrics_dir / METRICS_FILES[v]} covers groups {sorted(groups)[:5]}... "
-                             f"({len(groups)}), the tasks file has {len(names)}; rerun the fit stages")
+            raise InputError(f"metrics file {detail_path(metrics_dir / METRICS_FILES[v])} covers groups "
+                             f"{sorted(groups)[:5]}... ({len(groups)}), the tasks file has {len(names)}; rerun the "
+                             "fit stages")
 
 
 def data_settings(tasks: Tasks, params: Params) -> dict[str, Any]:

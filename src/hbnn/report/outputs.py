@@ -9,29 +9,27 @@ from pathlib import Path
 
 import numpy as np
 
-from hbnn import likelihoods
+from hbnn import evaluation, likelihoods
 from hbnn.io import Outputs, as_builtin
 from hbnn.report.numbers import LOSS_POINTS, MODELS, difference, lookup
 
 
-def summary(metrics: dict[str, dict], n_groups: int, lik: likelihoods.Likelihood) -> dict:
-    """``metrics/summary.json``: headline numbers per model and their differences (dicts only).
+def summary(metrics: dict[str, dict], n_groups: int, lik: likelihoods.Likelihood, loo: dict | None = None) -> dict:
+    """``metrics/summary.json``: how the models differ (dicts only; each model's own numbers are in its metrics).
 
-    The numbers are the likelihood's scores: its headline score on both splits
-    and its other scores on the test rows.
+    ``<a>_minus_<b>_test_<score>``: the difference of the likelihood's headline
+    test score; with ``loo`` (:func:`hbnn.evaluation.psis_loo` per model, all
+    three), ``<a>_minus_<b>_elpd`` and its paired standard error ``..._elpd_se``.
     """
     score = lik.score
-    extra = [k for k in lik.score_keys if k not in (score, "n")]
-    fields = [(f"train_{score}", "train", score), (f"test_{score}", "test", score),
-              *((f"test_{k}", "test", k) for k in extra), ("divergences", "sampling", "divergences")]
-    models = {v: {name: lookup(metrics[v], *path) for name, *path in fields} for v in MODELS}
-    test = {v: models[v][f"test_{score}"] for v in MODELS}
-    comparison = {
-        f"hier_minus_flat_test_{score}": difference(test["hierarchical"], test["flat"]),
-        f"informed_minus_flat_test_{score}": difference(test["informed"], test["flat"]),
-        f"hier_minus_informed_test_{score}": difference(test["hierarchical"], test["informed"]),
-    }
-    return as_builtin({"models": models, "comparison": comparison, "n_groups": n_groups})
+    test = {v: lookup(metrics[v], "test", score) for v in MODELS}
+    pairs = {"hier_minus_flat": ("hierarchical", "flat"), "informed_minus_flat": ("informed", "flat"),
+             "hier_minus_informed": ("hierarchical", "informed")}
+    comparison = {f"{name}_test_{score}": difference(test[a], test[b]) for name, (a, b) in pairs.items()}
+    if loo is not None and set(loo) == set(MODELS):
+        for name, (a, b) in pairs.items():
+            comparison[f"{name}_elpd"], comparison[f"{name}_elpd_se"] = evaluation.elpd_difference(loo[a], loo[b])
+    return as_builtin({"comparison": comparison, "n_groups": n_groups})
 
 
 def per_group_csv(per_group: dict[str, np.ndarray], names: Sequence[str]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,7 +96,7 @@ def _per_group_rmse_section(n_groups: int) -> Section:
     return Section(
         "Per-group test RMSE",
         "one group of bars per task; partial pooling helps most where a group's own data are few, so look for "
-        "groups where the flat bar is highest. The numbers are in metrics/*.json (per_group.<g>.test.rmse).",
+        "groups where the flat bar is highest. The numbers are in metrics/detail/*.json (per_group.<g>.test.rmse).",
         [Figure("per_group_rmse.png", f"Test RMSE of every group ({n_groups}) for the three models.")],
     )
 
@@ -187,8 +188,9 @@ def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, use
         Section(
             "Predictive uncertainty",
             "posterior standard deviation of the class-1 probability on the same grid (shared scale 0 to 0.5): bright "
-            "regions are where the posterior draws disagree. Expect high uncertainty along the boundary and away "
-            "from the data, less of it where pooling constrains a group.",
+            "regions are where the posterior draws disagree; the dashed white line is the 0.5 boundary of the "
+            "posterior mean, markers as above. Expect high uncertainty along the boundary and away from the data, "
+            "less of it where pooling constrains a group.",
             _page_blocks(surface_files, used, "uncertainty", "posterior sd of P(y=1)"),
         ),
     ]
@@ -227,40 +229,102 @@ def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: d
     )
 
 
-def _trust_section(metrics: dict[str, dict], names: Sequence[str]) -> Section:
-    """First section: does every model meet the convergence bar, and which groups miss it."""
-    header = ["Model", "Groups meeting the bar", "Max R-hat (fn)", "Min bulk ESS (fn)", "Divergences",
-              "Groups missing it"]
+def _missing_text(metrics: dict, g: str) -> str:
+    """A group that misses the bar, with its numbers: ``g02 (R-hat 1.021, ESS 97, 3 divergences)``."""
+    d = lookup(metrics, "per_group", g) or {}
+    ess = d.get("ess_bulk_fn")
+    parts = [f"R-hat {fmt(d.get('rhat_fn'))}", f"ESS {'n/a' if ess is None else math.floor(ess)}"]
+    if d.get("divergences"):
+        parts.append(f"{d['divergences']} divergences")
+    return f"{g} ({', '.join(parts)})"
+
+
+def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Sequence[str]) -> Section:
+    """First section: does every model meet the convergence bar, which groups miss it and by how much,
+    and where PSIS-LOO is unreliable. Drawn red when anything fails."""
+    header = ["Model", "Converged", "Groups meeting the bar", "Max R-hat (fn)", "Min bulk ESS (fn)", "Divergences",
+              "Groups missing it", "LOO rows with high Pareto k"]
     rows, missing_any = [], False
     for v in MODELS:
         s = lookup(metrics[v], "sampling") or {}
         missing = [g for g in names if not lookup(metrics[v], "per_group", g, "converged")]
         missing_any |= bool(missing)
-        shown = ", ".join(missing[:12]) + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
-        rows.append([LABELS[v], f"{len(names) - len(missing)}/{len(names)}", fmt(s.get("max_rhat_fn")),
-                     fmt(s.get("min_ess_bulk_fn"), ".0f"), fmt(s.get("divergences"), "d"), shown or "none"])
+        shown = "; ".join(_missing_text(metrics[v], g) for g in missing[:12])
+        shown += f" and {len(missing) - 12} more" if len(missing) > 12 else ""
+        bad_k = lookup(metrics[v], "loo", "n_bad_k")
+        rows.append([LABELS[v], "NO" if missing else "yes", f"{len(names) - len(missing)}/{len(names)}",
+                     fmt(s.get("max_rhat_fn")), fmt(s.get("min_ess_bulk_fn"), ".0f"), fmt(s.get("divergences"), "d"),
+                     shown or "none", "n/a" if bad_k is None else f"{bad_k} of {lookup(metrics[v], 'train', 'n')}"])
     sds = lookup(metrics["hierarchical"], "sampling", "group_sd") or {}
-    sd_bad = [var for var, d in sorted(sds.items())
-              if not (d.get("rhat") is not None and d["rhat"] <= RHAT_OK and (d.get("ess_bulk") or 0) >= ESS_OK)]
-    verdict = ("NOT CONVERGED: the numbers below for the groups listed are not backed by their diagnostics; "
-               "sample longer or with more chains before relying on them." if missing_any or sd_bad else
-               "Every model meets the bar in every group.")
-    sd_text = (f" Hierarchical group sds missing it: {', '.join(sd_bad)}." if sd_bad else
-               (" The hierarchical group sds meet it too." if sds else ""))
+    sd_bad = [f"{var} (R-hat {fmt(sds[var].get('rhat'))}, ESS {fmt(sds[var].get('ess_bulk'), '.0f')})"
+              for var in sd_vars if var in sds and not (
+                  sds[var].get("rhat") is not None and sds[var]["rhat"] <= RHAT_OK
+                  and (sds[var].get("ess_bulk") or 0) >= ESS_OK)]
+    failing = missing_any or bool(sd_bad)
+    verdict = ("NOT CONVERGED: the numbers in this report for the groups listed are not backed by their "
+               "diagnostics; sample longer or with more chains before relying on them." if failing else
+               "CONVERGED: every model meets the bar in every group.")
+    sd_text = (f"Hierarchical group sds missing it: {'; '.join(sd_bad)}." if sd_bad else
+               ("The hierarchical group sds meet it too." if sds else ""))
     flags = [f"{LABELS[v]}, group {g}: {d.get('reason', '')}" for v in MODELS
              for g, d in sorted((lookup(metrics[v], "sampling", "flagged_groups") or {}).items())]
     flag_text = ("Flagged as non-mixing (the chains sampled distinct functions, each chain well; more draws of "
                  "the same chains will not merge them): " + "; ".join(flags) + "." if flags else
                  "No group is flagged as non-mixing (chains settled in distinct functions).")
+    blocks = [Para(verdict, warn=failing), Table(header, rows)]
+    blocks += [Para(sd_text, warn=bool(sd_bad))] if sd_text else []
+    blocks.append(Para(flag_text, warn=bool(flags)))
     return Section(
-        "Can the inference be trusted?",
-        f"The bar (Stan and ArviZ practice): function-space R-hat <= {RHAT_OK} and bulk ESS >= {ESS_OK} on every "
-        "group's predicted test points, and divergences <= 0.1% of draws. " + verdict + sd_text,
-        [Table(header, rows), Para(flag_text)],
+        "Status: can the inference be trusted?",
+        f"the bar (Stan and ArviZ practice): function-space R-hat <= {RHAT_OK} and bulk ESS >= {ESS_OK} on every "
+        "group's predicted test points, divergences <= 0.1% of draws, and the same R-hat and ESS for the "
+        "hierarchical group sds. High Pareto k rows make that model's LOO estimate (Model comparison) unreliable; "
+        "they do not affect its other numbers.",
+        blocks, anchor="status", failing=failing,
     )
 
 
-def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str]) -> Section:
+def _comparison_section(table, bad_k: dict[str, tuple[int, int, float]]) -> Section:
+    """``az.compare``'s table of the three models (PSIS-LOO), its plot and what it means here.
+
+    ``table`` is ``None`` when the traces hold no ``log_likelihood`` (``trace.pointwise: false``);
+    ``bad_k[model] = (rows with high Pareto k, rows, threshold)``.
+    """
+    how = ("elpd_loo estimates the log predictive density of a training row left out of its own fit (PSIS-LOO, "
+           "summed over rows; higher is better); p_loo is the effective number of parameters; elpd_diff and dse are "
+           "the difference from the best model and its standard error, paired over rows. A difference within ~2 "
+           "dse is not a difference. For these models: the flat nets see only their group's rows, the hierarchical "
+           "model also the other groups' through the shared means and sds, so its lead measures what partial "
+           "pooling buys for a row of a known group. The informed model's prior was derived from the hierarchical "
+           "posterior of the same training rows, so its LOO uses each row twice and is optimistic; compare it on "
+           "the test rows (Accuracy / Scores) instead.")
+    if table is None:
+        return Section("Model comparison (PSIS-LOO)", how, [Para(
+            "The traces hold no log_likelihood group (trace.pointwise: false), so there is no comparison table; "
+            "each model's LOO numbers are in metrics/<model>.json (loo.*).")])
+    header = ["Model", "Rank", "elpd_loo", "SE", "p_loo", "elpd_diff", "dse", "Weight", "High Pareto k rows"]
+    rows = [[str(name), str(int(r["rank"])), fmt(r["elpd_loo"], ".1f"), fmt(r["se"], ".1f"), fmt(r["p_loo"], ".1f"),
+             fmt(r["elpd_diff"], ".1f"), fmt(r["dse"], ".1f"), fmt(r["weight"], ".2f"),
+             "{} of {} (k > {:.2f})".format(*bad_k[name])] for name, r in table.iterrows()]
+    worst = {name: b for name, b in bad_k.items() if b[0]}
+    if worst:
+        k_text = ("Rows with Pareto k above the threshold (" + ", ".join(f"{n}: {b[0]}" for n, b in worst.items())
+                  + ") make PSIS-LOO unreliable for those models: the left-out row changes the posterior too much "
+                  "for importance sampling. The remedy is K-fold cross-validation, by row (refit without each fold "
+                  "of rows) or by group (leave a group out: the question of a new group); this pipeline does not "
+                  "run it.")
+    else:
+        k_text = "Every row's Pareto k is below the threshold: PSIS-LOO is reliable for all three models."
+    return Section(
+        "Model comparison (PSIS-LOO)", how,
+        [Table(header, rows), Para(k_text, warn=bool(worst)),
+         Figure("compare.png", "az.plot_compare: open circles and bars are each model's elpd_loo and its SE; grey "
+                               "triangles and bars the difference from the best model (dashed line) and its dse.")],
+    )
+
+
+def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Sequence[str],
+                         figures: Sequence[str], bfmi: Sequence[float] | None) -> Section:
     header = ["Model", "Sampling s", "Compile s", "Divergences", "Max R-hat (fn)", "Min bulk ESS (fn)",
               "Max R-hat (all)", "Min bulk ESS (all)"]
     rows, flagged = [], []
@@ -271,17 +335,36 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str]) -> Sect
                      fmt(s.get("max_rhat")), fmt(s.get("min_ess_bulk"), ".0f")])
         rhat = [lookup(metrics[v], "per_group", g, "rhat_fn") for g in names]
         flagged.append(f"{LABELS[v]} {sum(r is not None and r > RHAT_OK for r in rhat)}/{len(names)}")
-    sd_rows = [[var, fmt(d.get("rhat")), fmt(d.get("ess_bulk"), ".0f"), fmt(d.get("ess_tail"), ".0f")]
-               for var, d in sorted((lookup(metrics["hierarchical"], "sampling", "group_sd") or {}).items())]
+    sds = lookup(metrics["hierarchical"], "sampling", "group_sd") or {}
+    sd_rows = [[var, fmt(sds[var].get("rhat")), fmt(sds[var].get("ess_bulk"), ".0f"),
+                fmt(sds[var].get("ess_tail"), ".0f")] for var in sd_vars if var in sds]
+    blocks = [Table(header, rows),
+              Para(f"Groups with function-space R-hat above {RHAT_OK}: {', '.join(flagged)}."),
+              Figure("rhat_fn.png", f"Per-group function-space R-hat (max over test points); dashed line at "
+                                    f"{RHAT_OK}."),
+              Figure("ess_fn.png", f"Per-group function-space bulk ESS (min over test points, log scale); dashed "
+                                   f"line at {ESS_OK}."),
+              Heading("Hierarchical group sds (layer order)"),
+              Table(["Variable", "R-hat", "Bulk ESS", "Tail ESS"], sd_rows)]
+    captions = {
+        "rank_group_sd.png": "Rank plots of the group sds (az.plot_rank): each chain's ranks should be uniform; "
+                             "bars piling at one end mean that chain sits higher or lower than the others.",
+        "trace_group_sd.png": "Trace of the group sds per chain (az.plot_trace); divergent draws are marked as "
+                              "ticks at the bottom, where they happened.",
+        "energy.png": "Energy plot (az.plot_energy): the marginal energy and the energy transition distributions "
+                      "should overlap; BFMI below 0.3 means the sampler explores the tails poorly.",
+    }
+    blocks += [Figure(n, c) for n, c in captions.items() if n in figures]
+    if bfmi is not None:
+        blocks.append(Para("BFMI per chain (hierarchical): " + ", ".join(fmt(b, ".2f") for b in bfmi)
+                           + (" (below 0.3: poor exploration)." if min(bfmi) < 0.3 else " (all above 0.3)."),
+                           warn=min(bfmi) < 0.3))
     return Section(
         "Sampler diagnostics",
-        "R-hat (want < 1.01) and effective sample size (ESS, want hundreds) are computed in function space, on "
+        "R-hat (want <= 1.01) and effective sample size (ESS, want >= 400) are computed in function space, on "
         "the predicted test probabilities of each group, because weight space has exact symmetries (hidden-unit "
         "permutations and sign flips) that make weight-space R-hat meaningless. 'all' adds the hierarchical "
-        "group sds, which are scalars free of those symmetries. Divergences should be 0.",
-        [Table(header, rows),
-         Para(f"Groups with function-space R-hat above {RHAT_OK}: {', '.join(flagged)}."),
-         Heading("Hierarchical group sds"),
-         Table(["Variable", "R-hat", "Bulk ESS", "Tail ESS"], sd_rows),
-         Figure("rhat_fn.png", f"Per-group function-space R-hat; dashed line at {RHAT_OK}.")],
+        "group sds, which are scalars free of those symmetries. Divergences should be 0. The same numbers come "
+        "from ArviZ on the traces: az.rhat(trace.predictions) per group, az.loo(trace).",
+        blocks,
     )

@@ -5,20 +5,24 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import arviz as az
 import numpy as np
 
-from hbnn import likelihoods, plots
+from hbnn import evaluation, likelihoods, plots
 from hbnn.config import Params
 from hbnn.data import load_tasks
-from hbnn.io import settings_from_attrs, staged_outputs
+from hbnn.io import detail_path, settings_from_attrs, staged_outputs
 from hbnn.prior import load_prior
 from hbnn.report.document import render_html, render_markdown
 from hbnn.report.figures import (
     _correlation_figure,
+    _diagnostic_figures,
     _metrics_figures,
     _per_group_values,
     _regression_figures,
     _trace_figures,
+    compare_figure,
+    group_sd_diagnostic_figures,
 )
 from hbnn.report.inputs import (
     check_metrics,
@@ -29,11 +33,12 @@ from hbnn.report.inputs import (
     read_json,
     trace_specs,
 )
-from hbnn.report.numbers import METRICS_FILES, MODELS, lookup
+from hbnn.report.numbers import LABELS, METRICS_FILES, MODELS, lookup
 from hbnn.report.outputs import advi_loss, calibration_csv, loss_csv, per_group_csv, summary, write_figures
 from hbnn.report.sections import (
     _accuracy_section,
     _calibration_section,
+    _comparison_section,
     _correlation_section,
     _diagnostics_section,
     _group_sd_section,
@@ -44,8 +49,8 @@ from hbnn.report.sections import (
     _per_group_section,
     _regression_surface_sections,
     _scores_section,
+    _status_section,
     _surface_sections,
-    _trust_section,
 )
 
 log = logging.getLogger(__name__)
@@ -77,8 +82,8 @@ def report(
     tasks = load_tasks(tasks_path, params=params)
     lik = likelihoods.get(tasks.likelihood)
     names = tasks.group_names
-    metrics = {v: read_json(metrics_dir / f, "metrics file") for v, f in METRICS_FILES.items()}
-    prior_metrics = read_json(metrics_dir / "prior.json", "metrics file")
+    metrics = {v: read_json(detail_path(metrics_dir / f), "metrics file") for v, f in METRICS_FILES.items()}
+    prior_metrics = read_json(detail_path(metrics_dir / "prior.json"), "metrics file")
     check_metrics(metrics, metrics_dir, names)
     for v, f in METRICS_FILES.items():  # wall-clock times, for the diagnostics table only
         timing = read_json(timings_dir / f, "timing file")
@@ -93,6 +98,12 @@ def report(
         figures, surface_files, used_draws, hier_extra, calibration = _trace_figures(traces, specs, tasks, rp)
         losses = {v: advi_loss(traces[v]) for v in MODELS
                   if "sample_stats" in traces[v].groups() and "loss" in traces[v].sample_stats}
+        loo = {v: evaluation.psis_loo(traces[v].log_likelihood["y"].transpose("chain", "draw", "obs").values)
+               for v in MODELS if "log_likelihood" in traces[v].groups()}
+        hier_stats = None
+        if "sample_stats" in traces["hierarchical"].groups():
+            stats = traces["hierarchical"].sample_stats
+            hier_stats = stats[[n for n in ("energy", "diverging") if n in stats]].compute()
     finally:
         for idata in traces.values():
             close_trace(idata)
@@ -103,18 +114,31 @@ def report(
     figures[corr_name] = _correlation_figure(hier_extra, prior, first, tasks.features, ref_chain)
     sd_draws = {var: hier_extra[var].transpose("chain", "draw").values for var in sd_vars}
     figures["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])
+    figures.update(group_sd_diagnostic_figures(hier_extra[sd_vars], hier_stats))
+    figures.update(_diagnostic_figures(metrics, names))
+    bfmi = ([float(b) for b in az.bfmi(hier_stats)] if hier_stats is not None and "energy" in hier_stats
+            else None)
+    table = None
+    if len(loo) == len(MODELS):
+        table = az.compare({LABELS[v]: loo[v] for v in MODELS})
+        figures["compare.png"] = compare_figure(table)
+    bad_k = {LABELS[v]: (int((np.asarray(loo[v].pareto_k) > evaluation.bad_k_threshold(loo[v].n_samples)).sum()),
+                         int(np.asarray(loo[v].pareto_k).size), evaluation.bad_k_threshold(loo[v].n_samples))
+             for v in loo}
     if losses:
         figures["advi_loss.png"] = plots.png_bytes(plots.plot_loss(losses)[0])
     data = data_settings(tasks, params)
     if not lik.classifier:
         accuracy = {v: np.zeros(0) for v in MODELS}
         figures.update(_regression_figures(metrics, names))
-        sections = [_trust_section(metrics, names), _scores_section(metrics), _per_group_rmse_section(len(names))]
+        sections = [_status_section(metrics, names, sd_vars), _scores_section(metrics),
+                    _per_group_rmse_section(len(names))]
     else:
         accuracy = _per_group_values(metrics, names, "test", "accuracy")
         figures.update(_metrics_figures(metrics, names, accuracy))
         figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
-        sections = [_trust_section(metrics, names), _accuracy_section(metrics, data), _per_group_section(len(names)),
+        sections = [_status_section(metrics, names, sd_vars), _accuracy_section(metrics, data),
+                    _per_group_section(len(names)),
                     _calibration_section()]
     if tasks.n_features < 2:
         sections.append(_no_surface_section(tasks))
@@ -130,9 +154,10 @@ def report(
     sections += [
         _group_sd_section(sd_vars, specs, prior_metrics),
         _correlation_section(first.name, corr_name, ref_chain, prior_metrics),
-        _diagnostics_section(metrics, names),
+        _comparison_section(table, bad_k),
+        _diagnostics_section(metrics, names, sd_vars, list(figures), bfmi),
     ]
-    result = summary(metrics, len(names), lik)
+    result = summary(metrics, len(names), lik, loo)
 
     with staged_outputs() as outputs:
         write_figures(figures, out_dir / "figures", outputs)

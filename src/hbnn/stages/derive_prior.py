@@ -10,11 +10,18 @@ import numpy as np
 
 from hbnn import prior
 from hbnn.config import Params
-from hbnn.io import InputError, as_builtin, load_trace, provenance, settings_from_attrs, staged_outputs
+from hbnn.io import InputError, as_builtin, detail_path, load_trace, provenance, settings_from_attrs, staged_outputs
 from hbnn.network import layer_specs
 from hbnn.variants import STAGE_KEYS, STAGE_PARAMS, derive_seed
 
 log = logging.getLogger(__name__)
+
+
+def headline(metrics: dict) -> dict:
+    """What ``metrics/prior.json`` holds: the chains used and each layer's mean prior sd (the rest is in the
+    detail file, :func:`hbnn.io.detail_path`)."""
+    return {"draws": {"chains_used": metrics["draws"]["chains_used"]},
+            "layers": {name: {"prior_sd_mean": m["prior_sd_mean"]} for name, m in metrics["layers"].items()}}
 
 
 def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out: Path) -> dict:
@@ -87,6 +94,7 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
     }
     with staged_outputs() as outputs:
         outputs.write_netcdf(ds, prior_out)
-        outputs.write_json(as_builtin(metrics), metrics_out)
+        outputs.write_json(as_builtin(metrics), detail_path(metrics_out))
+        outputs.write_json(as_builtin(headline(metrics)), metrics_out)
     log.info("derive_prior: %d new-group draws per layer from %d chains", draws[0].shape[0], len(chains_used))
     return metrics

@@ -11,11 +11,11 @@ import arviz as az
 import numpy as np
 import xarray as xr
 
-from hbnn import budget, evaluation
+from hbnn import budget, evaluation, likelihoods
 from hbnn.config import Params
 from hbnn.data import Tasks
 from hbnn.inference import Sampler, backend_class
-from hbnn.io import as_builtin, provenance, staged_outputs, stamp
+from hbnn.io import as_builtin, detail_path, provenance, staged_outputs, stamp
 from hbnn.network import layer_specs
 from hbnn.variants import BY_STAGE, STAGE_KEYS, STAGE_PARAMS, derive_seed
 
@@ -76,17 +76,20 @@ def finish_fit(
     settings_extra: dict | None = None,
 ) -> dict:
     observed, constant = _observed(tasks)
-    idata = az.InferenceData(
-        posterior=posterior, sample_stats=sample_stats, observed_data=observed, constant_data=constant
-    )
-    settings = _settings(stage, params, tasks, **(settings_extra or {}))
-    stamp(idata, provenance(stage, BY_STAGE[stage].name, params.section_hash(*STAGE_PARAMS[stage]), settings))
     specs = layer_specs(tasks.n_features, params.model.hidden_layers)
     predictions = evaluation.evaluate_groups(
         tasks,
         lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
         noise_of=lambda g: evaluation.group_noise(posterior, tasks.group_names[g]),
     )
+    log_lik = evaluation.pointwise_log_likelihood(tasks, predictions["train"])
+    groups = {"posterior": posterior, "sample_stats": sample_stats, "observed_data": observed,
+              "constant_data": constant}
+    if params.trace.pointwise:
+        groups.update(_pointwise_groups(stage, params, tasks, predictions["test"], log_lik, observed))
+    idata = az.InferenceData(**groups)
+    settings = _settings(stage, params, tasks, **(settings_extra or {}))
+    stamp(idata, provenance(stage, BY_STAGE[stage].name, params.section_hash(*STAGE_PARAMS[stage]), settings))
     metrics = evaluation.fit_metrics(
         tasks,
         predictions,
@@ -94,22 +97,60 @@ def finish_fit(
         extra_diagnostics=extra_diagnostics,
         group_divergences=(sample_stats["diverging"].sum(("chain", "draw")).sel(group=tasks.group_names).values
                            if "group" in sample_stats["diverging"].dims else None),
+        loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),
     )
     advi_iterations = sample_stats.sizes.get("advi_iteration")
     s = params.sampler_for(stage)
     timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
                                        backend_class(s).parallel_chains(s), advi_iterations)
+    score = likelihoods.get(tasks.likelihood).score
     with staged_outputs() as outputs:
         outputs.write_netcdf(idata, trace_out)
         outputs.write_json(as_builtin(timing), timing_out)
-        outputs.write_json(as_builtin(metrics), metrics_out)
-    score = "accuracy" if "accuracy" in metrics["train"] else "rmse"
+        outputs.write_json(as_builtin(metrics), detail_path(metrics_out))
+        outputs.write_json(as_builtin(evaluation.headline(metrics, score)), metrics_out)
     log.info(
-        "%s: train %s %.4f, test %s %.4f, %d divergences, %.1fs sampling",
+        "%s: train %s %.4f, test %s %.4f, LOO elpd %.1f (se %.1f), %d divergences, %.1fs sampling",
         stage, score, metrics["train"][score], score, metrics["test"].get(score, float("nan")),
-        metrics["sampling"]["divergences"], cost.seconds,
+        metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], cost.seconds,
     )
     return metrics
+
+
+def _pointwise_groups(stage: str, params: Params, tasks: Tasks, test: dict[str, list], log_lik: np.ndarray,
+                      observed: xr.Dataset) -> dict[str, xr.Dataset]:
+    """The trace's ``log_likelihood`` (training rows, as ``observed_data``) and ``predictions`` (test rows).
+
+    ``predictions`` holds the function-space quantity behind every score and
+    diagnostic (``p``, ``mu`` or ``rate``, in the label's units) and, where the
+    likelihood has predictive noise, one predictive draw ``y`` per posterior
+    draw (seeded from the stage's sampler seed); ``predictions_constant_data``
+    holds the test rows' inputs (model scale) and labels (label units), so the
+    test scores can be recomputed from the trace alone.
+    """
+    lik = likelihoods.get(tasks.likelihood)
+    split = tasks.split("test")
+    coords = {"obs": split.obs, "obs_group": ("obs", np.array(tasks.group_names)[split.group])}
+    dims = ("chain", "draw", "obs")
+    quantity = evaluation.split_order(split, test["draws"]) if split.y.size else np.zeros((*log_lik.shape[:2], 0))
+    pred = {lik.quantity: (dims, quantity)}
+    rng = np.random.default_rng(derive_seed(params.sampler_for(stage).seed, STAGE_KEYS[stage], *PREDICTIVE_KEYS))
+    noise = test["noise"] or [None] * tasks.n_groups
+    draws = [lik.predictive_draws(d, n, rng) for d, n in zip(test["draws"], noise, strict=True)]
+    if split.y.size and draws[0] is not None:
+        pred["y"] = (dims, evaluation.split_order(split, draws))
+    return {
+        "log_likelihood": xr.Dataset({"y": (dims, log_lik)}, coords=dict(observed.coords)),
+        "predictions": xr.Dataset(pred, coords=coords),
+        "predictions_constant_data": xr.Dataset(
+            {"x": (("obs", "feature"), split.X), "y": ("obs", lik.mean_label(split.y, tasks.y_mean, tasks.y_sd))},
+            coords={**coords, "feature": tasks.features}),
+    }
+
+
+# Random stream of the predictive draws stored in a trace: a three-part key (stage, 0, 1), which no
+# sampler stream uses (those are (stage,) and (stage, group)).
+PREDICTIVE_KEYS = (0, 1)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import arviz as az
 import numpy as np
 import pandas as pd
@@ -146,3 +149,12 @@ def test_cli_writes_csv_and_reports_errors(tmp_path, capsys):
     assert not (tmp_path / "other.csv").exists()
     assert cli.main(["predict", "--trace", str(tmp_path / "missing.nc"), "--input", str(tmp_path / "new.csv"),
                      "--output", str(out)]) == 2
+
+
+def test_hbnn_predict_loads_no_sampler_plotting_or_arviz():
+    """`hbnn predict` on a few rows takes ~1 s, most of it pandas and xarray; arviz (~2 s), matplotlib,
+    scikit-learn and the samplers are not imported on its path."""
+    heavy = ("arviz", "matplotlib", "sklearn", "pymc", "pytensor", "nutpie", "jax", "scipy.optimize")
+    code = f"import sys, hbnn.cli, hbnn.predict; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -357,6 +357,9 @@ def test_comparison_section_and_figures_are_in_the_report(run):
     assert "## Model comparison (PSIS-LOO)" in text and "figures/compare.png" in text
     for name in ("rhat_fn.png", "ess_fn.png", "rank_group_sd.png", "compare.png"):
         assert (run["dir"] / "reports" / "figures" / name).is_file()
+    for name in ("compare.png", "group_sd.png"):  # dvc plots images, kept in git
+        plot = (run["dir"] / "reports" / "plots" / name).read_bytes()
+        assert plot == (run["dir"] / "reports" / "figures" / name).read_bytes()
 
 
 def test_figures_are_drawn_for_reading(run):

@@ -44,6 +44,7 @@ STEPS_PER_ITERATION = {"nutpie": 64, "pymc": 256, "numpyro": 512, "blackjax": 51
 ADVI_DRAWS_PER_STEP = 1  # Monte Carlo draws per ADVI gradient step
 BYTES = 8
 COPIES = 3
+LOO_COPIES = 5  # the training rows' log-likelihood, its ratios for the relative ESS and az.loo's working arrays
 MEMORY_FRACTION = 0.8  # limits.max_memory_gib: 0 means this share of the machine's memory
 ROW_BYTES = 400  # one row of the tasks file and its copies while it is built (measured: 270)
 SECONDS_PER_MOONS_GROUP = 1e-3  # make_moons, scale and rotate one group (measured: 0.73 ms)
@@ -125,6 +126,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     minutes = fits * steps_per_fit * grad_us * 1e-6 / parallel / 60
     trace = stored_draws * stored_params * BYTES * COPIES
     predictions = s.chains * s.draws * (n_train + n_test) * BYTES * COPIES
+    predictions += s.chains * s.draws * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.evaluation.psis_loo)
     prior = sum(w * w for w in layers) * BYTES * 4 if stage == "fit_informed" else 0  # covariances, factors
     sizes = (f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, "
              f"{s.chains} chains x {s.tune} + {s.draws} iterations ({s.backend})")

@@ -19,8 +19,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import xarray as xr
-from sklearn.datasets import make_moons
-from sklearn.preprocessing import scale
 
 from hbnn import likelihoods
 from hbnn.config import Params
@@ -58,6 +56,9 @@ def make_moons_tasks(params: Params) -> xr.Dataset:
     original notebook's data bit for bit. The first ``train_fraction`` of each
     group's rows are training rows, the rest test rows.
     """
+    from sklearn.datasets import make_moons  # here: hbnn predict imports this module and must start fast
+    from sklearn.preprocessing import scale
+
     d = params.data
     rng = np.random.RandomState(params.seed)
     n_train = round(d.n_samples * d.train_fraction)

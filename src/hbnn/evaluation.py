@@ -13,7 +13,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
-import arviz as az
 import numpy as np
 import xarray as xr
 from scipy.special import expit
@@ -115,6 +114,8 @@ def distinct_chains(probs: np.ndarray) -> dict[str, float] | None:
 
 def scalar_diagnostics(posterior: xr.Dataset, var_names: Sequence[str]) -> dict[str, dict[str, float]]:
     """R-hat and ESS of scalar posterior variables (the hierarchical group sds)."""
+    import arviz as az  # here: hbnn predict imports this module and must start fast
+
     ds = posterior[list(var_names)]
     rhat, bulk, tail = az.rhat(ds), az.ess(ds, method="bulk"), az.ess(ds, method="tail")
     return {
@@ -202,6 +203,8 @@ def psis_loo(log_lik: np.ndarray):
     the pooled sum is the LOO of the product of the groups' posteriors. Returns
     ArviZ's ``ELPDData``, which ``az.compare`` takes as it is.
     """
+    import arviz as az
+
     S = log_lik.shape[0] * log_lik.shape[1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a row's ESS of constant likelihood values: NaN, dropped below

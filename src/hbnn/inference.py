@@ -7,6 +7,7 @@ repeatedly, optionally with new values for the model's ``pm.Data`` containers
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import logging
@@ -23,7 +24,7 @@ import xarray as xr
 
 from hbnn.config import ConfigError, SamplerParams
 from hbnn.errors import SamplingError
-from hbnn.logs import heartbeat
+from hbnn.logs import heartbeat, interactive
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,13 @@ class Backend:
         """Chains that step at the same time, on their own cores (for the cost per gradient)."""
         return max(1, min(settings.chains, settings.cores))
 
-    def describe(self, seed: int) -> str:
+    def label(self) -> str:
+        """What runs, for log lines: backend and settings."""
         s = self.settings
-        return f"sampling: backend={self.name} chains={s.chains} tune={s.tune} draws={s.draws} seed={seed}"
+        return f"sampling: backend={self.name} chains={s.chains} tune={s.tune} draws={s.draws}"
+
+    def describe(self, seed: int) -> str:
+        return f"{self.label()} seed={seed}"
 
     def run(self, seed: int, data: Mapping[str, np.ndarray] | None) -> tuple[az.InferenceData, np.ndarray | None,
                                                                              int | None]:
@@ -129,7 +134,7 @@ class NutpieBackend(Backend):
             seed=seed,
             target_accept=s.target_accept,
             low_rank_modified_mass_matrix=s.mass_matrix == "low_rank",
-            progress_bar=False,
+            progress_bar=interactive(),  # on a terminal; in a log, Sampler.sample's heartbeat
             save_warmup=True,  # only to count the tuning phase's gradient evaluations
             blocking=False,
         )
@@ -163,7 +168,7 @@ class PymcBackend(Backend):
                 cores=min(s.cores, s.chains),
                 random_seed=seed,
                 target_accept=s.target_accept,
-                progressbar=False,
+                progressbar=interactive(),
                 compute_convergence_checks=False,
                 nuts_sampler=self.name,
                 **self._sample_kwargs(),
@@ -230,9 +235,9 @@ class AdviBackend(Backend):
     def parallel_chains(settings: SamplerParams) -> int:
         return 1
 
-    def describe(self, seed: int) -> str:
+    def label(self) -> str:
         a = self.settings.advi
-        return f"fitting: backend=advi iterations={a.iterations} minibatch={a.minibatch_size} seed={seed}"
+        return f"fitting: backend=advi iterations={a.iterations} minibatch={a.minibatch_size}"
 
     def run(self, seed, data):
         self._set_data(data)
@@ -266,12 +271,21 @@ class Sampler:
         self.backend = backend_class(settings)(model, settings)
         self.compile_seconds = time.perf_counter() - start
 
-    def sample(self, seed: int, data: Mapping[str, np.ndarray] | None = None) -> Fit:
-        """Fit with the configured settings; ``data`` replaces ``pm.Data`` values."""
+    def sample(self, seed: int, data: Mapping[str, np.ndarray] | None = None, *, watch: bool = True,
+               expected_seconds: float | None = None) -> Fit:
+        """Fit with the configured settings; ``data`` replaces ``pm.Data`` values.
+
+        In a log (not a terminal) and with ``watch``, a heartbeat line every 10 s
+        says how long the fit has run and, given ``expected_seconds`` (the cost
+        estimate of :mod:`hbnn.budget`), about how long is left; a caller that
+        reports its own progress (a loop over groups) passes ``watch=False``.
+        """
         description = self.backend.describe(seed)
         log.debug("%s", description)
         start = time.perf_counter()
-        with heartbeat(log, description.split(" seed=")[0]):
+        watching = heartbeat(log, self.backend.label(), status=_time_left(expected_seconds)) if (
+            watch and not interactive()) else contextlib.nullcontext()
+        with watching:
             idata, loss, grad_evals = self.backend.run(seed, data)
         seconds = time.perf_counter() - start
         _check_complete(idata, self.settings)
@@ -280,6 +294,19 @@ class Sampler:
         posterior = idata.posterior[[v for v in idata.posterior.data_vars if not str(v).endswith("__")]]
         idata = az.InferenceData(posterior=posterior, sample_stats=idata.sample_stats)
         return Fit(posterior=idata, seconds=seconds, loss=loss, grad_evals=grad_evals)
+
+
+def _time_left(expected: float | None):
+    """A heartbeat status from the cost estimate: ``~Ns left by the cost estimate`` (``None`` without one)."""
+    if not expected:
+        return None
+
+    def status(elapsed: float) -> str:
+        if elapsed < expected:
+            return f"~{expected - elapsed:.0f}s left by the cost estimate ({expected:.0f}s in all)"
+        return f"past the cost estimate of {expected:.0f}s"
+
+    return status
 
 
 def _check_complete(idata: az.InferenceData, s: SamplerParams) -> None:

@@ -20,13 +20,15 @@ import tempfile
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import arviz as az
 import numpy as np
 import xarray as xr
 
 from hbnn.errors import InputError, NonFiniteError, OutputError, interrupt_received
+
+if TYPE_CHECKING:  # arviz takes ~2 s to import; hbnn predict reads traces without it
+    import arviz as az
 
 PACKAGES = ("hbnn", "pymc", "pytensor", "nutpie", "arviz", "numpy", "xarray", "scikit-learn")
 
@@ -200,7 +202,7 @@ def check_finite(obj: az.InferenceData | xr.Dataset, what: str) -> None:
 
     For ``InferenceData`` the groups in :data:`UNCHECKED_GROUPS` are skipped.
     """
-    if isinstance(obj, az.InferenceData):
+    if not isinstance(obj, xr.Dataset):  # an InferenceData
         datasets = [(f"{what} group {g}", obj[g]) for g in obj.groups() if g not in UNCHECKED_GROUPS]
     else:
         datasets = [(what, obj)]
@@ -266,6 +268,8 @@ def load_trace(
     params=None,
 ) -> az.InferenceData:
     """Open a trace and check it came from the expected model variant (and, given ``params``, made with them)."""
+    import arviz as az
+
     path = Path(path)
     _check_exists(path, "trace")
     try:

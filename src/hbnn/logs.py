@@ -3,16 +3,18 @@
 ``HBNN_LOG=debug`` adds detail (each fit's seed, the compile cache's decisions);
 ``HBNN_LOG=warning`` keeps only warnings and errors. Lines go to standard error.
 :func:`heartbeat` keeps a long, otherwise silent step (a sampler that reports
-nothing until it returns) from looking hung in a piped log.
+nothing until it returns) from looking hung in a piped log; on a terminal
+(:func:`interactive`) the samplers' own progress bars do that instead.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
@@ -26,19 +28,29 @@ def configure() -> None:
     logging.getLogger("hbnn").setLevel(level)
 
 
+def interactive() -> bool:
+    """Standard error is a terminal: the samplers draw their own progress bars there, and no heartbeat
+    lines are logged; in a log (``dvc repro`` piped, CI, queued experiments) it is the other way round."""
+    return sys.stderr.isatty()
+
+
 @contextmanager
-def heartbeat(logger: logging.Logger, what: str, every: float = 10.0) -> Iterator[None]:
-    """Log ``<what>: still running, <s>s elapsed`` every ``every`` seconds until the block ends.
+def heartbeat(logger: logging.Logger, what: str, every: float = 10.0,
+              status: Callable[[float], str] | None = None) -> Iterator[None]:
+    """Log ``<what>: still running, <s>s elapsed[; <status(s)>]`` every ``every`` seconds until the block ends.
 
     A daemon thread does the logging, so it also speaks while the main thread waits
-    in compiled code; a block shorter than ``every`` logs nothing.
+    in compiled code; a block shorter than ``every`` logs nothing. ``status``
+    (given the seconds elapsed) adds what is known of the progress.
     """
     stop = threading.Event()
     start = time.monotonic()
 
     def beat() -> None:
         while not stop.wait(every):
-            logger.info("%s: still running, %.0fs elapsed", what, time.monotonic() - start)
+            elapsed = time.monotonic() - start
+            extra = f"; {status(elapsed)}" if status is not None else ""
+            logger.info("%s: still running, %.0fs elapsed%s", what, elapsed, extra)
 
     thread = threading.Thread(target=beat, name="hbnn-heartbeat", daemon=True)
     thread.start()

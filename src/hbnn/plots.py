@@ -64,6 +64,15 @@ def readable(fig, size: float = SMALL):
     return fig
 
 
+def plot_message(text: str):
+    """A figure that only says ``text``: stands in for a plot that cannot be drawn, so a page that shows
+    it (``dvc plots show``) says why instead of failing. Returns ``(fig, ax)``."""
+    fig, ax = plt.subplots(figsize=(6.0, 1.6))
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=SMALL + 1)
+    return fig, ax
+
+
 def panel_grid(n: int) -> tuple[int, int]:
     """Near-square ``(rows, cols)`` for ``n >= 1`` panels: ``cols = ceil(sqrt(n))``, rows as needed."""
     cols = math.ceil(math.sqrt(n))

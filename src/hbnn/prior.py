@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
-from scipy.optimize import linear_sum_assignment
 
 from hbnn.io import InputError, check_made_with, load_dataset
 from hbnn.network import LayerSpec
@@ -76,6 +75,8 @@ def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarr
     layer the signed outgoing weight is used directly. Each unit pair takes the
     sign that fits best, and the Hungarian algorithm picks the permutation.
     """
+    from scipy.optimize import linear_sum_assignment  # here: hbnn predict imports this module
+
     n_hidden = len(reference) - 1
     current = [np.asarray(w, dtype=float) for w in candidate]
     perms, signs = [], []

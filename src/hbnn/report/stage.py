@@ -70,8 +70,9 @@ def report(
     """Build the report from the fitted traces, the informed prior and the metrics files.
 
     Writes ``out_dir/figures/*.png``, ``out_dir/report.md``, ``out_dir/report.html``
-    (self-contained), ``out_dir/plots/{per_group_accuracy,calibration}.csv`` and
-    ``out_dir/plots/advi_loss.csv`` and ``metrics_dir/summary.json``; returns the
+    (self-contained), ``out_dir/plots/{per_group_accuracy,calibration,advi_loss}.csv``,
+    ``out_dir/plots/{compare,group_sd}.png`` (``dvc plots`` data, in git) and
+    ``metrics_dir/summary.json``; returns the
     summary dict. Wall-clock times come from ``timings_dir``. All inputs are
     checked before anything is computed and nothing is written until every
     figure has been drawn. For likelihoods that are not classifiers accuracy and
@@ -167,6 +168,11 @@ def report(
                            out_dir / "plots" / "per_group_accuracy.csv")
         outputs.write_text(calibration_csv(calibration), out_dir / "plots" / "calibration.csv")
         outputs.write_text(loss_csv(losses), out_dir / "plots" / "advi_loss.csv")
+        # `dvc plots` images, kept in git: the LOO comparison (or why there is none) and the group sds
+        no_loo = "No LOO comparison: the traces hold no log_likelihood group (trace.pointwise: false)."
+        outputs.write_bytes(figures.get("compare.png") or plots.png_bytes(plots.plot_message(no_loo)[0]),
+                            out_dir / "plots" / "compare.png")
+        outputs.write_bytes(figures["group_sd.png"], out_dir / "plots" / "group_sd.png")
         outputs.write_json(result, metrics_dir / "summary.json")
     log.info("report: %d figures, %d groups -> %s", len(figures), len(names), out_dir)
     return result

@@ -18,7 +18,7 @@ def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
     """The non-centred hierarchical BNN over all groups."""
     m = params.model
     tasks = load_tasks(tasks_path, m.likelihood, params)
-    fitting.enforce_budget("fit_hier", params, tasks)
+    estimate = fitting.enforce_budget("fit_hier", params, tasks)
     batch = fitting.minibatch(params, "fit_hier")
     if batch:
         train = tasks.split("train")
@@ -34,7 +34,7 @@ def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
         )
     settings = params.sampler_for("fit_hier")
     sampler = Sampler(model, settings)
-    fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS["fit_hier"]))
+    fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS["fit_hier"]), expected_seconds=60 * estimate.minutes)
     posterior = fit.posterior.posterior
     specs = layer_specs(tasks.n_features, m.hidden_layers)
     sd_vars = [f"sd_{s.name}" for s in specs]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -16,17 +17,20 @@ from hbnn.config import Params
 from hbnn.data import Tasks
 from hbnn.inference import Sampler, backend_class
 from hbnn.io import as_builtin, detail_path, provenance, staged_outputs, stamp
+from hbnn.logs import heartbeat, interactive
 from hbnn.network import layer_specs
 from hbnn.variants import BY_STAGE, STAGE_KEYS, STAGE_PARAMS, derive_seed
 
 log = logging.getLogger(__name__)
 
 
-def enforce_budget(stage: str, params: Params, tasks: Tasks) -> None:
-    """Refuse (before any compile or sampling) a fit estimated past ``params.limits``."""
+def enforce_budget(stage: str, params: Params, tasks: Tasks) -> budget.Estimate:
+    """Refuse (before any compile or sampling) a fit estimated past ``params.limits``; return the estimate."""
     n_train = tasks.split("train").y.size
-    budget.enforce(budget.fit_estimate(stage, params, tasks.n_groups, n_train, tasks.ds.sizes["obs"] - n_train,
-                                       tasks.n_features), params)
+    estimate = budget.fit_estimate(stage, params, tasks.n_groups, n_train, tasks.ds.sizes["obs"] - n_train,
+                                   tasks.n_features)
+    budget.enforce(estimate, params)
+    return estimate
 
 
 def _observed(tasks: Tasks) -> tuple[xr.Dataset, xr.Dataset]:
@@ -153,6 +157,30 @@ def _pointwise_groups(stage: str, params: Params, tasks: Tasks, test: dict[str, 
 PREDICTIVE_KEYS = (0, 1)
 
 
+class GroupProgress:
+    """Where a loop over groups stands, for its heartbeat: groups and draws done, divergences, time left."""
+
+    def __init__(self, n_groups: int, draws_per_group: int):
+        self.n_groups, self.draws_per_group = n_groups, draws_per_group
+        self.groups = self.divergences = 0
+        self.seconds = 0.0
+
+    def done(self, seconds: float, divergences: int) -> None:
+        self.groups += 1
+        self.seconds += seconds
+        self.divergences += divergences
+
+    def status(self, elapsed: float | None) -> str:
+        """``7/18 groups, 14000/36000 draws, 0 divergences so far, ~19s left`` (time left from the groups done)."""
+        text = (f"{self.groups}/{self.n_groups} groups, {self.groups * self.draws_per_group}/"
+                f"{self.n_groups * self.draws_per_group} draws, {self.divergences} divergences so far")
+        if elapsed is None:
+            return text + f", {self.seconds:.1f}s sampling"
+        if self.groups:
+            text += f", ~{elapsed / self.groups * (self.n_groups - self.groups):.0f}s left"
+        return text
+
+
 @dataclass(frozen=True)
 class Cost:
     """Wall-clock seconds of a stage's sampling and compiling, and its gradient evaluations."""
@@ -179,18 +207,26 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.D
     settings = params.sampler_for(stage)
     sampler = Sampler(build(train.X[first], train.y[first]), settings)
     posts, stats, seconds, grads = [], [], 0.0, []
-    for g, name in enumerate(tasks.group_names):
-        rows = train.rows(g)
-        fit = sampler.sample(
-            derive_seed(settings.seed, STAGE_KEYS[stage], g),
-            data={"x": train.X[rows], "y": train.y[rows]},
-        )
-        posts.append(fit.posterior.posterior.expand_dims(group=[name]))
-        stats.append(fit.posterior.sample_stats.expand_dims(group=[name]))
-        seconds += fit.seconds
-        grads.append(fit.grad_evals)
-        log.info("%s: group %s (%d/%d, %d rows) sampled in %.1fs", stage, name, g + 1, tasks.n_groups, rows.size,
-                 fit.seconds)
+    progress = GroupProgress(tasks.n_groups, settings.chains * settings.draws)
+    watching = contextlib.nullcontext() if interactive() else heartbeat(log, stage, status=progress.status)
+    with watching:
+        for g, name in enumerate(tasks.group_names):
+            rows = train.rows(g)
+            fit = sampler.sample(
+                derive_seed(settings.seed, STAGE_KEYS[stage], g),
+                data={"x": train.X[rows], "y": train.y[rows]},
+                watch=False,
+            )
+            posts.append(fit.posterior.posterior.expand_dims(group=[name]))
+            stats.append(fit.posterior.sample_stats.expand_dims(group=[name]))
+            seconds += fit.seconds
+            grads.append(fit.grad_evals)
+            divergences = int(fit.posterior.sample_stats["diverging"].sum()) if (
+                "diverging" in fit.posterior.sample_stats) else 0
+            progress.done(fit.seconds, divergences)
+            log.debug("%s: group %s (%d/%d, %d rows) sampled in %.1fs, %d divergences", stage, name, g + 1,
+                      tasks.n_groups, rows.size, fit.seconds, divergences)
+    log.info("%s: %s", stage, progress.status(None))
 
     def stack(parts):
         ds = xr.concat(parts, dim="group", combine_attrs="drop_conflicts")

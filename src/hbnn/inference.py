@@ -22,9 +22,10 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
+from hbnn import logs
 from hbnn.config import ConfigError, SamplerParams
 from hbnn.errors import SamplingError
-from hbnn.logs import heartbeat, interactive
+from hbnn.logs import interactive
 
 log = logging.getLogger(__name__)
 
@@ -283,8 +284,8 @@ class Sampler:
         description = self.backend.describe(seed)
         log.debug("%s", description)
         start = time.perf_counter()
-        watching = heartbeat(log, self.backend.label(), status=_time_left(expected_seconds)) if (
-            watch and not interactive()) else contextlib.nullcontext()
+        watching = logs.watch(log, self.backend.label(), _time_left(expected_seconds)) if watch else (
+            contextlib.nullcontext())
         with watching:
             idata, loss, grad_evals = self.backend.run(seed, data)
         seconds = time.perf_counter() - start

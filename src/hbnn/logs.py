@@ -9,6 +9,7 @@ nothing until it returns) from looking hung in a piped log; on a terminal
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -32,6 +33,11 @@ def interactive() -> bool:
     """Standard error is a terminal: the samplers draw their own progress bars there, and no heartbeat
     lines are logged; in a log (``dvc repro`` piped, CI, queued experiments) it is the other way round."""
     return sys.stderr.isatty()
+
+
+def watch(logger: logging.Logger, what: str, status: Callable[[float], str] | None = None):
+    """:func:`heartbeat` in a log, nothing on a terminal (:func:`interactive`), where the samplers' bars show."""
+    return contextlib.nullcontext() if interactive() else heartbeat(logger, what, status=status)
 
 
 @contextmanager

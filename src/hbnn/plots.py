@@ -231,8 +231,9 @@ def plot_per_group(
             ax.set_ylim(*ylim)
         if log:
             ax.set_yscale("log")
+            ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
             ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-            ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(axis="y", lw=0.3, alpha=0.6)
     axes[0].legend(fontsize=SMALL, ncols=max(k, 1), loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
     if title:

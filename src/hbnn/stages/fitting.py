@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from hbnn.config import Params
 from hbnn.data import Tasks
 from hbnn.inference import Sampler, backend_class
 from hbnn.io import as_builtin, detail_path, provenance, staged_outputs, stamp
-from hbnn.logs import heartbeat, interactive
+from hbnn.logs import watch
 from hbnn.network import layer_specs
 from hbnn.variants import BY_STAGE, STAGE_KEYS, STAGE_PARAMS, derive_seed
 
@@ -79,6 +78,13 @@ def finish_fit(
     extra_diagnostics=None,
     settings_extra: dict | None = None,
 ) -> dict:
+    with watch(log, f"{stage}: scoring the draws, PSIS-LOO and writing the outputs"):
+        return _finish_fit(stage, params, tasks, posterior, sample_stats, cost, trace_out, metrics_out, timing_out,
+                           extra_diagnostics, settings_extra)
+
+
+def _finish_fit(stage, params, tasks, posterior, sample_stats, cost, trace_out, metrics_out, timing_out,
+                extra_diagnostics, settings_extra) -> dict:
     observed, constant = _observed(tasks)
     specs = layer_specs(tasks.n_features, params.model.hidden_layers)
     predictions = evaluation.evaluate_groups(
@@ -208,8 +214,7 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.D
     sampler = Sampler(build(train.X[first], train.y[first]), settings)
     posts, stats, seconds, grads = [], [], 0.0, []
     progress = GroupProgress(tasks.n_groups, settings.chains * settings.draws)
-    watching = contextlib.nullcontext() if interactive() else heartbeat(log, stage, status=progress.status)
-    with watching:
+    with watch(log, stage, status=progress.status):
         for g, name in enumerate(tasks.group_names):
             rows = train.rows(g)
             fit = sampler.sample(

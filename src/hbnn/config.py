@@ -170,7 +170,7 @@ class SamplerParams:
 
 
 # The hierarchical fit's defaults, chosen by measurement (benchmarks/FINDINGS.md, "Converged defaults"):
-# NumPyro's NUTS runs ~8x longer trajectories than nutpie's on this posterior at a ~3x cheaper gradient;
+# NumPyro's NUTS runs ~8x longer trajectories than nutpie's on this posterior at ~2.5x less time per leapfrog step;
 # the slowest groups' test-point probabilities need ~3000 draws per chain for ESS 400, and
 # target_accept 0.9 and 0.95 each left one chain with too many divergences at one seed in three.
 HIER_SAMPLER = SamplerParams(backend="numpyro", chains=2, tune=1000, draws=3000, target_accept=0.98)

@@ -78,7 +78,9 @@ def finish_fit(
     extra_diagnostics=None,
     settings_extra: dict | None = None,
 ) -> dict:
-    with watch(log, f"{stage}: scoring the draws, PSIS-LOO and writing the outputs"):
+    what = f"{stage}: scoring the draws, PSIS-LOO and writing the outputs"
+    log.info("%s (sampling took %.1fs)", what, cost.seconds)
+    with watch(log, what):
         return _finish_fit(stage, params, tasks, posterior, sample_stats, cost, trace_out, metrics_out, timing_out,
                            extra_diagnostics, settings_extra)
 

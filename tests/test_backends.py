@@ -67,6 +67,8 @@ def test_backend_writes_the_same_layout_and_keys(backend, advi, tasks_path, refe
         assert timing["sampling"]["grad_evals"] >= TINY["sampler"]["chains"] * (TINY["sampler"]["tune"] + 25)
     if backend in ("numpyro", "blackjax"):  # the JAX bridge does not report tuning steps
         assert timing["sampling"]["grad_evals"] is None
+    if backend in ("pymc", "numpyro", "blackjax"):  # pm.sample compiles inside each call: no separate time
+        assert timing["sampling"]["compile_seconds"] is None
     if backend == "advi":
         assert idata.sample_stats["loss"].sizes["advi_iteration"] == ADVI["iterations"]
         assert timing["sampling"]["advi_iterations"] == ADVI["iterations"]

@@ -372,7 +372,7 @@ def reliability(p_bar: np.ndarray, y: np.ndarray, n_bins: int = 10) -> dict[str,
             "count": count}
 
 
-def timing_metrics(backend: str, seconds: float, compile_seconds: float, grad_evals: int | None,
+def timing_metrics(backend: str, seconds: float, compile_seconds: float | None, grad_evals: int | None,
                    parallel_chains: int = 1, advi_iterations: int | None = None) -> dict:
     """Wall-clock cost of a fit: seconds, compile seconds and gradient evaluations.
 

@@ -55,13 +55,27 @@ def png_bytes(fig, dpi: int = DPI, tight: bool = False) -> bytes:
     return buf.getvalue()
 
 
-def readable(fig, size: float = SMALL):
-    """Raise every text of ``fig`` (titles, labels, ticks, legends) to at least ``size`` points; for figures
-    drawn by other libraries (ArviZ scales its text with the figure size). Returns ``fig``."""
+def readable(fig, size: float = SMALL, largest: float = TITLE + 1):
+    """Bring every text of ``fig`` (titles, labels, ticks, legends) into ``[size, largest]`` points; for
+    figures drawn by other libraries (ArviZ scales its text with the figure size). Returns ``fig``."""
     for text in fig.findobj(matplotlib.text.Text):
-        if text.get_text() and text.get_fontsize() < size:
-            text.set_fontsize(size)
+        if text.get_text():
+            text.set_fontsize(min(max(text.get_fontsize(), size), largest))
     return fig
+
+
+def shrink_png(data: bytes, max_width_px: int) -> bytes:
+    """``data`` (a PNG) scaled down to at most ``max_width_px`` wide (unchanged if narrower), for pages
+    that show images at their pixel size (``dvc plots``)."""
+    from PIL import Image  # pillow: a dependency of matplotlib
+
+    image = Image.open(io.BytesIO(data))
+    if image.width <= max_width_px:
+        return data
+    height = round(image.height * max_width_px / image.width)
+    buf = io.BytesIO()
+    image.resize((max_width_px, height), Image.LANCZOS).save(buf, format="PNG", optimize=True)
+    return buf.getvalue()
 
 
 def plot_message(text: str):
@@ -219,8 +233,8 @@ def plot_per_group(
             color = _model_color(series, i)
             if kind == "bar":
                 ax.bar(x + offset, vals, width=step, color=color, label=series)
-            else:
-                ax.plot(x + offset, vals, "o", ms=3.5, color=color, label=series)
+            else:  # a marker shape per series too, not only a colour
+                ax.plot(x + offset, vals, "os^Dv"[i % 5], ms=4, color=color, label=series)
         for level in hlines:
             ax.axhline(level, color="k", lw=0.7, ls="--")
         ax.set_xticks(x, [names[i] for i in chunk], rotation=90, fontsize=SMALL)

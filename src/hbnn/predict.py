@@ -117,6 +117,8 @@ def predict_table(trace, table: pd.DataFrame, where: str, seed: int = 0) -> pd.D
     if clash:
         raise InputError(f"{where} already has columns {clash}, which hbnn predict writes; rename them")
     check_columns(table, [("group column", group_col)] + [("feature", f) for f in features], where)
+    if table.empty:
+        raise InputError(f"{where} has no rows to score")
     X = numeric_features(table, features, where)
     groups = group_column(table, group_col, where)
     known = [str(g) for g in post["group"].values]

@@ -213,6 +213,9 @@ def group_sd_diagnostic_figures(sds: xr.Dataset, stats: xr.Dataset | None) -> di
             out["trace_group_sd.png"] = plots.png_bytes(plots.readable(np.ravel(axes)[0].figure), tight=True)
         if "energy" in has:
             ax = az.plot_energy(stats, figsize=(6.0, 3.8), textsize=plots.SMALL + 1, bfmi=True)
+            first = np.ravel(ax)[0]
+            first.set_title("Hierarchical fit: energy")
+            first.set_xlabel("energy minus its mean")
             out["energy.png"] = plots.png_bytes(plots.readable(np.ravel(ax)[0].figure), tight=True)
     return out
 

@@ -26,7 +26,8 @@ def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str,
     sizes = np.bincount(tasks.split("train").group, minlength=tasks.n_groups)
     source = tasks.ds.attrs.get("table")
     data = f"table {source}, " if source else ""
-    out = [Para(f"{data}{tasks.n_groups} groups ({sizes.min()} to {sizes.max()} training rows per group), "
+    rows = f"{sizes.min()}" if sizes.min() == sizes.max() else f"{sizes.min()} to {sizes.max()}"
+    out = [Para(f"{data}{tasks.n_groups} groups ({rows} training rows per group), "
                 f"features {', '.join(tasks.features)}, {net}. "
                 "Flat: an independent net per group with iid Normal(0, model.prior_sd) weights. "
                 "Hierarchical: one model over all groups, w[g] = mu + sd * z[g] per layer (non-centred). "
@@ -180,9 +181,10 @@ def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, use
         Section(
             "Decision surfaces",
             f"each panel is one group: colour is the posterior-mean probability of class 1 on {grid}, the black "
-            "line the 0.5 boundary, markers the group's training rows (white circles class 0, black triangles "
-            "class 1). A good surface separates the two moons with a smooth boundary; the hierarchical and "
-            "informed models should give groups with awkward data boundaries shaped like their neighbours'.",
+            "line the 0.5 boundary, markers the group's training rows (white circles ringed in black: class 0; black "
+            "triangles ringed in white: class 1). A good surface separates the two moons with a smooth boundary; "
+            "the hierarchical and informed models should give groups with awkward data boundaries shaped like "
+            "their neighbours'.",
             _page_blocks(surface_files, used, "surface", "posterior mean P(y=1)"),
         ),
         Section(
@@ -284,20 +286,22 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
     )
 
 
-def _comparison_section(table, bad_k: dict[str, tuple[int, int, float]]) -> Section:
+def _comparison_section(table, bad_k: dict[str, tuple[int, int, float]], scores: str = "Accuracy") -> Section:
     """``az.compare``'s table of the three models (PSIS-LOO), its plot and what it means here.
 
     ``table`` is ``None`` when the traces hold no ``log_likelihood`` (``trace.pointwise: false``);
-    ``bad_k[model] = (rows with high Pareto k, rows, threshold)``.
+    ``bad_k[model] = (rows with high Pareto k, rows, threshold)``; ``scores`` names the section
+    with the test-row scores.
     """
     how = ("elpd_loo estimates the log predictive density of a training row left out of its own fit (PSIS-LOO, "
            "summed over rows; higher is better); p_loo is the effective number of parameters; elpd_diff and dse are "
-           "the difference from the best model and its standard error, paired over rows. A difference within ~2 "
-           "dse is not a difference. For these models: the flat nets see only their group's rows, the hierarchical "
-           "model also the other groups' through the shared means and sds, so its lead measures what partial "
-           "pooling buys for a row of a known group. The informed model's prior was derived from the hierarchical "
-           "posterior of the same training rows, so its LOO uses each row twice and is optimistic; compare it on "
-           "the test rows (Accuracy / Scores) instead.")
+           "the difference from the best model and its standard error, paired over rows. A difference within ~2 dse "
+           "is not a difference. Weight is ArviZ's stacking weight: the share each model gets in the mix of the "
+           "three that predicts left-out rows best. For these models: the flat nets see only their group's rows, the"
+           " hierarchical model also the other groups' through the shared means and sds, so its lead measures what "
+           "partial pooling buys for a row of a known group. The informed model's prior was derived from the "
+           "hierarchical posterior of the same training rows, so its LOO uses each row twice and is optimistic; "
+           f"compare it on the test rows ({scores}) instead.")
     if table is None:
         return Section("Model comparison (PSIS-LOO)", how, [Para(
             "The traces hold no log_likelihood group (trace.pointwise: false), so there is no comparison table; "
@@ -305,7 +309,7 @@ def _comparison_section(table, bad_k: dict[str, tuple[int, int, float]]) -> Sect
     header = ["Model", "Rank", "elpd_loo", "SE", "p_loo", "elpd_diff", "dse", "Weight", "High Pareto k rows"]
     rows = [[str(name), str(int(r["rank"])), fmt(r["elpd_loo"], ".1f"), fmt(r["se"], ".1f"), fmt(r["p_loo"], ".1f"),
              fmt(r["elpd_diff"], ".1f"), fmt(r["dse"], ".1f"), fmt(r["weight"], ".2f"),
-             "{} of {} (k > {:.2f})".format(*bad_k[name])] for name, r in table.iterrows()]
+             "{} of {} (k > {:.3f})".format(*bad_k[name])] for name, r in table.iterrows()]
     worst = {name: b for name, b in bad_k.items() if b[0]}
     if worst:
         k_text = ("Rows with Pareto k above the threshold (" + ", ".join(f"{n}: {b[0]}" for n, b in worst.items())
@@ -364,7 +368,11 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
         "R-hat (want <= 1.01) and effective sample size (ESS, want >= 400) are computed in function space, on "
         "the predicted test probabilities of each group, because weight space has exact symmetries (hidden-unit "
         "permutations and sign flips) that make weight-space R-hat meaningless. 'all' adds the hierarchical "
-        "group sds, which are scalars free of those symmetries. Divergences should be 0. The same numbers come "
-        "from ArviZ on the traces: az.rhat(trace.predictions) per group, az.loo(trace).",
+        "group sds, which are scalars free of those symmetries. Compile s is n/a for PyMC's and the JAX "
+        "samplers, which compile inside every sampling call (counted in Sampling s). Divergences should be 0 "
+        "(the bar allows 0.1% of "
+        "the draws). ArviZ gives the same R-hat and ESS from the traces (az.rhat(trace.predictions) over a "
+        "group's rows); az.loo(trace) gives the same elpd to ~0.01, with its own relative efficiency, so its "
+        "high Pareto k counts can differ by a few rows.",
         blocks,
     )

@@ -155,7 +155,7 @@ def report(
     sections += [
         _group_sd_section(sd_vars, specs, prior_metrics),
         _correlation_section(first.name, corr_name, ref_chain, prior_metrics),
-        _comparison_section(table, bad_k),
+        _comparison_section(table, bad_k, "Accuracy" if lik.classifier else "Scores"),
         _diagnostics_section(metrics, names, sd_vars, list(figures), bfmi),
     ]
     result = summary(metrics, len(names), lik, loo)
@@ -170,9 +170,10 @@ def report(
         outputs.write_text(loss_csv(losses), out_dir / "plots" / "advi_loss.csv")
         # `dvc plots` images, kept in git: the LOO comparison (or why there is none) and the group sds
         no_loo = "No LOO comparison: the traces hold no log_likelihood group (trace.pointwise: false)."
-        outputs.write_bytes(figures.get("compare.png") or plots.png_bytes(plots.plot_message(no_loo)[0]),
-                            out_dir / "plots" / "compare.png")
-        outputs.write_bytes(figures["group_sd.png"], out_dir / "plots" / "group_sd.png")
+        # (at most 1000 px wide: DVC's page shows them at their pixel size)
+        compare = figures.get("compare.png") or plots.png_bytes(plots.plot_message(no_loo)[0])
+        outputs.write_bytes(plots.shrink_png(compare, 1000), out_dir / "plots" / "compare.png")
+        outputs.write_bytes(plots.shrink_png(figures["group_sd.png"], 1000), out_dir / "plots" / "group_sd.png")
         outputs.write_json(result, metrics_dir / "summary.json")
     log.info("report: %d figures, %d groups -> %s", len(figures), len(names), out_dir)
     return result

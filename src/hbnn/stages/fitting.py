@@ -194,7 +194,7 @@ class Cost:
     """Wall-clock seconds of a stage's sampling and compiling, and its gradient evaluations."""
 
     seconds: float
-    compile_seconds: float
+    compile_seconds: float | None  # None: the backend compiles inside sampling (PyMC, JAX)
     grad_evals: int | None
 
 

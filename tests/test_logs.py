@@ -42,4 +42,4 @@ def test_group_progress_counts_groups_draws_divergences_and_time_left():
     p.done(2.0, 1)
     p.done(2.0, 2)
     assert p.status(4.0) == "2/4 groups, 200/400 draws, 3 divergences so far, ~4s left"
-    assert p.status(None) == "2/4 groups, 200/400 draws, 3 divergences so far, 4.0s sampling"
+    assert p.summary() == "2/4 groups, 200/400 draws, 3 divergences so far, 4.0s sampling"

@@ -223,6 +223,11 @@ def bad_k_threshold(n_draws: int) -> float:
     return min(1 - 1 / np.log10(n_draws), 0.7)
 
 
+def high_k(res) -> np.ndarray:
+    """Per row of a :func:`psis_loo` result: is its Pareto k above :func:`bad_k_threshold`?"""
+    return np.asarray(res.pareto_k) > bad_k_threshold(res.n_samples)
+
+
 def elpd_difference(a, b) -> tuple[float, float]:
     """``elpd_loo(a) - elpd_loo(b)`` and its standard error ``sqrt(n var(loo_i(a) - loo_i(b)))`` (paired over
     the same rows, as ``az.compare``'s ``dse``) for two :func:`psis_loo` results."""
@@ -239,7 +244,7 @@ def loo_metrics(res, group: np.ndarray, names: Sequence[str]) -> tuple[dict, dic
     """
     k = np.asarray(res.pareto_k)
     loo_i = np.asarray(res.loo_i)
-    bad = k > bad_k_threshold(res.n_samples)
+    bad = high_k(res)
     pooled = {"elpd": float(res.elpd_loo), "se": float(res.se), "p_loo": float(res.p_loo),
               "n_bad_k": int(bad.sum()), "max_k": float(k.max())}
     per_group = {}

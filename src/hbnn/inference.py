@@ -25,7 +25,6 @@ import xarray as xr
 from hbnn import logs
 from hbnn.config import ConfigError, SamplerParams
 from hbnn.errors import SamplingError
-from hbnn.logs import interactive
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +136,7 @@ class NutpieBackend(Backend):
             seed=seed,
             target_accept=s.target_accept,
             low_rank_modified_mass_matrix=s.mass_matrix == "low_rank",
-            progress_bar=interactive(),  # on a terminal; in a log, Sampler.sample's heartbeat
+            progress_bar=logs.interactive(),  # on a terminal; in a log, Sampler.sample's heartbeat
             save_warmup=True,  # only to count the tuning phase's gradient evaluations
             blocking=False,
         )
@@ -172,7 +171,7 @@ class PymcBackend(Backend):
                 cores=min(s.cores, s.chains),
                 random_seed=seed,
                 target_accept=s.target_accept,
-                progressbar=interactive(),
+                progressbar=logs.interactive(),
                 compute_convergence_checks=False,
                 nuts_sampler=self.name,
                 **self._sample_kwargs(),

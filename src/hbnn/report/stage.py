@@ -123,9 +123,8 @@ def report(
     if len(loo) == len(MODELS):
         table = az.compare({LABELS[v]: loo[v] for v in MODELS})
         figures["compare.png"] = compare_figure(table)
-    bad_k = {LABELS[v]: (int((np.asarray(loo[v].pareto_k) > evaluation.bad_k_threshold(loo[v].n_samples)).sum()),
-                         int(np.asarray(loo[v].pareto_k).size), evaluation.bad_k_threshold(loo[v].n_samples))
-             for v in loo}
+    bad_k = {LABELS[v]: (int(evaluation.high_k(loo[v]).sum()), int(np.size(loo[v].pareto_k)),
+                         evaluation.bad_k_threshold(loo[v].n_samples)) for v in loo}
     if losses:
         figures["advi_loss.png"] = plots.png_bytes(plots.plot_loss(losses)[0])
     data = data_settings(tasks, params)

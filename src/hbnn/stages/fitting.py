@@ -81,52 +81,46 @@ def finish_fit(
     what = f"{stage}: scoring the draws, PSIS-LOO and writing the outputs"
     log.info("%s (sampling took %.1fs)", what, cost.seconds)
     with watch(log, what):
-        return _finish_fit(stage, params, tasks, posterior, sample_stats, cost, trace_out, metrics_out, timing_out,
-                           extra_diagnostics, settings_extra)
-
-
-def _finish_fit(stage, params, tasks, posterior, sample_stats, cost, trace_out, metrics_out, timing_out,
-                extra_diagnostics, settings_extra) -> dict:
-    observed, constant = _observed(tasks)
-    specs = layer_specs(tasks.n_features, params.model.hidden_layers)
-    predictions = evaluation.evaluate_groups(
-        tasks,
-        lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
-        noise_of=lambda g: evaluation.group_noise(posterior, tasks.group_names[g]),
-    )
-    log_lik = evaluation.pointwise_log_likelihood(tasks, predictions["train"])
-    groups = {"posterior": posterior, "sample_stats": sample_stats, "observed_data": observed,
-              "constant_data": constant}
-    if params.trace.pointwise:
-        groups.update(_pointwise_groups(stage, params, tasks, predictions["test"], log_lik, observed))
-    idata = az.InferenceData(**groups)
-    settings = _settings(stage, params, tasks, **(settings_extra or {}))
-    stamp(idata, provenance(stage, BY_STAGE[stage].name, params.section_hash(*STAGE_PARAMS[stage]), settings))
-    metrics = evaluation.fit_metrics(
-        tasks,
-        predictions,
-        divergences=int(sample_stats["diverging"].sum()),
-        extra_diagnostics=extra_diagnostics,
-        group_divergences=(sample_stats["diverging"].sum(("chain", "draw")).sel(group=tasks.group_names).values
-                           if "group" in sample_stats["diverging"].dims else None),
-        loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),
-    )
-    advi_iterations = sample_stats.sizes.get("advi_iteration")
-    s = params.sampler_for(stage)
-    timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
-                                       backend_class(s).parallel_chains(s), advi_iterations)
-    score = likelihoods.get(tasks.likelihood).score
-    with staged_outputs() as outputs:
-        outputs.write_netcdf(idata, trace_out)
-        outputs.write_json(as_builtin(timing), timing_out)
-        outputs.write_json(as_builtin(metrics), detail_path(metrics_out))
-        outputs.write_json(as_builtin(evaluation.headline(metrics, score)), metrics_out)
-    log.info(
-        "%s: train %s %.4f, test %s %.4f, LOO elpd %.1f (se %.1f), %d divergences, %.1fs sampling",
-        stage, score, metrics["train"][score], score, metrics["test"].get(score, float("nan")),
-        metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], cost.seconds,
-    )
-    return metrics
+        observed, constant = _observed(tasks)
+        specs = layer_specs(tasks.n_features, params.model.hidden_layers)
+        predictions = evaluation.evaluate_groups(
+            tasks,
+            lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
+            noise_of=lambda g: evaluation.group_noise(posterior, tasks.group_names[g]),
+        )
+        log_lik = evaluation.pointwise_log_likelihood(tasks, predictions["train"])
+        groups = {"posterior": posterior, "sample_stats": sample_stats, "observed_data": observed,
+                  "constant_data": constant}
+        if params.trace.pointwise:
+            groups.update(_pointwise_groups(stage, params, tasks, predictions["test"], log_lik, observed))
+        idata = az.InferenceData(**groups)
+        settings = _settings(stage, params, tasks, **(settings_extra or {}))
+        stamp(idata, provenance(stage, BY_STAGE[stage].name, params.section_hash(*STAGE_PARAMS[stage]), settings))
+        metrics = evaluation.fit_metrics(
+            tasks,
+            predictions,
+            divergences=int(sample_stats["diverging"].sum()),
+            extra_diagnostics=extra_diagnostics,
+            group_divergences=(sample_stats["diverging"].sum(("chain", "draw")).sel(group=tasks.group_names).values
+                               if "group" in sample_stats["diverging"].dims else None),
+            loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),
+        )
+        advi_iterations = sample_stats.sizes.get("advi_iteration")
+        s = params.sampler_for(stage)
+        timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
+                                           backend_class(s).parallel_chains(s), advi_iterations)
+        score = likelihoods.get(tasks.likelihood).score
+        with staged_outputs() as outputs:
+            outputs.write_netcdf(idata, trace_out)
+            outputs.write_json(as_builtin(timing), timing_out)
+            outputs.write_json(as_builtin(metrics), detail_path(metrics_out))
+            outputs.write_json(as_builtin(evaluation.headline(metrics, score)), metrics_out)
+        log.info(
+            "%s: train %s %.4f, test %s %.4f, LOO elpd %.1f (se %.1f), %d divergences, %.1fs sampling",
+            stage, score, metrics["train"][score], score, metrics["test"].get(score, float("nan")),
+            metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], cost.seconds,
+        )
+        return metrics
 
 
 def _pointwise_groups(stage: str, params: Params, tasks: Tasks, test: dict[str, list], log_lik: np.ndarray,
@@ -178,15 +172,18 @@ class GroupProgress:
         self.seconds += seconds
         self.divergences += divergences
 
-    def status(self, elapsed: float | None) -> str:
-        """``7/18 groups, 14000/36000 draws, 0 divergences so far, ~19s left`` (time left from the groups done)."""
-        text = (f"{self.groups}/{self.n_groups} groups, {self.groups * self.draws_per_group}/"
+    def _counts(self) -> str:
+        return (f"{self.groups}/{self.n_groups} groups, {self.groups * self.draws_per_group}/"
                 f"{self.n_groups * self.draws_per_group} draws, {self.divergences} divergences so far")
-        if elapsed is None:
-            return text + f", {self.seconds:.1f}s sampling"
-        if self.groups:
-            text += f", ~{elapsed / self.groups * (self.n_groups - self.groups):.0f}s left"
-        return text
+
+    def status(self, elapsed: float) -> str:
+        """``7/18 groups, 14000/36000 draws, 0 divergences so far, ~19s left`` (time left from the groups done)."""
+        left = f", ~{elapsed / self.groups * (self.n_groups - self.groups):.0f}s left" if self.groups else ""
+        return self._counts() + left
+
+    def summary(self) -> str:
+        """The counts and the seconds spent sampling, once the loop is done."""
+        return self._counts() + f", {self.seconds:.1f}s sampling"
 
 
 @dataclass(frozen=True)
@@ -214,7 +211,7 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.D
     first = train.rows(0)
     settings = params.sampler_for(stage)
     sampler = Sampler(build(train.X[first], train.y[first]), settings)
-    posts, stats, seconds, grads = [], [], 0.0, []
+    posts, stats, grads = [], [], []
     progress = GroupProgress(tasks.n_groups, settings.chains * settings.draws)
     with watch(log, stage, status=progress.status):
         for g, name in enumerate(tasks.group_names):
@@ -226,14 +223,13 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.D
             )
             posts.append(fit.posterior.posterior.expand_dims(group=[name]))
             stats.append(fit.posterior.sample_stats.expand_dims(group=[name]))
-            seconds += fit.seconds
             grads.append(fit.grad_evals)
             divergences = int(fit.posterior.sample_stats["diverging"].sum()) if (
                 "diverging" in fit.posterior.sample_stats) else 0
             progress.done(fit.seconds, divergences)
             log.debug("%s: group %s (%d/%d, %d rows) sampled in %.1fs, %d divergences", stage, name, g + 1,
                       tasks.n_groups, rows.size, fit.seconds, divergences)
-    log.info("%s: %s", stage, progress.status(None))
+    log.info("%s: %s", stage, progress.summary())
 
     def stack(parts):
         ds = xr.concat(parts, dim="group", combine_attrs="drop_conflicts")
@@ -241,4 +237,4 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.D
         return ds.transpose(*order, ...)
 
     grad_evals = None if any(g is None for g in grads) else sum(grads)
-    return stack(posts), stack(stats), Cost(seconds, sampler.compile_seconds, grad_evals)
+    return stack(posts), stack(stats), Cost(progress.seconds, sampler.compile_seconds, grad_evals)

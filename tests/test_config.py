@@ -49,6 +49,13 @@ def test_types_are_coerced():
         ({"sampler": {"drawz": 10}}, "sampler.drawz=10"),
         ({"n_group": 10}, "n_group=10"),
         ({"data": 3}, "data=3"),
+        ({"transfer": {"holdout_fraction": 1.0}}, "transfer.holdout_fraction=1.0"),
+        ({"transfer": {"min_holdout": 0}}, "transfer.min_holdout=0"),
+        ({"transfer": {"sizes": [4, 2]}}, "transfer.sizes=[4, 2]"),
+        ({"transfer": {"sizes": [2, 2]}}, "transfer.sizes=[2, 2]"),
+        ({"transfer": {"sizes": [0, 2]}}, "transfer.sizes[0]=0"),
+        ({"transfer": {"sizes": [], "all_rows": False}}, "transfer.sizes=[]"),
+        ({"transfer": {"seed": -1}}, "transfer.seed=-1"),
     ],
 )
 def test_bad_values_name_key_and_value(raw, key):

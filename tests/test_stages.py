@@ -37,8 +37,15 @@ def check(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+TRANSFER_ARGS = ("--tasks-path", "data/tasks.nc", "--hier-trace", "traces/transfer/hier.nc", "--prior-path",
+                 "priors/transfer.nc", "--prior-metrics", "metrics/detail/transfer_prior.json", "--flat-trace-out",
+                 "traces/transfer/flat.nc", "--informed-trace-out", "traces/transfer/informed.nc", "--metrics-out",
+                 "metrics/transfer.json", "--plot-out", "reports/plots/transfer.csv", "--timing-out",
+                 "timings/transfer.json")
+
+
 def run_all(d: Path, params: Path) -> None:
-    """The six stages in dvc.yaml order, as DVC runs them."""
+    """The stages in dvc.yaml order, as DVC runs them."""
     check(run("make_data", params, "--out", "data/tasks.nc"))
     for stage, name in (("fit_flat", "flat"), ("fit_hier", "hier")):
         check(run(stage, params, "--tasks-path", "data/tasks.nc", "--trace-out", f"traces/{name}.nc",
@@ -48,6 +55,10 @@ def run_all(d: Path, params: Path) -> None:
     check(run("fit_informed", params, "--tasks-path", "data/tasks.nc", "--prior-path", "priors/informed.nc",
               "--trace-out", "traces/informed.nc", "--metrics-out", "metrics/informed.json",
               "--timing-out", "timings/informed.json"))
+    check(run("transfer_prior", params, "--tasks-path", "data/tasks.nc", "--trace-out", "traces/transfer/hier.nc",
+              "--prior-out", "priors/transfer.nc", "--metrics-out", "metrics/detail/transfer_prior.json",
+              "--timing-out", "timings/transfer_prior.json"))
+    check(run("transfer", params, *TRANSFER_ARGS))
     check(run("report", params, "--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc",
               "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
               "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--timings-dir", "timings",
@@ -55,7 +66,7 @@ def run_all(d: Path, params: Path) -> None:
 
 
 def _run_pipeline(tmp_path_factory, name: str, raw: dict) -> Path:
-    """All six stages in a fresh directory with params ``raw``."""
+    """Every stage in a fresh directory with params ``raw``."""
     d = tmp_path_factory.mktemp(name)
     params = d / "params.yaml"
     params.write_text(yaml.safe_dump(raw))
@@ -319,7 +330,7 @@ def _predict_known_and_new(d: Path, features: dict[str, float]) -> pd.DataFrame:
 
 @pytest.mark.slow  # about 2 minutes: three more model compiles and a report
 def test_gaussian_linear_table_runs_through_every_stage(tmp_path):
-    """Regression with hidden_layers 0 and unequal groups (4 to 40 rows), all six stages and predict."""
+    """Regression with hidden_layers 0 and unequal groups (4 to 40 rows), every stage and predict."""
     rng = np.random.default_rng(3)
     parent = rng.normal(2.0, 1.0, size=2)
     parts = []
@@ -353,7 +364,7 @@ def test_gaussian_linear_table_runs_through_every_stage(tmp_path):
 
 @pytest.mark.slow  # about 2 minutes: three more model compiles and a report
 def test_poisson_count_table_runs_through_every_stage(tmp_path):
-    """Counts per shop (sales) with a log link: all six stages, the report and hbnn predict."""
+    """Counts per shop (sales) with a log link: every stage, the report and hbnn predict."""
     rng = np.random.default_rng(5)
     parent = rng.normal([0.8, -0.5], 0.3)
     parts = []

@@ -34,6 +34,7 @@ import os
 from dataclasses import dataclass
 
 from hbnn.config import ConfigError, Params
+from hbnn.variants import FITS, HIERARCHICAL, INFORMED
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +105,16 @@ def data_estimate(params: Params) -> Estimate | None:
 
 
 def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test: int, n_features: int) -> Estimate:
-    """Cost of a fit stage (``fit_flat``, ``fit_hier``, ``fit_informed``) on tasks of these sizes.
+    """Cost of a fit (:data:`hbnn.variants.FITS`: ``fit_flat``, ``fit_hier``, ..., ``transfer_informed``) on tasks
+    of these sizes.
 
     ``n_train``/``n_test`` count rows over all groups.
     """
+    variant = FITS[stage][1]
     s = params.sampler_for(stage)
     layers = n_weights(n_features, params.model.hidden_layers)
     per_group = sum(layers)
-    hierarchical = stage == "fit_hier"
+    hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
     stored_params = n_groups * per_group + (per_group + len(layers) if hierarchical else 0)
     if s.backend == "advi":
         steps_per_fit = s.advi.iterations * ADVI_DRAWS_PER_STEP
@@ -122,7 +125,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         rows_per_step = n_train if hierarchical else n_train / n_groups
         stored_draws = s.chains * (s.tune + s.draws)  # nutpie keeps the tuning draws too
     grad_us = GRAD_OVERHEAD_US + NS_PER_ROW_WEIGHT * 1e-3 * rows_per_step * per_group
-    if stage == "fit_informed":
+    if informed:
         grad_us += NS_PER_PRIOR_ENTRY * 1e-3 * sum(w * w for w in layers)
     fits = 1 if hierarchical else n_groups
     parallel = 1 if s.backend == "advi" else max(1, min(s.chains, s.cores))
@@ -130,7 +133,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     trace = stored_draws * stored_params * BYTES * COPIES
     predictions = s.chains * s.draws * (n_train + n_test) * BYTES * COPIES
     predictions += s.chains * s.draws * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.evaluation.psis_loo)
-    prior = sum(w * w for w in layers) * BYTES * 4 if stage == "fit_informed" else 0  # covariances, factors
+    prior = sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
     sizes = (f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, "
              f"{s.chains} chains x {s.tune} + {s.draws} iterations ({s.backend})")
     return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes)
@@ -150,6 +153,17 @@ def check_params(params: Params) -> None:
     enforce(data, params)
     d = params.data
     n_train = round(d.n_samples * d.train_fraction)
+    n_test = d.n_samples - n_train
     for stage in ("fit_flat", "fit_hier", "fit_informed"):
         enforce(fit_estimate(stage, params, params.n_groups, params.n_groups * n_train,
-                             params.n_groups * (d.n_samples - n_train), n_features=2), params)  # moons: x1, x2
+                             params.n_groups * n_test, n_features=2), params)  # moons: x1, x2
+    if params.n_groups >= 2:  # the transfer stages (hbnn.transfer): fewer groups are refused there, with the reason
+        from hbnn.transfer import holdout_count  # here: it loads xarray and pandas, which moons data need not
+
+        held = holdout_count(params.n_groups, params.transfer)
+        kept = params.n_groups - held
+        enforce(fit_estimate("transfer_hier", params, kept, kept * n_train, kept * n_test, n_features=2), params)
+        sizes = [n for n in params.transfer.sizes if n < n_train] + ([n_train] if params.transfer.all_rows else [])
+        for stage in ("transfer_flat", "transfer_informed"):
+            enforce(fit_estimate(stage, params, held * len(sizes), held * sum(sizes), held * len(sizes) * n_test,
+                                 n_features=2), params)

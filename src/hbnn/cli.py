@@ -24,7 +24,7 @@ from hbnn.errors import (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``hbnn`` console script (also ``python -m hbnn``). Subcommand: ``predict``.
+    """The ``hbnn`` console script (also ``python -m hbnn``). Subcommands: ``predict``, ``summarise``.
 
     Bad inputs print one ``error:`` line and return 2 before anything is scored.
     """
@@ -43,7 +43,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--input", type=Path, required=True, help="rows to score (.csv or .parquet)")
     p.add_argument("--output", type=Path, required=True, help="scored rows (.csv); - for standard output")
     p.add_argument("--seed", type=int, default=0, help="seed of the new-group weight draws (default 0)")
+    s = commands.add_parser(
+        "summarise",
+        help="mean and sd of every metric across DVC experiments (replicates)",
+        description="Read `dvc exp show --json` and print, per metric, the mean, sd, min and max over every commit "
+        "and experiment it lists (the workspace is left out), and the params in which they differ. Example: "
+        "dvc exp show --json | hbnn summarise",
+    )
+    s.add_argument("input", nargs="?", type=Path, default=Path("-"),
+                   help="the JSON of `dvc exp show --json` (default -: standard input)")
+    s.add_argument("--metrics", nargs="+", default=None, metavar="GLOB",
+                   help="metrics to summarise, as globs on file:key (default 'metrics/*'; e.g. "
+                        "'metrics/transfer.json:*' or '*test.accuracy')")
+    s.add_argument("--workspace", action="store_true", help="count the workspace as a replicate too")
+    s.add_argument("--csv", action="store_true", help="CSV instead of a Markdown table")
     args = parser.parse_args(argv)
+    if args.command == "summarise":
+        return _summarise(args)
     # Logs go to standard error, so `--output -` leaves standard output to the CSV.
     logs.configure()
     try:
@@ -61,4 +77,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OutputError as err:
         print(f"error: {one_line(err)}", file=sys.stderr)
         return EXIT_FAILED
+    return 0
+
+
+def _summarise(args) -> int:
+    """``hbnn summarise``: one ``error:`` line and exit 2 on input that is not ``dvc exp show --json``."""
+    import json
+
+    from hbnn import summarise
+
+    try:
+        with interrupts_reported():
+            where = "standard input" if str(args.input) == "-" else str(args.input)
+            try:
+                text = sys.stdin.read() if str(args.input) == "-" else args.input.read_text()
+                data = json.loads(text)
+            except OSError as err:
+                raise InputError(f"cannot read {where}: {err.strerror or err}") from err
+            except ValueError as err:
+                raise InputError(f"{where} is not JSON ({err}); pipe `dvc exp show --json` into it") from err
+            reps = summarise.replicates(data, workspace=args.workspace)
+            if not reps:
+                raise InputError(f"{where} lists no commit or experiment with metrics")
+            rows = summarise.summarise(reps, args.metrics or summarise.DEFAULT_METRICS)
+            if not rows:
+                raise InputError(f"no metric matches {args.metrics or list(summarise.DEFAULT_METRICS)}")
+            sys.stdout.write(summarise.csv(rows) if args.csv else summarise.markdown(rows, reps))
+    except SystemExit as stop:
+        return stop.code
+    except InputError as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return 0

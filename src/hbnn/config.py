@@ -26,6 +26,7 @@ SOURCES = ("moons", "table")
 LIKELIHOODS = tuple(likelihoods.LIKELIHOODS)
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 MAX_SEED = 2**32 - 1  # NumPy's legacy RandomState (the moons data) takes seeds below 2**32
+HIERARCHICAL_FITS = ("fit_hier", "transfer_hier")  # fits that take hier_sampler (hbnn.variants.FITS)
 MAX_VALUES = 10_000  # a params file larger than this, aliases expanded, is refused (a YAML "alias bomb")
 
 
@@ -196,6 +197,37 @@ class PriorParams:
 
 
 @dataclass(frozen=True)
+class TransferParams:
+    """The transfer experiment: groups held out of a hierarchical fit, refit with few rows of their own.
+
+    ``transfer_prior`` holds out ``max(min_holdout, round(holdout_fraction * n_groups))``
+    groups (seeded, at most ``n_groups - 2``, so two groups are left to fit the hierarchy), fits the
+    hierarchical model on the rest and derives the informed prior from it. ``transfer`` then fits each
+    held-out group on nested, seeded subsets of its training rows (``sizes``, plus all its rows when
+    ``all_rows``), stratified by label for classifiers, with the flat and the informed prior, and
+    scores them and the population's prediction (no rows) on the group's own test rows.
+    """
+
+    holdout_fraction: float = 0.333
+    min_holdout: int = 4
+    sizes: tuple[int, ...] = (2, 4, 8, 16, 32)
+    all_rows: bool = True
+    seed: int = 3
+
+    def check(self, key: str) -> None:
+        _require(0 < self.holdout_fraction < 1, f"{key}.holdout_fraction", self.holdout_fraction,
+                 "must lie strictly between 0 and 1")
+        _require(self.min_holdout >= 1, f"{key}.min_holdout", self.min_holdout, "must be >= 1")
+        for i, n in enumerate(self.sizes):
+            _require(n >= 1, f"{key}.sizes[{i}]", n, "must be >= 1 (training rows of a held-out group)")
+        _require(list(self.sizes) == sorted(set(self.sizes)), f"{key}.sizes", list(self.sizes),
+                 "must be strictly increasing (each size's rows contain the smaller sizes' rows)")
+        _require(bool(self.sizes) or self.all_rows, f"{key}.sizes", list(self.sizes),
+                 f"is empty and {key}.all_rows is false: there is nothing to fit")
+        _check_seed(self.seed, f"{key}.seed")
+
+
+@dataclass(frozen=True)
 class ReportParams:
     """Decision-surface grid and the draws used to draw it."""
 
@@ -252,6 +284,7 @@ class Params:
     sampler: SamplerParams = field(default_factory=SamplerParams)
     hier_sampler: SamplerParams = field(default_factory=lambda: HIER_SAMPLER)
     prior: PriorParams = field(default_factory=PriorParams)
+    transfer: TransferParams = field(default_factory=TransferParams)
     report: ReportParams = field(default_factory=ReportParams)
     trace: TraceParams = field(default_factory=TraceParams)
     limits: LimitParams = field(default_factory=LimitParams)
@@ -278,8 +311,8 @@ class Params:
         )
 
     def sampler_for(self, stage: str) -> SamplerParams:
-        """The sampler settings of a fit stage: ``hier_sampler`` for ``fit_hier``, else ``sampler``."""
-        return self.hier_sampler if stage == "fit_hier" else self.sampler
+        """The sampler settings of a fit: ``hier_sampler`` for the hierarchical fits, else ``sampler``."""
+        return self.hier_sampler if stage in HIERARCHICAL_FITS else self.sampler
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples as lists), as it would appear in YAML."""

@@ -13,6 +13,7 @@ likelihood.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -418,6 +419,11 @@ class Tasks:
             group=self.group_codes[idx],
             obs=self.ds["obs"].values[idx],
         )
+
+    def subset(self, groups: Sequence[str]) -> Tasks:
+        """The tasks of ``groups`` only: their rows, in stored order, with the same statistics and attrs."""
+        keep = np.isin(self.ds["group"].values.astype(str), [str(g) for g in groups])
+        return Tasks(self.ds.isel(obs=np.flatnonzero(keep)))
 
     def padded(self, which: str) -> Padded:
         """Block layout of a split for batched models (see :class:`Padded`)."""

@@ -42,10 +42,27 @@ STAGE_PARAMS = {
     "fit_hier": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "hier_sampler", "trace"),
     "derive_prior": ("prior",),
     "fit_informed": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "sampler", "trace"),
+    # transfer.sizes and transfer.all_rows only say what `transfer` refits: changing them keeps this fit.
+    "transfer_prior": ("transfer.holdout_fraction", "transfer.min_holdout", "transfer.seed", "model.hidden_layers",
+                       "model.likelihood", "model.noise_sd", "hier_sampler", "prior", "trace"),
+    "transfer": ("transfer", "model", "sampler", "trace"),
+}
+
+# Every fit, by the name its log lines and seed stream use: the DVC stage that runs it (whose params stamp
+# its outputs) and the variant it fits. The transfer stages run fits of the three variants on other data.
+FITS = {
+    "fit_flat": ("fit_flat", FLAT),
+    "fit_hier": ("fit_hier", HIERARCHICAL),
+    "fit_informed": ("fit_informed", INFORMED),
+    "transfer_hier": ("transfer_prior", HIERARCHICAL),
+    "transfer_flat": ("transfer", FLAT),
+    "transfer_informed": ("transfer", INFORMED),
 }
 
 # Distinct keys so stages never share a random stream for the same group.
-STAGE_KEYS = {"fit_flat": 1, "fit_hier": 2, "fit_informed": 3, "derive_prior": 4}
+STAGE_KEYS = {"fit_flat": 1, "fit_hier": 2, "fit_informed": 3, "derive_prior": 4, "transfer_hier": 5,
+              "transfer_prior": 6, "transfer_split": 7, "transfer_flat": 8, "transfer_informed": 9,
+              "transfer_population": 10}
 
 
 def derive_seed(base: int, *keys: int) -> int:

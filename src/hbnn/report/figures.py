@@ -32,6 +32,7 @@ from hbnn.report.numbers import (
     thin_indices,
     weight_labels,
 )
+from hbnn.transfer import in_size_order
 from hbnn.variants import BY_NAME
 
 log = logging.getLogger(__name__)
@@ -241,3 +242,16 @@ def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: d
             names, accuracy, kind="bar", ylabel="test accuracy", ylim=(low, 1.0))[0]),
         "accuracy.png": plots.png_bytes(plots.plot_accuracy([LABELS[v] for v in MODELS], train, test, refs)[0]),
     }
+
+
+def transfer_figure(tm: dict, score: str) -> bytes:
+    """:func:`hbnn.plots.plot_transfer` of ``metrics/detail/transfer.json``."""
+    sizes = in_size_order(tm["sizes"])
+    series = {m: {"score": [r[m]["test"][score] for r in sizes.values()],
+                  "log_loss": [-r[m]["test"]["lpd_mean"] for r in sizes.values()],
+                  "lpd_se": [r[m]["lpd_se"] for r in sizes.values()]} for m in ("flat", "informed")}
+    pop = tm["population"]
+    population = {"score": pop["test"][score], "log_loss": -pop["test"]["lpd_mean"]}
+    fig, _ = plots.plot_transfer([r["rows_mean"] for r in sizes.values()], list(sizes), score, series, population,
+                                 [r["difference"] for r in sizes.values()])
+    return plots.png_bytes(fig)

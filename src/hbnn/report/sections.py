@@ -13,6 +13,7 @@ from hbnn.config import ReportParams
 from hbnn.data import Tasks
 from hbnn.report.document import Figure, Heading, Para, Section, Table
 from hbnn.report.numbers import ESS_OK, LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT_OK, fmt, lookup, pct
+from hbnn.transfer import in_size_order
 
 
 def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int]) -> list:
@@ -241,9 +242,11 @@ def _missing_text(metrics: dict, g: str) -> str:
     return f"{g} ({', '.join(parts)})"
 
 
-def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Sequence[str]) -> Section:
+def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Sequence[str],
+                    transfer: dict | None = None) -> Section:
     """First section: does every model meet the convergence bar, which groups miss it and by how much,
-    and where PSIS-LOO is unreliable. Drawn red when anything fails."""
+    and where PSIS-LOO is unreliable; the same for the transfer experiment's fits (``transfer``: its detail
+    metrics). Drawn red when anything fails."""
     header = ["Model", "Converged", "Groups meeting the bar", "Max R-hat (fn)", "Min bulk ESS (fn)", "Divergences",
               "Groups missing it", "LOO rows with high Pareto k"]
     rows, missing_any = [], False
@@ -262,10 +265,12 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
               for var in sd_vars if var in sds and not (
                   sds[var].get("rhat") is not None and sds[var]["rhat"] <= RHAT_OK
                   and (sds[var].get("ess_bulk") or 0) >= ESS_OK)]
-    failing = missing_any or bool(sd_bad)
-    verdict = ("NOT CONVERGED: the numbers in this report for the groups listed are not backed by their "
+    transfer_text, transfer_failing = _transfer_status(transfer) if transfer is not None else ("", False)
+    failing = missing_any or bool(sd_bad) or transfer_failing
+    verdict = ("NOT CONVERGED: the numbers in this report for the groups or fits listed are not backed by their "
                "diagnostics; sample longer or with more chains before relying on them." if failing else
-               "CONVERGED: every model meets the bar in every group.")
+               "CONVERGED: every model meets the bar in every group" + (", and so does every fit of the transfer "
+                                                                       "experiment." if transfer else "."))
     sd_text = (f"Hierarchical group sds missing it: {'; '.join(sd_bad)}." if sd_bad else
                ("The hierarchical group sds meet it too." if sds else ""))
     flags = [f"{LABELS[v]}, group {g}: {d.get('reason', '')}" for v in MODELS
@@ -276,6 +281,8 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
     blocks = [Para(verdict, warn=failing), Table(header, rows)]
     blocks += [Para(sd_text, warn=bool(sd_bad))] if sd_text else []
     blocks.append(Para(flag_text, warn=bool(flags)))
+    if transfer_text:
+        blocks.append(Para(transfer_text, warn=transfer_failing))
     return Section(
         "Status: can the inference be trusted?",
         f"the bar (Stan and ArviZ practice): function-space R-hat <= {RHAT_OK} and bulk ESS >= {ESS_OK} on every "
@@ -284,6 +291,22 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
         "they do not affect its other numbers.",
         blocks, anchor="status", failing=failing,
     )
+
+
+def _transfer_status(tm: dict) -> tuple[str, bool]:
+    """One line on the transfer experiment's fits against the bar, and whether any misses it."""
+    h = tm["hierarchical_sampling"]
+    hier_ok = (not h["groups_not_converged"] and h["max_rhat"] is not None and h["max_rhat"] <= RHAT_OK
+               and (h["min_ess_bulk"] or 0) >= ESS_OK)
+    counts = {m: (sum(r[m]["fits_not_converged"] for r in tm["sizes"].values()),
+                  sum(r["groups"] for r in tm["sizes"].values())) for m in ("flat", "informed")}
+    refits_ok = not any(bad for bad, _ in counts.values())
+    hier_text = ("meets the bar" if hier_ok else f"MISSES it ({h['groups_not_converged']} groups, max R-hat "
+                 f"{fmt(h['max_rhat'])}, min ESS {fmt(h['min_ess_bulk'], '.0f')})")
+    refit_text = ", ".join(f"{n - bad}/{n} {m}" for m, (bad, n) in counts.items())
+    text = (f"Transfer experiment (Transfer to new groups): the hierarchical fit of the {len(tm['training_groups'])} "
+            f"training groups {hier_text}; refits of the held-out groups meeting it: {refit_text}.")
+    return text, not (hier_ok and refits_ok)
 
 
 def _comparison_section(table, bad_k: dict[str, tuple[int, int, float]], scores: str = "Accuracy") -> Section:
@@ -376,3 +399,90 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
         "high Pareto k counts can differ by a few rows.",
         blocks,
     )
+
+
+def _transfer_section(tm: dict | None, score: str) -> Section:
+    """The transfer experiment (``metrics/detail/transfer.json``): held-out groups refit on few rows of their own.
+
+    ``score`` is the likelihood's headline score (accuracy, rmse).
+    """
+    title = "Transfer to new groups"
+    how = ("The informed prior exists to help a group the hierarchy has not seen. Here that is measured, not assumed:"
+           " the stage transfer_prior holds some groups out, fits the hierarchical model on the others and derives "
+           "the informed prior from that fit alone; the stage transfer then fits each held-out group on nested "
+           "subsets of its own training rows (2, 4, ... rows, stratified by label, and all of them), once with the "
+           "flat N(0, sd) prior and once with the informed prior, and scores both on the group's own test rows. The "
+           "dashed line is the hierarchical population's prediction for an unseen group (no rows of its own, as "
+           "hbnn predict scores one). The right panel is the informed-minus-flat difference in log predictive "
+           "density per test row, paired over the same rows, with +-2 standard errors: where the bars cross zero "
+           "the prior no longer matters. Log loss is the mean negative log predictive density of the test labels "
+           "(lower is better).")
+    if tm is None:
+        return Section(title, how, [Para("metrics/detail/transfer.json does not exist: run the transfer stages "
+                                         "(dvc repro transfer).", warn=True)], anchor="transfer")
+    sizes = in_size_order(tm["sizes"])
+    pop = tm["population"]
+    header = ["Training rows", "Groups", f"Flat {score}", f"Informed {score}", "Flat log loss",
+              "Informed log loss", "Informed - flat log density (se)", "Fits not converged (flat / informed)"]
+    rows = [["0 (population)", str(len(tm["heldout_groups"])), fmt(pop["test"][score], ".4f"),
+             "", fmt(-pop["test"]["lpd_mean"], ".4f"), "", "", ""]]
+    for label, r in sizes.items():
+        d = r["difference"]
+        rows.append([f"{label} ({r['rows_mean']:g})", str(r["groups"]), fmt(r["flat"]["test"][score], ".4f"),
+                     fmt(r["informed"]["test"][score], ".4f"), fmt(-r["flat"]["test"]["lpd_mean"], ".4f"),
+                     fmt(-r["informed"]["test"]["lpd_mean"], ".4f"), f"{d['mean']:+.3f} ({d['se']:.3f})",
+                     f"{r['flat']['fits_not_converged']} / {r['informed']['fits_not_converged']}"])
+    reading = _transfer_reading(sizes, tm["stops_mattering"])
+    groups = (f"Held out: {', '.join(tm['heldout_groups'])} ({len(tm['heldout_groups'])} groups); the hierarchy and "
+              f"the prior were fitted on the other {len(tm['training_groups'])}.")
+    blocks: list = [Para(reading), Para(groups), Figure("transfer.png", "Left and middle: test scores pooled over "
+                    "the held-out groups' test rows (log loss with +-2 se); right: informed minus flat log "
+                    "predictive density per test row, +-2 se (paired). x: training rows per group, log scale."),
+                    Table(header, rows)]
+    hier = tm["hierarchical_sampling"]
+    not_converged = sum(r[m]["fits_not_converged"] for r in sizes.values() for m in ("flat", "informed"))
+    if hier["groups_not_converged"] or not_converged:
+        blocks.append(Para(f"Convergence: {hier['groups_not_converged']} groups of the held-out hierarchical fit and "
+                           f"{not_converged} of the refits miss the bar (R-hat <= {RHAT_OK}, ESS >= {ESS_OK}); "
+                           "their numbers are in metrics/detail/transfer.json (fits.<model>.<group>/<size>).",
+                           warn=True))
+    if tm["skipped"]:
+        blocks.append(Para("Skipped (a size must be smaller than the group's training rows): "
+                           + ", ".join(tm["skipped"]) + "."))
+    return Section(title, how, blocks, anchor="transfer")
+
+
+def _transfer_reading(sizes: dict[str, dict], stop: str | None) -> str:
+    """What the informed-minus-flat differences say, size by size (2 standard errors), and where they stop."""
+    if not sizes:
+        return "No size was fitted."
+    labels = list(sizes)
+
+    def text(label: str) -> str:
+        d = sizes[label]["difference"]
+        return f"{label} ({d['mean']:+.3f}, se {d['se']:.3f})"
+
+    kinds = {"better": [], "worse": [], "within 2 standard errors": []}
+    for label, r in sizes.items():
+        d = r["difference"]
+        kind = "better" if d["mean"] > 2 * d["se"] else "worse" if d["mean"] < -2 * d["se"] else \
+            "within 2 standard errors"
+        kinds[kind].append(label)
+    first = labels[0]
+    first_kind = next(k for k, v in kinds.items() if first in v)
+    verb = {"better": "predicts them better than", "worse": "predicts them worse than",
+            "within 2 standard errors": "is within 2 standard errors of"}[first_kind]
+    out = [f"With {sizes[first]['rows_mean']:g} rows of their own ({first}), the informed prior {verb} the flat "
+           f"prior: {text(first)} in log predictive density per test row."]
+    out.append("By size, informed vs flat: " + "; ".join(f"{k} at {', '.join(text(lab) for lab in v)}"
+                                                         for k, v in kinds.items() if v) + ".")
+    if stop is None:
+        out.append(f"The difference is still beyond 2 standard errors at the largest size ({labels[-1]}), so the "
+                   "prior still matters with every training row these groups have.")
+    elif stop == first:
+        out.append("No size shows a difference beyond 2 standard errors: on these held-out groups the informed prior "
+                   "makes no measurable difference.")
+    else:
+        out.append(f"From {stop} on the difference stays within 2 standard errors at every larger size: that is where "
+                   "the informed prior stops mattering.")
+    return " ".join(out)

@@ -23,6 +23,7 @@ from hbnn.report.figures import (
     _trace_figures,
     compare_figure,
     group_sd_diagnostic_figures,
+    transfer_figure,
 )
 from hbnn.report.inputs import (
     check_metrics,
@@ -51,6 +52,7 @@ from hbnn.report.sections import (
     _scores_section,
     _status_section,
     _surface_sections,
+    _transfer_section,
 )
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,8 @@ def report(
     names = tasks.group_names
     metrics = {v: read_json(detail_path(metrics_dir / f), "metrics file") for v, f in METRICS_FILES.items()}
     prior_metrics = read_json(detail_path(metrics_dir / "prior.json"), "metrics file")
+    transfer_path = detail_path(metrics_dir / "transfer.json")
+    transfer_metrics = read_json(transfer_path, "metrics file") if transfer_path.is_file() else None
     check_metrics(metrics, metrics_dir, names)
     for v, f in METRICS_FILES.items():  # wall-clock times, for the diagnostics table only
         timing = read_json(timings_dir / f, "timing file")
@@ -125,19 +129,21 @@ def report(
         figures["compare.png"] = compare_figure(table)
     bad_k = {LABELS[v]: (int(evaluation.high_k(loo[v]).sum()), int(np.size(loo[v].pareto_k)),
                          evaluation.bad_k_threshold(loo[v].n_samples)) for v in loo}
+    if transfer_metrics is not None and transfer_metrics["sizes"]:
+        figures["transfer.png"] = transfer_figure(transfer_metrics, lik.score)
     if losses:
         figures["advi_loss.png"] = plots.png_bytes(plots.plot_loss(losses)[0])
     data = data_settings(tasks, params)
     if not lik.classifier:
         accuracy = {v: np.zeros(0) for v in MODELS}
         figures.update(_regression_figures(metrics, names))
-        sections = [_status_section(metrics, names, sd_vars), _scores_section(metrics),
+        sections = [_status_section(metrics, names, sd_vars, transfer_metrics), _scores_section(metrics),
                     _per_group_rmse_section(len(names))]
     else:
         accuracy = _per_group_values(metrics, names, "test", "accuracy")
         figures.update(_metrics_figures(metrics, names, accuracy))
         figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
-        sections = [_status_section(metrics, names, sd_vars), _accuracy_section(metrics, data),
+        sections = [_status_section(metrics, names, sd_vars, transfer_metrics), _accuracy_section(metrics, data),
                     _per_group_section(len(names)),
                     _calibration_section()]
     if tasks.n_features < 2:
@@ -155,6 +161,7 @@ def report(
         _group_sd_section(sd_vars, specs, prior_metrics),
         _correlation_section(first.name, corr_name, ref_chain, prior_metrics),
         _comparison_section(table, bad_k, "Accuracy" if lik.classifier else "Scores"),
+        _transfer_section(transfer_metrics, lik.score),
         _diagnostics_section(metrics, names, sd_vars, list(figures), bfmi),
     ]
     result = summary(metrics, len(names), lik, loo)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from hbnn import prior
-from hbnn.config import Params
+from hbnn.config import Params, PriorParams
 from hbnn.io import InputError, as_builtin, detail_path, load_trace, provenance, settings_from_attrs, staged_outputs
 from hbnn.network import layer_specs
 from hbnn.variants import STAGE_KEYS, STAGE_PARAMS, derive_seed
@@ -32,9 +32,28 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
     hidden = tuple(settings.get("hidden_layers", params.model.hidden_layers))
     features = settings.get("features", [str(f) for f in idata.posterior["feature"].values])
     specs = layer_specs(len(features), hidden)
+    fitted, metrics = derive(p, idata.posterior, specs, STAGE_KEYS["derive_prior"], hier_trace)
+    ds = prior.prior_dataset(specs, fitted)
+    ds.attrs.update(provenance("derive_prior", "informed_prior",
+                               params.section_hash(*STAGE_PARAMS["derive_prior"]),
+                               {"prior": dataclasses.asdict(p), "hidden_layers": list(hidden),
+                                "features": list(features), "hier_trace": str(hier_trace)}))
+    with staged_outputs() as outputs:
+        outputs.write_netcdf(ds, prior_out)
+        outputs.write_json(as_builtin(metrics), detail_path(metrics_out))
+        outputs.write_json(as_builtin(headline(metrics)), metrics_out)
+    log.info("derive_prior: %d new-group draws per layer from %d chains", metrics["draws"]["new_group_draws"],
+             metrics["draws"]["chains_used"])
+    return metrics
+
+
+def derive(p: PriorParams, posterior, specs, seed_key: int, hier_trace: Path
+           ) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
+    """One MvNormal per layer, fitted to new-group weight draws of a hierarchical ``posterior``, and the metrics
+    that describe it (draws used, group sds, chain alignment). ``seed_key`` picks the stream of the draws."""
     try:
-        mu = prior.layer_arrays(idata.posterior, specs, "mu")
-        sd = [idata.posterior[f"sd_{s.name}"].transpose("chain", "draw").values for s in specs]
+        mu = prior.layer_arrays(posterior, specs, "mu")
+        sd = [posterior[f"sd_{s.name}"].transpose("chain", "draw").values for s in specs]
     except KeyError as err:
         raise InputError(f"trace {hier_trace} lacks hierarchical variable {err}") from err
     n_chains = mu[0].shape[0]
@@ -53,7 +72,7 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
         chains_used = [ref]
     flat_mu = [m.reshape(-1, *m.shape[2:]) for m in mu_used]
     flat_sd = [s.reshape(-1) for s in sd_used]
-    rng = np.random.default_rng(derive_seed(p.seed, STAGE_KEYS["derive_prior"]))
+    rng = np.random.default_rng(derive_seed(p.seed, seed_key))
     draws = prior.new_group_draws(flat_mu, flat_sd, p.draws_per_sample, rng)
 
     fitted, layer_metrics = [], {}
@@ -70,11 +89,6 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
             "prior_mean_abs": np.abs(mean).mean(),
             "prior_sd_mean": np.sqrt(np.diag(cov)).mean(),
         }
-    ds = prior.prior_dataset(specs, fitted)
-    ds.attrs.update(provenance("derive_prior", "informed_prior",
-                               params.section_hash(*STAGE_PARAMS["derive_prior"]),
-                               {"prior": dataclasses.asdict(p), "hidden_layers": list(hidden),
-                                "features": list(features), "hier_trace": str(hier_trace)}))
     metrics = {
         "draws": {
             "chains_used": len(chains_used),
@@ -92,9 +106,4 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
             for c in range(n_chains)
         },
     }
-    with staged_outputs() as outputs:
-        outputs.write_netcdf(ds, prior_out)
-        outputs.write_json(as_builtin(metrics), detail_path(metrics_out))
-        outputs.write_json(as_builtin(headline(metrics)), metrics_out)
-    log.info("derive_prior: %d new-group draws per layer from %d chains", draws[0].shape[0], len(chains_used))
-    return metrics
+    return fitted, metrics

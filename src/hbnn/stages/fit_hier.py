@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import xarray as xr
+
 from hbnn import evaluation
 from hbnn.config import Params
-from hbnn.data import load_tasks
+from hbnn.data import Tasks, load_tasks
 from hbnn.inference import Sampler
 from hbnn.models import build_hierarchical_minibatch_model, build_hierarchical_model
 from hbnn.network import layer_specs
@@ -16,10 +18,21 @@ from hbnn.variants import STAGE_KEYS, derive_seed
 
 def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
     """The non-centred hierarchical BNN over all groups."""
+    tasks = load_tasks(tasks_path, params.model.likelihood, params)
+    posterior, stats, cost, extra = sample_hierarchical("fit_hier", params, tasks)
+    return fitting.finish_fit("fit_hier", params, tasks, posterior, stats, cost, trace_out, metrics_out, timing_out,
+                              extra_diagnostics=extra)
+
+
+def sample_hierarchical(stage: str, params: Params, tasks: Tasks
+                        ) -> tuple[xr.Dataset, xr.Dataset, fitting.Cost, dict[str, dict[str, float]]]:
+    """Check the cost, build and sample the hierarchical model of ``tasks`` (fit ``stage``, :data:`hbnn.variants.FITS`).
+
+    Returns the posterior, its sample stats, the cost and the group sds' R-hat and ESS.
+    """
     m = params.model
-    tasks = load_tasks(tasks_path, m.likelihood, params)
-    estimate = fitting.enforce_budget("fit_hier", params, tasks)
-    batch = fitting.minibatch(params, "fit_hier")
+    estimate = fitting.enforce_budget(stage, params, tasks)
+    batch = fitting.minibatch(params, stage)
     if batch:
         train = tasks.split("train")
         model = build_hierarchical_minibatch_model(
@@ -32,14 +45,10 @@ def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
             padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers,
             likelihood=m.likelihood, noise_sd=m.noise_sd,
         )
-    settings = params.sampler_for("fit_hier")
+    settings = params.sampler_for(stage)
     sampler = Sampler(model, settings)
-    fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS["fit_hier"]), expected_seconds=60 * estimate.minutes)
+    fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS[stage]), expected_seconds=60 * estimate.minutes)
     posterior = fit.posterior.posterior
-    specs = layer_specs(tasks.n_features, m.hidden_layers)
-    sd_vars = [f"sd_{s.name}" for s in specs]
-    return fitting.finish_fit(
-        "fit_hier", params, tasks, posterior, fit.posterior.sample_stats,
-        fitting.Cost(fit.seconds, sampler.compile_seconds, fit.grad_evals), trace_out, metrics_out, timing_out,
-        extra_diagnostics=evaluation.scalar_diagnostics(posterior, sd_vars),
-    )
+    sd_vars = [f"sd_{s.name}" for s in layer_specs(tasks.n_features, m.hidden_layers)]
+    return (posterior, fit.posterior.sample_stats, fitting.Cost(fit.seconds, sampler.compile_seconds, fit.grad_evals),
+            evaluation.scalar_diagnostics(posterior, sd_vars))

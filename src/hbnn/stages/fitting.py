@@ -18,7 +18,7 @@ from hbnn.inference import Sampler, backend_class
 from hbnn.io import as_builtin, detail_path, provenance, staged_outputs, stamp
 from hbnn.logs import watch
 from hbnn.network import layer_specs
-from hbnn.variants import BY_STAGE, STAGE_KEYS, STAGE_PARAMS, derive_seed
+from hbnn.variants import FITS, STAGE_KEYS, STAGE_PARAMS, derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -78,37 +78,12 @@ def finish_fit(
     extra_diagnostics=None,
     settings_extra: dict | None = None,
 ) -> dict:
+    """Score a fit (:func:`score_fit`) and write its trace, timing, headline and detail metrics together."""
     what = f"{stage}: scoring the draws, PSIS-LOO and writing the outputs"
     log.info("%s (sampling took %.1fs)", what, cost.seconds)
     with watch(log, what):
-        observed, constant = _observed(tasks)
-        specs = layer_specs(tasks.n_features, params.model.hidden_layers)
-        predictions = evaluation.evaluate_groups(
-            tasks,
-            lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
-            noise_of=lambda g: evaluation.group_noise(posterior, tasks.group_names[g]),
-        )
-        log_lik = evaluation.pointwise_log_likelihood(tasks, predictions["train"])
-        groups = {"posterior": posterior, "sample_stats": sample_stats, "observed_data": observed,
-                  "constant_data": constant}
-        if params.trace.pointwise:
-            groups.update(_pointwise_groups(stage, params, tasks, predictions["test"], log_lik, observed))
-        idata = az.InferenceData(**groups)
-        settings = _settings(stage, params, tasks, **(settings_extra or {}))
-        stamp(idata, provenance(stage, BY_STAGE[stage].name, params.section_hash(*STAGE_PARAMS[stage]), settings))
-        metrics = evaluation.fit_metrics(
-            tasks,
-            predictions,
-            divergences=int(sample_stats["diverging"].sum()),
-            extra_diagnostics=extra_diagnostics,
-            group_divergences=(sample_stats["diverging"].sum(("chain", "draw")).sel(group=tasks.group_names).values
-                               if "group" in sample_stats["diverging"].dims else None),
-            loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),
-        )
-        advi_iterations = sample_stats.sizes.get("advi_iteration")
-        s = params.sampler_for(stage)
-        timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
-                                           backend_class(s).parallel_chains(s), advi_iterations)
+        idata, metrics, timing, _ = score_fit(stage, params, tasks, posterior, sample_stats, cost,
+                                              extra_diagnostics, settings_extra)
         score = likelihoods.get(tasks.likelihood).score
         with staged_outputs() as outputs:
             outputs.write_netcdf(idata, trace_out)
@@ -121,6 +96,54 @@ def finish_fit(
             metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], cost.seconds,
         )
         return metrics
+
+
+def score_fit(
+    stage: str,
+    params: Params,
+    tasks: Tasks,
+    posterior: xr.Dataset,
+    sample_stats: xr.Dataset,
+    cost: Cost,
+    extra_diagnostics=None,
+    settings_extra: dict | None = None,
+) -> tuple[az.InferenceData, dict, dict, dict[str, dict[str, list]]]:
+    """The trace (stamped with the provenance of the DVC stage that runs ``stage``), the metrics of
+    :func:`hbnn.evaluation.fit_metrics` (with PSIS-LOO), the timing of a fit and the predictions behind the
+    metrics (:func:`hbnn.evaluation.evaluate_groups`); nothing is written.
+
+    ``stage`` is a fit of :data:`hbnn.variants.FITS`.
+    """
+    dvc_stage, variant = FITS[stage]
+    observed, constant = _observed(tasks)
+    specs = layer_specs(tasks.n_features, params.model.hidden_layers)
+    predictions = evaluation.evaluate_groups(
+        tasks,
+        lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
+        noise_of=lambda g: evaluation.group_noise(posterior, tasks.group_names[g]),
+    )
+    log_lik = evaluation.pointwise_log_likelihood(tasks, predictions["train"])
+    groups = {"posterior": posterior, "sample_stats": sample_stats, "observed_data": observed,
+              "constant_data": constant}
+    if params.trace.pointwise:
+        groups.update(_pointwise_groups(stage, params, tasks, predictions["test"], log_lik, observed))
+    idata = az.InferenceData(**groups)
+    settings = _settings(stage, params, tasks, **(settings_extra or {}))
+    stamp(idata, provenance(dvc_stage, variant.name, params.section_hash(*STAGE_PARAMS[dvc_stage]), settings))
+    metrics = evaluation.fit_metrics(
+        tasks,
+        predictions,
+        divergences=int(sample_stats["diverging"].sum()),
+        extra_diagnostics=extra_diagnostics,
+        group_divergences=(sample_stats["diverging"].sum(("chain", "draw")).sel(group=tasks.group_names).values
+                           if "group" in sample_stats["diverging"].dims else None),
+        loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),
+    )
+    advi_iterations = sample_stats.sizes.get("advi_iteration")
+    s = params.sampler_for(stage)
+    timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
+                                       backend_class(s).parallel_chains(s), advi_iterations)
+    return idata, metrics, timing, predictions
 
 
 def _pointwise_groups(stage: str, params: Params, tasks: Tasks, test: dict[str, list], log_lik: np.ndarray,

@@ -1,0 +1,268 @@
+"""Stages ``transfer_prior`` and ``transfer``: the informed prior, measured on groups the hierarchy never saw.
+
+See :mod:`hbnn.transfer` for the design. ``transfer_prior`` writes the
+hierarchical fit of the training groups, the prior derived from it (with the
+held-out groups in its ``heldout_groups`` attr) and their metrics;
+``transfer`` refits the held-out groups and writes ``metrics/transfer.json``
+(headline: scores per model and size), its detail file, the ``dvc plots`` CSV
+and the two refit traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from hbnn import evaluation, likelihoods, transfer
+from hbnn.config import Params
+from hbnn.data import Tasks, load_tasks
+from hbnn.io import InputError, as_builtin, detail_path, load_dataset, load_trace, provenance, staged_outputs
+from hbnn.logs import watch
+from hbnn.models import build_flat_model, build_informed_model
+from hbnn.network import layer_specs
+from hbnn.predict import population_weights
+from hbnn.prior import load_prior, prior_dataset
+from hbnn.stages import fitting
+from hbnn.stages.derive_prior import derive
+from hbnn.stages.fit_hier import sample_hierarchical
+from hbnn.variants import FLAT, INFORMED, STAGE_KEYS, STAGE_PARAMS, derive_seed
+
+log = logging.getLogger(__name__)
+
+MODELS = (FLAT.name, INFORMED.name)
+HELDOUT_ATTR = "heldout_groups"
+
+
+def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out: Path, metrics_out: Path,
+                   timing_out: Path) -> dict:
+    """Hold out groups, fit the hierarchical model on the rest and derive the informed prior from that fit.
+
+    ``metrics_out`` (a detail file, not a DVC metric) holds the held-out and
+    training groups, the hierarchical fit's metrics and the prior's.
+    """
+    tasks = load_tasks(tasks_path, params.model.likelihood, params)
+    heldout = transfer.holdout(tasks.group_names, params.transfer)
+    kept = [g for g in tasks.group_names if g not in heldout]
+    log.info("transfer_prior: holding out %d of %d groups (%s); fitting the hierarchical model on the other %d",
+             len(heldout), tasks.n_groups, ", ".join(heldout), len(kept))
+    train_tasks = tasks.subset(kept)
+    posterior, stats, cost, extra = sample_hierarchical("transfer_hier", params, train_tasks)
+    what = "transfer_prior: scoring the draws, PSIS-LOO and deriving the prior"
+    log.info("%s (sampling took %.1fs)", what, cost.seconds)
+    with watch(log, what):
+        idata, hier_metrics, timing, _ = fitting.score_fit("transfer_hier", params, train_tasks, posterior, stats, cost,
+                                                        extra, {HELDOUT_ATTR: heldout})
+        specs = layer_specs(tasks.n_features, params.model.hidden_layers)
+        fitted, prior_metrics = derive(params.prior, posterior, specs, STAGE_KEYS["transfer_prior"], trace_out)
+        ds = prior_dataset(specs, fitted)
+        ds.attrs.update(provenance("transfer_prior", "informed_prior",
+                                   params.section_hash(*STAGE_PARAMS["transfer_prior"]),
+                                   {"prior": dataclasses.asdict(params.prior),
+                                    "hidden_layers": list(params.model.hidden_layers), "features": tasks.features,
+                                    "hier_trace": str(trace_out), HELDOUT_ATTR: heldout}))
+        ds.attrs[HELDOUT_ATTR] = json.dumps(heldout)
+        metrics = {"heldout_groups": heldout, "training_groups": kept, "hierarchical": hier_metrics,
+                   "prior": prior_metrics}
+        with staged_outputs() as outputs:
+            outputs.write_netcdf(idata, trace_out)
+            outputs.write_netcdf(ds, prior_out)
+            outputs.write_json(as_builtin(timing), timing_out)
+            outputs.write_json(as_builtin(metrics), metrics_out)
+    s = hier_metrics["sampling"]
+    log.info("transfer_prior: hierarchical fit of %d groups: %d not converged, max R-hat %.4f, min ESS %.0f, "
+             "%d divergences, %.1fs sampling", len(kept), s["groups_not_converged"], s["max_rhat"],
+             s["min_ess_bulk"], s["divergences"], cost.seconds)
+    return metrics
+
+
+def heldout_groups(prior_path: Path, tasks: Tasks) -> list[str]:
+    """The held-out groups that ``transfer_prior`` wrote into the prior file; each must be in ``tasks``."""
+    ds = load_dataset(prior_path, "prior file")
+    try:
+        heldout = json.loads(ds.attrs[HELDOUT_ATTR])
+    except (KeyError, ValueError) as err:
+        raise InputError(f"prior file {prior_path} has no {HELDOUT_ATTR!r} attr; it was not written by "
+                         "transfer_prior") from err
+    missing = [g for g in heldout if g not in tasks.group_names]
+    if missing:
+        raise InputError(f"prior file {prior_path} holds out groups {missing} that the tasks file lacks; rerun "
+                         "transfer_prior (dvc repro)")
+    return heldout
+
+
+def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path: Path, prior_metrics: Path,
+                 flat_trace_out: Path, informed_trace_out: Path, metrics_out: Path, plot_out: Path,
+                 timing_out: Path) -> dict:
+    """Refit each held-out group on nested subsets of its rows (flat and informed prior) and score all of them,
+    and the hierarchical population's prediction, on the group's own test rows."""
+    m = params.model
+    tasks = load_tasks(tasks_path, m.likelihood, params)
+    heldout = heldout_groups(prior_path, tasks)
+    specs = layer_specs(tasks.n_features, m.hidden_layers)
+    layer_prior = load_prior(prior_path, specs, params)
+    hier = load_trace(hier_trace, "hierarchical", groups=("posterior",), params=params)
+    upstream = json.loads(prior_metrics.read_text()) if prior_metrics.is_file() else None
+    if upstream is None or upstream.get("heldout_groups") != heldout:
+        raise InputError(f"{prior_metrics} does not belong to {prior_path} (other held-out groups); rerun "
+                         "transfer_prior (dvc repro)")
+    refit, refits, skipped = transfer.refit_tasks(tasks, heldout, params.transfer)
+    for line in skipped:
+        log.info("transfer: skipping %s: a size must be smaller than the group's training rows", line)
+    log.info("transfer: %d fits per model (%d held-out groups, sizes %s)", len(refits), len(heldout),
+             ", ".join(transfer.size_labels(params.transfer)))
+    batch = {name: fitting.minibatch(params, f"transfer_{name}") for name in MODELS}
+    builders = {
+        FLAT.name: lambda X, y: build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd,
+                                                 minibatch_size=batch[FLAT.name], likelihood=m.likelihood,
+                                                 noise_sd=m.noise_sd),
+        INFORMED.name: lambda X, y: build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior,
+                                                         minibatch_size=batch[INFORMED.name],
+                                                         likelihood=m.likelihood, noise_sd=m.noise_sd),
+    }
+    for name in MODELS:
+        fitting.enforce_budget(f"transfer_{name}", params, refit)
+    traces, fit_metrics, timings, tests = {}, {}, {}, {}
+    for name in MODELS:
+        stage = f"transfer_{name}"
+        posterior, stats, cost = fitting.fit_per_group(stage, params, refit, builders[name])
+        with watch(log, f"{stage}: scoring the draws"):
+            traces[name], fit_metrics[name], timings[name], predictions = fitting.score_fit(
+                stage, params, refit, posterior, stats, cost, settings_extra={"prior_file": str(prior_path)})
+            tests[name] = predictions["test"]
+    population = population_predictions(params, tasks, hier.posterior, heldout, specs)
+    metrics = transfer_metrics(tasks.likelihood, params, refits, fit_metrics, tests, population, upstream, skipped)
+    headline = transfer_headline(metrics)
+    csv = transfer_csv(metrics, tasks.likelihood)
+    with staged_outputs() as outputs:
+        outputs.write_netcdf(traces[FLAT.name], flat_trace_out)
+        outputs.write_netcdf(traces[INFORMED.name], informed_trace_out)
+        outputs.write_json(as_builtin(timings), timing_out)
+        outputs.write_text(csv, plot_out)
+        outputs.write_json(as_builtin(metrics), detail_path(metrics_out))
+        outputs.write_json(as_builtin(headline), metrics_out)
+    score = likelihoods.get(tasks.likelihood).score
+    for label, row in metrics["sizes"].items():
+        log.info("transfer: %-4s test %s flat %.4f, informed %.4f (informed - flat log density per row %+.3f, "
+                 "se %.3f)", label, score, row["flat"]["test"][score], row["informed"]["test"][score],
+                 row["difference"]["mean"], row["difference"]["se"])
+    log.info("transfer: population (no rows of the group) test %s %.4f; the informed prior stops mattering at %s",
+             score, metrics["population"]["test"][score], metrics["stops_mattering"] or "no size tried")
+    return metrics
+
+
+def population_predictions(params: Params, tasks: Tasks, posterior, heldout: list[str], specs
+                           ) -> dict[str, list]:
+    """The hierarchical population's predictive (one new-group network per posterior draw, as ``hbnn predict``
+    scores an unseen group) on each held-out group's test rows, as one split of
+    :func:`hbnn.evaluation.evaluate_groups`."""
+    lik = likelihoods.get(tasks.likelihood)
+    rng = np.random.default_rng(derive_seed(params.transfer.seed, STAGE_KEYS["transfer_population"]))
+    weights = population_weights(posterior, specs, rng)
+    noise = tasks.y_sd * evaluation.group_noise(posterior, None) if lik.has_noise else None
+    test = tasks.split("test")
+    out = {"draws": [], "noise": [] if lik.has_noise else None, "y": []}
+    for name in heldout:
+        rows = test.rows(tasks.group_names.index(name))
+        out["draws"].append(lik.mean(evaluation.predict_output(weights, test.X[rows]), tasks.y_mean, tasks.y_sd))
+        if lik.has_noise:
+            out["noise"].append(noise)
+        out["y"].append(lik.mean_label(test.y[rows], tasks.y_mean, tasks.y_sd))
+    return out
+
+
+def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refit], fits: dict[str, dict],
+                     tests: dict[str, dict[str, list]], population: dict[str, list], upstream: dict,
+                     skipped: list[str]) -> dict:
+    """Everything ``metrics/detail/transfer.json`` holds: per size, each model's pooled test scores, the paired
+    informed-minus-flat difference in test log density and convergence; per fit, its scores and diagnostics.
+
+    ``fits`` and ``tests`` hold each model's :func:`hbnn.evaluation.fit_metrics` and its test predictions."""
+    lik = likelihoods.get(likelihood)
+    heldout = upstream["heldout_groups"]
+    pop_lpd = transfer.row_lpd(lik, population)
+    sizes = {}
+    for label in transfer.size_labels(params.transfer):
+        idx = [i for i, r in enumerate(refits) if r.size == label]
+        if not idx:
+            continue
+        row: dict = {"groups": len(idx), "rows_mean": float(np.mean([refits[i].rows for i in idx]))}
+        lpd = {}
+        for name in MODELS:
+            pred = transfer.subset(tests[name], idx)
+            pooled, _ = evaluation.split_scores(lik, pred)
+            lpd[name] = transfer.row_lpd(lik, pred)
+            per_fit = [fits[name]["per_group"][refits[i].name] for i in idx]
+            row[name] = {"test": pooled | {"lpd_mean": float(lpd[name].mean())}, "lpd_se": _se(lpd[name]),
+                         "fits_not_converged": sum(not f["converged"] for f in per_fit),
+                         "max_rhat": max(f["rhat_fn"] for f in per_fit),
+                         "min_ess_bulk": min(f["ess_bulk_fn"] for f in per_fit),
+                         "divergences": sum(f["divergences"] for f in per_fit)}
+        row["difference"] = transfer.paired_difference(lpd[INFORMED.name], lpd[FLAT.name])
+        # the same groups' rows, in the same order (a size can be skipped for some groups)
+        pop = transfer.subset(population, [heldout.index(refits[i].group) for i in idx])
+        row["informed_vs_population"] = transfer.paired_difference(lpd[INFORMED.name], transfer.row_lpd(lik, pop))
+        sizes[label] = row
+    pop_scores, _ = evaluation.split_scores(lik, population)
+    return {
+        "heldout_groups": upstream["heldout_groups"],
+        "training_groups": upstream["training_groups"],
+        "sizes": sizes,
+        "population": {"test": pop_scores | {"lpd_mean": float(pop_lpd.mean())}, "lpd_se": _se(pop_lpd)},
+        "stops_mattering": transfer.stops_mattering({k: v["difference"] for k, v in sizes.items()}),
+        "skipped": skipped,
+        "hierarchical_sampling": {k: upstream["hierarchical"]["sampling"][k]
+                                  for k in evaluation.HEADLINE_SAMPLING},
+        "fits": {name: {r.name: {"group": r.group, "size": r.size, "rows": r.rows,
+                                 **{k: v for k, v in fits[name]["per_group"][r.name].items() if k != "train"}}
+                        for r in refits} for name in MODELS},
+    }
+
+
+def _se(values: np.ndarray) -> float:
+    """Standard error of the mean of per-row values."""
+    return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
+
+
+def transfer_headline(metrics: dict) -> dict:
+    """``metrics/transfer.json``: ``<model>.<size>.test.<score>`` (and ``population.n0.test.<score>``) for the
+    likelihood's test scores, and the convergence counts of every fit behind them."""
+    def scores(test: dict) -> dict:
+        return {k: v for k, v in test.items() if k not in ("n", "lpd_mean")}
+
+    out: dict = {name: {label: {"test": scores(row[name]["test"])} for label, row in metrics["sizes"].items()}
+                 for name in MODELS}
+    out["population"] = {transfer.POPULATION: {"test": scores(metrics["population"]["test"])}}
+    out["sampling"] = {name: {"fits_not_converged": sum(r[name]["fits_not_converged"]
+                                                        for r in metrics["sizes"].values()),
+                              "divergences": sum(r[name]["divergences"] for r in metrics["sizes"].values())}
+                       for name in MODELS}
+    out["sampling"]["hierarchical"] = {"groups_not_converged": metrics["hierarchical_sampling"]["groups_not_converged"]}
+    return out
+
+
+def transfer_csv(metrics: dict, likelihood: str) -> str:
+    """``reports/plots/transfer.csv``: one row per model and size (``n`` = mean training rows per group), the
+    population at ``n = 0``.
+
+    The columns ``dvc plots`` draws are the same for every likelihood: ``score``
+    (its headline test score: accuracy, RMSE; named in ``score_name``) and
+    ``log_loss``, the mean negative log predictive density of the test labels
+    (the log loss of a classifier); the likelihood's other test scores follow.
+    """
+    score = likelihoods.get(likelihood).score
+    pop = metrics["population"]["test"]
+    others = [k for k in pop if k not in ("n", "lpd_mean", score, "log_loss")]
+
+    def line(model: str, size: str, n: float, test: dict) -> str:
+        values = [test[score], test.get("log_loss", -test["lpd_mean"]), *(test[k] for k in others)]
+        return ",".join([model, size, f"{n:.6g}", score, *(f"{v:.6g}" for v in values)])
+
+    lines = [",".join(["model", "size", "n", "score_name", "score", "log_loss", *others]),
+             line("population", transfer.POPULATION, 0, pop)]
+    lines += [line(name, label, row["rows_mean"], row[name]["test"]) for name in MODELS
+              for label, row in metrics["sizes"].items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,132 @@
+"""``hbnn summarise``: mean and sd of every metric across DVC experiments (replicates over seeds).
+
+Reads the JSON of ``dvc exp show --json`` (a list of revisions: the
+workspace, then each baseline commit with its experiments under
+``experiments[].revs[]``). Every commit and experiment that has metrics is one
+replicate, the workspace is left out (it repeats a commit or holds unfinished
+results) unless asked for. The params that differ between the replicates are
+reported, so a table that mixes settings says so.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hbnn.errors import InputError
+
+DEFAULT_METRICS = ("metrics/*",)  # timings/* are wall-clock, not results: --metrics 'timings/*' adds them
+
+
+@dataclass(frozen=True)
+class Replicate:
+    name: str  # experiment name, or the commit's short hash
+    metrics: dict[str, float]  # "file:dotted.key" -> value (numbers only)
+    params: dict[str, Any]  # "file:dotted.key" -> value
+
+
+def flatten(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``("a.b.c", value)`` for every leaf of nested dicts."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from flatten(value, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, node
+
+
+def _files(section: dict | None) -> dict[str, Any]:
+    out = {}
+    for path, content in (section or {}).items():
+        for key, value in flatten((content or {}).get("data") or {}):
+            out[f"{path}:{key}"] = value
+    return out
+
+
+def _replicate(entry: dict) -> Replicate | None:
+    data = entry.get("data") or {}
+    if entry.get("error") or not data.get("metrics"):
+        return None
+    metrics = {k: float(v) for k, v in _files(data["metrics"]).items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    rev = str(entry.get("rev", ""))
+    return Replicate(entry.get("name") or (rev[:7] if len(rev) == 40 else rev), metrics, _files(data.get("params")))
+
+
+def replicates(exp_show: Any, workspace: bool = False) -> list[Replicate]:
+    """Every commit and experiment of ``dvc exp show --json`` output that has metrics, in its order."""
+    if not isinstance(exp_show, list):
+        raise InputError("the input is not the output of `dvc exp show --json` (expected a JSON list of revisions)")
+    out = []
+    for entry in exp_show:
+        if not isinstance(entry, dict):
+            raise InputError("the input is not the output of `dvc exp show --json` (a revision is not an object)")
+        if entry.get("rev") != "workspace" or workspace:
+            rep = _replicate(entry)
+            if rep is not None:
+                out.append(rep)
+        for exp in entry.get("experiments") or []:
+            for rev in exp.get("revs") or []:
+                rep = _replicate(rev)
+                if rep is not None:
+                    out.append(rep)
+    return out
+
+
+def differing_params(reps: Sequence[Replicate]) -> dict[str, list[Any]]:
+    """Params whose values are not the same in every replicate: key -> value per replicate."""
+    keys = sorted({k for r in reps for k in r.params})
+    return {k: [r.params.get(k) for r in reps] for k in keys if len({json.dumps(r.params.get(k)) for r in reps}) > 1}
+
+
+@dataclass(frozen=True)
+class Row:
+    metric: str
+    n: int
+    mean: float
+    sd: float  # sample sd (n - 1); NaN with one value
+    low: float
+    high: float
+
+
+def summarise(reps: Sequence[Replicate], patterns: Iterable[str] = DEFAULT_METRICS) -> list[Row]:
+    """Mean, sd, min and max of each metric matching ``patterns`` (globs on ``file:key``) over the replicates
+    that have it, in first-seen order."""
+    patterns = list(patterns)
+    names: list[str] = []
+    for r in reps:
+        names += [k for k in r.metrics if k not in names and any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+    rows = []
+    for name in names:
+        values = [r.metrics[name] for r in reps if name in r.metrics]
+        n = len(values)
+        mean = sum(values) / n
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
+        rows.append(Row(name, n, mean, sd, min(values), max(values)))
+    return rows
+
+
+def _num(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.4g}"
+
+
+def markdown(rows: Sequence[Row], reps: Sequence[Replicate]) -> str:
+    """The table as Markdown, with the replicates and the params they differ in above it."""
+    varied = differing_params(reps)
+    head = [f"{len(reps)} replicates: {', '.join(r.name for r in reps)}", ""]
+    head += [f"- params that differ: `{k}` = {', '.join(json.dumps(v) for v in vals)}" for k, vals in varied.items()]
+    if not varied:
+        head.append("- params that differ: none (the replicates repeat the same settings)")
+    lines = ["| metric | mean ± sd | min | max | n |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r.metric} | {_num(r.mean)} ± {_num(r.sd)} | {_num(r.low)} | {_num(r.high)} | {r.n} |"
+              for r in rows]
+    return "\n".join([*head, "", *lines]) + "\n"
+
+
+def csv(rows: Sequence[Row]) -> str:
+    lines = ["metric,n,mean,sd,min,max"]
+    lines += [f"{r.metric},{r.n},{r.mean:.6g},{r.sd:.6g},{r.low:.6g},{r.high:.6g}" for r in rows]
+    return "\n".join(lines) + "\n"

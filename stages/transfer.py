@@ -1,0 +1,15 @@
+"""DVC stage `transfer`: see `hbnn.stages.transfer`."""
+
+import sys
+
+from hbnn.errors import interrupts_reported
+
+PATHS = ["tasks_path", "hier_trace", "prior_path", "prior_metrics", "flat_trace_out", "informed_trace_out",
+         "metrics_out", "plot_out", "timing_out"]
+
+if __name__ == "__main__":
+    with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
+        from hbnn.runner import run_stage
+        from hbnn.stages.transfer import run_transfer
+
+        sys.exit(run_stage(__doc__, PATHS, run_transfer))

@@ -1,0 +1,14 @@
+"""DVC stage `transfer_prior`: see `hbnn.stages.transfer`."""
+
+import sys
+
+from hbnn.errors import interrupts_reported
+
+PATHS = ["tasks_path", "trace_out", "prior_out", "metrics_out", "timing_out"]
+
+if __name__ == "__main__":
+    with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
+        from hbnn.runner import run_stage
+        from hbnn.stages.transfer import transfer_prior
+
+        sys.exit(run_stage(__doc__, PATHS, transfer_prior))

@@ -1,0 +1,167 @@
+"""The transfer experiment: held-out groups, nested row subsets, the scores and their reading."""
+
+from __future__ import annotations
+
+import json
+
+import arviz as az
+import numpy as np
+import pandas as pd
+import pytest
+from test_stages import pipeline  # noqa: F401 - the module-scoped tiny pipeline fixture
+
+from hbnn import likelihoods, transfer
+from hbnn.config import TransferParams, parse_params
+from hbnn.data import Tasks, make_moons_tasks
+from hbnn.io import InputError
+
+
+@pytest.mark.parametrize("n_groups, expected", [(18, 6), (12, 4), (30, 10), (5, 3), (3, 1), (2, 1)])
+def test_holdout_count_takes_a_third_at_least_four_and_leaves_two(n_groups, expected):
+    assert transfer.holdout_count(n_groups, TransferParams()) == expected
+
+
+def test_one_group_cannot_be_held_out():
+    with pytest.raises(InputError, match="at least 2 groups"):
+        transfer.holdout_count(1, TransferParams())
+
+
+def test_holdout_is_seeded_and_in_tasks_order():
+    names = [f"g{i:02d}" for i in range(18)]
+    a = transfer.holdout(names, TransferParams(seed=3))
+    assert a == transfer.holdout(names, TransferParams(seed=3))
+    assert a == sorted(a) and len(a) == 6 and set(a) <= set(names)
+    assert a != transfer.holdout(names, TransferParams(seed=4))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nested_order_prefixes_are_stratified(seed):
+    y = np.array([1] * 30 + [0] * 20)
+    order = transfer.nested_order(y, True, np.random.default_rng(seed))
+    assert sorted(order) == list(range(50))
+    assert set(y[order[:2]]) == {0, 1}
+    ones = np.cumsum(y[order])
+    for i in range(1, 51):
+        assert abs(ones[i - 1] - 0.6 * i) < 1.0 + 1e-9, i  # each prefix as close to 60% ones as whole rows allow
+
+
+def test_nested_order_without_labels_is_a_seeded_permutation():
+    y = np.linspace(0, 1, 20)
+    a = transfer.nested_order(y, False, np.random.default_rng(0))
+    assert sorted(a) == list(range(20))
+    assert (a == transfer.nested_order(y, False, np.random.default_rng(0))).all()
+
+
+def _tasks(n_groups=5, n_samples=40):
+    return Tasks(make_moons_tasks(parse_params({"n_groups": n_groups, "data": {"n_samples": n_samples}})))
+
+
+def test_refit_tasks_nest_the_rows_and_keep_every_test_row():
+    tasks = _tasks()
+    t = TransferParams(sizes=(2, 4, 8, 32))
+    refit, refits, skipped = transfer.refit_tasks(tasks, ["g01", "g03"], t)
+    assert [r.name for r in refits] == [f"{g}/{s}" for g in ("g01", "g03") for s in ("n2", "n4", "n8", "all")]
+    assert skipped == ["g01/n32 (20 training rows)", "g03/n32 (20 training rows)"]
+    assert refit.group_names == [r.name for r in refits]
+    src = refit.ds["source_obs"].values
+    split = refit.ds["split"].values
+    labels = refit.ds["group"].values
+    for g in ("g01", "g03"):
+        train_sets = [set(src[(labels == f"{g}/{s}") & (split == "train")]) for s in ("n2", "n4", "n8", "all")]
+        assert [len(x) for x in train_sets] == [2, 4, 8, 20]
+        assert all(a < b for a, b in zip(train_sets, train_sets[1:], strict=False))  # nested
+        own = set(tasks.ds["obs"].values[(tasks.ds["group"].values == g) & (tasks.ds["split"].values == "train")])
+        assert train_sets[-1] == own
+        tests = {s: tuple(src[(labels == f"{g}/{s}") & (split == "test")]) for s in ("n2", "n4", "n8", "all")}
+        assert len(set(tests.values())) == 1 and len(tests["n2"]) == 20
+        y2 = refit.ds["y"].values[(labels == f"{g}/n2") & (split == "train")]
+        assert sorted(y2) == [0, 1]  # stratified: one of each label
+    # rows carry their values; the standardisation statistics are the tasks'
+    pos = {int(o): i for i, o in enumerate(tasks.ds["obs"].values)}
+    assert np.array_equal(refit.ds["X"].values, tasks.ds["X"].values[[pos[int(o)] for o in src]])
+    assert np.array_equal(refit.ds["x_mean"].values, tasks.ds["x_mean"].values)
+
+
+def test_refit_tasks_with_nothing_to_fit_is_a_clear_error():
+    with pytest.raises(InputError, match="nothing to fit"):
+        transfer.refit_tasks(_tasks(), ["g01"], TransferParams(sizes=(64,), all_rows=False))
+
+
+def test_paired_difference_and_where_the_prior_stops_mattering():
+    d = transfer.paired_difference(np.array([1.0, 2.0, 3.0]), np.array([0.0, 2.0, 2.0]))
+    assert d["mean"] == pytest.approx(2 / 3) and d["se"] == pytest.approx(np.std([1, 0, 1], ddof=1) / np.sqrt(3))
+    big, small = {"mean": 0.5, "se": 0.1}, {"mean": 0.05, "se": 0.1}
+    assert transfer.stops_mattering({"n2": big, "n4": small, "all": small}) == "n4"
+    assert transfer.stops_mattering({"n2": big, "n4": small, "all": big}) is None
+    assert transfer.stops_mattering({"n2": small, "n4": small}) == "n2"
+    assert transfer.stops_mattering({"n2": small, "n4": big, "all": small}) == "all"
+
+
+def test_row_lpd_is_minus_the_log_loss_for_a_classifier():
+    lik = likelihoods.get("bernoulli")
+    rng = np.random.default_rng(0)
+    draws = [rng.uniform(0.05, 0.95, size=(2, 50, 7)), rng.uniform(0.05, 0.95, size=(2, 50, 4))]
+    pred = {"draws": draws, "noise": None, "y": [rng.integers(0, 2, 7), rng.integers(0, 2, 4)]}
+    from hbnn.evaluation import split_scores
+
+    pooled, _ = split_scores(lik, pred)
+    assert -transfer.row_lpd(lik, pred).mean() == pytest.approx(pooled["log_loss"], rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- the stages (tiny pipeline)
+def test_transfer_metrics_are_keyed_by_model_and_size(pipeline):  # noqa: F811
+    headline = json.loads((pipeline / "metrics" / "transfer.json").read_text())
+    detail = json.loads((pipeline / "metrics" / "detail" / "transfer.json").read_text())
+    sizes = list(transfer.in_size_order(detail["sizes"]))
+    assert sizes == ["n2", "n4", "n8", "n16", "all"]  # TINY: 20 training rows per group, so n32 is skipped
+    for model in ("flat", "informed"):
+        for size in sizes:
+            assert set(headline[model][size]["test"]) == {"accuracy", "log_loss", "brier"}
+    assert set(headline["population"]["n0"]["test"]) == {"accuracy", "log_loss", "brier"}
+    assert set(headline["sampling"]) == {"flat", "informed", "hierarchical"}
+    assert detail["skipped"] == [f"{g}/n32 (20 training rows)" for g in detail["heldout_groups"]]
+
+    def no_lists(node):
+        assert not isinstance(node, list)
+        if isinstance(node, dict):
+            for v in node.values():
+                no_lists(v)
+
+    no_lists(headline)
+
+
+def test_transfer_hierarchy_never_saw_the_held_out_groups(pipeline):  # noqa: F811
+    detail = json.loads((pipeline / "metrics" / "detail" / "transfer.json").read_text())
+    hier = az.from_netcdf(pipeline / "traces" / "transfer" / "hier.nc")
+    groups = [str(g) for g in hier.posterior["group"].values]
+    assert groups == detail["training_groups"]
+    assert not set(groups) & set(detail["heldout_groups"])
+    assert set(hier.observed_data["obs_group"].values) == set(groups)
+
+
+def test_transfer_scores_recompute_from_the_refit_traces(pipeline):  # noqa: F811
+    """Accuracy per size, pooled over held-out groups, recomputed from each refit trace's predictions."""
+    headline = json.loads((pipeline / "metrics" / "transfer.json").read_text())
+    for model in ("flat", "informed"):
+        idata = az.from_netcdf(pipeline / "traces" / "transfer" / f"{model}.nc")
+        p_bar = idata.predictions["p"].mean(("chain", "draw")).values
+        y = idata.predictions_constant_data["y"].values
+        fit = idata.predictions["obs_group"].values
+        for size, scores in headline[model].items():
+            rows = np.array([f.endswith("/" + size) for f in fit])
+            assert scores["test"]["accuracy"] == pytest.approx(np.mean((p_bar[rows] > 0.5) == (y[rows] == 1)))
+
+
+def test_transfer_csv_and_report_section(pipeline):  # noqa: F811
+    csv = pd.read_csv(pipeline / "reports" / "plots" / "transfer.csv")
+    headline = json.loads((pipeline / "metrics" / "transfer.json").read_text())
+    assert list(csv.columns[:6]) == ["model", "size", "n", "score_name", "score", "log_loss"]
+    assert set(csv["model"]) == {"population", "flat", "informed"}
+    for _, row in csv.iterrows():
+        key = "n0" if row["model"] == "population" else row["size"]
+        test = headline[row["model"]][key]["test"]
+        assert row["score"] == pytest.approx(test["accuracy"], abs=1e-6)
+        assert row["log_loss"] == pytest.approx(test["log_loss"], abs=1e-5)
+    html = (pipeline / "reports" / "report.html").read_text()
+    assert '<section id="transfer"' in html or 'id="transfer"' in html
+    assert (pipeline / "reports" / "figures" / "transfer.png").is_file()

@@ -47,8 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summarise",
         help="mean and sd of every metric across DVC experiments (replicates)",
         description="Read `dvc exp show --json` and print, per metric, the mean, sd, min and max over every commit "
-        "and experiment it lists (the workspace is left out), and the params in which they differ. Example: "
-        "dvc exp show --json | hbnn summarise",
+        "and finished experiment it lists (the workspace, queued, running and failed experiments are left out), "
+        "and the params in which they differ. Example: dvc exp show --json | hbnn summarise",
     )
     s.add_argument("input", nargs="?", type=Path, default=Path("-"),
                    help="the JSON of `dvc exp show --json` (default -: standard input)")
@@ -96,13 +96,13 @@ def _summarise(args) -> int:
                 raise InputError(f"cannot read {where}: {err.strerror or err}") from err
             except ValueError as err:
                 raise InputError(f"{where} is not JSON ({err}); pipe `dvc exp show --json` into it") from err
-            reps = summarise.replicates(data, workspace=args.workspace)
+            reps, skipped = summarise.replicates(data, workspace=args.workspace)
             if not reps:
                 raise InputError(f"{where} lists no commit or experiment with metrics")
             rows = summarise.summarise(reps, args.metrics or summarise.DEFAULT_METRICS)
             if not rows:
                 raise InputError(f"no metric matches {args.metrics or list(summarise.DEFAULT_METRICS)}")
-            sys.stdout.write(summarise.csv(rows) if args.csv else summarise.markdown(rows, reps))
+            sys.stdout.write(summarise.csv(rows) if args.csv else summarise.markdown(rows, reps, skipped))
     except SystemExit as stop:
         return stop.code
     except InputError as err:

@@ -56,11 +56,16 @@ def _replicate(entry: dict) -> Replicate | None:
     return Replicate(entry.get("name") or (rev[:7] if len(rev) == 40 else rev), metrics, _files(data.get("params")))
 
 
-def replicates(exp_show: Any, workspace: bool = False) -> list[Replicate]:
-    """Every commit and experiment of ``dvc exp show --json`` output that has metrics, in its order."""
+def replicates(exp_show: Any, workspace: bool = False) -> tuple[list[Replicate], list[str]]:
+    """Every commit and finished experiment of ``dvc exp show --json`` output that has metrics, in its order;
+    and the experiments left out, as ``"<name> (<state>)"``.
+
+    A queued or running experiment is left out: DVC lists it with its baseline's metrics files, which
+    would count the baseline twice. So is a failed one.
+    """
     if not isinstance(exp_show, list):
         raise InputError("the input is not the output of `dvc exp show --json` (expected a JSON list of revisions)")
-    out = []
+    out, skipped = [], []
     for entry in exp_show:
         if not isinstance(entry, dict):
             raise InputError("the input is not the output of `dvc exp show --json` (a revision is not an object)")
@@ -69,11 +74,15 @@ def replicates(exp_show: Any, workspace: bool = False) -> list[Replicate]:
             if rep is not None:
                 out.append(rep)
         for exp in entry.get("experiments") or []:
+            state = (exp.get("executor") or {}).get("state", "success")
             for rev in exp.get("revs") or []:
                 rep = _replicate(rev)
-                if rep is not None:
+                if state != "success" or rep is None:
+                    skipped.append(f"{exp.get('name') or rev.get('name') or rev.get('rev', '?')[:7]} "
+                                   f"({'no metrics' if state == 'success' else state})")
+                else:
                     out.append(rep)
-    return out
+    return out, skipped
 
 
 def differing_params(reps: Sequence[Replicate]) -> dict[str, list[Any]]:
@@ -113,10 +122,12 @@ def _num(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.4g}"
 
 
-def markdown(rows: Sequence[Row], reps: Sequence[Replicate]) -> str:
-    """The table as Markdown, with the replicates and the params they differ in above it."""
+def markdown(rows: Sequence[Row], reps: Sequence[Replicate], skipped: Sequence[str] = ()) -> str:
+    """The table as Markdown, with the replicates, the experiments left out and the params they differ in above
+    it."""
     varied = differing_params(reps)
     head = [f"{len(reps)} replicates: {', '.join(r.name for r in reps)}", ""]
+    head += [f"- left out (not finished or no metrics): {', '.join(skipped)}"] if skipped else []
     head += [f"- params that differ: `{k}` = {', '.join(json.dumps(v) for v in vals)}" for k, vals in varied.items()]
     if not varied:
         head.append("- params that differ: none (the replicates repeat the same settings)")

@@ -2,6 +2,8 @@
 
 import sys
 
+import _checkout  # noqa: F401 - first: this checkout's src/ before any installed hbnn
+
 from hbnn.errors import interrupts_reported
 
 PATHS = ["tasks_path", "hier_trace", "prior_path", "prior_metrics", "flat_trace_out", "informed_trace_out",

@@ -104,3 +104,22 @@ def test_n_groups_and_seed_reach_make_data():
 @pytest.mark.parametrize("stage", sorted(STAGE_PARAMS))
 def test_provenance_hash_covers_exactly_the_declared_params(stage):
     assert list(STAGE_PARAMS[stage]) == DVC["stages"][stage]["params"]
+
+
+def test_stage_scripts_import_the_hbnn_of_their_own_checkout(tmp_path):
+    """A queued experiment runs in a copy of the repository; its stages must run that copy's code, not the code of
+    the checkout that the editable install points at (which may have changed since the experiment was queued)."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path / "copy"
+    shutil.copytree(ROOT / "stages", copy / "stages")
+    shutil.copytree(ROOT / "src", copy / "src")
+    probe = f"import sys; sys.path.insert(0, {str(copy / 'stages')!r}); import _checkout, hbnn; print(hbnn.__file__)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == str(copy / "src" / "hbnn" / "__init__.py")
+    for script in sorted((ROOT / "stages").glob("[a-z]*.py")):
+        lines = script.read_text().splitlines()
+        first_hbnn = next(i for i, line in enumerate(lines) if "from hbnn" in line or "import hbnn" in line)
+        assert any(line.startswith("import _checkout") for line in lines[:first_hbnn]), script.name

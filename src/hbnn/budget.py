@@ -89,10 +89,10 @@ def enforce(estimate: Estimate, params: Params) -> None:
                           "groups, draws or hidden units, or raise limits.max_minutes to run it anyway")
 
 
-def n_weights(n_features: int, hidden_layers) -> list[int]:
-    """Weights per layer of the MLP ``features -> hidden... -> 1`` (no biases)."""
+def n_weights(n_features: int, hidden_layers, bias: bool = False) -> list[int]:
+    """Weights per layer of the MLP ``features -> hidden... -> 1`` (biases included, with ``bias``)."""
     sizes = [n_features, *hidden_layers, 1]
-    return [a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
+    return [(a + int(bias)) * b for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
 
 
 def data_estimate(params: Params) -> Estimate | None:
@@ -112,7 +112,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     """
     variant = FITS[stage][1]
     s = params.sampler_for(stage)
-    layers = n_weights(n_features, params.model.hidden_layers)
+    layers = n_weights(n_features, params.model.hidden_layers, params.model.bias)
     per_group = sum(layers)
     hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
     stored_params = n_groups * per_group + (per_group + len(layers) if hierarchical else 0)

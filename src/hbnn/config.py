@@ -102,13 +102,15 @@ class ModelParams:
 
     ``hidden_layers: []`` (or ``0``) is a linear model ``features -> output``.
     ``gaussian`` adds a noise sd with a ``HalfNormal(noise_sd)`` prior on the
-    standardised label scale.
+    standardised label scale. ``bias`` adds a bias to every hidden and output
+    unit, with the same prior as the weights of its layer (:mod:`hbnn.network`).
     """
 
     hidden_layers: tuple[int, ...] = (5, 5)
     prior_sd: float = 1.0
     likelihood: str = "bernoulli"
     noise_sd: float = 1.0
+    bias: bool = False  # false: the original networks (and numbers); true: a bias per hidden and output unit
 
     def check(self, key: str) -> None:
         for i, h in enumerate(self.hidden_layers):

@@ -56,20 +56,21 @@ def build_flat_model(
     minibatch_size: int | None = None,
     likelihood: str = "bernoulli",
     noise_sd: float = 1.0,
+    bias: bool = False,
 ) -> pm.Model:
-    """One group's BNN with iid ``Normal(0, prior_sd)`` weights.
+    """One group's BNN with iid ``Normal(0, prior_sd)`` weights (and biases, with ``bias``).
 
     ``X`` is ``(obs, feature)`` and ``y`` is ``(obs,)``; both are ``pm.Data`` named
     ``x`` and ``y`` so a compiled model can be refit on another group's rows.
     ``minibatch_size`` (for ADVI only) makes the likelihood see random row batches.
     """
-    specs = layer_specs(len(features), hidden_layers)
-    with pm.Model(coords=layer_coords(features, hidden_layers)) as model:
+    specs = layer_specs(len(features), hidden_layers, bias)
+    with pm.Model(coords=layer_coords(features, hidden_layers, bias=bias)) as model:
         x = pm.Data("x", X, dims=("obs", "feature"))
         y_data = pm.Data("y", y, dims="obs")
         weights = [pm.Normal(s.var, 0.0, prior_sd, dims=s.dims) for s in specs]
         xb, yb, total = _rows(x, y_data, minibatch_size)
-        _likelihood(mlp_logit(xb, weights, pt.tanh), yb, likelihood, noise_sd, total)
+        _likelihood(mlp_logit(xb, weights, pt.tanh, bias), yb, likelihood, noise_sd, total)
     return model
 
 
@@ -82,16 +83,17 @@ def build_informed_model(
     minibatch_size: int | None = None,
     likelihood: str = "bernoulli",
     noise_sd: float = 1.0,
+    bias: bool = False,
 ) -> pm.Model:
-    """One group's BNN with a multivariate-normal prior on each flattened layer.
+    """One group's BNN with a multivariate-normal prior on each flattened layer (biases included, with ``bias``).
 
     ``prior[layer] = (mean, cov)`` with ``mean`` of length ``layer.size`` (row-major
     flattening of the layer's weight matrix). The prior is written non-centred,
     ``w = mean + chol(cov) @ z`` with ``z ~ N(0, I)``, which is the same
     distribution as ``MvNormal(mean, cov)`` but easier for NUTS.
     """
-    specs = layer_specs(len(features), hidden_layers)
-    coords = layer_coords(features, hidden_layers)
+    specs = layer_specs(len(features), hidden_layers, bias)
+    coords = layer_coords(features, hidden_layers, bias=bias)
     for s in specs:
         coords[f"weight_{s.name}"] = list(range(s.size))
     with pm.Model(coords=coords) as model:
@@ -105,7 +107,7 @@ def build_informed_model(
             flat = pt.as_tensor(mean) + pt.as_tensor(chol) @ z
             weights.append(pm.Deterministic(s.var, flat.reshape(s.shape), dims=s.dims))
         xb, yb, total = _rows(x, y_data, minibatch_size)
-        _likelihood(mlp_logit(xb, weights, pt.tanh), yb, likelihood, noise_sd, total)
+        _likelihood(mlp_logit(xb, weights, pt.tanh, bias), yb, likelihood, noise_sd, total)
     return model
 
 
@@ -118,8 +120,9 @@ def build_hierarchical_model(
     hidden_layers: Sequence[int],
     likelihood: str = "bernoulli",
     noise_sd: float = 1.0,
+    bias: bool = False,
 ) -> pm.Model:
-    """Non-centred hierarchical BNN over all groups.
+    """Non-centred hierarchical BNN over all groups (biases, with ``bias``, are part of each layer).
 
     ``X_padded`` is ``(group, row, feature)`` (see :class:`hbnn.data.Padded`);
     ``valid`` lists the flattened ``group*row`` positions of real rows and ``y``
@@ -127,14 +130,14 @@ def build_hierarchical_model(
     contribute nothing. Per layer: ``mu ~ N(0, 1)`` per weight, ``sd ~
     HalfNormal(1)``, ``z[g] ~ N(0, 1)`` and ``w[g] = mu + sd * z[g]``.
     """
-    specs = layer_specs(len(features), hidden_layers)
-    coords = layer_coords(features, hidden_layers, group_names)
+    specs = layer_specs(len(features), hidden_layers, bias)
+    coords = layer_coords(features, hidden_layers, group_names, bias)
     ragged = valid.size != X_padded.shape[0] * X_padded.shape[1]
     with pm.Model(coords=coords) as model:
         x = pm.Data("x", X_padded, dims=("group", "row", "feature"))
         y_data = pm.Data("y", y, dims="obs")
         weights = _group_weights(specs)
-        logit = mlp_logit(x, weights, pt.tanh).reshape((-1,))
+        logit = mlp_logit(x, weights, pt.tanh, bias).reshape((-1,))
         if ragged:
             logit = logit[pt.as_tensor(valid)]
         _likelihood(logit, y_data, likelihood, noise_sd)
@@ -162,6 +165,7 @@ def build_hierarchical_minibatch_model(
     minibatch_size: int,
     likelihood: str = "bernoulli",
     noise_sd: float = 1.0,
+    bias: bool = False,
 ) -> pm.Model:
     """The hierarchical BNN of :func:`build_hierarchical_model` for minibatch ADVI.
 
@@ -170,8 +174,8 @@ def build_hierarchical_minibatch_model(
     replacement, gathers each row's group weights and scales the log-likelihood by
     ``n_rows / minibatch_size``. Only real rows exist, so there is nothing to pad.
     """
-    specs = layer_specs(len(features), hidden_layers)
-    coords = layer_coords(features, hidden_layers, group_names)
+    specs = layer_specs(len(features), hidden_layers, bias)
+    coords = layer_coords(features, hidden_layers, group_names, bias)
     with pm.Model(coords=coords) as model:
         x = pm.Data("x", X, dims=("obs", "feature"))
         g = pm.Data("g", np.asarray(group, dtype=np.int64), dims="obs")
@@ -179,6 +183,6 @@ def build_hierarchical_minibatch_model(
         weights = _group_weights(specs)
         xb, gb, yb = pm.Minibatch(x, g, y_data, batch_size=int(minibatch_size))
         # One row per batch element, each with its group's weights: (batch, 1, feature).
-        logit = mlp_logit(xb[:, None, :], [w[gb] for w in weights], pt.tanh)[:, 0]
+        logit = mlp_logit(xb[:, None, :], [w[gb] for w in weights], pt.tanh, bias)[:, 0]
         _likelihood(logit, yb, likelihood, noise_sd, x.shape[0])
     return model

@@ -108,11 +108,12 @@ def predict_table(trace, table: pd.DataFrame, where: str, seed: int = 0) -> pd.D
     post = idata.posterior
     variant = post.attrs["hbnn_variant"]
     settings = settings_from_attrs(post.attrs)
-    features = [str(f) for f in settings.get("features", post["feature"].values)]
+    features = [str(f) for f in (settings.get("features") or post["feature"].values)]
     hidden = settings.get("hidden_layers", [])
+    bias = bool(settings.get("bias", False))
     lik = likelihoods.get(settings.get("likelihood", "bernoulli"))
     group_col = settings.get("group_column", "group")
-    specs = layer_specs(len(features), hidden)
+    specs = layer_specs(len(features), hidden, bias)
     clash = [c for c in OUTPUT_COLUMNS if c in table.columns]
     if clash:
         raise InputError(f"{where} already has columns {clash}, which hbnn predict writes; rename them")

@@ -54,21 +54,22 @@ def apply_symmetry(weights: Sequence[np.ndarray], sym: Symmetry) -> list[np.ndar
     """
     out = [np.array(w, copy=True) for w in weights]
     for k, (perm, sign) in enumerate(zip(sym.perm, sym.sign, strict=True)):
-        # Incoming: columns of matrix k.
+        # Incoming: columns of matrix k (a bias row moves and flips with its unit's column).
         out[k] = out[k][..., perm] * sign
-        # Outgoing: rows of matrix k + 1 (or entries of the output vector).
-        nxt = out[k + 1]
+        # Outgoing: rows of matrix k + 1 (or entries of the output vector); a last, bias row stays.
+        nxt, units = out[k + 1], perm.size
         if k + 1 == len(out) - 1:
-            out[k + 1] = nxt[..., perm] * sign
+            out[k + 1] = np.concatenate([nxt[..., perm] * sign, nxt[..., units:]], axis=-1)
         else:
-            out[k + 1] = nxt[..., perm, :] * sign[:, None]
+            out[k + 1] = np.concatenate([nxt[..., perm, :] * sign[:, None], nxt[..., units:, :]], axis=-2)
     return out
 
 
 def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> Symmetry:
     """The symmetry that maps ``candidate`` weights closest to ``reference``.
 
-    Both are single networks (no batch dims). Layers are matched in order: units
+    Both are single networks (no batch dims), with or without bias rows (a unit's bias counts as one of its
+    incoming weights). Layers are matched in order: units
     of hidden layer ``k`` are compared by their incoming weights (after aligning
     layer ``k - 1``) plus the sorted absolute values of their outgoing weights,
     which do not depend on how later layers are labelled; for the last hidden
@@ -85,13 +86,14 @@ def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarr
         ref_sig = ref_in.reshape(-1, ref_in.shape[-1]).T
         cand_sig = cand_in.reshape(-1, cand_in.shape[-1]).T
         last = k + 1 == n_hidden
+        units = ref_in.shape[-1]  # the next layer's rows past these are its bias row
         if last:
-            ref_sig = np.hstack([ref_sig, reference[k + 1][:, None]])
-            cand_sig = np.hstack([cand_sig, current[k + 1][:, None]])
+            ref_sig = np.hstack([ref_sig, reference[k + 1][:units, None]])
+            cand_sig = np.hstack([cand_sig, current[k + 1][:units, None]])
             extra = 0.0
         else:
-            ref_out = np.sort(np.abs(reference[k + 1]), axis=1)
-            cand_out = np.sort(np.abs(current[k + 1]), axis=1)
+            ref_out = np.sort(np.abs(reference[k + 1][:units]), axis=1)
+            cand_out = np.sort(np.abs(current[k + 1][:units]), axis=1)
             extra = ((ref_out[:, None, :] - cand_out[None, :, :]) ** 2).sum(-1)
         plus = ((ref_sig[:, None, :] - cand_sig[None, :, :]) ** 2).sum(-1)
         minus = ((ref_sig[:, None, :] + cand_sig[None, :, :]) ** 2).sum(-1)

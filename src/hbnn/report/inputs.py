@@ -63,13 +63,13 @@ def trace_specs(traces: dict[str, Any], paths: dict[str, Path], params: Params, 
     found = {}
     for v, idata in traces.items():
         settings = settings_from_attrs(idata.posterior.attrs)
-        found[v] = tuple(settings.get("hidden_layers", params.model.hidden_layers))
+        found[v] = (tuple(settings.get("hidden_layers", params.model.hidden_layers)), bool(settings.get("bias", False)))
         features = settings.get("features", tasks.features)
         if list(features) != tasks.features:
             raise InputError(f"trace {paths[v]} was fit on features {features}, the tasks file has {tasks.features}")
     if len(set(found.values())) != 1:
-        raise InputError(f"the traces disagree on hidden_layers: {found}; rerun the fit stages")
-    return layer_specs(tasks.n_features, next(iter(found.values())))
+        raise InputError(f"the traces disagree on (hidden_layers, bias): {found}; rerun the fit stages")
+    return layer_specs(tasks.n_features, *next(iter(found.values())))
 
 
 def _check_groups(post: xr.Dataset, path: Path, names: Sequence[str]) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from scipy.special import expit
 
 from hbnn.evaluation import ESS_MIN, RHAT_MAX, predict_output
-from hbnn.network import LayerSpec
+from hbnn.network import BIAS, BIAS_SUFFIX, LayerSpec
 from hbnn.variants import VARIANTS
 
 MODELS = tuple(v.name for v in VARIANTS)
@@ -130,7 +130,12 @@ def weight_labels(spec: LayerSpec, features: Sequence[str]) -> list[str]:
 
     A linear model's only layer maps features to the output: ``feature->out``.
     """
-    rows = list(features) if spec.dims[0] == "feature" else [str(i) for i in range(spec.shape[0])]
+    if spec.dims[0] == "feature":
+        rows = list(features)
+    elif spec.dims[0] == f"feature{BIAS_SUFFIX}":
+        rows = [*features, BIAS]
+    else:
+        rows = [str(i) for i in range(spec.shape[0])]
     if len(spec.shape) == 1:
         return [f"{r}->out" for r in rows]
     return [f"{r}->{u}" for r in rows for u in range(spec.shape[1])]

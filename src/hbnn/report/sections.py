@@ -11,6 +11,7 @@ import numpy as np
 from hbnn import likelihoods
 from hbnn.config import ReportParams
 from hbnn.data import Tasks
+from hbnn.network import has_bias
 from hbnn.report.document import Figure, Heading, Para, Section, Table
 from hbnn.report.numbers import ESS_OK, LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT_OK, fmt, lookup, pct
 from hbnn.transfer import in_size_order
@@ -18,7 +19,12 @@ from hbnn.transfer import in_size_order
 
 def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int]) -> list:
     hidden = [s.shape[-1] for s in specs[:-1]]
-    net = f"tanh MLP with hidden layers {hidden} (no biases)" if hidden else "linear model (no hidden layers, no bias)"
+    if has_bias(specs):
+        net = (f"tanh MLP with hidden layers {hidden}, a bias per hidden and output unit (model.bias)" if hidden
+               else "linear model with an intercept (no hidden layers; model.bias)")
+    else:
+        net = (f"tanh MLP with hidden layers {hidden} (no biases)" if hidden
+               else "linear model (no hidden layers, no bias)")
     lik = likelihoods.get(tasks.likelihood)
     net += f", {lik.description}"
     if lik.standardise_labels:

@@ -30,13 +30,14 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
     idata = load_trace(hier_trace, "hierarchical", groups=("posterior",), params=params)
     settings = settings_from_attrs(idata.posterior.attrs)
     hidden = tuple(settings.get("hidden_layers", params.model.hidden_layers))
-    features = settings.get("features", [str(f) for f in idata.posterior["feature"].values])
-    specs = layer_specs(len(features), hidden)
+    bias = bool(settings.get("bias", False))
+    features = settings.get("features") or [str(f) for f in idata.posterior["feature"].values]
+    specs = layer_specs(len(features), hidden, bias)
     fitted, metrics = derive(p, idata.posterior, specs, STAGE_KEYS["derive_prior"], hier_trace)
     ds = prior.prior_dataset(specs, fitted)
     ds.attrs.update(provenance("derive_prior", "informed_prior",
                                params.section_hash(*STAGE_PARAMS["derive_prior"]),
-                               {"prior": dataclasses.asdict(p), "hidden_layers": list(hidden),
+                               {"prior": dataclasses.asdict(p), "hidden_layers": list(hidden), "bias": bias,
                                 "features": list(features), "hier_trace": str(hier_trace)}))
     with staged_outputs() as outputs:
         outputs.write_netcdf(ds, prior_out)

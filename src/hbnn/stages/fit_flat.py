@@ -19,7 +19,7 @@ def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
     def build(X, y):
         return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd,
                                 minibatch_size=fitting.minibatch(params, "fit_flat"), likelihood=m.likelihood,
-                                noise_sd=m.noise_sd)
+                                noise_sd=m.noise_sd, bias=m.bias)
 
     posterior, stats, cost = fitting.fit_per_group("fit_flat", params, tasks, build)
     return fitting.finish_fit("fit_flat", params, tasks, posterior, stats, cost, trace_out, metrics_out, timing_out)

@@ -37,18 +37,18 @@ def sample_hierarchical(stage: str, params: Params, tasks: Tasks
         train = tasks.split("train")
         model = build_hierarchical_minibatch_model(
             train.X, train.group, train.y, tasks.group_names, tasks.features, m.hidden_layers, batch,
-            likelihood=m.likelihood, noise_sd=m.noise_sd,
+            likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias,
         )
     else:
         padded = tasks.padded("train")
         model = build_hierarchical_model(
             padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers,
-            likelihood=m.likelihood, noise_sd=m.noise_sd,
+            likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias,
         )
     settings = params.sampler_for(stage)
     sampler = Sampler(model, settings)
     fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS[stage]), expected_seconds=60 * estimate.minutes)
     posterior = fit.posterior.posterior
-    sd_vars = [f"sd_{s.name}" for s in layer_specs(tasks.n_features, m.hidden_layers)]
+    sd_vars = [f"sd_{s.name}" for s in layer_specs(tasks.n_features, m.hidden_layers, m.bias)]
     return (posterior, fit.posterior.sample_stats, fitting.Cost(fit.seconds, sampler.compile_seconds, fit.grad_evals),
             evaluation.scalar_diagnostics(posterior, sd_vars))

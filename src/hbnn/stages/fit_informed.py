@@ -19,13 +19,13 @@ def fit_informed(
     m = params.model
     tasks = load_tasks(tasks_path, m.likelihood, params)
     fitting.enforce_budget("fit_informed", params, tasks)
-    specs = layer_specs(tasks.n_features, m.hidden_layers)
+    specs = layer_specs(tasks.n_features, m.hidden_layers, m.bias)
     layer_prior = load_prior(prior_path, specs, params)
 
     def build(X, y):
         return build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior,
                                     minibatch_size=fitting.minibatch(params, "fit_informed"), likelihood=m.likelihood,
-                                    noise_sd=m.noise_sd)
+                                    noise_sd=m.noise_sd, bias=m.bias)
 
     posterior, stats, cost = fitting.fit_per_group("fit_informed", params, tasks, build)
     return fitting.finish_fit(

@@ -58,6 +58,7 @@ def _settings(stage: str, params: Params, tasks: Tasks, **extra) -> dict:
     return {
         "sampler": dataclasses.asdict(params.sampler_for(stage)),
         "hidden_layers": list(params.model.hidden_layers),
+        "bias": params.model.bias,
         "features": tasks.features,
         "likelihood": tasks.likelihood,
         "group_column": tasks.group_column,
@@ -116,7 +117,7 @@ def score_fit(
     """
     dvc_stage, variant = FITS[stage]
     observed, constant = _observed(tasks)
-    specs = layer_specs(tasks.n_features, params.model.hidden_layers)
+    specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
     predictions = evaluation.evaluate_groups(
         tasks,
         lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),

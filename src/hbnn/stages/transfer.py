@@ -56,13 +56,14 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
     with watch(log, what):
         idata, hier_metrics, timing, _ = fitting.score_fit("transfer_hier", params, train_tasks, posterior, stats, cost,
                                                         extra, {HELDOUT_ATTR: heldout})
-        specs = layer_specs(tasks.n_features, params.model.hidden_layers)
+        specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
         fitted, prior_metrics = derive(params.prior, posterior, specs, STAGE_KEYS["transfer_prior"], trace_out)
         ds = prior_dataset(specs, fitted)
         ds.attrs.update(provenance("transfer_prior", "informed_prior",
                                    params.section_hash(*STAGE_PARAMS["transfer_prior"]),
                                    {"prior": dataclasses.asdict(params.prior),
-                                    "hidden_layers": list(params.model.hidden_layers), "features": tasks.features,
+                                    "hidden_layers": list(params.model.hidden_layers), "bias": params.model.bias,
+                                    "features": tasks.features,
                                     "hier_trace": str(trace_out), HELDOUT_ATTR: heldout}))
         ds.attrs[HELDOUT_ATTR] = json.dumps(heldout)
         metrics = {"heldout_groups": heldout, "training_groups": kept, "hierarchical": hier_metrics,
@@ -102,7 +103,7 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     m = params.model
     tasks = load_tasks(tasks_path, m.likelihood, params)
     heldout = heldout_groups(prior_path, tasks)
-    specs = layer_specs(tasks.n_features, m.hidden_layers)
+    specs = layer_specs(tasks.n_features, m.hidden_layers, m.bias)
     layer_prior = load_prior(prior_path, specs, params)
     hier = load_trace(hier_trace, "hierarchical", groups=("posterior",), params=params)
     upstream = json.loads(prior_metrics.read_text()) if prior_metrics.is_file() else None
@@ -118,10 +119,11 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     builders = {
         FLAT.name: lambda X, y: build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd,
                                                  minibatch_size=batch[FLAT.name], likelihood=m.likelihood,
-                                                 noise_sd=m.noise_sd),
+                                                 noise_sd=m.noise_sd, bias=m.bias),
         INFORMED.name: lambda X, y: build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior,
                                                          minibatch_size=batch[INFORMED.name],
-                                                         likelihood=m.likelihood, noise_sd=m.noise_sd),
+                                                         likelihood=m.likelihood, noise_sd=m.noise_sd,
+                                                         bias=m.bias),
     }
     for name in MODELS:
         fitting.enforce_budget(f"transfer_{name}", params, refit)

@@ -165,3 +165,20 @@ def test_transfer_csv_and_report_section(pipeline):  # noqa: F811
     html = (pipeline / "reports" / "report.html").read_text()
     assert '<section id="transfer"' in html or 'id="transfer"' in html
     assert (pipeline / "reports" / "figures" / "transfer.png").is_file()
+
+
+def test_transfer_with_a_foreign_or_broken_upstream_file_stops_cleanly(pipeline, tmp_path):  # noqa: F811
+    from test_stages import TRANSFER_ARGS, run
+
+    before = (pipeline / "metrics" / "transfer.json").read_bytes()
+    args = list(TRANSFER_ARGS)
+    i = args.index("--prior-metrics") + 1
+    for content in ("not json", json.dumps({"heldout_groups": ["g99"]})):
+        bad = tmp_path / "upstream.json"
+        bad.write_text(content)
+        args[i] = str(bad)
+        proc = run("transfer", pipeline / "params.yaml", *args)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in proc.stderr
+        assert "rerun transfer_prior" in proc.stderr
+    assert (pipeline / "metrics" / "transfer.json").read_bytes() == before

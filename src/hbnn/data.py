@@ -249,7 +249,7 @@ def _standardise(values: np.ndarray, train: np.ndarray) -> tuple[np.ndarray, np.
     """Per-column mean and sd over the training rows, and which columns are constant there.
 
     A constant column gets mean 0 and sd 1, i.e. it is left as it is: a column of
-    ones then works as an intercept input of the network, which has no biases.
+    ones then works as an intercept input of a network without biases (``model.bias: false``).
     """
     with np.errstate(all="ignore"):  # huge values overflow here; _model_scale reports them
         mean = values[train].mean(axis=0)

@@ -106,8 +106,12 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     specs = layer_specs(tasks.n_features, m.hidden_layers, m.bias)
     layer_prior = load_prior(prior_path, specs, params)
     hier = load_trace(hier_trace, "hierarchical", groups=("posterior",), params=params)
-    upstream = json.loads(prior_metrics.read_text()) if prior_metrics.is_file() else None
-    if upstream is None or upstream.get("heldout_groups") != heldout:
+    try:
+        upstream = json.loads(prior_metrics.read_text())
+    except (OSError, ValueError) as err:
+        raise InputError(f"metrics file {prior_metrics} cannot be read ({err}); rerun transfer_prior (dvc repro)") \
+            from err
+    if not isinstance(upstream, dict) or upstream.get("heldout_groups") != heldout:
         raise InputError(f"{prior_metrics} does not belong to {prior_path} (other held-out groups); rerun "
                          "transfer_prior (dvc repro)")
     refit, refits, skipped = transfer.refit_tasks(tasks, heldout, params.transfer)
@@ -151,8 +155,11 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
         log.info("transfer: %-4s test %s flat %.4f, informed %.4f (informed - flat log density per row %+.3f, "
                  "se %.3f)", label, score, row["flat"]["test"][score], row["informed"]["test"][score],
                  row["difference"]["mean"], row["difference"]["se"])
-    log.info("transfer: population (no rows of the group) test %s %.4f; the informed prior stops mattering at %s",
-             score, metrics["population"]["test"][score], metrics["stops_mattering"] or "no size tried")
+    stop = metrics["stops_mattering"]
+    log.info("transfer: population (no rows of the group) test %s %.4f; %s", score,
+             metrics["population"]["test"][score],
+             f"the informed prior stops mattering at {stop}" if stop else
+             "the informed prior still matters at the largest size (beyond 2 standard errors)")
     return metrics
 
 

@@ -376,14 +376,15 @@ def plot_correlations(matrices: Mapping[str, np.ndarray], labels: Sequence[str])
 def plot_transfer(rows: Sequence[float], labels: Sequence[str], score_name: str, series: Mapping[str, Mapping],
                   population: Mapping, difference: Sequence[Mapping]):
     """The transfer curve: test score, test log loss and the informed-minus-flat log density against the held-out
-    groups' training rows (log scale).
+    groups' training rows (the sizes at even steps, "all" last).
 
     ``rows``/``labels``: each size's mean training rows and its label; ``series[model]`` has ``score``,
     ``log_loss`` and ``lpd_se`` per size; ``population`` the same scalars (drawn as a dashed line: no rows);
     ``difference`` per size ``mean`` and ``se``. Bars are +-2 standard errors over test rows.
     """
     fig, axes = plt.subplots(1, 3, figsize=(11.0, 3.3), layout="constrained")
-    x = np.asarray(rows, dtype=float)
+    # Sizes at even steps (2, 4, 8, ... are log-spaced already); "all" last, whatever its mean row count.
+    x = np.arange(len(rows), dtype=float)
     pop_color = MODEL_COLORS["hierarchical"]
     for ax, key, title in ((axes[0], "score", f"test {score_name}"), (axes[1], "log_loss", "test log loss")):
         for name, values in series.items():
@@ -398,12 +399,11 @@ def plot_transfer(rows: Sequence[float], labels: Sequence[str], score_name: str,
     axes[2].axhline(0.0, color="black", lw=0.8)
     axes[2].errorbar(x, diff, yerr=2 * se, marker="o", ms=4, lw=1.5, capsize=2, color=MODEL_COLORS["informed"])
     axes[2].set_title("informed - flat, log density per test row", fontsize=TITLE)
+    ticks = [f"{lab}\n(mean {r:.3g})" if not lab.startswith("n") else lab[1:] for lab, r in zip(labels, rows,
+                                                                                                  strict=True)]
     for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(x, [f"{lab}\n({r:g})" if not lab.startswith("n") else f"{r:g}" for lab, r in zip(labels, x,
-                                                                                                      strict=True)])
-        ax.minorticks_off()
-        ax.set_xlabel("training rows of the held-out group", fontsize=SMALL)
+        ax.set_xticks(x, ticks)
+        ax.set_xlabel("training rows of each held-out group", fontsize=SMALL)
         ax.tick_params(labelsize=SMALL)
     axes[0].legend(fontsize=SMALL)
     return fig, axes

@@ -443,7 +443,8 @@ def _transfer_section(tm: dict | None, score: str) -> Section:
               f"the prior were fitted on the other {len(tm['training_groups'])}.")
     blocks: list = [Para(reading), Para(groups), Figure("transfer.png", "Left and middle: test scores pooled over "
                     "the held-out groups' test rows (log loss with +-2 se); right: informed minus flat log "
-                    "predictive density per test row, +-2 se (paired). x: training rows per group, log scale."),
+                    "predictive density per test row, +-2 se (paired). x: training rows per group (all: every "
+                    "training row, their mean count below)."),
                     Table(header, rows)]
     hier = tm["hierarchical_sampling"]
     not_converged = sum(r[m]["fits_not_converged"] for r in sizes.values() for m in ("flat", "informed"))

@@ -30,7 +30,8 @@ def test_per_group_fit_compiles_once_and_handles_unequal_group_sizes(ragged_task
     def build(X, y):
         return build_flat_model(X, y, ragged_tasks.features, (2,))
 
-    posterior, stats, cost = fit_per_group("fit_flat", params, ragged_tasks, build)
+    sampled = fit_per_group("fit_flat", params, ragged_tasks, build)
+    posterior, stats, cost = sampled.posterior, sampled.sample_stats, sampled.cost
     assert len(calls) == 1
     assert posterior["w_in"].dims == ("chain", "draw", "group", "feature", "hidden_1")
     assert list(posterior["group"].values) == ["a", "b", "c"]

@@ -21,5 +21,5 @@ def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
                                 minibatch_size=fitting.minibatch(params, "fit_flat"), likelihood=m.likelihood,
                                 noise_sd=m.noise_sd, bias=m.bias)
 
-    posterior, stats, cost = fitting.fit_per_group("fit_flat", params, tasks, build)
-    return fitting.finish_fit("fit_flat", params, tasks, posterior, stats, cost, trace_out, metrics_out, timing_out)
+    sampled = fitting.fit_per_group("fit_flat", params, tasks, build)
+    return fitting.finish_fit("fit_flat", params, tasks, sampled, trace_out, metrics_out, timing_out)

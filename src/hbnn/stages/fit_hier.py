@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import xarray as xr
-
 from hbnn import evaluation
 from hbnn.config import Params
 from hbnn.data import Tasks, load_tasks
@@ -19,17 +17,13 @@ from hbnn.variants import STAGE_KEYS, derive_seed
 def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
     """The non-centred hierarchical BNN over all groups."""
     tasks = load_tasks(tasks_path, params.model.likelihood, params)
-    posterior, stats, cost, extra = sample_hierarchical("fit_hier", params, tasks)
-    return fitting.finish_fit("fit_hier", params, tasks, posterior, stats, cost, trace_out, metrics_out, timing_out,
-                              extra_diagnostics=extra)
+    sampled = sample_hierarchical("fit_hier", params, tasks)
+    return fitting.finish_fit("fit_hier", params, tasks, sampled, trace_out, metrics_out, timing_out)
 
 
-def sample_hierarchical(stage: str, params: Params, tasks: Tasks
-                        ) -> tuple[xr.Dataset, xr.Dataset, fitting.Cost, dict[str, dict[str, float]]]:
-    """Check the cost, build and sample the hierarchical model of ``tasks`` (fit ``stage``, :data:`hbnn.variants.FITS`).
-
-    Returns the posterior, its sample stats, the cost and the group sds' R-hat and ESS.
-    """
+def sample_hierarchical(stage: str, params: Params, tasks: Tasks) -> fitting.Sampled:
+    """Check the cost, build and sample the hierarchical model of ``tasks`` (fit ``stage``, :data:`hbnn.variants.FITS`);
+    the group sds' R-hat and ESS are its extra diagnostics."""
     m = params.model
     estimate = fitting.enforce_budget(stage, params, tasks)
     batch = fitting.minibatch(params, stage)
@@ -50,5 +44,6 @@ def sample_hierarchical(stage: str, params: Params, tasks: Tasks
     fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS[stage]), expected_seconds=60 * estimate.minutes)
     posterior = fit.posterior.posterior
     sd_vars = [f"sd_{s.name}" for s in layer_specs(tasks.n_features, m.hidden_layers, m.bias)]
-    return (posterior, fit.posterior.sample_stats, fitting.Cost(fit.seconds, sampler.compile_seconds, fit.grad_evals),
-            evaluation.scalar_diagnostics(posterior, sd_vars))
+    return fitting.Sampled(posterior, fit.posterior.sample_stats,
+                           fitting.Cost(fit.seconds, sampler.compile_seconds, fit.grad_evals),
+                           evaluation.scalar_diagnostics(posterior, sd_vars))

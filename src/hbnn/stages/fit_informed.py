@@ -27,8 +27,6 @@ def fit_informed(
                                     minibatch_size=fitting.minibatch(params, "fit_informed"), likelihood=m.likelihood,
                                     noise_sd=m.noise_sd, bias=m.bias)
 
-    posterior, stats, cost = fitting.fit_per_group("fit_informed", params, tasks, build)
-    return fitting.finish_fit(
-        "fit_informed", params, tasks, posterior, stats, cost, trace_out, metrics_out, timing_out,
-        settings_extra={"prior_file": str(prior_path)},
-    )
+    sampled = fitting.fit_per_group("fit_informed", params, tasks, build)
+    return fitting.finish_fit("fit_informed", params, tasks, sampled, trace_out, metrics_out, timing_out,
+                              settings_extra={"prior_file": str(prior_path)})

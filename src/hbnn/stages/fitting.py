@@ -66,25 +66,13 @@ def _settings(stage: str, params: Params, tasks: Tasks, **extra) -> dict:
     }
 
 
-def finish_fit(
-    stage: str,
-    params: Params,
-    tasks: Tasks,
-    posterior: xr.Dataset,
-    sample_stats: xr.Dataset,
-    cost: Cost,
-    trace_out: Path,
-    metrics_out: Path,
-    timing_out: Path,
-    extra_diagnostics=None,
-    settings_extra: dict | None = None,
-) -> dict:
+def finish_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, trace_out: Path, metrics_out: Path,
+               timing_out: Path, settings_extra: dict | None = None) -> dict:
     """Score a fit (:func:`score_fit`) and write its trace, timing, headline and detail metrics together."""
     what = f"{stage}: scoring the draws, PSIS-LOO and writing the outputs"
-    log.info("%s (sampling took %.1fs)", what, cost.seconds)
+    log.info("%s (sampling took %.1fs)", what, sampled.cost.seconds)
     with watch(log, what):
-        idata, metrics, timing, _ = score_fit(stage, params, tasks, posterior, sample_stats, cost,
-                                              extra_diagnostics, settings_extra)
+        idata, metrics, timing, _ = score_fit(stage, params, tasks, sampled, settings_extra)
         score = likelihoods.get(tasks.likelihood).score
         with staged_outputs() as outputs:
             outputs.write_netcdf(idata, trace_out)
@@ -94,21 +82,13 @@ def finish_fit(
         log.info(
             "%s: train %s %.4f, test %s %.4f, LOO elpd %.1f (se %.1f), %d divergences, %.1fs sampling",
             stage, score, metrics["train"][score], score, metrics["test"].get(score, float("nan")),
-            metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], cost.seconds,
+            metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], sampled.cost.seconds,
         )
         return metrics
 
 
-def score_fit(
-    stage: str,
-    params: Params,
-    tasks: Tasks,
-    posterior: xr.Dataset,
-    sample_stats: xr.Dataset,
-    cost: Cost,
-    extra_diagnostics=None,
-    settings_extra: dict | None = None,
-) -> tuple[az.InferenceData, dict, dict, dict[str, dict[str, list]]]:
+def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settings_extra: dict | None = None
+              ) -> tuple[az.InferenceData, dict, dict, dict[str, dict[str, list]]]:
     """The trace (stamped with the provenance of the DVC stage that runs ``stage``), the metrics of
     :func:`hbnn.evaluation.fit_metrics` (with PSIS-LOO), the timing of a fit and the predictions behind the
     metrics (:func:`hbnn.evaluation.evaluate_groups`); nothing is written.
@@ -116,6 +96,7 @@ def score_fit(
     ``stage`` is a fit of :data:`hbnn.variants.FITS`.
     """
     dvc_stage, variant = FITS[stage]
+    posterior, sample_stats, cost = sampled.posterior, sampled.sample_stats, sampled.cost
     observed, constant = _observed(tasks)
     specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
     predictions = evaluation.evaluate_groups(
@@ -135,7 +116,7 @@ def score_fit(
         tasks,
         predictions,
         divergences=int(sample_stats["diverging"].sum()),
-        extra_diagnostics=extra_diagnostics,
+        extra_diagnostics=sampled.extra_diagnostics,
         group_divergences=(sample_stats["diverging"].sum(("chain", "draw")).sel(group=tasks.group_names).values
                            if "group" in sample_stats["diverging"].dims else None),
         loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),
@@ -211,6 +192,17 @@ class GroupProgress:
 
 
 @dataclass(frozen=True)
+class Sampled:
+    """A fit's draws before they are scored: posterior, sample stats, what sampling cost, and the R-hat and ESS
+    of scalar variables the function-space diagnostics do not cover (the hierarchical group sds)."""
+
+    posterior: xr.Dataset
+    sample_stats: xr.Dataset
+    cost: Cost
+    extra_diagnostics: dict[str, dict[str, float]] | None = None
+
+
+@dataclass(frozen=True)
 class Cost:
     """Wall-clock seconds of a stage's sampling and compiling, and its gradient evaluations."""
 
@@ -225,11 +217,11 @@ def minibatch(params: Params, stage: str) -> int | None:
     return backend_class(s).minibatch_size(s)
 
 
-def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.Dataset, xr.Dataset, Cost]:
+def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> Sampled:
     """Fit ``build(X, y)`` to every group's training rows, compiling it once.
 
-    Returns posterior and sample stats stacked along a ``group`` dim, and the
-    summed cost over groups.
+    Returns the posterior and sample stats stacked along a ``group`` dim, and the
+    cost summed over groups, as :class:`Sampled`.
     """
     train = tasks.split("train")
     first = train.rows(0)
@@ -261,4 +253,4 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> tuple[xr.D
         return ds.transpose(*order, ...)
 
     grad_evals = None if any(g is None for g in grads) else sum(grads)
-    return stack(posts), stack(stats), Cost(progress.seconds, sampler.compile_seconds, grad_evals)
+    return Sampled(stack(posts), stack(stats), Cost(progress.seconds, sampler.compile_seconds, grad_evals))

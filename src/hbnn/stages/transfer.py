@@ -50,14 +50,15 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
     log.info("transfer_prior: holding out %d of %d groups (%s); fitting the hierarchical model on the other %d",
              len(heldout), tasks.n_groups, ", ".join(heldout), len(kept))
     train_tasks = tasks.subset(kept)
-    posterior, stats, cost, extra = sample_hierarchical("transfer_hier", params, train_tasks)
+    sampled = sample_hierarchical("transfer_hier", params, train_tasks)
     what = "transfer_prior: scoring the draws, PSIS-LOO and deriving the prior"
-    log.info("%s (sampling took %.1fs)", what, cost.seconds)
+    log.info("%s (sampling took %.1fs)", what, sampled.cost.seconds)
     with watch(log, what):
-        idata, hier_metrics, timing, _ = fitting.score_fit("transfer_hier", params, train_tasks, posterior, stats, cost,
-                                                        extra, {HELDOUT_ATTR: heldout})
+        idata, hier_metrics, timing, _ = fitting.score_fit("transfer_hier", params, train_tasks, sampled,
+                                                           {HELDOUT_ATTR: heldout})
         specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
-        fitted, prior_metrics = derive(params.prior, posterior, specs, STAGE_KEYS["transfer_prior"], trace_out)
+        fitted, prior_metrics = derive(params.prior, sampled.posterior, specs, STAGE_KEYS["transfer_prior"],
+                                       trace_out)
         ds = prior_dataset(specs, fitted)
         ds.attrs.update(provenance("transfer_prior", "informed_prior",
                                    params.section_hash(*STAGE_PARAMS["transfer_prior"]),
@@ -76,7 +77,7 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
     s = hier_metrics["sampling"]
     log.info("transfer_prior: hierarchical fit of %d groups: %d not converged, max R-hat %.4f, min ESS %.0f, "
              "%d divergences, %.1fs sampling", len(kept), s["groups_not_converged"], s["max_rhat"],
-             s["min_ess_bulk"], s["divergences"], cost.seconds)
+             s["min_ess_bulk"], s["divergences"], sampled.cost.seconds)
     return metrics
 
 
@@ -134,10 +135,10 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     traces, fit_metrics, timings, tests = {}, {}, {}, {}
     for name in MODELS:
         stage = f"transfer_{name}"
-        posterior, stats, cost = fitting.fit_per_group(stage, params, refit, builders[name])
+        sampled = fitting.fit_per_group(stage, params, refit, builders[name])
         with watch(log, f"{stage}: scoring the draws"):
             traces[name], fit_metrics[name], timings[name], predictions = fitting.score_fit(
-                stage, params, refit, posterior, stats, cost, settings_extra={"prior_file": str(prior_path)})
+                stage, params, refit, sampled, settings_extra={"prior_file": str(prior_path)})
             tests[name] = predictions["test"]
     population = population_predictions(params, tasks, hier.posterior, heldout, specs)
     metrics = transfer_metrics(tasks.likelihood, params, refits, fit_metrics, tests, population, upstream, skipped)

@@ -274,5 +274,5 @@ def transfer_csv(metrics: dict, likelihood: str) -> str:
     lines = [",".join(["model", "size", "n", "score_name", "score", "log_loss", *others]),
              line("population", transfer.POPULATION, 0, pop)]
     lines += [line(name, label, row["rows_mean"], row[name]["test"]) for name in MODELS
-              for label, row in metrics["sizes"].items()]
+              for label, row in transfer.in_size_order(metrics["sizes"]).items()]  # dvc plots: x in this order
     return "\n".join(lines) + "\n"

@@ -73,6 +73,11 @@ def test_the_command_prints_a_table_and_refuses_other_json(tmp_path):
         proc = subprocess.run(cmd, input=bad, capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
+    named = subprocess.run([*cmd, "--names", "exp-*", "--csv"], input=json.dumps(EXP_SHOW), capture_output=True,
+                           text=True)
+    assert named.stdout.splitlines()[1].startswith("metrics/flat.json:test.accuracy,3,")  # main left out
+    proc = subprocess.run([*cmd, "--names", "nope*"], input=json.dumps(EXP_SHOW), capture_output=True, text=True)
+    assert proc.returncode == 2 and "named ['nope*']" in proc.stderr
     proc = subprocess.run([*cmd, "--metrics", "nothing*"], input=json.dumps(EXP_SHOW), capture_output=True, text=True)
     assert proc.returncode == 2 and "no metric matches" in proc.stderr
     proc = subprocess.run([*cmd, str(tmp_path / "missing.json")], capture_output=True, text=True)

@@ -55,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--metrics", nargs="+", default=None, metavar="GLOB",
                    help="metrics to summarise, as globs on file:key (default 'metrics/*'; e.g. "
                         "'metrics/transfer.json:*' or '*test.accuracy')")
+    s.add_argument("--names", nargs="+", default=None, metavar="GLOB",
+                   help="only the experiments (or commits) whose name matches, e.g. 'seed-*'")
     s.add_argument("--workspace", action="store_true", help="count the workspace as a replicate too")
     s.add_argument("--csv", action="store_true", help="CSV instead of a Markdown table")
     args = parser.parse_args(argv)
@@ -97,8 +99,11 @@ def _summarise(args) -> int:
             except ValueError as err:
                 raise InputError(f"{where} is not JSON ({err}); pipe `dvc exp show --json` into it") from err
             reps, skipped = summarise.replicates(data, workspace=args.workspace)
+            if args.names:
+                reps = summarise.named(reps, args.names)
             if not reps:
-                raise InputError(f"{where} lists no commit or experiment with metrics")
+                raise InputError(f"{where} lists no commit or experiment with metrics"
+                                 + (f" named {args.names}" if args.names else ""))
             rows = summarise.summarise(reps, args.metrics or summarise.DEFAULT_METRICS)
             if not rows:
                 raise InputError(f"no metric matches {args.metrics or list(summarise.DEFAULT_METRICS)}")

@@ -85,6 +85,11 @@ def replicates(exp_show: Any, workspace: bool = False) -> tuple[list[Replicate],
     return out, skipped
 
 
+def named(reps: Sequence[Replicate], patterns: Sequence[str]) -> list[Replicate]:
+    """The replicates whose name (experiment name, commit hash or branch) matches one of the globs."""
+    return [r for r in reps if any(fnmatch.fnmatchcase(r.name, p) for p in patterns)]
+
+
 def differing_params(reps: Sequence[Replicate]) -> dict[str, list[Any]]:
     """Params whose values are not the same in every replicate: key -> value per replicate."""
     keys = sorted({k for r in reps for k in r.params})

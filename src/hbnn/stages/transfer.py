@@ -2,7 +2,7 @@
 
 See :mod:`hbnn.transfer` for the design. ``transfer_prior`` writes the
 hierarchical fit of the training groups, the prior derived from it (with the
-held-out groups in its ``heldout_groups`` attr) and their metrics;
+held-out groups in its settings attr, ``hbnn_settings``) and their metrics;
 ``transfer`` refits the held-out groups and writes ``metrics/transfer.json``
 (headline: scores per model and size), its detail file, the ``dvc plots`` CSV
 and the two refit traces.
@@ -20,7 +20,16 @@ import numpy as np
 from hbnn import evaluation, likelihoods, transfer
 from hbnn.config import Params
 from hbnn.data import Tasks, load_tasks
-from hbnn.io import InputError, as_builtin, detail_path, load_dataset, load_trace, provenance, staged_outputs
+from hbnn.io import (
+    InputError,
+    as_builtin,
+    detail_path,
+    load_dataset,
+    load_trace,
+    provenance,
+    settings_from_attrs,
+    staged_outputs,
+)
 from hbnn.logs import watch
 from hbnn.models import build_flat_model, build_informed_model
 from hbnn.network import layer_specs
@@ -66,7 +75,6 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
                                     "hidden_layers": list(params.model.hidden_layers), "bias": params.model.bias,
                                     "features": tasks.features,
                                     "hier_trace": str(trace_out), HELDOUT_ATTR: heldout}))
-        ds.attrs[HELDOUT_ATTR] = json.dumps(heldout)
         metrics = {"heldout_groups": heldout, "training_groups": kept, "hierarchical": hier_metrics,
                    "prior": prior_metrics}
         with staged_outputs() as outputs:
@@ -82,13 +90,11 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
 
 
 def heldout_groups(prior_path: Path, tasks: Tasks) -> list[str]:
-    """The held-out groups that ``transfer_prior`` wrote into the prior file; each must be in ``tasks``."""
-    ds = load_dataset(prior_path, "prior file")
-    try:
-        heldout = json.loads(ds.attrs[HELDOUT_ATTR])
-    except (KeyError, ValueError) as err:
-        raise InputError(f"prior file {prior_path} has no {HELDOUT_ATTR!r} attr; it was not written by "
-                         "transfer_prior") from err
+    """The held-out groups that ``transfer_prior`` recorded in the prior file's settings; each must be in
+    ``tasks``."""
+    heldout = settings_from_attrs(load_dataset(prior_path, "prior file").attrs).get(HELDOUT_ATTR)
+    if not isinstance(heldout, list):
+        raise InputError(f"prior file {prior_path} records no held-out groups; it was not written by transfer_prior")
     missing = [g for g in heldout if g not in tasks.group_names]
     if missing:
         raise InputError(f"prior file {prior_path} holds out groups {missing} that the tasks file lacks; rerun "
@@ -193,7 +199,8 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
     ``fits`` and ``tests`` hold each model's :func:`hbnn.evaluation.fit_metrics` and its test predictions."""
     lik = likelihoods.get(likelihood)
     heldout = upstream["heldout_groups"]
-    pop_lpd = transfer.row_lpd(lik, population)
+    # per held-out group (population is in heldout order), so each size takes its groups' rows
+    pop_lpd = [transfer.row_lpd(lik, transfer.subset(population, [g])) for g in range(len(heldout))]
     sizes = {}
     for label in transfer.size_labels(params.transfer):
         idx = [i for i, r in enumerate(refits) if r.size == label]
@@ -213,19 +220,23 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
                          "divergences": sum(f["divergences"] for f in per_fit)}
         row["difference"] = transfer.paired_difference(lpd[INFORMED.name], lpd[FLAT.name])
         # the same groups' rows, in the same order (a size can be skipped for some groups)
-        pop = transfer.subset(population, [heldout.index(refits[i].group) for i in idx])
-        row["informed_vs_population"] = transfer.paired_difference(lpd[INFORMED.name], transfer.row_lpd(lik, pop))
+        pop = np.concatenate([pop_lpd[heldout.index(refits[i].group)] for i in idx])
+        row["informed_vs_population"] = transfer.paired_difference(lpd[INFORMED.name], pop)
         sizes[label] = row
     pop_scores, _ = evaluation.split_scores(lik, population)
+    all_pop = np.concatenate(pop_lpd)
+    per_fit = {name: [fits[name]["per_group"][r.name] for r in refits] for name in MODELS}
     return {
         "heldout_groups": upstream["heldout_groups"],
         "training_groups": upstream["training_groups"],
         "sizes": sizes,
-        "population": {"test": pop_scores | {"lpd_mean": float(pop_lpd.mean())}, "lpd_se": _se(pop_lpd)},
+        "population": {"test": pop_scores | {"lpd_mean": float(all_pop.mean())}, "lpd_se": _se(all_pop)},
         "stops_mattering": transfer.stops_mattering({k: v["difference"] for k, v in sizes.items()}),
         "skipped": skipped,
-        "hierarchical_sampling": {k: upstream["hierarchical"]["sampling"][k]
-                                  for k in evaluation.HEADLINE_SAMPLING},
+        "sampling": {**{name: {"fits": len(f), "fits_not_converged": sum(not x["converged"] for x in f),
+                               "divergences": sum(x["divergences"] for x in f)} for name, f in per_fit.items()},
+                     "hierarchical": {k: upstream["hierarchical"]["sampling"][k]
+                                      for k in evaluation.HEADLINE_SAMPLING}},
         "fits": {name: {r.name: {"group": r.group, "size": r.size, "rows": r.rows,
                                  **{k: v for k, v in fits[name]["per_group"][r.name].items() if k != "train"}}
                         for r in refits} for name in MODELS},
@@ -246,11 +257,9 @@ def transfer_headline(metrics: dict) -> dict:
     out: dict = {name: {label: {"test": scores(row[name]["test"])} for label, row in metrics["sizes"].items()}
                  for name in MODELS}
     out["population"] = {transfer.POPULATION: {"test": scores(metrics["population"]["test"])}}
-    out["sampling"] = {name: {"fits_not_converged": sum(r[name]["fits_not_converged"]
-                                                        for r in metrics["sizes"].values()),
-                              "divergences": sum(r[name]["divergences"] for r in metrics["sizes"].values())}
-                       for name in MODELS}
-    out["sampling"]["hierarchical"] = {"groups_not_converged": metrics["hierarchical_sampling"]["groups_not_converged"]}
+    sampling = metrics["sampling"]
+    out["sampling"] = {name: {k: sampling[name][k] for k in ("fits_not_converged", "divergences")} for name in MODELS}
+    out["sampling"]["hierarchical"] = {"groups_not_converged": sampling["hierarchical"]["groups_not_converged"]}
     return out
 
 

@@ -56,6 +56,11 @@ DEFINITIONS = {
                            "(ESS linear in draws)",
     "speedup_vs_pymc": "ess_per_s / ess_per_s of PyMC's default NUTS (_fn, _group_sd: the same per figure)",
     "runs": "every figure is the median over sampler seeds 1, 2, 3; runs holds each seed's",
+    "cluster": "the fit_flat stage process on the default data, in-process and with HBNN_DASK_SCHEDULER=local:2 "
+               "(median of 2 runs each); speedup = serial / cluster seconds; identical_metrics: the metrics files "
+               "are byte-identical",
+    "many_groups": "every stage process of the pipeline, report included, at MANY_GROUPS (benchmarks/run.py): "
+                   "seconds (summed over stages) and peak resident memory (the largest stage)",
 }
 
 
@@ -303,6 +308,97 @@ def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200), mi
     return out
 
 
+# The documented configuration for thousands of groups (README, "Thousands of groups"): ADVI everywhere (NUTS
+# costs ~1.4 s per group and chain pair per stage), minibatch ADVI for the hierarchical fits, 1% of the groups
+# held out for the transfer stages, no pointwise trace groups. tests/test_benchmarks.py checks that the README's
+# `dvc exp run` line sets exactly these.
+MANY_GROUPS = {
+    "n_groups": 1000,
+    "sampler": {"backend": "advi", "advi": {"iterations": 5000}},
+    "hier_sampler": {"backend": "advi", "advi": {"minibatch_size": 500}},
+    "transfer": {"holdout_fraction": 0.01},
+    "trace": {"pointwise": False},
+}
+
+
+def _overridden(raw: dict, overrides: dict) -> dict:
+    out = dict(raw)
+    for key, value in overrides.items():
+        out[key] = _overridden(raw.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+def _pipeline_stages() -> list[tuple[str, tuple[str, ...]]]:
+    """Every stage of dvc.yaml with its arguments, in order (as ``tests/test_stages.py`` runs them)."""
+    fit = {name: ("--tasks-path", "data/tasks.nc", "--trace-out", f"traces/{stem}.nc", "--metrics-out",
+                  f"metrics/{stem}.json", "--timing-out", f"timings/{stem}.json")
+           for name, stem in (("fit_flat", "flat"), ("fit_hier", "hier"))}
+    return [
+        ("make_data", ("--out", "data/tasks.nc")),
+        ("fit_flat", fit["fit_flat"]),
+        ("fit_hier", fit["fit_hier"]),
+        ("derive_prior", ("--hier-trace", "traces/hier.nc", "--prior-out", "priors/informed.nc", "--metrics-out",
+                          "metrics/prior.json")),
+        ("fit_informed", ("--tasks-path", "data/tasks.nc", "--prior-path", "priors/informed.nc", "--trace-out",
+                          "traces/informed.nc", "--metrics-out", "metrics/informed.json", "--timing-out",
+                          "timings/informed.json")),
+        ("transfer_prior", ("--tasks-path", "data/tasks.nc", "--trace-out", "traces/transfer/hier.nc",
+                            "--prior-out", "priors/transfer.nc", "--metrics-out", "metrics/detail/transfer_prior.json",
+                            "--timing-out", "timings/transfer_prior.json")),
+        ("transfer", ("--tasks-path", "data/tasks.nc", "--hier-trace", "traces/transfer/hier.nc", "--prior-path",
+                      "priors/transfer.nc", "--prior-metrics", "metrics/detail/transfer_prior.json",
+                      "--flat-trace-out", "traces/transfer/flat.nc", "--informed-trace-out",
+                      "traces/transfer/informed.nc", "--metrics-out", "metrics/transfer.json", "--plot-out",
+                      "reports/plots/transfer.csv", "--timing-out", "timings/transfer.json")),
+        ("report", ("--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc", "--hier-trace",
+                    "traces/hier.nc", "--informed-trace", "traces/informed.nc", "--prior-path", "priors/informed.nc",
+                    "--metrics-dir", "metrics", "--timings-dir", "timings", "--out-dir", "reports")),
+    ]
+
+
+def many_groups(work: Path, overrides: dict = MANY_GROUPS) -> dict:
+    """The whole pipeline, report included, at :data:`MANY_GROUPS`: each stage's seconds and peak memory."""
+    work.mkdir(parents=True, exist_ok=True)
+    params = work / "params.yaml"
+    params.write_text(yaml.safe_dump(_overridden(yaml.safe_load((ROOT / "params.yaml").read_text()), overrides)))
+    stages = {}
+    for stage, args in _pipeline_stages():
+        print(f"bench: many groups: {stage} ...", flush=True)
+        stages[stage] = _stage(stage, params, *args)
+        print(f"bench: many groups: {stage} {stages[stage]['seconds']:.1f}s, "
+              f"{stages[stage]['peak_rss_mib']:.0f} MiB", flush=True)
+    metrics = {m: json.loads((work / "metrics" / f"{m}.json").read_text()) for m in ("flat", "hier", "informed")}
+    return {
+        "settings": overrides,
+        "stages": stages,
+        "seconds": sum(r["seconds"] for r in stages.values()),
+        "peak_rss_mib": max(r["peak_rss_mib"] for r in stages.values()),
+        "report_html_mib": (work / "reports" / "report.html").stat().st_size / 2**20,
+        "test_accuracy": {m: v["test"].get("accuracy") for m, v in metrics.items()},
+    }
+
+
+def cluster_speedup(work: Path, repeats: int = 2) -> dict:
+    """The flat stage on the default data in-process and on a 2-worker Dask LocalCluster (process seconds)."""
+    params = _params(work, 18, None)
+    _stage("make_data", params, "--out", "data/tasks.nc")
+    out: dict = {}
+    for where, scheduler in (("serial", ""), ("local_cluster_2", "local:2")):
+        os.environ["HBNN_DASK_SCHEDULER"] = scheduler
+        try:
+            runs = [_fit("fit_flat", params, f"flat_{where}") for _ in range(repeats)]
+        finally:
+            os.environ.pop("HBNN_DASK_SCHEDULER")
+        out[where] = {"seconds": float(np.median([r["run"]["seconds"] for r in runs])),
+                      "peak_rss_mib": max(r["run"]["peak_rss_mib"] for r in runs)}
+        print(f"bench: flat stage {where}: {out[where]['seconds']:.1f}s", flush=True)
+    out["speedup"] = out["serial"]["seconds"] / out["local_cluster_2"]["seconds"]
+    out["identical_metrics"] = all((work / "metrics" / f"flat_{w}.json").read_bytes()
+                                   == (work / "metrics" / "flat_serial.json").read_bytes()
+                                   for w in ("serial", "local_cluster_2"))
+    return out
+
+
 def _linearity(points: dict) -> dict:
     """Seconds per group at each size, and the log-log slope between the smallest and largest size."""
     sizes = sorted(int(k) for k in points)
@@ -342,12 +438,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "benchmark.json")
     parser.add_argument("--only", nargs="*", default=None,
-                        help="sections to run (backends floor repro scaling); default all")
+                        help="sections to run (backends floor repro scaling cluster many_groups); default all")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--variants", nargs="*", default=None, choices=list(VARIANTS),
                         help="backends-section rows to run (default all)")
     args = parser.parse_args(argv)
-    sections = set(args.only or ("backends", "floor", "repro", "scaling"))
+    sections = set(args.only or ("backends", "floor", "repro", "scaling", "cluster", "many_groups"))
     work = args.workdir or Path(tempfile.mkdtemp(prefix="hbnn-bench-"))
     result: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                 "python": platform.python_version()},
@@ -366,6 +462,10 @@ def main(argv=None) -> int:
             result["scaling"] = scaling(work / "scaling", backend_results=result.get("backends"))
             result["scaling"]["linearity"] = {k: _linearity(v) for k, v in result["scaling"].items()
                                               if k != "report" and v}
+        if "cluster" in sections:
+            result["cluster"] = cluster_speedup(work / "cluster")
+        if "many_groups" in sections:
+            result["many_groups"] = many_groups(work / "many_groups")
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -377,6 +477,15 @@ def main(argv=None) -> int:
     tmp.replace(args.out)
     if "backends" in merged and "numpy_floor_us_per_grad" in merged:
         print(_table(merged))
+    if "cluster" in result:
+        c = result["cluster"]
+        print(f"flat stage: serial {c['serial']['seconds']:.1f}s, 2-worker LocalCluster "
+              f"{c['local_cluster_2']['seconds']:.1f}s ({c['speedup']:.2f}x), "
+              f"identical metrics: {c['identical_metrics']}")
+    if "many_groups" in result:
+        m = result["many_groups"]
+        print(f"pipeline at {m['settings']['n_groups']} groups: {m['seconds']:.0f}s, peak {m['peak_rss_mib']:.0f} MiB, "
+              f"report {m['report_html_mib']:.1f} MiB")
     print(f"wrote {args.out}")
     return 0
 

@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -25,6 +26,9 @@ FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 def configure() -> None:
     """Third-party libraries at WARNING; ``hbnn`` at ``HBNN_LOG`` (default ``info``; unknown values too)."""
     logging.basicConfig(level=logging.WARNING, format=FORMAT)
+    # pip-installed PyTensor has no BLAS for its C backend (ADVI's compiled step uses it); for networks this small
+    # it makes no measurable difference, and a user cannot act on it short of reinstalling with conda.
+    warnings.filterwarnings("ignore", message="PyTensor could not link to a BLAS installation", category=UserWarning)
     level = LEVELS.get(os.environ.get("HBNN_LOG", "info").strip().lower(), logging.INFO)
     logging.getLogger("hbnn").setLevel(level)
 

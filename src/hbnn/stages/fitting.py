@@ -11,10 +11,10 @@ import arviz as az
 import numpy as np
 import xarray as xr
 
-from hbnn import budget, evaluation, likelihoods
+from hbnn import budget, cluster, evaluation, likelihoods
 from hbnn.config import Params
 from hbnn.data import Tasks
-from hbnn.inference import Sampler, backend_class
+from hbnn.inference import backend_class
 from hbnn.io import as_builtin, detail_path, provenance, staged_outputs, stamp
 from hbnn.logs import watch
 from hbnn.network import layer_specs
@@ -218,33 +218,31 @@ def minibatch(params: Params, stage: str) -> int | None:
 
 
 def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> Sampled:
-    """Fit ``build(X, y)`` to every group's training rows, compiling it once.
+    """Fit ``build(X, y)`` to every group's training rows, compiled once per process.
 
+    The fits run where ``HBNN_DASK_SCHEDULER`` says (:mod:`hbnn.cluster`): in this
+    process by default, or in shards on a Dask cluster, with the same draws.
     Returns the posterior and sample stats stacked along a ``group`` dim, and the
     cost summed over groups, as :class:`Sampled`.
     """
     train = tasks.split("train")
     first = train.rows(0)
     settings = params.sampler_for(stage)
-    sampler = Sampler(build(train.X[first], train.y[first]), settings)
-    posts, stats, grads = [], [], []
+    model = cluster.Model(build, settings, train.X[first], train.y[first])
+    jobs = []
+    for g, name in enumerate(tasks.group_names):
+        rows = train.rows(g)
+        jobs.append(cluster.GroupJob(g, name, derive_seed(settings.seed, STAGE_KEYS[stage], g), train.X[rows],
+                                     train.y[rows]))
     progress = GroupProgress(tasks.n_groups, settings.chains * settings.draws)
+
+    def done(result: cluster.GroupResult) -> None:
+        progress.done(result.seconds, result.divergences)
+        log.debug("%s: group %s (%d/%d, %d rows) sampled in %.1fs, %d divergences", stage, result.name,
+                  progress.groups, tasks.n_groups, jobs[result.index].y.size, result.seconds, result.divergences)
+
     with watch(log, stage, status=progress.status):
-        for g, name in enumerate(tasks.group_names):
-            rows = train.rows(g)
-            fit = sampler.sample(
-                derive_seed(settings.seed, STAGE_KEYS[stage], g),
-                data={"x": train.X[rows], "y": train.y[rows]},
-                watch=False,
-            )
-            posts.append(fit.posterior.posterior.expand_dims(group=[name]))
-            stats.append(fit.posterior.sample_stats.expand_dims(group=[name]))
-            grads.append(fit.grad_evals)
-            divergences = int(fit.posterior.sample_stats["diverging"].sum()) if (
-                "diverging" in fit.posterior.sample_stats) else 0
-            progress.done(fit.seconds, divergences)
-            log.debug("%s: group %s (%d/%d, %d rows) sampled in %.1fs, %d divergences", stage, name, g + 1,
-                      tasks.n_groups, rows.size, fit.seconds, divergences)
+        fitted = cluster.fit_groups(stage, model, jobs, done)
     log.info("%s: %s", stage, progress.summary())
 
     def stack(parts):
@@ -252,5 +250,8 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> Sampled:
         order = ["chain", "draw", "group"]
         return ds.transpose(*order, ...)
 
+    posts = [r.posterior.expand_dims(group=[r.name]) for r in fitted.results]
+    stats = [r.sample_stats.expand_dims(group=[r.name]) for r in fitted.results]
+    grads = [r.grad_evals for r in fitted.results]
     grad_evals = None if any(g is None for g in grads) else sum(grads)
-    return Sampled(stack(posts), stack(stats), Cost(progress.seconds, sampler.compile_seconds, grad_evals))
+    return Sampled(stack(posts), stack(stats), Cost(progress.seconds, fitted.compile_seconds, grad_evals))

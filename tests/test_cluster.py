@@ -1,0 +1,110 @@
+"""Per-group fits on a Dask LocalCluster: the same draws as in-process, retried shards, clear errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from hbnn import cluster
+from hbnn.config import parse_params
+from hbnn.errors import InputError, SamplingError
+from hbnn.models import build_flat_model
+from hbnn.stages.fitting import fit_per_group
+
+# The builders below run in the workers' processes, which cannot import this test module: ship it by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+PARAMS = parse_params({"model": {"hidden_layers": [2]}, "sampler": {"tune": 30, "draws": 20, "chains": 2}})
+
+
+def _builder(tasks):
+    def build(X, y):
+        return build_flat_model(X, y, tasks.features, (2,))
+
+    return build
+
+
+def _killing_builder(tasks, marker: Path):
+    """Kills the first worker process that compiles it (SIGKILL, as the OOM killer would); builds after that."""
+
+    def build(X, y):
+        if not marker.exists():
+            marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return build_flat_model(X, y, tasks.features, (2,))
+
+    return build
+
+
+def _failing_builder(X, y):
+    raise ValueError("no model here")
+
+
+@pytest.fixture
+def serial(ragged_tasks, monkeypatch):
+    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    return fit_per_group("fit_flat", PARAMS, ragged_tasks, _builder(ragged_tasks))
+
+
+def test_a_local_cluster_gives_the_same_draws_per_group(ragged_tasks, serial, monkeypatch):
+    monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:2")
+    monkeypatch.setenv(cluster.SHARDS_ENV, "2")  # groups a | b, c: one worker samples two groups with one compile
+    on_cluster = fit_per_group("fit_flat", PARAMS, ragged_tasks, _builder(ragged_tasks))
+    assert on_cluster.posterior.identical(serial.posterior)
+    assert on_cluster.sample_stats["diverging"].identical(serial.sample_stats["diverging"])
+    assert on_cluster.cost.grad_evals == serial.cost.grad_evals
+    assert list(on_cluster.posterior["group"].values) == ["a", "b", "c"]
+
+
+def test_a_killed_workers_shard_is_retried_and_the_fit_is_complete(ragged_tasks, serial, monkeypatch, tmp_path):
+    monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:2")
+    marker = tmp_path / "killed"
+    fitted = fit_per_group("fit_flat", PARAMS, ragged_tasks, _killing_builder(ragged_tasks, marker))
+    assert marker.exists() and int(marker.read_text()) != os.getpid()  # a worker died, not this process
+    assert fitted.posterior.identical(serial.posterior)
+
+
+def test_a_shard_that_fails_everywhere_fails_the_fit_in_one_line(ragged_tasks, monkeypatch):
+    monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:1")
+    expected = r"fit_flat: a shard failed on the Dask cluster: ValueError: no model"
+    with pytest.raises(SamplingError, match=expected) as err:
+        fit_per_group("fit_flat", PARAMS, ragged_tasks, _failing_builder)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["local:0", "local:x", "local:-1"])
+def test_a_bad_local_worker_count_is_named(value):
+    with pytest.raises(InputError, match=r"HBNN_DASK_SCHEDULER='local:"):
+        cluster.local_workers(value)
+
+
+def test_an_unreachable_scheduler_is_one_clear_error(ragged_tasks, monkeypatch):
+    monkeypatch.setenv(cluster.SCHEDULER_ENV, "tcp://127.0.0.1:9")  # the discard port: nothing listens
+    with pytest.raises(InputError, match=r"cannot reach the Dask scheduler"):
+        with cluster.connect("tcp://127.0.0.1:9", timeout=2):
+            pass
+
+
+@pytest.mark.parametrize(("n_jobs", "n", "sizes"), [(7, 3, [3, 2, 2]), (2, 2, [1, 1]), (5, 1, [5])])
+def test_shards_are_contiguous_and_even(n_jobs, n, sizes):
+    jobs = [cluster.GroupJob(i, f"g{i}", i, np.zeros((1, 2)), np.zeros(1)) for i in range(n_jobs)]
+    shards = cluster.split(jobs, n)
+    assert [len(s) for s in shards] == sizes
+    assert [j.index for s in shards for j in s] == list(range(n_jobs))
+
+
+def test_shard_count_defaults_to_four_per_worker_and_reads_the_env(monkeypatch):
+    monkeypatch.delenv(cluster.SHARDS_ENV, raising=False)
+    assert cluster.shard_count(100, 2) == 8
+    assert cluster.shard_count(3, 2) == 3
+    monkeypatch.setenv(cluster.SHARDS_ENV, "5")
+    assert cluster.shard_count(100, 2) == 5
+    monkeypatch.setenv(cluster.SHARDS_ENV, "zero")
+    with pytest.raises(InputError, match="HBNN_DASK_SHARDS='zero'"):
+        cluster.shard_count(100, 2)

@@ -146,3 +146,39 @@ def test_low_rank_mass_matrix_reaches_nutpie(tiny_tasks):
         fits[mass_matrix] = inference.Sampler(model, params.sampler).sample(3).posterior
     assert _layout(fits["low_rank"]) == _layout(fits["diag"])
     assert not np.array_equal(fits["low_rank"].posterior["w_in"].values, fits["diag"].posterior["w_in"].values)
+
+
+def test_numpyro_progress_reaches_the_heartbeat_in_a_log_and_leaves_the_draws_alone(tiny_tasks, monkeypatch):
+    """In a log, NumPyro's progress callbacks are counted for the heartbeat; the draws are those of a fit
+    without them (the callbacks do not touch the chains' arithmetic)."""
+    train = tiny_tasks.split("train")
+    model = build_flat_model(train.X, train.y, tiny_tasks.features, (2,))
+    settings = _params("numpyro").sampler
+    monkeypatch.setattr(inference.logs, "interactive", lambda: False)
+    sampler = inference.Sampler(model, settings)
+    seen = []
+    real = inference.Iterations.add
+
+    def add(self, n):
+        real(self, n)
+        seen.append(self.status())
+
+    monkeypatch.setattr(inference.Iterations, "add", add)
+    counted = sampler.sample(3, watch=False).posterior.posterior
+    total = settings.chains * (settings.tune + settings.draws)
+    assert seen and seen[-1].startswith(f"{total}/{total} iterations")
+    assert sampler.backend.iterations is None  # nothing left over once the fit is done
+    plain = inference.JaxBackend.run(sampler.backend, 3, None, progressbar=False)[0].posterior
+    for var in counted.data_vars:
+        np.testing.assert_array_equal(counted[var].values, plain[var].values)
+
+
+def test_iterations_status_says_how_far_and_how_long_at_the_rate(monkeypatch):
+    clock = iter([100.0, 110.0])
+    monkeypatch.setattr(inference.time, "monotonic", lambda: next(clock))
+    it = inference.Iterations()
+    assert it.status() is None  # still compiling
+    it.total = 8000
+    it.add(0)  # first report at t=100
+    it.add(2000)
+    assert it.status() == "2000/8000 iterations (tuning included), ~30s left at this rate"  # t=110

@@ -29,6 +29,7 @@ writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -142,6 +143,11 @@ def fit_shard(key: str, model: Model, jobs: Sequence[GroupJob],
     return results, compile_seconds
 
 
+def forget(key: str) -> None:
+    """Drop the model compiled for fit ``key`` in this process, if it is the one kept."""
+    _COMPILED.pop(key, None)
+
+
 def fit_groups(what: str, model: Model, jobs: Sequence[GroupJob],
                on_done: Callable[[GroupResult], None] | None = None) -> Fitted:
     """Fit every job where :data:`SCHEDULER_ENV` says (see the module doc); results in ``jobs`` order."""
@@ -154,7 +160,7 @@ def fit_groups(what: str, model: Model, jobs: Sequence[GroupJob],
         with connect(scheduler) as client:
             return _fit_on(client, what, key, model, jobs, on_done)
     finally:
-        _COMPILED.pop(key, None)
+        forget(key)
 
 
 def _fit_on(client, what: str, key: str, model: Model, jobs: Sequence[GroupJob],
@@ -185,6 +191,8 @@ def _fit_on(client, what: str, key: str, model: Model, jobs: Sequence[GroupJob],
                     on_done(result)
     finally:
         client.cancel(futures)
+        with contextlib.suppress(Exception):  # cleanup only: never hide the fit's own error
+            client.run(forget, key)  # the workers of a long-lived cluster drop this fit's compiled model
     results.sort(key=lambda r: r.index)
     return Fitted(results, compile_seconds, where)
 

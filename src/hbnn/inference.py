@@ -101,6 +101,12 @@ class Backend:
     def describe(self, seed: int) -> str:
         return f"{self.label()} seed={seed}"
 
+    iterations = None  # Iterations of the running fit, where the backend reports them
+
+    def progress(self, elapsed: float) -> str | None:
+        """What the running fit reports of its progress, for the heartbeat (``None``: nothing)."""
+        return None
+
     def run(self, seed: int, data: Mapping[str, np.ndarray] | None) -> tuple[az.InferenceData, np.ndarray | None,
                                                                              int | None]:
         raise NotImplementedError
@@ -160,7 +166,7 @@ class PymcBackend(Backend):
         # keep the tuning steps to count gradient evaluations
         return {"discard_tuned_samples": False, "mp_ctx": _chain_process_context()}
 
-    def run(self, seed, data):
+    def run(self, seed, data, progressbar: bool | None = None):
         s = self.settings
         self._set_data(data)
         with self.model:
@@ -171,7 +177,7 @@ class PymcBackend(Backend):
                 cores=min(s.cores, s.chains),
                 random_seed=seed,
                 target_accept=s.target_accept,
-                progressbar=logs.interactive(),
+                progressbar=logs.interactive() if progressbar is None else progressbar,
                 compute_convergence_checks=False,
                 nuts_sampler=self.name,
                 **self._sample_kwargs(),
@@ -214,7 +220,74 @@ class JaxBackend(PymcBackend):
 
 
 class NumpyroBackend(JaxBackend):
+    """NumPyro's NUTS. In a log, its progress callbacks are recorded (not drawn) for the heartbeat."""
+
     name = "numpyro"
+
+    def run(self, seed, data, progressbar=None):
+        # NumPyro reports progress from inside its compiled loop only when the chains run in parallel;
+        # sequential chains with a progress bar fall back to a Python loop, one dispatch per step.
+        if logs.interactive() or self._sample_kwargs()["nuts_sampler_kwargs"]["chain_method"] != "parallel":
+            return super().run(seed, data, progressbar)
+        with _numpyro_iterations() as self.iterations:
+            try:
+                return super().run(seed, data, progressbar=True)
+            finally:
+                self.iterations = None
+
+    def progress(self, elapsed: float) -> str | None:
+        return self.iterations.status() if self.iterations is not None else None
+
+
+class Iterations:
+    """Iterations (tuning included) the chains of a running fit have done, and the time left at their rate."""
+
+    def __init__(self):
+        self.total = self.done = 0
+        self.started: float | None = None  # first report: compiling is over
+
+    def add(self, n: int) -> None:
+        if self.started is None:
+            self.started = time.monotonic()
+        self.done += n
+
+    def status(self) -> str | None:
+        if self.started is None or not self.total:
+            return None
+        text = f"{self.done}/{self.total} iterations (tuning included)"
+        elapsed = time.monotonic() - self.started
+        if self.done and elapsed > 0:
+            text += f", ~{(self.total - self.done) * elapsed / self.done:.0f}s left at this rate"
+        return text
+
+
+@contextlib.contextmanager
+def _numpyro_iterations():
+    """Count NumPyro's progress-bar updates instead of drawing them (``numpyro.util.progress_bar_factory``
+    makes one ``tqdm_auto`` bar per chain and updates it from a host callback every few iterations)."""
+    import numpyro.util
+
+    iterations = Iterations()
+
+    class Recorder:
+        def __init__(self, iterable, **_):
+            iterations.total += len(iterable)
+
+        def set_description(self, *args, **kwargs) -> None:
+            pass
+
+        def update(self, n: int) -> None:
+            iterations.add(int(n))
+
+        def close(self) -> None:
+            pass
+
+    real = numpyro.util.tqdm_auto
+    numpyro.util.tqdm_auto = Recorder
+    try:
+        yield iterations
+    finally:
+        numpyro.util.tqdm_auto = real
 
 
 class BlackjaxBackend(JaxBackend):
@@ -287,8 +360,12 @@ class Sampler:
         description = self.backend.describe(seed)
         log.debug("%s", description)
         start = time.perf_counter()
-        watching = logs.watch(log, self.backend.label(), _time_left(expected_seconds)) if watch else (
-            contextlib.nullcontext())
+        estimate = _time_left(expected_seconds)
+
+        def status(elapsed: float) -> str | None:
+            return self.backend.progress(elapsed) or (estimate(elapsed) if estimate else None)
+
+        watching = logs.watch(log, self.backend.label(), status) if watch else contextlib.nullcontext()
         with watching:
             idata, loss, grad_evals = self.backend.run(seed, data)
         seconds = time.perf_counter() - start

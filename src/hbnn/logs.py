@@ -46,12 +46,12 @@ def watch(logger: logging.Logger, what: str, status: Callable[[float], str] | No
 
 @contextmanager
 def heartbeat(logger: logging.Logger, what: str, every: float = 10.0,
-              status: Callable[[float], str] | None = None) -> Iterator[None]:
+              status: Callable[[float], str | None] | None = None) -> Iterator[None]:
     """Log ``<what>: still running, <s>s elapsed[; <status(s)>]`` every ``every`` seconds until the block ends.
 
     A daemon thread does the logging, so it also speaks while the main thread waits
     in compiled code; a block shorter than ``every`` logs nothing. ``status``
-    (given the seconds elapsed) adds what is known of the progress.
+    (given the seconds elapsed) adds what is known of the progress, if anything.
     """
     stop = threading.Event()
     start = time.monotonic()
@@ -59,7 +59,8 @@ def heartbeat(logger: logging.Logger, what: str, every: float = 10.0,
     def beat() -> None:
         while not stop.wait(every):
             elapsed = time.monotonic() - start
-            extra = f"; {status(elapsed)}" if status is not None else ""
+            text = status(elapsed) if status is not None else None
+            extra = f"; {text}" if text else ""
             logger.info("%s: still running, %.0fs elapsed%s", what, elapsed, extra)
 
     thread = threading.Thread(target=beat, name="hbnn-heartbeat", daemon=True)

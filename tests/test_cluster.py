@@ -99,9 +99,11 @@ def test_shards_are_contiguous_and_even(n_jobs, n, sizes):
     assert [j.index for s in shards for j in s] == list(range(n_jobs))
 
 
-def test_shard_count_defaults_to_four_per_worker_and_reads_the_env(monkeypatch):
+def test_shard_count_defaults_to_four_per_worker_and_ten_groups_a_shard_and_reads_the_env(monkeypatch):
     monkeypatch.delenv(cluster.SHARDS_ENV, raising=False)
-    assert cluster.shard_count(100, 2) == 8
+    assert cluster.shard_count(60, 2) == 8
+    assert cluster.shard_count(100, 2) == 10  # at most 10 groups a shard
+    assert cluster.shard_count(1001, 2) == 101
     assert cluster.shard_count(3, 2) == 3
     monkeypatch.setenv(cluster.SHARDS_ENV, "5")
     assert cluster.shard_count(100, 2) == 5

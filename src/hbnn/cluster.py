@@ -10,9 +10,11 @@ fits are independent. ``HBNN_DASK_SCHEDULER`` says where they run:
 - anything else: the address of a running scheduler, e.g. ``tcp://host:8786``
   (its workers need this project's pinned environment and ``hbnn`` importable).
 
-``HBNN_DASK_SHARDS`` sets the number of shards (default: 4 per worker, at most
-one per group). Groups are split into contiguous shards; a worker compiles the
-model once per fit and keeps it for its next shard of the same fit.
+``HBNN_DASK_SHARDS`` sets the number of shards (default: 4 per worker, and more
+where that leaves over 10 groups in a shard, at most one per group). Groups are
+split into contiguous shards; the model and its settings are sent to every worker
+once, and a worker compiles the model once per fit and keeps it for its next
+shard of the same fit.
 
 Where a group runs does not change its draws. Its seed comes from its position in
 the stage's list of groups (:func:`hbnn.variants.derive_seed`), and every worker
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 SCHEDULER_ENV = "HBNN_DASK_SCHEDULER"
 SHARDS_ENV = "HBNN_DASK_SHARDS"
 SHARDS_PER_WORKER = 4
+GROUPS_PER_SHARD = 10
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,8 @@ def _fit_on(client, what: str, key: str, model: Model, jobs: Sequence[GroupJob],
     shards = split(jobs, shard_count(len(jobs), workers))
     where = f"{len(shards)} shards on {workers} Dask workers at {client.scheduler.address}"
     log.info("%s: %d groups in %s", what, len(jobs), where)
-    futures = [client.submit(fit_shard, key, model, shard, pure=False, key=f"{key}-shard-{i}")
+    shared = client.scatter(model, broadcast=True, hash=False)  # sent once, not with every shard
+    futures = [client.submit(fit_shard, key, shared, shard, pure=False, key=f"{key}-shard-{i}")
                for i, shard in enumerate(shards)]
     results: list[GroupResult] = []
     compile_seconds: float | None = 0.0
@@ -190,7 +194,7 @@ def _fit_on(client, what: str, key: str, model: Model, jobs: Sequence[GroupJob],
                 if on_done is not None:
                     on_done(result)
     finally:
-        client.cancel(futures)
+        client.cancel([*futures, shared])
         with contextlib.suppress(Exception):  # cleanup only: never hide the fit's own error
             client.run(forget, key)  # the workers of a long-lived cluster drop this fit's compiled model
     results.sort(key=lambda r: r.index)
@@ -198,7 +202,8 @@ def _fit_on(client, what: str, key: str, model: Model, jobs: Sequence[GroupJob],
 
 
 def shard_count(n_jobs: int, workers: int) -> int:
-    """:data:`SHARDS_ENV` if set, else :data:`SHARDS_PER_WORKER` per worker; at most one per job, at least one."""
+    """:data:`SHARDS_ENV` if set, else :data:`SHARDS_PER_WORKER` per worker and at most :data:`GROUPS_PER_SHARD`
+    groups per shard (the progress line moves as shards finish); at most one per job, at least one."""
     raw = os.environ.get(SHARDS_ENV, "").strip()
     if raw:
         try:
@@ -208,7 +213,7 @@ def shard_count(n_jobs: int, workers: int) -> int:
         if wanted < 1:
             raise InputError(f"{SHARDS_ENV}={raw!r}: expected a whole number of shards, at least 1")
     else:
-        wanted = SHARDS_PER_WORKER * workers
+        wanted = max(SHARDS_PER_WORKER * workers, -(-n_jobs // GROUPS_PER_SHARD))
     return max(1, min(wanted, n_jobs))
 
 
@@ -254,8 +259,10 @@ def connect(scheduler: str, timeout: float = 20.0) -> Iterator[object]:
     try:
         if n_local is not None:
             with dask.config.set({"distributed.worker.daemon": False}):
+                # the scheduler's HTTP endpoint on a free local port: the default 8787 is taken by the
+                # LocalCluster of any other stage running beside this one (a queue of experiments)
                 cluster = LocalCluster(n_workers=n_local, threads_per_worker=1, processes=True,
-                                       dashboard_address=None)
+                                       dashboard_address="127.0.0.1:0")
             client = Client(cluster, timeout=timeout)
         else:
             client = Client(scheduler, timeout=timeout)

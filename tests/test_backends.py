@@ -182,3 +182,20 @@ def test_iterations_status_says_how_far_and_how_long_at_the_rate(monkeypatch):
     it.add(0)  # first report at t=100
     it.add(2000)
     assert it.status() == "2000/8000 iterations (tuning included), ~30s left at this rate"  # t=110
+
+
+def test_advi_reports_its_iterations_to_the_heartbeat(tiny_tasks, monkeypatch):
+    train = tiny_tasks.split("train")
+    model = build_flat_model(train.X, train.y, tiny_tasks.features, (2,))
+    sampler = inference.Sampler(model, _params("advi").sampler)
+    seen = []
+    real = inference.Iterations.add
+
+    def add(self, n):
+        real(self, n)
+        seen.append(sampler.backend.progress(0.0))
+
+    monkeypatch.setattr(inference.Iterations, "add", add)
+    sampler.sample(4, watch=False)
+    assert seen[-1].startswith(f"{ADVI['iterations']}/{ADVI['iterations']} ADVI iterations")
+    assert sampler.backend.progress(0.0) is None  # nothing once the fit is done

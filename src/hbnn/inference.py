@@ -105,7 +105,7 @@ class Backend:
 
     def progress(self, elapsed: float) -> str | None:
         """What the running fit reports of its progress, for the heartbeat (``None``: nothing)."""
-        return None
+        return self.iterations.status() if self.iterations is not None else None
 
     def run(self, seed: int, data: Mapping[str, np.ndarray] | None) -> tuple[az.InferenceData, np.ndarray | None,
                                                                              int | None]:
@@ -235,15 +235,14 @@ class NumpyroBackend(JaxBackend):
             finally:
                 self.iterations = None
 
-    def progress(self, elapsed: float) -> str | None:
-        return self.iterations.status() if self.iterations is not None else None
-
 
 class Iterations:
-    """Iterations (tuning included) the chains of a running fit have done, and the time left at their rate."""
+    """Iterations a running fit has done (for NUTS: over its chains, tuning included), and the time left at
+    their rate."""
 
-    def __init__(self):
-        self.total = self.done = 0
+    def __init__(self, total: int = 0, unit: str = "iterations (tuning included)"):
+        self.total, self.unit = total, unit
+        self.done = 0
         self.started: float | None = None  # first report: compiling is over
 
     def add(self, n: int) -> None:
@@ -254,7 +253,7 @@ class Iterations:
     def status(self) -> str | None:
         if self.started is None or not self.total:
             return None
-        text = f"{self.done}/{self.total} iterations (tuning included)"
+        text = f"{self.done}/{self.total} {self.unit}"
         elapsed = time.monotonic() - self.started
         if self.done and elapsed > 0:
             text += f", ~{(self.total - self.done) * elapsed / self.done:.0f}s left at this rate"
@@ -317,7 +316,11 @@ class AdviBackend(Backend):
 
     def run(self, seed, data):
         self._set_data(data)
-        idata, loss = self.advi.fit(seed, self.settings)
+        self.iterations = Iterations(self.settings.advi.iterations, "ADVI iterations")
+        try:
+            idata, loss = self.advi.fit(seed, self.settings, self.iterations)
+        finally:
+            self.iterations = None
         return idata, loss, None
 
 
@@ -434,7 +437,8 @@ class _Advi:
         self.mean = group.params_dict["mu"]
         self.mean_start = self.mean.get_value(borrow=False).copy()
 
-    def fit(self, seed: int, s: SamplerParams) -> tuple[az.InferenceData, np.ndarray]:
+    def fit(self, seed: int, s: SamplerParams, progress: Iterations | None = None
+            ) -> tuple[az.InferenceData, np.ndarray]:
         from pymc.pytensorf import reseed_rngs
 
         for var, value in zip(self.state, self.initial, strict=True):
@@ -446,6 +450,8 @@ class _Advi:
         loss = np.empty(s.advi.iterations)
         for i in range(s.advi.iterations):
             loss[i] = self.step()
+            if progress is not None:
+                progress.add(1)
         if not np.all(np.isfinite(loss)):
             bad = int(np.flatnonzero(~np.isfinite(loss))[0])
             raise FloatingPointError(

@@ -7,14 +7,19 @@ import signal
 import sys
 from pathlib import Path
 
+import arviz as az
 import cloudpickle
 import numpy as np
 import pytest
+from conftest import TINY
 
 from hbnn import cluster
 from hbnn.config import parse_params
+from hbnn.data import make_moons_tasks
 from hbnn.errors import InputError, SamplingError
+from hbnn.io import write_netcdf
 from hbnn.models import build_flat_model
+from hbnn.stages import fit_flat as stage
 from hbnn.stages.fitting import fit_per_group
 
 # The builders below run in the workers' processes, which cannot import this test module: ship it by value.
@@ -110,3 +115,38 @@ def test_shard_count_defaults_to_four_per_worker_and_ten_groups_a_shard_and_read
     monkeypatch.setenv(cluster.SHARDS_ENV, "zero")
     with pytest.raises(InputError, match="HBNN_DASK_SHARDS='zero'"):
         cluster.shard_count(100, 2)
+
+
+def test_a_stage_whose_worker_is_killed_writes_complete_outputs_identical_to_the_serial_run(tmp_path, monkeypatch):
+    """fit_flat end to end on a 2-worker LocalCluster while a worker is SIGKILLed mid-fit: its shard is rerun
+    elsewhere, and the stage writes the trace and metrics of the in-process run, byte for byte."""
+    params = parse_params(TINY)
+    tasks_path = tmp_path / "tasks.nc"
+    write_netcdf(make_moons_tasks(params), tasks_path)
+
+    def outputs(name):
+        d = tmp_path / name
+        return d / "flat.nc", d / "metrics" / "flat.json", d / "timing.json"
+
+    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    stage.fit_flat(params, tasks_path, *outputs("serial"))
+    marker = tmp_path / "killed"
+    real = stage.build_flat_model
+
+    def killing(*args, **kwargs):  # runs in the workers: the closure and this function travel by value
+        if not marker.exists():
+            marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stage, "build_flat_model", killing)
+    monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:2")
+    stage.fit_flat(params, tasks_path, *outputs("cluster"))
+    assert marker.exists() and int(marker.read_text()) != os.getpid()
+    metrics = [outputs(name)[1] for name in ("serial", "cluster")]
+    assert metrics[0].read_bytes() == metrics[1].read_bytes()
+    detail = [m.parent / "detail" / m.name for m in metrics]
+    assert detail[0].read_bytes() == detail[1].read_bytes()
+    a, b = (az.from_netcdf(o[0]).posterior for o in (outputs("serial"), outputs("cluster")))
+    for var in a.data_vars:
+        np.testing.assert_array_equal(a[var].values, b[var].values)

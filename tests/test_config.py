@@ -56,6 +56,7 @@ def test_types_are_coerced():
         ({"transfer": {"sizes": [0, 2]}}, "transfer.sizes[0]=0"),
         ({"transfer": {"sizes": [], "all_rows": False}}, "transfer.sizes=[]"),
         ({"transfer": {"seed": -1}}, "transfer.seed=-1"),
+        ({"report": {"embedded_pages": -1}}, "report.embedded_pages=-1"),
     ],
 )
 def test_bad_values_name_key_and_value(raw, key):

@@ -368,3 +368,23 @@ def test_figures_are_drawn_for_reading(run):
     widths = [int(w) for w in re.findall(r'style="width: (\d+)px"', html)]
     assert widths and max(widths) <= plots.MAX_WIDTH_IN * 96 + 1
     assert plots.DPI >= 150 and plots.SMALL >= 9
+
+
+def test_surface_pages_past_embedded_pages_are_linked_files_not_embedded():
+    from hbnn.report.document import Figure, FigureLinks, Section, render_html, render_markdown
+
+    png = plots.png_bytes(plots.plot_message("x")[0])
+    files = {v: [f"surface_{v}_p{i:02d}.png" for i in range(1, 6)] for v in numbers.MODELS}
+    used = dict.fromkeys(numbers.MODELS, 10)
+    blocks = sections._page_blocks(files, used, "surface", "P(y=1)", embedded=2)
+    figures = [b for b in blocks if isinstance(b, Figure)]
+    links = [b for b in blocks if isinstance(b, FigureLinks)]
+    assert len(figures) == 2 * len(numbers.MODELS) and len(links) == len(numbers.MODELS)
+    assert links[0].names == files[numbers.MODELS[0]][2:] and links[0].labels == ["3", "4", "5"]
+    assert len([b for b in sections._page_blocks(files, used, "surface", "P", embedded=0)
+                if isinstance(b, Figure)]) == 5 * len(numbers.MODELS)
+    page = render_html("t", [], [Section("s", "h", blocks)], {f.name: png for f in figures})
+    assert page.count("data:image/png") == len(figures)
+    first_linked = files[numbers.MODELS[0]][2]
+    assert f'<a href="figures/{first_linked}">3</a>' in page
+    assert f"[3](figures/{first_linked})" in render_markdown("t", [], [Section("s", "h", blocks)])

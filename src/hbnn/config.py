@@ -237,12 +237,15 @@ class ReportParams:
     grid_limit: float = 3.0
     surface_draws: int = 500
     panels_per_page: int = 36
+    embedded_pages: int = 0  # surface pages per model and figure shown in report.html; 0: all (others are linked)
 
     def check(self, key: str) -> None:
         _require(self.grid_size >= 2, f"{key}.grid_size", self.grid_size, "must be >= 2")
         _require(self.grid_limit > 0, f"{key}.grid_limit", self.grid_limit, "must be > 0")
         _require(self.surface_draws >= 1, f"{key}.surface_draws", self.surface_draws, "must be >= 1")
         _require(self.panels_per_page >= 1, f"{key}.panels_per_page", self.panels_per_page, "must be >= 1")
+        _require(self.embedded_pages >= 0, f"{key}.embedded_pages", self.embedded_pages,
+                 "must be >= 0 (0 shows every page)")
 
 
 @dataclass(frozen=True)

@@ -49,10 +49,19 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class FigureLinks:
+    """Figures kept as files beside the report (``figures/<name>``) and linked, not embedded."""
+
+    text: str  # what they are, before the links
+    names: Sequence[str]  # file names under figures/
+    labels: Sequence[str]  # link texts
+
+
+@dataclass(frozen=True)
 class Section:
     title: str
     how_to_read: str
-    blocks: Sequence[Para | Heading | Table | Figure]
+    blocks: Sequence[Para | Heading | Table | Figure | FigureLinks]
     anchor: str = ""  # the HTML id; empty: made from the title
     failing: bool | None = None  # a status section: True when something fails (drawn red), False when all is well
 
@@ -92,6 +101,9 @@ def render_markdown(title: str, intro: Sequence[Para], sections: Sequence[Sectio
                 out += [f"### {b.text}", ""]
             elif isinstance(b, Para):
                 out += [f"**{b.text}**" if b.warn else b.text, ""]
+            elif isinstance(b, FigureLinks):
+                links = ", ".join(f"[{label}](figures/{n})" for n, label in zip(b.names, b.labels, strict=True))
+                out += [f"{b.text} {links}", ""]
             elif isinstance(b, Table):
                 out.append("| " + " | ".join(b.header) + " |")
                 out.append("|" + "|".join(["---"] + ["---:"] * (len(b.header) - 1)) + "|")
@@ -135,6 +147,10 @@ def render_html(title: str, intro: Sequence[Para], sections: Sequence[Section], 
                 out.append(f"<h3>{e(b.text)}</h3>")
             elif isinstance(b, Para):
                 out.append(para(b))
+            elif isinstance(b, FigureLinks):
+                links = ", ".join(f'<a href="figures/{e(n)}">{e(label)}</a>'
+                                  for n, label in zip(b.names, b.labels, strict=True))
+                out.append(f"<p>{e(b.text)} {links}</p>")
             elif isinstance(b, Table):
                 out.append("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in b.header) + "</tr></thead>")
                 out.append("<tbody>")

@@ -12,7 +12,7 @@ from hbnn import likelihoods
 from hbnn.config import ReportParams
 from hbnn.data import Tasks
 from hbnn.network import has_bias
-from hbnn.report.document import Figure, Heading, Para, Section, Table
+from hbnn.report.document import Figure, FigureLinks, Heading, Para, Section, Table
 from hbnn.report.numbers import ESS_OK, LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT_OK, fmt, lookup, pct
 from hbnn.transfer import in_size_order
 
@@ -147,14 +147,21 @@ def _loss_section(losses: dict[str, tuple[np.ndarray, np.ndarray]]) -> Section:
     )
 
 
-def _page_blocks(surface_files: dict[str, list[str]], used: dict[str, int], stem: str, what: str) -> list:
-    """A heading per model followed by its ``<stem>_*`` figure pages."""
+def _page_blocks(surface_files: dict[str, list[str]], used: dict[str, int], stem: str, what: str,
+                 embedded: int = 0) -> list:
+    """A heading per model followed by its ``<stem>_*`` figure pages: the first ``embedded`` (0: all) shown,
+    the others linked as the files beside the report."""
     out = []
     for v in MODELS:
         names = [n for n in surface_files[v] if n.startswith(f"{stem}_")]
+        shown = len(names) if embedded <= 0 else min(embedded, len(names))
         out.append(Heading(LABELS[v]))
         out += [Figure(n, f"{LABELS[v]}: {what}, page {i}/{len(names)} ({used[v]} draws).")
-                for i, n in enumerate(names, start=1)]
+                for i, n in enumerate(names[:shown], start=1)]
+        if shown < len(names):
+            out.append(FigureLinks(
+                f"Pages {shown + 1} to {len(names)} are files beside this report (report.embedded_pages: "
+                f"{embedded}), page", names[shown:], [str(i) for i in range(shown + 1, len(names) + 1)]))
     return out
 
 
@@ -174,7 +181,7 @@ def _regression_surface_sections(surface_files: dict[str, list[str]], rp: Report
          f"posterior standard deviation of the predicted mean (without {lik.noise_words}) on the same grid: bright "
          "regions are where the posterior draws disagree."),
     ):
-        out.append(Section(title, how + held, _page_blocks(surface_files, used, stem, what)))
+        out.append(Section(title, how + held, _page_blocks(surface_files, used, stem, what, rp.embedded_pages)))
     return out
 
 
@@ -192,7 +199,7 @@ def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, use
             "triangles ringed in white: class 1). A good surface separates the two moons with a smooth boundary; "
             "the hierarchical and informed models should give groups with awkward data boundaries shaped like "
             "their neighbours'.",
-            _page_blocks(surface_files, used, "surface", "posterior mean P(y=1)"),
+            _page_blocks(surface_files, used, "surface", "posterior mean P(y=1)", rp.embedded_pages),
         ),
         Section(
             "Predictive uncertainty",
@@ -200,7 +207,7 @@ def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, use
             "regions are where the posterior draws disagree; the dashed white line is the 0.5 boundary of the "
             "posterior mean, markers as above. Expect high uncertainty along the boundary and away from the data, "
             "less of it where pooling constrains a group.",
-            _page_blocks(surface_files, used, "uncertainty", "posterior sd of P(y=1)"),
+            _page_blocks(surface_files, used, "uncertainty", "posterior sd of P(y=1)", rp.embedded_pages),
         ),
     ]
 

@@ -264,6 +264,7 @@ class Iterations:
 def _numpyro_iterations():
     """Count NumPyro's progress-bar updates instead of drawing them (``numpyro.util.progress_bar_factory``
     makes one ``tqdm_auto`` bar per chain and updates it from a host callback every few iterations)."""
+    import numpyro.infer
     import numpyro.util
 
     iterations = Iterations()
@@ -281,12 +282,21 @@ def _numpyro_iterations():
         def close(self) -> None:
             pass
 
-    real = numpyro.util.tqdm_auto
-    numpyro.util.tqdm_auto = Recorder
+    class Counted(numpyro.infer.MCMC):
+        """NumPyro turns its progress callbacks off where ``CI`` is set (CI services, `dvc repro` in a
+        pipeline): exactly the logs the heartbeat is for. Keep them on; they are counted, never drawn."""
+
+        def __init__(self, *args, progress_bar: bool = True, **kwargs):
+            super().__init__(*args, progress_bar=progress_bar, **kwargs)
+            if self.chain_method == "parallel":
+                self.progress_bar = progress_bar
+
+    real = numpyro.util.tqdm_auto, numpyro.infer.MCMC
+    numpyro.util.tqdm_auto, numpyro.infer.MCMC = Recorder, Counted
     try:
         yield iterations
     finally:
-        numpyro.util.tqdm_auto = real
+        numpyro.util.tqdm_auto, numpyro.infer.MCMC = real
 
 
 class BlackjaxBackend(JaxBackend):

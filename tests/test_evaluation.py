@@ -143,6 +143,49 @@ def test_fit_metrics_count_groups_not_converged_and_keep_per_group_divergences(r
     assert joint["sampling"]["groups_not_converged"] == 3 and "divergences" not in joint["per_group"]["a"]
 
 
+def test_advi_loss_trend_calls_a_curve_still_falling_only_beyond_chance_and_half_a_percent():
+    rng = np.random.default_rng(0)
+    it = np.arange(4000)
+    flat = 40.0 + rng.normal(0.0, 6.0, (1000, it.size))  # levelled off: MC noise only
+    trend = evaluation.advi_loss_trend(flat)
+    assert sum(t["still_falling"] for t in trend) == 0  # 1000 curves, no false alarm at the Bonferroni bar
+    falling = 40.0 + 20.0 * np.exp(-it / 3000.0) + rng.normal(0.0, 6.0, it.size)  # still 1.9% down in a quarter
+    (one,) = evaluation.advi_loss_trend(falling)
+    assert one["still_falling"] and one["z"] > 5 and one["drop"] > 0.01
+    slight = 4000.0 - 5.0 * it / it.size + rng.normal(0.0, 0.1, it.size)  # certain, but 0.03%: not worth it
+    (tiny,) = evaluation.advi_loss_trend(slight)
+    assert tiny["z"] > 50 and not tiny["still_falling"]
+    assert evaluation.advi_loss_trend(np.ones(7)) == [{"drop": None, "z": None, "still_falling": False}]
+
+
+@pytest.mark.parametrize("rhat, ess, falling, expected", [
+    (1.03, 450.0, False, True),  # independent draws: R-hat is not judged
+    (1.0, 399.0, False, False),  # Monte Carlo precision still is
+    (1.0, 900.0, True, False),  # the optimisation has not settled
+])
+def test_the_advi_bar(rhat, ess, falling, expected):
+    assert evaluation.group_converged(rhat, ess, 0, 2000, {"still_falling": falling}) is expected
+
+
+def test_fit_metrics_judge_advi_fits_by_their_loss(ragged_tasks):
+    rng = np.random.default_rng(1)
+    split = {s: ragged_tasks.split(s) for s in ("train", "test")}
+    predictions = {s: {"draws": [rng.uniform(0.2, 0.8, size=(2, 500, split[s].rows(g).size)) for g in range(3)],
+                       "noise": None, "y": [split[s].y[split[s].rows(g)] for g in range(3)]}
+                   for s in ("train", "test")}
+    loss = 40.0 + np.random.default_rng(2).normal(0.0, 6.0, (3, 2000))
+    loss[2] += 30.0 * np.exp(-np.arange(2000) / 1000.0)  # group c still falling
+    m = evaluation.fit_metrics(ragged_tasks, predictions, divergences=0, group_divergences=[0, 0, 0], advi_loss=loss)
+    assert [m["per_group"][g]["converged"] for g in ("a", "b", "c")] == [True, True, False]
+    assert m["sampling"]["flagged_groups"] == {}
+    assert m["sampling"]["advi_still_falling"] == 1 and m["per_group"]["c"]["advi_loss"]["still_falling"]
+    assert evaluation.headline(m, "accuracy")["sampling"]["advi_still_falling"] == 1
+    joint = evaluation.fit_metrics(ragged_tasks, predictions, divergences=0, advi_loss=loss[2])  # one joint loss
+    assert joint["sampling"]["groups_not_converged"] == 3 and joint["sampling"]["advi_still_falling"] == 1
+    nuts = evaluation.fit_metrics(ragged_tasks, predictions, divergences=0, group_divergences=[0, 0, 0])
+    assert "advi_still_falling" not in nuts["sampling"] and "advi_loss" not in nuts["per_group"]["a"]
+
+
 def test_distinct_chains_needs_well_sampled_chains_that_disagree():
     rng = np.random.default_rng(0)
     mixed = rng.normal(0.5, 0.1, (2, 1000, 3))

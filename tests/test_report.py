@@ -352,6 +352,35 @@ def test_status_is_green_when_every_model_converged():
     assert sec.failing is True and "b (R-hat 1.030, ESS 97, 2 divergences)" in sec.blocks[1].rows[2]
 
 
+def test_status_judges_advi_fits_by_their_loss_not_by_r_hat():
+    names = [f"g{i}" for i in range(20)]
+    good = {"per_group": {g: {"converged": True, "rhat_fn": 1.0, "ess_bulk_fn": 900.0} for g in names},
+            "sampling": {"max_rhat_fn": 1.0, "min_ess_bulk_fn": 900.0, "divergences": 0}}
+    settled = {"drop": 0.0001, "z": 0.3, "still_falling": False}
+    advi = {"per_group": {g: {"converged": True, "rhat_fn": 1.016, "ess_bulk_fn": 480.0, "advi_loss": settled}
+                          for g in names},
+            "sampling": {"max_rhat_fn": 1.016, "min_ess_bulk_fn": 480.0, "divergences": 0, "advi_still_falling": 0,
+                         "group_sd": {"sd_in": {"rhat": 1.02, "ess_bulk": 900.0}}}}
+    metrics = {"flat": advi, "hierarchical": advi, "informed": good}
+    sec = sections._status_section(metrics, names, ["sd_in"])
+    assert sec.failing is False and sec.blocks[0].text.startswith("CONVERGED")  # R-hat 1.016 is not a failure
+    assert sec.blocks[1].rows[0][0] == "Flat (ADVI)" and sec.blocks[1].rows[0][3] == "1.016 (not judged)"
+    assert "Fitted with ADVI: Flat, Hierarchical" in sec.blocks[2].text
+    falling = {"drop": 0.02, "z": 8.06, "still_falling": True}
+    joint = {"per_group": {g: {**advi["per_group"][g], "converged": False, "advi_loss": falling} for g in names},
+             "sampling": {**advi["sampling"], "advi_still_falling": 1}}
+    sec = sections._status_section({**metrics, "hierarchical": joint}, names, ["sd_in"])
+    cell = sec.blocks[1].rows[1][6]
+    assert sec.failing is True and cell == ("all 20 (one joint fit, its loss still falling: 2.0% over the last "
+                                            "quarter of the iterations, 8.1 standard errors)")
+    one = {**advi, "per_group": {**advi["per_group"], "g3": {**advi["per_group"]["g3"], "converged": False,
+                                                              "advi_loss": falling}},
+           "sampling": {**advi["sampling"], "advi_still_falling": 1}}
+    sec = sections._status_section({**metrics, "flat": one}, names, ["sd_in"])
+    assert sec.blocks[1].rows[0][6] == ("g3 (loss still falling: 2.0% over the last quarter of the iterations, "
+                                        "8.1 standard errors, ESS 480)")
+
+
 def test_comparison_section_and_figures_are_in_the_report(run):
     text = (run["dir"] / "reports" / "report.md").read_text()
     assert "## Model comparison (PSIS-LOO)" in text and "figures/compare.png" in text

@@ -11,6 +11,7 @@ import numpy as np
 from hbnn import likelihoods
 from hbnn.config import ReportParams
 from hbnn.data import Tasks
+from hbnn.evaluation import ADVI_MIN_DROP
 from hbnn.network import has_bias
 from hbnn.report.document import Figure, FigureLinks, Heading, Para, Section, Table
 from hbnn.report.numbers import ESS_OK, LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT_OK, fmt, lookup, pct
@@ -245,14 +246,37 @@ def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: d
     )
 
 
+def _loss_text(trend: dict) -> str:
+    return (f"loss still falling: {trend['drop']:.1%} over the last quarter of the iterations, "
+            f"{trend['z']:.1f} standard errors")
+
+
 def _missing_text(metrics: dict, g: str) -> str:
-    """A group that misses the bar, with its numbers: ``g02 (R-hat 1.021, ESS 97, 3 divergences)``."""
+    """A group that misses the bar, with its numbers: ``g02 (R-hat 1.021, ESS 97, 3 divergences)``, or for
+    ADVI ``g02 (loss still falling: 2.0% over the last quarter of the iterations, 8.1 standard errors, ESS 671)``."""
     d = lookup(metrics, "per_group", g) or {}
     ess = d.get("ess_bulk_fn")
-    parts = [f"R-hat {fmt(d.get('rhat_fn'))}", f"ESS {'n/a' if ess is None else math.floor(ess)}"]
+    ess_text = f"ESS {'n/a' if ess is None else math.floor(ess)}"
+    if "advi_loss" in d:
+        falling = [_loss_text(d["advi_loss"])] if d["advi_loss"]["still_falling"] else []
+        return f"{g} ({', '.join([*falling, ess_text])})"
+    parts = [f"R-hat {fmt(d.get('rhat_fn'))}", ess_text]
     if d.get("divergences"):
         parts.append(f"{d['divergences']} divergences")
     return f"{g} ({', '.join(parts)})"
+
+
+def _missing_cell(metrics: dict, missing: Sequence[str]) -> str:
+    """The groups that miss the bar, at most 12 named; a joint ADVI fit whose one loss is still falling is
+    said once, not per group."""
+    if not missing:
+        return "none"
+    trends = [lookup(metrics, "per_group", g, "advi_loss") for g in missing]
+    joint = lookup(metrics, "sampling", "advi_still_falling") == 1 and len(missing) > 1
+    if joint and all(t is not None and t == trends[0] and t["still_falling"] for t in trends):
+        return f"all {len(missing)} (one joint fit, its {_loss_text(trends[0])})"
+    shown = "; ".join(_missing_text(metrics, g) for g in missing[:12])
+    return shown + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
 
 
 def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Sequence[str],
@@ -267,16 +291,20 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
         s = lookup(metrics[v], "sampling") or {}
         missing = [g for g in names if not lookup(metrics[v], "per_group", g, "converged")]
         missing_any |= bool(missing)
-        shown = "; ".join(_missing_text(metrics[v], g) for g in missing[:12])
-        shown += f" and {len(missing) - 12} more" if len(missing) > 12 else ""
         bad_k = lookup(metrics[v], "loo", "n_bad_k")
-        rows.append([LABELS[v], "NO" if missing else "yes", f"{len(names) - len(missing)}/{len(names)}",
-                     fmt(s.get("max_rhat_fn")), fmt(s.get("min_ess_bulk_fn"), ".0f"), fmt(s.get("divergences"), "d"),
-                     shown or "none", "n/a" if bad_k is None else f"{bad_k} of {lookup(metrics[v], 'train', 'n')}"])
+        advi = "advi_still_falling" in s
+        rows.append([LABELS[v] + (" (ADVI)" if advi else ""), "NO" if missing else "yes",
+                     f"{len(names) - len(missing)}/{len(names)}",
+                     fmt(s.get("max_rhat_fn")) + (" (not judged)" if advi else ""),
+                     fmt(s.get("min_ess_bulk_fn"), ".0f"), "n/a" if advi else fmt(s.get("divergences"), "d"),
+                     _missing_cell(metrics[v], missing),
+                     "n/a" if bad_k is None else f"{bad_k} of {lookup(metrics[v], 'train', 'n')}"])
+    advi_models = [LABELS[v] for v in MODELS if "advi_still_falling" in (lookup(metrics[v], "sampling") or {})]
     sds = lookup(metrics["hierarchical"], "sampling", "group_sd") or {}
+    hier_advi = LABELS["hierarchical"] in advi_models  # independent draws: R-hat is not judged
     sd_bad = [f"{var} (R-hat {fmt(sds[var].get('rhat'))}, ESS {fmt(sds[var].get('ess_bulk'), '.0f')})"
               for var in sd_vars if var in sds and not (
-                  sds[var].get("rhat") is not None and sds[var]["rhat"] <= RHAT_OK
+                  (hier_advi or (sds[var].get("rhat") is not None and sds[var]["rhat"] <= RHAT_OK))
                   and (sds[var].get("ess_bulk") or 0) >= ESS_OK)]
     transfer_text, transfer_failing = _transfer_status(transfer) if transfer is not None else ("", False)
     failing = missing_any or bool(sd_bad) or transfer_failing
@@ -292,6 +320,16 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
                  "the same chains will not merge them): " + "; ".join(flags) + "." if flags else
                  "No group is flagged as non-mixing (chains settled in distinct functions).")
     blocks = [Para(verdict, warn=failing), Table(header, rows)]
+    if advi_models:
+        blocks.append(Para(
+            f"Fitted with ADVI: {', '.join(advi_models)}. Their draws are independent draws from a mean-field "
+            "approximation, so R-hat (shown, not judged) and divergences do not apply; the bar for them is a loss "
+            "that has stopped falling (the mean of the last quarter of the iterations against the quarter "
+            f"before: a fall of more than {ADVI_MIN_DROP:.1%} that is beyond chance over all the fit's loss curves "
+            f"counts as still falling; raise advi.iterations) and bulk ESS >= {ESS_OK}. Meeting it says the "
+            "optimisation has settled, not that the approximation is close to the posterior: mean-field ADVI "
+            "usually understates uncertainty, so check its intervals against a NUTS fit on a few groups before "
+            "relying on them."))
     blocks += [Para(sd_text, warn=bool(sd_bad))] if sd_text else []
     blocks.append(Para(flag_text, warn=bool(flags)))
     if transfer_text:
@@ -309,8 +347,8 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
 def _transfer_status(tm: dict) -> tuple[str, bool]:
     """One line on the transfer experiment's fits against the bar, and whether any misses it."""
     h = tm["sampling"]["hierarchical"]
-    hier_ok = (not h["groups_not_converged"] and h["max_rhat"] is not None and h["max_rhat"] <= RHAT_OK
-               and (h["min_ess_bulk"] or 0) >= ESS_OK)
+    rhat_ok = "advi_still_falling" in h or (h["max_rhat"] is not None and h["max_rhat"] <= RHAT_OK)  # ADVI: not judged
+    hier_ok = not h["groups_not_converged"] and rhat_ok and (h["min_ess_bulk"] or 0) >= ESS_OK
     counts = {m: (tm["sampling"][m]["fits_not_converged"], tm["sampling"][m]["fits"]) for m in ("flat", "informed")}
     refits_ok = not any(bad for bad, _ in counts.values())
     hier_text = ("meets the bar" if hier_ok else f"MISSES it ({h['groups_not_converged']} groups, max R-hat "

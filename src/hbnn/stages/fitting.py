@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +85,13 @@ def finish_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, trace
             stage, score, metrics["train"][score], score, metrics["test"].get(score, float("nan")),
             metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], sampled.cost.seconds,
         )
+        falling = metrics["sampling"].get("advi_still_falling")
+        if falling:
+            s = params.sampler_for(stage)
+            fits = ("the joint fit, so every group misses the bar" if sampled.sample_stats["loss"].ndim == 1
+                    else f"{falling} of {len(tasks.group_names)} fits, so those groups miss the bar")
+            log.warning("%s: the ADVI loss is still falling in %s; raise %s.advi.iterations (now %d)", stage, fits,
+                        "hier_sampler" if s is params.hier_sampler else "sampler", s.advi.iterations)
         return metrics
 
 
@@ -120,12 +128,22 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
         group_divergences=(sample_stats["diverging"].sum(("chain", "draw")).sel(group=tasks.group_names).values
                            if "group" in sample_stats["diverging"].dims else None),
         loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),
+        advi_loss=_advi_loss(sample_stats, tasks.group_names),
     )
     advi_iterations = sample_stats.sizes.get("advi_iteration")
     s = params.sampler_for(stage)
     timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
                                        backend_class(s).parallel_chains(s), advi_iterations)
     return idata, metrics, timing, predictions
+
+
+def _advi_loss(sample_stats: xr.Dataset, names: Sequence[str]) -> np.ndarray | None:
+    """An ADVI fit's loss per iteration: ``(groups, iterations)`` in ``names`` order for per-group fits,
+    ``(iterations,)`` for one joint fit; ``None`` for MCMC."""
+    if "loss" not in sample_stats:
+        return None
+    loss = sample_stats["loss"]
+    return loss.sel(group=list(names)).transpose("group", ...).values if "group" in loss.dims else loss.values
 
 
 def _pointwise_groups(stage: str, params: Params, tasks: Tasks, test: dict[str, list], log_lik: np.ndarray,

@@ -236,7 +236,8 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
         "sampling": {**{name: {"fits": len(f), "fits_not_converged": sum(not x["converged"] for x in f),
                                "divergences": sum(x["divergences"] for x in f)} for name, f in per_fit.items()},
                      "hierarchical": {k: upstream["hierarchical"]["sampling"][k]
-                                      for k in evaluation.HEADLINE_SAMPLING}},
+                                      for k in (*evaluation.HEADLINE_SAMPLING, "advi_still_falling")
+                                      if k in upstream["hierarchical"]["sampling"]}},
         "fits": {name: {r.name: {"group": r.group, "size": r.size, "rows": r.rows,
                                  **{k: v for k, v in fits[name]["per_group"][r.name].items() if k != "train"}}
                         for r in refits} for name in MODELS},

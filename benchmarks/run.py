@@ -387,6 +387,10 @@ def many_groups(work: Path, overrides: dict = MANY_GROUPS, scheduler: str = MANY
         "peak_rss_mib": max(r["peak_rss_mib"] for r in stages.values()),
         "report_html_mib": (work / "reports" / "report.html").stat().st_size / 2**20,
         "test_accuracy": {m: v["test"].get("accuracy") for m, v in metrics.items()},
+        # the status box's verdict: groups missing the bar and (ADVI) loss curves still falling
+        "convergence": {m: {k: v["sampling"].get(k) for k in ("groups_not_converged", "advi_still_falling",
+                                                                "max_rhat", "min_ess_bulk")}
+                        for m, v in metrics.items()},
     }
 
 

@@ -381,6 +381,21 @@ def test_status_judges_advi_fits_by_their_loss_not_by_r_hat():
                                         "8.1 standard errors, ESS 480)")
 
 
+def test_intro_states_each_fits_inference_as_run():
+    """NUTS fits state chains, draws and tuning; ADVI fits their optimisation (ADVI has no tuning)."""
+    from dataclasses import asdict
+
+    from hbnn.config import SamplerParams
+
+    nuts = asdict(SamplerParams(backend="numpyro", chains=2, tune=1000, draws=3000))
+    assert sections._run_description(nuts) == "2 chains x 3000 draws (1000 tuning, backend numpyro)"
+    advi = asdict(SamplerParams(backend="advi", draws=500))
+    advi["advi"]["minibatch_size"] = 500
+    assert sections._run_description(advi) == (
+        f"mean-field ADVI, {advi['advi']['iterations']} Adam steps (learning rate {advi['advi']['learning_rate']}, "
+        f"minibatches of 500 rows), then {advi['chains']} x 500 draws from the approximation")
+
+
 def test_comparison_section_and_figures_are_in_the_report(run):
     text = (run["dir"] / "reports" / "report.md").read_text()
     assert "## Model comparison (PSIS-LOO)" in text and "figures/compare.png" in text

@@ -15,6 +15,10 @@ The model of the cost is deliberately simple and errs on the high side:
 - a NUTS iteration takes ``STEPS_PER_ITERATION[backend]`` gradients (measured on the
   default hierarchical fit: nutpie 63-72, PyMC 268, NumPyro 511 at target_accept 0.9-0.95;
   the tree-depth limit allows 1023);
+- an ADVI step costs ``ADVI_STEP_US`` plus ``NS_PER_ROW_WEIGHT`` per (row of its batch x
+  weight) plus ``NS_PER_ADVI_PARAM`` per model parameter: every step updates the mean and
+  sd of every parameter, so a hierarchical fit over many groups pays for all of its groups'
+  weights at each step, whatever the minibatch;
 - memory holds every stored draw of every parameter three times over (the
   sampler's arrays, the xarray copy and the group stack) plus the posterior
   predictions of every row.
@@ -45,7 +49,11 @@ NS_PER_PRIOR_ENTRY = 1.0
 # hierarchical fit (403 s of sampling, seed 1) is estimated ~20% high (486 s), since the joint fit's
 # heartbeat reports its time left from this estimate; at 512 it said 778 s.
 STEPS_PER_ITERATION = {"nutpie": 64, "pymc": 256, "numpyro": 320, "blackjax": 512}
-ADVI_DRAWS_PER_STEP = 1  # Monte Carlo draws per ADVI gradient step
+# ADVI, measured on 2 cores: 18 flat fits x 5000 steps took 7.4 s (82 us a step); the 1000-group
+# hierarchical minibatch fit (40,043 parameters) 194 s for 60,000 steps of 500 rows (3.2 ms a step) and
+# 92 s for 20,000 steps of 2000 rows (4.6 ms), estimated 316 s and 117 s.
+ADVI_STEP_US = 60.0
+NS_PER_ADVI_PARAM = 125.0
 BYTES = 8
 COPIES = 3
 LOO_COPIES = 5  # the training rows' log-likelihood, its ratios for the relative ESS and az.loo's working arrays
@@ -116,15 +124,20 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     per_group = sum(layers)
     hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
     stored_params = n_groups * per_group + (per_group + len(layers) if hierarchical else 0)
+    fit_params = stored_params if hierarchical else per_group
     if s.backend == "advi":
-        steps_per_fit = s.advi.iterations * ADVI_DRAWS_PER_STEP
+        steps_per_fit = s.advi.iterations
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
         stored_draws = s.chains * s.draws
+        grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * fit_params
+        run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
     else:
         steps_per_fit = s.chains * (s.tune + s.draws) * STEPS_PER_ITERATION[s.backend]
         rows_per_step = n_train if hierarchical else n_train / n_groups
         stored_draws = s.chains * (s.tune + s.draws)  # nutpie keeps the tuning draws too
-    grad_us = GRAD_OVERHEAD_US + NS_PER_ROW_WEIGHT * 1e-3 * rows_per_step * per_group
+        grad_us = GRAD_OVERHEAD_US
+        run = f"{s.chains} chains x {s.tune} + {s.draws} iterations"
+    grad_us += NS_PER_ROW_WEIGHT * 1e-3 * rows_per_step * per_group
     if informed:
         grad_us += NS_PER_PRIOR_ENTRY * 1e-3 * sum(w * w for w in layers)
     fits = 1 if hierarchical else n_groups
@@ -134,8 +147,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     predictions = s.chains * s.draws * (n_train + n_test) * BYTES * COPIES
     predictions += s.chains * s.draws * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.evaluation.psis_loo)
     prior = sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
-    sizes = (f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, "
-             f"{s.chains} chains x {s.tune} + {s.draws} iterations ({s.backend})")
+    sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
     return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes)
 
 

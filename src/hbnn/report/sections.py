@@ -44,11 +44,21 @@ def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str,
     runs = []
     for v in MODELS:
         s = settings[v].get("sampler", {})
-        runs.append(f"{LABELS[v]}: {s.get('chains', '?')} chains x {s.get('draws', '?')} draws "
-                    f"({s.get('tune', '?')} tuning, backend {s.get('backend', '?')}); "
+        runs.append(f"{LABELS[v]}: {_run_description(s)}; "
                     + (f"surfaces use {used_draws[v]} draws" if used_draws[v] else "no surfaces"))
     out.append(Para("Sampling: " + "; ".join(runs) + "."))
     return out
+
+
+def _run_description(s: dict[str, Any]) -> str:
+    """A fit's inference settings as the intro states them (ADVI has no tuning: it has optimisation steps)."""
+    if s.get("backend") == "advi":
+        a = s.get("advi", {})
+        batch = f", minibatches of {a['minibatch_size']} rows" if a.get("minibatch_size") else ""
+        return (f"mean-field ADVI, {a.get('iterations', '?')} Adam steps (learning rate {a.get('learning_rate', '?')}"
+                f"{batch}), then {s.get('chains', '?')} x {s.get('draws', '?')} draws from the approximation")
+    return (f"{s.get('chains', '?')} chains x {s.get('draws', '?')} draws "
+            f"({s.get('tune', '?')} tuning, backend {s.get('backend', '?')})")
 
 
 def _reference_note(data: dict[str, Any]) -> Para:

@@ -381,6 +381,24 @@ def test_status_judges_advi_fits_by_their_loss_not_by_r_hat():
                                         "8.1 standard errors, ESS 480)")
 
 
+def test_transfer_status_names_why_the_hierarchical_fit_misses_the_bar():
+    refits = {m: {"fits_not_converged": 0, "fits": 60} for m in ("flat", "informed")}
+
+    def status(**hier):
+        h = {"groups_not_converged": 0, "max_rhat": 1.004, "min_ess_bulk": 900.0, **hier}
+        return sections._transfer_status({"training_groups": [f"g{i}" for i in range(990)],
+                                          "sampling": {"hierarchical": h, **refits}})
+
+    assert status() == ("Transfer experiment (Transfer to new groups): the hierarchical fit of the 990 training "
+                        "groups meets the bar; refits of the held-out groups meeting it: 60/60 flat, 60/60 informed.",
+                        False)
+    text, failing = status(groups_not_converged=2, max_rhat=1.02)
+    assert failing and "MISSES it (2 groups, max R-hat 1.020, min ESS 900)" in text
+    text, failing = status(groups_not_converged=990, max_rhat=1.015, advi_still_falling=1)
+    assert failing and "ADVI: its loss was still falling, so all 990 groups miss" in text and "R-hat" not in text
+    assert status(max_rhat=1.015, advi_still_falling=0)[1] is False  # ADVI's R-hat is not judged
+
+
 def test_intro_states_each_fits_inference_as_run():
     """NUTS fits state chains, draws and tuning; ADVI fits their optimisation (ADVI has no tuning)."""
     from dataclasses import asdict

@@ -373,6 +373,9 @@ def test_status_judges_advi_fits_by_their_loss_not_by_r_hat():
     cell = sec.blocks[1].rows[1][6]
     assert sec.failing is True and cell == ("all 20 (one joint fit, its loss still falling: 2.0% over the last "
                                             "quarter of the iterations, 8.1 standard errors)")
+    assert "sample longer or with more chains (NUTS), or run more ADVI iterations (ADVI)," in sec.blocks[0].text
+    sec = sections._status_section({**metrics, "hierarchical": joint, "informed": advi}, names, ["sd_in"])
+    assert "diagnostics; run more ADVI iterations (advi.iterations) before relying" in sec.blocks[0].text
     one = {**advi, "per_group": {**advi["per_group"], "g3": {**advi["per_group"]["g3"], "converged": False,
                                                               "advi_loss": falling}},
            "sampling": {**advi["sampling"], "advi_still_falling": 1}}

@@ -318,8 +318,11 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
                   and (sds[var].get("ess_bulk") or 0) >= ESS_OK)]
     transfer_text, transfer_failing = _transfer_status(transfer) if transfer is not None else ("", False)
     failing = missing_any or bool(sd_bad) or transfer_failing
+    remedy = ("run more ADVI iterations (advi.iterations)" if len(advi_models) == len(MODELS) else
+              "sample longer or with more chains" + (" (NUTS), or run more ADVI iterations (ADVI)," if advi_models
+                                                     else ""))
     verdict = ("NOT CONVERGED: the numbers in this report for the groups or fits listed are not backed by their "
-               "diagnostics; sample longer or with more chains before relying on them." if failing else
+               f"diagnostics; {remedy} before relying on them." if failing else
                "CONVERGED: every model meets the bar in every group" + (", and so does every fit of the transfer "
                                                                        "experiment." if transfer else "."))
     sd_text = (f"Hierarchical group sds missing it: {'; '.join(sd_bad)}." if sd_bad else

@@ -75,6 +75,49 @@ def test_a_killed_workers_shard_is_retried_and_the_fit_is_complete(ragged_tasks,
     assert fitted.posterior.identical(serial.posterior)
 
 
+def test_shards_cancelled_with_their_scattered_model_are_resubmitted(ragged_tasks, serial, monkeypatch, caplog):
+    """A worker killed while it holds the only copy of the scattered model makes the scheduler forget the shards
+    that need it (scattered data cannot be recomputed): here the first scattered model is cancelled outright.
+    The shards come back cancelled, are resubmitted with the model scattered again, and the draws are the same."""
+    from distributed import Client
+
+    real = Client.scatter
+    scattered = []
+
+    def scatter_then_lose_the_first(self, *args, **kwargs):
+        future = real(self, *args, **kwargs)
+        scattered.append(future)
+        if len(scattered) == 1:
+            self.cancel(future)
+        return future
+
+    monkeypatch.setattr(Client, "scatter", scatter_then_lose_the_first)
+    monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:2")
+    monkeypatch.setenv(cluster.SHARDS_ENV, "2")
+    with caplog.at_level("WARNING", logger="hbnn.cluster"):
+        fitted = fit_per_group("fit_flat", PARAMS, ragged_tasks, _builder(ragged_tasks))
+    assert len(scattered) >= 2 and "resubmitting it" in caplog.text
+    assert fitted.posterior.identical(serial.posterior)
+
+
+def test_a_shard_cancelled_every_time_fails_the_fit_in_one_line(ragged_tasks, monkeypatch):
+    from distributed import Client
+
+    real = Client.scatter
+
+    def scatter_and_lose(self, *args, **kwargs):
+        future = real(self, *args, **kwargs)
+        self.cancel(future)
+        return future
+
+    monkeypatch.setattr(Client, "scatter", scatter_and_lose)
+    monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:1")
+    monkeypatch.setenv(cluster.SHARDS_ENV, "1")
+    with pytest.raises(SamplingError, match=r"fit_flat: shard 0 was cancelled on the Dask cluster 4 times") as err:
+        fit_per_group("fit_flat", PARAMS, ragged_tasks, _builder(ragged_tasks))
+    assert "\n" not in str(err.value)
+
+
 def test_a_shard_that_fails_everywhere_fails_the_fit_in_one_line(ragged_tasks, monkeypatch):
     monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:1")
     expected = r"fit_flat: a shard failed on the Dask cluster: ValueError: no model"

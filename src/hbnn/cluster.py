@@ -25,7 +25,10 @@ not a DVC param: changing it reruns nothing.
 
 A worker that dies mid-shard (killed, out of memory) has its shard rerun on
 another worker by the scheduler, up to ``distributed.scheduler.allowed-failures``
-times (Dask's default: 3). A shard that still fails fails the stage, which then
+times (Dask's default: 3). If the dead worker took the scattered model with it,
+the scheduler cancels the shards that need it instead (scattered data cannot be
+recomputed); those are resubmitted with the model scattered again, up to
+:data:`SHARD_RESUBMITS` times. A shard that still fails fails the stage, which then
 writes nothing.
 """
 
@@ -52,6 +55,7 @@ SCHEDULER_ENV = "HBNN_DASK_SCHEDULER"
 SHARDS_ENV = "HBNN_DASK_SHARDS"
 SHARDS_PER_WORKER = 4
 GROUPS_PER_SHARD = 10
+SHARD_RESUBMITS = 3  # a shard the scheduler cancelled (its scattered model lost with a worker) is sent again
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,8 @@ def fit_groups(what: str, model: Model, jobs: Sequence[GroupJob],
 
 def _fit_on(client, what: str, key: str, model: Model, jobs: Sequence[GroupJob],
             on_done: Callable[[GroupResult], None] | None) -> Fitted:
+    from concurrent.futures import CancelledError
+
     from dask.distributed import as_completed
 
     workers = len(client.scheduler_info(n_workers=-1)["workers"])
@@ -176,15 +182,32 @@ def _fit_on(client, what: str, key: str, model: Model, jobs: Sequence[GroupJob],
     shards = split(jobs, shard_count(len(jobs), workers))
     where = f"{len(shards)} shards on {workers} Dask workers at {client.scheduler.address}"
     log.info("%s: %d groups in %s", what, len(jobs), where)
-    shared = client.scatter(model, broadcast=True, hash=False)  # sent once, not with every shard
-    futures = [client.submit(fit_shard, key, shared, shard, pure=False, key=f"{key}-shard-{i}")
-               for i, shard in enumerate(shards)]
+    shared = [client.scatter(model, broadcast=True, hash=False)]  # sent once, not with every shard
+    futures = {client.submit(fit_shard, key, shared[-1], shard, pure=False, key=f"{key}-shard-{i}"): i
+               for i, shard in enumerate(shards)}
+    resubmitted = [0] * len(shards)
     results: list[GroupResult] = []
     compile_seconds: float | None = 0.0
     try:
-        for future in as_completed(futures):
+        running = as_completed(list(futures))
+        for future in running:
+            i = futures[future]
             try:
                 done, seconds = future.result()
+            except CancelledError as err:
+                # The scheduler forgot the shard: its scattered model was lost with a killed worker (scattered
+                # data cannot be recomputed), so its retries never ran. Scatter the model again, resubmit.
+                if resubmitted[i] >= SHARD_RESUBMITS:
+                    raise SamplingError(f"{what}: shard {i} was cancelled on the Dask cluster "
+                                        f"{resubmitted[i] + 1} times: {one_line(err)}") from err
+                resubmitted[i] += 1
+                log.warning("%s: shard %d was cancelled (%s); resubmitting it", what, i, one_line(err))
+                shared.append(client.scatter(model, broadcast=True, hash=False))
+                again = client.submit(fit_shard, key, shared[-1], shards[i], pure=False,
+                                      key=f"{key}-shard-{i}-again-{resubmitted[i]}")
+                futures[again] = i
+                running.add(again)
+                continue
             except Exception as err:  # noqa: BLE001 - a worker's error or a shard lost past its retries
                 raise SamplingError(f"{what}: a shard failed on the Dask cluster: {type(err).__name__}: "
                                     f"{one_line(err)}") from err
@@ -194,7 +217,7 @@ def _fit_on(client, what: str, key: str, model: Model, jobs: Sequence[GroupJob],
                 if on_done is not None:
                     on_done(result)
     finally:
-        client.cancel([*futures, shared])
+        client.cancel([*futures, *shared])
         with contextlib.suppress(Exception):  # cleanup only: never hide the fit's own error
             client.run(forget, key)  # the workers of a long-lived cluster drop this fit's compiled model
     results.sort(key=lambda r: r.index)

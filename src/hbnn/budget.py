@@ -124,12 +124,11 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     per_group = sum(layers)
     hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
     stored_params = n_groups * per_group + (per_group + len(layers) if hierarchical else 0)
-    fit_params = stored_params if hierarchical else per_group
     if s.backend == "advi":
         steps_per_fit = s.advi.iterations
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
         stored_draws = s.chains * s.draws
-        grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * fit_params
+        grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * (stored_params if hierarchical else per_group)
         run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
     else:
         steps_per_fit = s.chains * (s.tune + s.draws) * STEPS_PER_ITERATION[s.backend]

@@ -182,31 +182,36 @@ def _fit_on(client, what: str, key: str, model: Model, jobs: Sequence[GroupJob],
     shards = split(jobs, shard_count(len(jobs), workers))
     where = f"{len(shards)} shards on {workers} Dask workers at {client.scheduler.address}"
     log.info("%s: %d groups in %s", what, len(jobs), where)
-    shared = [client.scatter(model, broadcast=True, hash=False)]  # sent once, not with every shard
-    futures = {client.submit(fit_shard, key, shared[-1], shard, pure=False, key=f"{key}-shard-{i}"): i
-               for i, shard in enumerate(shards)}
+    # The scattered model: sent once, not with every shard; again only if a worker took the last copy along.
+    shared = [client.scatter(model, broadcast=True, hash=False)]
+    futures: dict = {}  # shard future -> (shard, index in shared of the model it uses)
+
+    def submit(i: int, name: str):
+        future = client.submit(fit_shard, key, shared[-1], shards[i], pure=False, key=name)
+        futures[future] = (i, len(shared) - 1)
+        return future
+
+    running = as_completed([submit(i, f"{key}-shard-{i}") for i in range(len(shards))])
     resubmitted = [0] * len(shards)
     results: list[GroupResult] = []
     compile_seconds: float | None = 0.0
     try:
-        running = as_completed(list(futures))
         for future in running:
-            i = futures[future]
+            i, used = futures[future]
             try:
                 done, seconds = future.result()
             except CancelledError as err:
                 # The scheduler forgot the shard: its scattered model was lost with a killed worker (scattered
-                # data cannot be recomputed), so its retries never ran. Scatter the model again, resubmit.
+                # data cannot be recomputed), so its retries never ran. Scatter the model again (once for all
+                # the shards that lost the same copy) and resubmit.
                 if resubmitted[i] >= SHARD_RESUBMITS:
                     raise SamplingError(f"{what}: shard {i} was cancelled on the Dask cluster "
                                         f"{resubmitted[i] + 1} times: {one_line(err)}") from err
                 resubmitted[i] += 1
                 log.warning("%s: shard %d was cancelled (%s); resubmitting it", what, i, one_line(err))
-                shared.append(client.scatter(model, broadcast=True, hash=False))
-                again = client.submit(fit_shard, key, shared[-1], shards[i], pure=False,
-                                      key=f"{key}-shard-{i}-again-{resubmitted[i]}")
-                futures[again] = i
-                running.add(again)
+                if used == len(shared) - 1:
+                    shared.append(client.scatter(model, broadcast=True, hash=False))
+                running.add(submit(i, f"{key}-shard-{i}-again-{resubmitted[i]}"))
                 continue
             except Exception as err:  # noqa: BLE001 - a worker's error or a shard lost past its retries
                 raise SamplingError(f"{what}: a shard failed on the Dask cluster: {type(err).__name__}: "

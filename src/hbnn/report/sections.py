@@ -318,9 +318,12 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
                   and (sds[var].get("ess_bulk") or 0) >= ESS_OK)]
     transfer_text, transfer_failing = _transfer_status(transfer) if transfer is not None else ("", False)
     failing = missing_any or bool(sd_bad) or transfer_failing
-    remedy = ("run more ADVI iterations (advi.iterations)" if len(advi_models) == len(MODELS) else
-              "sample longer or with more chains" + (" (NUTS), or run more ADVI iterations (ADVI)," if advi_models
-                                                     else ""))
+    if not advi_models:
+        remedy = "sample longer or with more chains"
+    elif len(advi_models) == len(MODELS):
+        remedy = "run more ADVI iterations (advi.iterations)"
+    else:
+        remedy = "sample longer or with more chains (NUTS), or run more ADVI iterations (ADVI),"
     verdict = ("NOT CONVERGED: the numbers in this report for the groups or fits listed are not backed by their "
                f"diagnostics; {remedy} before relying on them." if failing else
                "CONVERGED: every model meets the bar in every group" + (", and so does every fit of the transfer "

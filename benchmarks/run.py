@@ -319,7 +319,8 @@ def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200), mi
 MANY_GROUPS = {
     "n_groups": 1000,
     "sampler": {"backend": "advi", "draws": 500, "advi": {"iterations": 5000}},
-    "hier_sampler": {"backend": "advi", "draws": 500, "advi": {"iterations": 60000, "minibatch_size": 500}},
+    "hier_sampler": {"backend": "advi", "draws": 500, "max_draws": 0,
+                     "advi": {"iterations": 60000, "minibatch_size": 500}},
     "transfer": {"holdout_fraction": 0.01},
     "trace": {"pointwise": False},
     "report": {"embedded_pages": 2},

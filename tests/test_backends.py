@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import arviz as az
@@ -156,7 +157,8 @@ def test_numpyro_progress_reaches_the_heartbeat_in_a_log_and_leaves_the_draws_al
     without them (the callbacks do not touch the chains' arithmetic)."""
     train = tiny_tasks.split("train")
     model = build_flat_model(train.X, train.y, tiny_tasks.features, (2,))
-    settings = _params("numpyro").sampler
+    # a step size adapted for 40% acceptance diverges now and then: the count below has something to count
+    settings = dataclasses.replace(_params("numpyro").sampler, target_accept=0.4)
     monkeypatch.setattr(inference.logs, "interactive", lambda: False)
     sampler = inference.Sampler(model, settings)
     seen = []
@@ -164,16 +166,54 @@ def test_numpyro_progress_reaches_the_heartbeat_in_a_log_and_leaves_the_draws_al
 
     def add(self, n):
         real(self, n)
-        seen.append(self.status())
+        seen.append((self, self.status()))
 
     monkeypatch.setattr(inference.Iterations, "add", add)
-    counted = sampler.sample(3, watch=False).posterior.posterior
+    counted = sampler.sample(3, watch=False).posterior
     total = settings.chains * (settings.tune + settings.draws)
-    assert seen and seen[-1].startswith(f"{total}/{total} iterations")
+    assert seen and seen[-1][1].startswith(f"{total}/{total} iterations")
+    # every draw after tuning reported whether it diverged, as it happened: the count is the trace's
+    assert seen[-1][0].divergences == int(counted.sample_stats["diverging"].sum()) > 0
+    assert "divergences so far" in seen[-1][1]
     assert sampler.backend.iterations is None  # nothing left over once the fit is done
+    counted = counted.posterior
     plain = inference.JaxBackend.run(sampler.backend, 3, None, progressbar=False)[0].posterior
     for var in counted.data_vars:
         np.testing.assert_array_equal(counted[var].values, plain[var].values)
+
+
+def _blocks_fit(tiny_tasks, max_draws, answers):
+    """A numpyro fit of 25 draws per chain with ``max_draws``; ``until`` gives ``answers`` in turn."""
+    train = tiny_tasks.split("train")
+    model = build_flat_model(train.X, train.y, tiny_tasks.features, (2,))
+    settings = dataclasses.replace(_params("numpyro").sampler, max_draws=max_draws)
+    seen = []
+
+    def until(posterior):
+        seen.append(posterior.sizes["draw"])
+        assert posterior["w_in"].dims[:2] == ("chain", "draw")  # model variables, as the trace will hold them
+        return answers[len(seen) - 1]
+
+    fit = inference.Sampler(model, settings).sample(3, watch=False, until=until)
+    return fit, seen
+
+
+def test_numpyro_goes_on_in_blocks_while_the_draws_miss_the_bar_and_keeps_the_first_block(tiny_tasks):
+    fixed, seen = _blocks_fit(tiny_tasks, 0, [])
+    assert seen == [] and fixed.posterior.posterior.sizes["draw"] == 25  # max_draws 0: never asked
+    fit, seen = _blocks_fit(tiny_tasks, 100, ["g00 misses", None])
+    assert seen == [25, 50]  # asked after each block, stopped once nothing missed the bar
+    post, stats = fit.posterior.posterior, fit.posterior.sample_stats
+    assert post.sizes["draw"] == 50 and stats["diverging"].shape == (2, 50)
+    # the first block is the fixed-length run's draws: going on changes nothing already drawn
+    np.testing.assert_array_equal(post["w_in"].values[:, :25], fixed.posterior.posterior["w_in"].values)
+    assert not np.array_equal(post["w_in"].values[:, 25:], post["w_in"].values[:, :25])
+
+
+def test_numpyro_stops_at_max_draws_even_while_the_bar_is_missed(tiny_tasks):
+    fit, seen = _blocks_fit(tiny_tasks, 75, ["misses"] * 5)
+    assert seen == [25, 50]  # after 75 no block of 25 fits under max_draws, so nothing more is asked
+    assert fit.posterior.posterior.sizes["draw"] == 75
 
 
 def test_iterations_status_says_how_far_and_how_long_at_the_rate(monkeypatch):

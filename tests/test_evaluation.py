@@ -200,3 +200,26 @@ def test_distinct_chains_needs_well_sampled_chains_that_disagree():
     slow[1] += 0.05
     assert evaluation.distinct_chains(slow) is None
     assert evaluation.distinct_chains(apart[:1]) is None  # one chain: nothing to compare
+
+
+def _iid_posterior(tasks, specs, rng, chains=2, draws=600):
+    """Independent normal draws of every group's weights and of one group sd: a posterior that mixes."""
+    groups = tasks.group_names
+    data = {s.var: (("chain", "draw", "group", *s.dims), rng.normal(size=(chains, draws, len(groups), *s.shape)))
+            for s in specs}
+    data["sd_out"] = (("chain", "draw"), np.abs(rng.normal(size=(chains, draws))))
+    return xr.Dataset(data, coords={"group": groups})
+
+
+def test_convergence_shortfall_names_what_misses_the_bar_and_is_silent_when_nothing_does(tiny_tasks):
+    specs = layer_specs(tiny_tasks.n_features, (2,))
+    post = _iid_posterior(tiny_tasks, specs, np.random.default_rng(0))
+    assert evaluation.convergence_shortfall(tiny_tasks, post, specs, ["sd_out"]) is None
+    stuck = post.copy(deep=True)
+    name = tiny_tasks.group_names[1]
+    stuck["w_out"].loc[{"group": name, "chain": 1}] = stuck["w_out"].sel(group=name, chain=1) + 5.0  # chains apart
+    stuck["sd_out"][:] = np.repeat(np.abs(np.random.default_rng(1).normal(size=(2, 30))), 20, axis=1)  # sticky
+    message = evaluation.convergence_shortfall(tiny_tasks, stuck, specs, ["sd_out"])
+    assert message.startswith("2 quantities miss R-hat <= 1.01 and bulk ESS >= 400")
+    assert f"{name} (test-point R-hat" in message and "sd_out (R-hat" in message
+    assert evaluation.convergence_shortfall(tiny_tasks, stuck, specs) is not None  # the group alone misses

@@ -127,15 +127,16 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     if s.backend == "advi":
         steps_per_fit = s.advi.iterations
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
-        stored_draws = s.chains * s.draws
+        stored_draws = s.chains * s.draw_limit
         grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * (stored_params if hierarchical else per_group)
         run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
     else:
-        steps_per_fit = s.chains * (s.tune + s.draws) * STEPS_PER_ITERATION[s.backend]
+        steps_per_fit = s.chains * (s.tune + s.draw_limit) * STEPS_PER_ITERATION[s.backend]
         rows_per_step = n_train if hierarchical else n_train / n_groups
-        stored_draws = s.chains * (s.tune + s.draws)  # nutpie keeps the tuning draws too
+        stored_draws = s.chains * (s.tune + s.draw_limit)  # nutpie keeps the tuning draws too
         grad_us = GRAD_OVERHEAD_US
-        run = f"{s.chains} chains x {s.tune} + {s.draws} iterations"
+        run = f"{s.chains} chains x {s.tune} + {s.draws} iterations" + (
+            f" (up to {s.max_draws} draws while the bar is missed)" if s.max_draws > s.draws else "")
     grad_us += NS_PER_ROW_WEIGHT * 1e-3 * rows_per_step * per_group
     if informed:
         grad_us += NS_PER_PRIOR_ENTRY * 1e-3 * sum(w * w for w in layers)
@@ -143,8 +144,8 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     parallel = 1 if s.backend == "advi" else max(1, min(s.chains, s.cores))
     minutes = fits * steps_per_fit * grad_us * 1e-6 / parallel / 60
     trace = stored_draws * stored_params * BYTES * COPIES
-    predictions = s.chains * s.draws * (n_train + n_test) * BYTES * COPIES
-    predictions += s.chains * s.draws * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.evaluation.psis_loo)
+    predictions = s.chains * s.draw_limit * (n_train + n_test) * BYTES * COPIES
+    predictions += s.chains * s.draw_limit * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.evaluation.psis_loo)
     prior = sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
     return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes)

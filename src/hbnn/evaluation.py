@@ -186,6 +186,33 @@ def group_converged(rhat: float | None, ess: float | None, divergences: int, dra
     return bool(ok and divergences <= DIVERGENT_SHARE_MAX * draws)
 
 
+def convergence_shortfall(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[LayerSpec],
+                          scalar_vars: Sequence[str] = ()) -> str | None:
+    """What in a joint fit's draws misses the R-hat and ESS bar of :func:`group_converged` (every group's
+    test-point quantity and the ``scalar_vars``, e.g. the group sds), worst first; ``None`` when nothing does.
+
+    The same numbers as the metrics' (:func:`fit_metrics`), so a fit drawn until this says ``None`` reports
+    every group converged unless its divergences miss the bar, which more draws do not mend.
+    """
+    test = evaluate_groups(tasks, lambda g: group_weights(posterior, specs, tasks.group_names[g]), ("test",),
+                           noise_of=lambda g: group_noise(posterior, tasks.group_names[g]))["test"]
+    misses = []
+    for name, draws, y in zip(tasks.group_names, test["draws"], test["y"], strict=True):
+        if y.size:
+            d = function_space_diagnostics(draws)
+            misses.append((name, "test-point", d["max_rhat"], d["min_ess_bulk"]))
+    for var, d in (scalar_diagnostics(posterior, scalar_vars) if scalar_vars else {}).items():
+        misses.append((var, "", d["rhat"], d["ess_bulk"]))
+    misses = [m for m in misses if not (np.isfinite(m[2]) and m[2] <= RHAT_MAX and m[3] >= ESS_MIN)]
+    if not misses:
+        return None
+    misses.sort(key=lambda m: m[3])
+    shown = ", ".join(f"{n} ({k + ' ' if k else ''}R-hat {r:.3f}, bulk ESS {e:.0f})" for n, k, r, e in misses[:3])
+    more = f" and {len(misses) - 3} more" if len(misses) > 3 else ""
+    what = "1 quantity misses" if len(misses) == 1 else f"{len(misses)} quantities miss"
+    return f"{what} R-hat <= {RHAT_MAX} and bulk ESS >= {ESS_MIN}: {shown}{more}"
+
+
 ADVI_FALSE_ALARM = 0.01  # chance that some curve of a flat set of ADVI loss curves is called still falling
 ADVI_MIN_DROP = 0.005  # ... and a fall smaller than this share of the loss is not worth more iterations
 

@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -102,6 +103,9 @@ class Backend:
         return f"{self.label()} seed={seed}"
 
     iterations = None  # Iterations of the running fit, where the backend reports them
+    # ``until(posterior)``: what in the draws so far misses the convergence bar, ``None`` when nothing does;
+    # set by :meth:`Sampler.sample` for backends that can go on drawing (``max_draws``)
+    until = None
 
     def progress(self, elapsed: float) -> str | None:
         """What the running fit reports of its progress, for the heartbeat (``None``: nothing)."""
@@ -220,20 +224,54 @@ class JaxBackend(PymcBackend):
 
 
 class NumpyroBackend(JaxBackend):
-    """NumPyro's NUTS. In a log, its progress callbacks are recorded (not drawn) for the heartbeat."""
+    """NumPyro's NUTS. In a log, its progress callbacks are recorded (not drawn) for the heartbeat.
+
+    With ``max_draws`` and a :attr:`Backend.until` check, a run whose draws miss the convergence bar goes
+    on from where it stopped (no new warmup: the adapted step size and mass matrix are kept) in blocks of
+    ``draws`` per chain, up to ``max_draws``; the trace holds every block.
+    """
 
     name = "numpyro"
 
     def run(self, seed, data, progressbar=None):
         # NumPyro reports progress from inside its compiled loop only when the chains run in parallel;
         # sequential chains with a progress bar fall back to a Python loop, one dispatch per step.
-        if logs.interactive() or self._sample_kwargs()["nuts_sampler_kwargs"]["chain_method"] != "parallel":
+        count = not logs.interactive() and self._sample_kwargs()["nuts_sampler_kwargs"]["chain_method"] == "parallel"
+        extend = self._extension() if self.settings.max_draws > self.settings.draws and self.until else None
+        if not count and extend is None:
             return super().run(seed, data, progressbar)
-        with _numpyro_iterations() as self.iterations:
+        with _numpyro_patched(count, extend) as self.iterations:
             try:
-                return super().run(seed, data, progressbar=True)
+                return super().run(seed, data, progressbar=True if count else progressbar)
             finally:
                 self.iterations = None
+
+    def _extension(self):
+        """``more(states)``: whether to draw another block, given NumPyro's states so far (chain, draw, ...)."""
+        import jax
+        from pymc.backends.arviz import coords_and_dims_for_inferencedata
+        from pymc.sampling.jax import get_jaxified_graph
+        from pymc.util import get_default_varnames
+
+        s, model, until = self.settings, self.model, self.until
+        outputs = list(get_default_varnames(model.unobserved_value_vars, include_transformed=False))
+        constrain = jax.jit(jax.vmap(jax.vmap(get_jaxified_graph(inputs=model.value_vars, outputs=outputs))))
+        coords, dims = coords_and_dims_for_inferencedata(model)
+
+        def more(states: dict) -> bool:
+            drawn = states["diverging"].shape[1]
+            if drawn + s.draws > s.max_draws:
+                return False
+            values = constrain(*states["z"])
+            posterior = az.dict_to_dataset({v.name: np.asarray(x) for v, x in zip(outputs, values, strict=True)},
+                                           coords=coords, dims=dims, library=None)
+            missing = until(posterior)
+            if missing:
+                log.info("after %d draws per chain, %s; drawing %d more (up to max_draws=%d)",
+                         drawn, missing, s.draws, s.max_draws)
+            return missing is not None
+
+        return more
 
 
 class Iterations:
@@ -244,6 +282,7 @@ class Iterations:
         self.total, self.unit = total, unit
         self.done = 0
         self.started: float | None = None  # first report: compiling is over
+        self.divergences: int | None = None  # after tuning, where the backend reports them as it goes
 
     def add(self, n: int) -> None:
         if self.started is None:
@@ -254,6 +293,8 @@ class Iterations:
         if self.started is None or not self.total:
             return None
         text = f"{self.done}/{self.total} {self.unit}"
+        if self.divergences is not None:
+            text += f", {self.divergences} divergences so far"
         elapsed = time.monotonic() - self.started
         if self.done and elapsed > 0:
             text += f", ~{(self.total - self.done) * elapsed / self.done:.0f}s left at this rate"
@@ -261,13 +302,38 @@ class Iterations:
 
 
 @contextlib.contextmanager
-def _numpyro_iterations():
-    """Count NumPyro's progress-bar updates instead of drawing them (``numpyro.util.progress_bar_factory``
-    makes one ``tqdm_auto`` bar per chain and updates it from a host callback every few iterations)."""
+def _numpyro_patched(count: bool, extend=None):
+    """NumPyro's ``MCMC``, as PyMC's bridge runs it, changed in two ways while the context lasts.
+
+    ``count``: its progress-bar updates are counted instead of drawn (``numpyro.util.progress_bar_factory``
+    makes one ``tqdm_auto`` bar per chain and updates it from a host callback every few iterations), and
+    every draw after tuning reports whether it diverged (a host callback from NUTS's sample step), so the
+    heartbeat shows divergences as they happen; the context yields the :class:`Iterations` (``None``
+    without ``count``). ``extend``: after the run, while
+    ``extend(states)`` says so, the chains go on from their last state for another ``num_samples`` draws
+    (no warmup), NumPyro's own recipe for more draws (``post_warmup_state = last_state``), and every block
+    is kept.
+    """
+    import jax
     import numpyro.infer
     import numpyro.util
 
-    iterations = Iterations()
+    iterations = Iterations() if count else None
+    lock = threading.Lock()
+
+    def diverged(flag) -> None:  # called from NumPyro's compiled loop, one thread per chain
+        with lock:
+            iterations.divergences = (iterations.divergences or 0) + int(flag)
+
+    class CountedNUTS(numpyro.infer.NUTS):
+        def init(self, rng_key, num_warmup, *args, **kwargs):
+            self.tuning = num_warmup  # iterations with state.i below this are tuning (also on going on)
+            return super().init(rng_key, num_warmup, *args, **kwargs)
+
+        def sample(self, state, model_args, model_kwargs):
+            new = super().sample(state, model_args, model_kwargs)
+            jax.debug.callback(diverged, new.diverging & (state.i >= self.tuning))
+            return new
 
     class Recorder:
         def __init__(self, iterable, **_):
@@ -282,21 +348,36 @@ def _numpyro_iterations():
         def close(self) -> None:
             pass
 
-    class Counted(numpyro.infer.MCMC):
-        """NumPyro turns its progress callbacks off where ``CI`` is set (CI services, `dvc repro` in a
-        pipeline): exactly the logs the heartbeat is for. Keep them on; they are counted, never drawn."""
-
+    class Patched(numpyro.infer.MCMC):
         def __init__(self, *args, progress_bar: bool = True, **kwargs):
             super().__init__(*args, progress_bar=progress_bar, **kwargs)
-            if self.chain_method == "parallel":
+            # NumPyro turns its progress callbacks off where ``CI`` is set (CI services, `dvc repro` in a
+            # pipeline): exactly the logs the heartbeat is for. Keep them on; they are counted, never drawn.
+            if count and self.chain_method == "parallel":
                 self.progress_bar = progress_bar
 
-    real = numpyro.util.tqdm_auto, numpyro.infer.MCMC
-    numpyro.util.tqdm_auto, numpyro.infer.MCMC = Recorder, Counted
+        def run(self, rng_key, *args, **kwargs):
+            super().run(rng_key, *args, **kwargs)
+            if extend is None:
+                return
+            blocks = [jax.device_get(self._states)]
+            states = blocks[0]
+            while extend(states):
+                self.post_warmup_state = self.last_state
+                super().run(self.post_warmup_state.rng_key, *args, **kwargs)
+                blocks.append(jax.device_get(self._states))
+                states = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *blocks)
+            self._states, self._states_flat = states, None
+
+    real = numpyro.util.tqdm_auto, numpyro.infer.MCMC, numpyro.infer.NUTS
+    if count:
+        numpyro.util.tqdm_auto, numpyro.infer.NUTS = Recorder, CountedNUTS
+        iterations.divergences = 0
+    numpyro.infer.MCMC = Patched
     try:
         yield iterations
     finally:
-        numpyro.util.tqdm_auto, numpyro.infer.MCMC = real
+        numpyro.util.tqdm_auto, numpyro.infer.MCMC, numpyro.infer.NUTS = real
 
 
 class BlackjaxBackend(JaxBackend):
@@ -362,8 +443,12 @@ class Sampler:
         self.compile_seconds = None if self.backend.compiles_in_sampling else time.perf_counter() - start
 
     def sample(self, seed: int, data: Mapping[str, np.ndarray] | None = None, *, watch: bool = True,
-               expected_seconds: float | None = None) -> Fit:
+               expected_seconds: float | None = None, until=None) -> Fit:
         """Fit with the configured settings; ``data`` replaces ``pm.Data`` values.
+
+        ``until(posterior)`` says what in a posterior (model variables, ``chain``/``draw`` dims) misses
+        the convergence bar, or ``None``; with ``max_draws`` the fit goes on in blocks of ``draws`` while
+        it says something (backends that can, :class:`NumpyroBackend`), else it is not called.
 
         In a log (not a terminal) and with ``watch``, a heartbeat line every 10 s
         says how long the fit has run and, given ``expected_seconds`` (the cost
@@ -379,8 +464,12 @@ class Sampler:
             return self.backend.progress(elapsed) or (estimate(elapsed) if estimate else None)
 
         watching = logs.watch(log, self.backend.label(), status) if watch else contextlib.nullcontext()
-        with watching:
-            idata, loss, grad_evals = self.backend.run(seed, data)
+        self.backend.until = until
+        try:
+            with watching:
+                idata, loss, grad_evals = self.backend.run(seed, data)
+        finally:
+            self.backend.until = None
         seconds = time.perf_counter() - start
         _check_complete(idata, self.settings)
         # Model variables only: nutpie also stores the unconstrained values (sd_in_log__, ...),
@@ -404,14 +493,16 @@ def _time_left(expected: float | None):
 
 
 def _check_complete(idata: az.InferenceData, s: SamplerParams) -> None:
-    """Every chain holds all ``draws`` finite draws, else :class:`SamplingError`.
+    """Every chain holds all ``draws`` finite draws (or whole blocks of them up to ``max_draws``), else
+    :class:`SamplingError`.
 
     Samplers return early with what they have when interrupted (PyMC and nutpie
     both do on Ctrl-C); such a trace must never be taken for a finished run.
     """
     sizes = idata.posterior.sizes
-    if (sizes.get("chain"), sizes.get("draw")) != (s.chains, s.draws):
-        raise SamplingError(f"sampling stopped early: {sizes.get('chain')} chains x {sizes.get('draw')} draws "
+    chains, draws = sizes.get("chain"), sizes.get("draw")
+    if chains != s.chains or not draws or draws % s.draws or not s.draws <= draws <= s.draw_limit:
+        raise SamplingError(f"sampling stopped early: {chains} chains x {draws} draws "
                             f"of {s.chains} x {s.draws}; nothing was written")
     for name, da in idata.posterior.data_vars.items():
         if np.issubdtype(da.dtype, np.floating) and not np.isfinite(da.values).all():

@@ -18,7 +18,8 @@ from hbnn.report.numbers import ESS_OK, LABELS, MODELS, REFERENCE_DATA, REFERENC
 from hbnn.transfer import in_size_order
 
 
-def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int]) -> list:
+def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int],
+           drawn: dict[str, int] | None = None) -> list:
     hidden = [s.shape[-1] for s in specs[:-1]]
     if has_bias(specs):
         net = (f"tanh MLP with hidden layers {hidden}, a bias per hidden and output unit (model.bias)" if hidden
@@ -44,21 +45,26 @@ def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str,
     runs = []
     for v in MODELS:
         s = settings[v].get("sampler", {})
-        runs.append(f"{LABELS[v]}: {_run_description(s)}; "
+        runs.append(f"{LABELS[v]}: {_run_description(s, (drawn or {}).get(v))}; "
                     + (f"surfaces use {used_draws[v]} draws" if used_draws[v] else "no surfaces"))
     out.append(Para("Sampling: " + "; ".join(runs) + "."))
     return out
 
 
-def _run_description(s: dict[str, Any]) -> str:
-    """A fit's inference settings as the intro states them (ADVI has no tuning: it has optimisation steps)."""
+def _run_description(s: dict[str, Any], drawn: int | None = None) -> str:
+    """A fit's inference settings as the intro states them (ADVI has no tuning: it has optimisation steps);
+    ``drawn``: the draws per chain the trace holds, which ``max_draws`` lets exceed ``draws``."""
     if s.get("backend") == "advi":
         a = s.get("advi", {})
         batch = f", minibatches of {a['minibatch_size']} rows" if a.get("minibatch_size") else ""
         return (f"mean-field ADVI, {a.get('iterations', '?')} Adam steps (learning rate {a.get('learning_rate', '?')}"
                 f"{batch}), then {s.get('chains', '?')} x {s.get('draws', '?')} draws from the approximation")
-    return (f"{s.get('chains', '?')} chains x {s.get('draws', '?')} draws "
-            f"({s.get('tune', '?')} tuning, backend {s.get('backend', '?')})")
+    blocks = ""
+    if s.get("max_draws", 0) > s.get("draws", 0):
+        blocks = (f"; blocks of {s['draws']} draws until every group met the convergence bar, at most "
+                  f"{s['max_draws']}")
+    return (f"{s.get('chains', '?')} chains x {drawn or s.get('draws', '?')} draws "
+            f"({s.get('tune', '?')} tuning, backend {s.get('backend', '?')}{blocks})")
 
 
 def _reference_note(data: dict[str, Any]) -> Para:

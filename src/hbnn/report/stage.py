@@ -100,6 +100,7 @@ def report(
         prior = load_prior(prior_path, specs, params)
         check_traces(traces, paths, specs, names)
         settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
+        drawn = {v: int(traces[v].posterior.sizes["draw"]) for v in MODELS}
         figures, surface_files, used_draws, hier_extra, calibration = _trace_figures(traces, specs, tasks, rp)
         losses = {v: advi_loss(traces[v]) for v in MODELS
                   if "sample_stats" in traces[v].groups() and "loss" in traces[v].sample_stats}
@@ -154,7 +155,7 @@ def report(
         sections += _surface_sections(surface_files, rp, used_draws, tasks)
 
     title = "Hierarchical Bayesian neural networks: report"
-    intro = _intro(tasks, specs, settings, used_draws)
+    intro = _intro(tasks, specs, settings, used_draws, drawn)
     if losses:
         sections.append(_loss_section(losses))
     sections += [

@@ -23,7 +23,8 @@ def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
 
 def sample_hierarchical(stage: str, params: Params, tasks: Tasks) -> fitting.Sampled:
     """Check the cost, build and sample the hierarchical model of ``tasks`` (fit ``stage``, :data:`hbnn.variants.FITS`);
-    the group sds' R-hat and ESS are its extra diagnostics."""
+    the group sds' R-hat and ESS are its extra diagnostics. With ``max_draws`` the fit draws on, in blocks,
+    until every group's test points and every group sd meet the bar (or ``max_draws`` is reached)."""
     m = params.model
     estimate = fitting.enforce_budget(stage, params, tasks)
     batch = fitting.minibatch(params, stage)
@@ -41,9 +42,11 @@ def sample_hierarchical(stage: str, params: Params, tasks: Tasks) -> fitting.Sam
         )
     settings = params.sampler_for(stage)
     sampler = Sampler(model, settings)
-    fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS[stage]), expected_seconds=60 * estimate.minutes)
+    specs = layer_specs(tasks.n_features, m.hidden_layers, m.bias)
+    sd_vars = [f"sd_{s.name}" for s in specs]
+    fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS[stage]), expected_seconds=60 * estimate.minutes,
+                         until=lambda posterior: evaluation.convergence_shortfall(tasks, posterior, specs, sd_vars))
     posterior = fit.posterior.posterior
-    sd_vars = [f"sd_{s.name}" for s in layer_specs(tasks.n_features, m.hidden_layers, m.bias)]
     return fitting.Sampled(posterior, fit.posterior.sample_stats,
                            fitting.Cost(fit.seconds, sampler.compile_seconds, fit.grad_evals),
                            evaluation.scalar_diagnostics(posterior, sd_vars))

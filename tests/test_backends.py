@@ -210,10 +210,11 @@ def test_numpyro_goes_on_in_blocks_while_the_draws_miss_the_bar_and_keeps_the_fi
     assert not np.array_equal(post["w_in"].values[:, 25:], post["w_in"].values[:, :25])
 
 
-def test_numpyro_stops_at_max_draws_even_while_the_bar_is_missed(tiny_tasks):
-    fit, seen = _blocks_fit(tiny_tasks, 75, ["misses"] * 5)
-    assert seen == [25, 50]  # after 75 no block of 25 fits under max_draws, so nothing more is asked
+def test_numpyro_stops_at_max_draws_even_while_the_bar_is_missed(tiny_tasks, caplog):
+    fit, seen = _blocks_fit(tiny_tasks, 75, ["g00 misses"] * 5)
+    assert seen == [25, 50, 75]  # asked after every block; after 75 no block of 25 fits under max_draws
     assert fit.posterior.posterior.sizes["draw"] == 75
+    assert "stopped at max_draws=75 draws per chain, and g00 misses" in caplog.text
 
 
 def test_iterations_status_says_how_far_and_how_long_at_the_rate(monkeypatch):

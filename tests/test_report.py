@@ -412,8 +412,8 @@ def test_intro_states_each_fits_inference_as_run():
     assert sections._run_description(nuts) == "2 chains x 3000 draws (1000 tuning, backend numpyro)"
     blocks = asdict(SamplerParams(backend="numpyro", chains=2, tune=1000, draws=1000, max_draws=5000))
     assert sections._run_description(blocks, 2000) == (
-        "2 chains x 2000 draws (1000 tuning, backend numpyro; blocks of 1000 draws until every group met the "
-        "convergence bar, at most 5000)")
+        "2 chains x 2000 draws (1000 tuning, backend numpyro; drawn in blocks of 1000 until every group met the "
+        "convergence bar or 5000 were drawn)")
     advi = asdict(SamplerParams(backend="advi", draws=500))
     advi["advi"]["minibatch_size"] = 500
     assert sections._run_description(advi) == (

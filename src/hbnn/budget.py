@@ -45,9 +45,9 @@ log = logging.getLogger(__name__)
 GRAD_OVERHEAD_US = 20.0
 NS_PER_ROW_WEIGHT = 10.0
 NS_PER_PRIOR_ENTRY = 1.0
-# Leapfrog steps per NUTS iteration, as adapted on the default fits. numpyro: scaled so the default
-# hierarchical fit (403 s of sampling, seed 1) is estimated ~20% high (486 s), since the joint fit's
-# heartbeat reports its time left from this estimate; at 512 it said 778 s.
+# Leapfrog steps per NUTS iteration, as adapted on the default fits. numpyro: scaled so the old fixed-length
+# default hierarchical fit (2 x (1000 + 3000), 403 s of sampling, seed 1) was estimated ~20% high (486 s); the
+# heartbeat reports the time left from this estimate only while NumPyro compiles (its iterations after that).
 STEPS_PER_ITERATION = {"nutpie": 64, "pymc": 256, "numpyro": 320, "blackjax": 512}
 # ADVI, measured on 2 cores: 18 flat fits x 5000 steps took 7.4 s (82 us a step); the 1000-group
 # hierarchical minibatch fit (40,043 parameters) 194 s for 60,000 steps of 500 rows (3.2 ms a step) and
@@ -68,8 +68,9 @@ class Estimate:
 
     stage: str
     memory_gib: float
-    minutes: float
+    minutes: float  # the most it can take: a fit that may go on drawing (max_draws) counted to its limit
     sizes: str
+    first_minutes: float | None = None  # such a fit's time to its first convergence check, else None
 
     def describe(self) -> str:
         return f"{self.stage}: estimated {self.memory_gib:.2g} GiB and {self.minutes:.2g} min for {self.sizes}"
@@ -91,10 +92,12 @@ def enforce(estimate: Estimate, params: Params) -> None:
     memory = memory_limit_gib(params)
     if estimate.memory_gib > memory:
         raise ConfigError(f"{estimate.describe()}: over limits.max_memory_gib={memory:.3g}. Use fewer groups, "
-                          "draws or hidden units, or raise limits.max_memory_gib if this machine has the memory")
+                          "draws (or a lower max_draws) or hidden units, or raise limits.max_memory_gib if this "
+                          "machine has the memory")
     if estimate.minutes > params.limits.max_minutes:
         raise ConfigError(f"{estimate.describe()}: over limits.max_minutes={params.limits.max_minutes:g}. Use fewer "
-                          "groups, draws or hidden units, or raise limits.max_minutes to run it anyway")
+                          "groups, draws (or a lower max_draws) or hidden units, or raise limits.max_minutes to run "
+                          "it anyway")
 
 
 def n_weights(n_features: int, hidden_layers, bias: bool = False) -> list[int]:
@@ -136,7 +139,8 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         stored_draws = s.chains * (s.tune + s.draw_limit)  # nutpie keeps the tuning draws too
         grad_us = GRAD_OVERHEAD_US
         run = f"{s.chains} chains x {s.tune} + {s.draws} iterations" + (
-            f" (up to {s.max_draws} draws while the bar is missed)" if s.max_draws > s.draws else "")
+            f", counted as if it drew on to max_draws={s.max_draws} (it stops once the bar is met)"
+            if s.max_draws > s.draws else "")
     grad_us += NS_PER_ROW_WEIGHT * 1e-3 * rows_per_step * per_group
     if informed:
         grad_us += NS_PER_PRIOR_ENTRY * 1e-3 * sum(w * w for w in layers)
@@ -148,7 +152,8 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     predictions += s.chains * s.draw_limit * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.evaluation.psis_loo)
     prior = sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
-    return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes)
+    first = minutes * (s.tune + s.draws) / (s.tune + s.draw_limit) if s.max_draws > s.draws else None
+    return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes, first)
 
 
 def check_params(params: Params) -> None:

@@ -175,6 +175,10 @@ class SamplerParams:
                  f"needs {key}.backend=nutpie (the other backends adapt a diagonal mass matrix)")
         _require(self.max_draws == 0 or self.max_draws >= self.draws, f"{key}.max_draws", self.max_draws,
                  f"must be 0 (off) or >= {key}.draws={self.draws}")
+        _require(self.max_draws == 0 or self.max_draws % self.draws == 0, f"{key}.max_draws", self.max_draws,
+                 f"must be a whole number of blocks of {key}.draws={self.draws} (the fit goes on a block at a time)")
+        _require(self.max_draws == 0 or self.chains >= 2, f"{key}.max_draws", self.max_draws,
+                 f"needs {key}.chains >= 2 (R-hat, part of the bar it draws until, needs 2 chains); set it to 0")
         _require(self.max_draws == 0 or self.backend == "numpyro", f"{key}.max_draws", self.max_draws,
                  f"needs {key}.backend=numpyro (the only backend here that can go on with a finished run); "
                  "set it to 0")

@@ -260,12 +260,14 @@ class NumpyroBackend(JaxBackend):
 
         def more(states: dict) -> bool:
             drawn = states["diverging"].shape[1]
-            if drawn + s.draws > s.max_draws:
-                return False
             values = constrain(*states["z"])
             posterior = az.dict_to_dataset({v.name: np.asarray(x) for v, x in zip(outputs, values, strict=True)},
                                            coords=coords, dims=dims, library=None)
             missing = until(posterior)
+            if missing and drawn + s.draws > s.max_draws:
+                log.warning("stopped at max_draws=%d draws per chain, and %s: the metrics and the report say "
+                            "which groups miss the bar", s.max_draws, missing)
+                return False
             if missing:
                 log.info("after %d draws per chain, %s; drawing %d more (up to max_draws=%d)",
                          drawn, missing, s.draws, s.max_draws)

@@ -61,8 +61,8 @@ def _run_description(s: dict[str, Any], drawn: int | None = None) -> str:
                 f"{batch}), then {s.get('chains', '?')} x {s.get('draws', '?')} draws from the approximation")
     blocks = ""
     if s.get("max_draws", 0) > s.get("draws", 0):
-        blocks = (f"; blocks of {s['draws']} draws until every group met the convergence bar, at most "
-                  f"{s['max_draws']}")
+        blocks = (f"; drawn in blocks of {s['draws']} until every group met the convergence bar or "
+                  f"{s['max_draws']} were drawn")
     return (f"{s.get('chains', '?')} chains x {drawn or s.get('draws', '?')} draws "
             f"({s.get('tune', '?')} tuning, backend {s.get('backend', '?')}{blocks})")
 

@@ -106,7 +106,8 @@ def _fit(stage: str, params: Path, stem: str, *extra: str) -> dict:
     run = _stage(stage, params, "--tasks-path", "data/tasks.nc", *extra, "--trace-out", f"traces/{stem}.nc",
                  "--metrics-out", f"metrics/{stem}.json", "--timing-out", f"timings/{stem}.json")
     d = params.parent
-    return {"run": run, "metrics": json.loads((d / "metrics" / f"{stem}.json").read_text()),
+    # the complete metrics (group sds, function-space extremes): the headline file holds DESIGN's keys only
+    return {"run": run, "metrics": json.loads((d / "metrics" / "detail" / f"{stem}.json").read_text()),
             "timing": json.loads((d / "timings" / f"{stem}.json").read_text())}
 
 

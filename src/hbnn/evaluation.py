@@ -179,11 +179,15 @@ def group_converged(rhat: float | None, ess: float | None, divergences: int, dra
     what applies to them: their draws are independent draws from the approximation, so R-hat tests nothing
     (across thousands of quantities it exceeds 1.01 by chance alone) and there are no divergences; the bar
     is a loss no longer falling and bulk ESS >= 400 (Monte Carlo precision of the reported numbers)."""
-    enough = ess is not None and ess >= ESS_MIN
     if advi is not None:
-        return bool(enough and not advi["still_falling"])
-    ok = rhat is not None and np.isfinite(rhat) and rhat <= RHAT_MAX and enough
-    return bool(ok and divergences <= DIVERGENT_SHARE_MAX * draws)
+        return bool(ess is not None and ess >= ESS_MIN and not advi["still_falling"])
+    return bool(meets_bar(rhat, ess) and divergences <= DIVERGENT_SHARE_MAX * draws)
+
+
+def meets_bar(rhat: float | None, ess: float | None) -> bool:
+    """R-hat <= 1.01 and bulk ESS >= 400 (a missing or NaN R-hat does not meet it): the MCMC part of
+    :func:`group_converged`'s bar, for any quantity."""
+    return bool(rhat is not None and np.isfinite(rhat) and rhat <= RHAT_MAX and ess is not None and ess >= ESS_MIN)
 
 
 def convergence_shortfall(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[LayerSpec],
@@ -203,7 +207,7 @@ def convergence_shortfall(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[L
             misses.append((name, "test-point", d["max_rhat"], d["min_ess_bulk"]))
     for var, d in (scalar_diagnostics(posterior, scalar_vars) if scalar_vars else {}).items():
         misses.append((var, "", d["rhat"], d["ess_bulk"]))
-    misses = [m for m in misses if not (np.isfinite(m[2]) and m[2] <= RHAT_MAX and m[3] >= ESS_MIN)]
+    misses = [m for m in misses if not meets_bar(m[2], m[3])]
     if not misses:
         return None
     misses.sort(key=lambda m: m[3])

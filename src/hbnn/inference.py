@@ -325,7 +325,7 @@ def _numpyro_patched(count: bool, extend=None):
 
     def diverged(flag) -> None:  # called from NumPyro's compiled loop, one thread per chain
         with lock:
-            iterations.divergences = (iterations.divergences or 0) + int(flag)
+            iterations.divergences += int(flag)
 
     class CountedNUTS(numpyro.infer.NUTS):
         def init(self, rng_key, num_warmup, *args, **kwargs):
@@ -362,13 +362,12 @@ def _numpyro_patched(count: bool, extend=None):
             super().run(rng_key, *args, **kwargs)
             if extend is None:
                 return
-            blocks = [jax.device_get(self._states)]
-            states = blocks[0]
+            states = jax.device_get(self._states)
             while extend(states):
                 self.post_warmup_state = self.last_state
                 super().run(self.post_warmup_state.rng_key, *args, **kwargs)
-                blocks.append(jax.device_get(self._states))
-                states = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *blocks)
+                states = jax.tree.map(lambda a, b: np.concatenate([a, b], axis=1), states,
+                                      jax.device_get(self._states))
             self._states, self._states_flat = states, None
 
     real = numpyro.util.tqdm_auto, numpyro.infer.MCMC, numpyro.infer.NUTS

@@ -82,3 +82,49 @@ def test_the_command_prints_a_table_and_refuses_other_json(tmp_path):
     assert proc.returncode == 2 and "no metric matches" in proc.stderr
     proc = subprocess.run([*cmd, str(tmp_path / "missing.json")], capture_output=True, text=True)
     assert proc.returncode == 2 and "cannot read" in proc.stderr
+
+
+def _models(rev, name, seed, n_groups, regression=False):
+    """A revision with the three fit stages' headline metrics and their timings, as a default run writes them."""
+    score = {"rmse": 0.5, "lpd": -1.25} if regression else {"accuracy": 0.9, "log_loss": 0.3}
+    metrics = {f"metrics/{m}.json": {"data": {"test": score, "loo": {"elpd": -254.31 - i},
+                                              "sampling": {"groups_not_converged": i}}}
+               for i, m in enumerate(summarise.MODELS)}
+    metrics["timings/hier.json"] = {"data": {"sampling": {"seconds": 200.04}}}
+    metrics["timings/transfer.json"] = {"data": {"flat": {"sampling": {"seconds": 10.0}}}}
+    return {"rev": rev, "name": name, "error": None,
+            "data": {"metrics": metrics, "params": {"params.yaml": {"data": {"seed": seed, "n_groups": n_groups}}}}}
+
+
+def test_headline_is_one_row_per_run_with_each_models_headline_numbers():
+    runs = [_models("workspace", None, 31, 18), {**_models("a" * 40, "main", 31, 18), "experiments": [
+        {"revs": [_models("b" * 40, "groups-30", 31, 30)]}]}]
+    header, rows = summarise.headline(summarise.replicates(runs, workspace=True)[0])
+    assert header == ["experiment", *[f"{m}:{k}" for m in summarise.MODELS for k in ("acc", "logloss", "elpd", "nc")],
+                      "sampling_s", "params that differ"]
+    assert rows[0] == ["workspace", "0.9", "0.3", "-254.3", "0", "0.9", "0.3", "-255.3", "1",
+                       "0.9", "0.3", "-256.3", "2", "210.0", "n_groups=18"]
+    assert [r[0] for r in rows] == ["workspace", "main", "groups-30"] and rows[2][-1] == "n_groups=30"
+    text = summarise.aligned(header, rows)
+    lines = text.splitlines()
+    assert lines[0].split() == list(summarise.MODELS)  # each model named once, above its four columns
+    assert lines[1].split()[:5] == ["experiment", "acc", "logloss", "elpd", "nc"]
+    assert max(map(len, lines)) <= 160
+    assert summarise.headline_csv(header, rows).splitlines()[1] == ",".join(rows[0])
+    # regression: RMSE and lpd take the place of accuracy and log loss; a model without metrics has no columns
+    reps = summarise.replicates([_models("c" * 40, "reg", 1, 18, regression=True)])[0]
+    reps[0].metrics.pop("metrics/informed.json:loo.elpd")
+    header, _ = summarise.headline(reps)
+    assert header[1:5] == ["flat:rmse", "flat:lpd", "flat:elpd", "flat:nc"] and "informed:elpd" not in header
+
+
+def test_the_headline_command_reads_dvc_exp_show_json():
+    cmd = [sys.executable, "-m", "hbnn", "headline"]
+    runs = json.dumps([_models("a" * 40, "main", 31, 18)])
+    out = subprocess.run(cmd, input=runs, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[2].split()[:2] == ["main", "0.9"]
+    out = subprocess.run([*cmd, "--csv"], input=runs, capture_output=True, text=True)
+    assert out.stdout.splitlines()[0].startswith("experiment,flat:acc,flat:logloss")
+    proc = subprocess.run(cmd, input="{}", capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr

@@ -24,7 +24,7 @@ from hbnn.errors import (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``hbnn`` console script (also ``python -m hbnn``). Subcommands: ``predict``, ``summarise``.
+    """The ``hbnn`` console script (also ``python -m hbnn``). Subcommands: ``predict``, ``summarise``, ``headline``.
 
     Bad inputs print one ``error:`` line and return 2 before anything is scored.
     """
@@ -59,8 +59,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="only the experiments (or commits) whose name matches, e.g. 'seed-*'")
     s.add_argument("--workspace", action="store_true", help="count the workspace as a replicate too")
     s.add_argument("--csv", action="store_true", help="CSV instead of a Markdown table")
+    h = commands.add_parser(
+        "headline",
+        help="the headline numbers of DVC experiments, one row each, in a terminal's width",
+        description="Read `dvc exp show --json` and print one row per commit and finished experiment (and the "
+        "workspace): per model (flat, hier, informed) the test score, log loss (or lpd), LOO elpd and groups not "
+        "converged (nc), the sampling seconds of all fits, and the params in which the rows differ. "
+        "Example: dvc exp show --json | hbnn headline",
+    )
+    h.add_argument("input", nargs="?", type=Path, default=Path("-"),
+                   help="the JSON of `dvc exp show --json` (default -: standard input)")
+    h.add_argument("--names", nargs="+", default=None, metavar="GLOB",
+                   help="only the experiments (or commits) whose name matches, e.g. 'seed-*'")
+    h.add_argument("--csv", action="store_true", help="CSV instead of a text table")
     args = parser.parse_args(argv)
-    if args.command == "summarise":
+    if args.command in ("summarise", "headline"):
         return _summarise(args)
     # Logs go to standard error, so `--output -` leaves standard output to the CSV.
     logs.configure()
@@ -83,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _summarise(args) -> int:
-    """``hbnn summarise``: one ``error:`` line and exit 2 on input that is not ``dvc exp show --json``."""
+    """``hbnn summarise`` and ``hbnn headline``: one ``error:`` line and exit 2 on input that is not
+    ``dvc exp show --json``."""
     import json
 
     from hbnn import summarise
@@ -98,12 +112,17 @@ def _summarise(args) -> int:
                 raise InputError(f"cannot read {where}: {err.strerror or err}") from err
             except ValueError as err:
                 raise InputError(f"{where} is not JSON ({err}); pipe `dvc exp show --json` into it") from err
-            reps, skipped = summarise.replicates(data, workspace=args.workspace)
+            headline = args.command == "headline"
+            reps, skipped = summarise.replicates(data, workspace=headline or args.workspace)
             if args.names:
                 reps = summarise.named(reps, args.names)
             if not reps:
                 raise InputError(f"{where} lists no commit or experiment with metrics"
                                  + (f" named {args.names}" if args.names else ""))
+            if headline:
+                header, rows = summarise.headline(reps)
+                sys.stdout.write((summarise.headline_csv if args.csv else summarise.aligned)(header, rows))
+                return 0
             rows = summarise.summarise(reps, args.metrics or summarise.DEFAULT_METRICS)
             if not rows:
                 raise InputError(f"no metric matches {args.metrics or list(summarise.DEFAULT_METRICS)}")

@@ -146,3 +146,74 @@ def csv(rows: Sequence[Row]) -> str:
     lines = ["metric,n,mean,sd,min,max"]
     lines += [f"{r.metric},{r.n},{r.mean:.6g},{r.sd:.6g},{r.low:.6g},{r.high:.6g}" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- hbnn headline
+MODELS = ("flat", "hier", "informed")
+# (column label, metrics key): the first key a model's metrics file has is shown (classification, then regression)
+SCORES = ((("acc", "test.accuracy"), ("rmse", "test.rmse")),
+          (("logloss", "test.log_loss"), ("lpd", "test.lpd")),
+          (("elpd", "loo.elpd"),),
+          (("nc", "sampling.groups_not_converged"),))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 100 else f"{value:.1f}"
+    return str(value)
+
+
+def headline(reps: Sequence[Replicate]) -> tuple[list[str], list[list[str]]]:
+    """One row per replicate with the few numbers ``dvc exp show`` cannot fit in a terminal: per model
+    (flat, hier, informed) the test score, log loss (or lpd), LOO elpd and groups not converged, the sampling
+    seconds of every fit in the timings files summed, and the params in which the rows differ (``key=value``)."""
+    columns: list[tuple[str, list[str]]] = []  # (label, [metrics key per replicate or ""])
+    for model in MODELS:
+        for choices in SCORES:
+            for label, key in choices:
+                name = f"metrics/{model}.json:{key}"
+                if any(name in r.metrics for r in reps):
+                    columns.append((f"{model}:{label}", name))
+                    break
+    varied = differing_params(reps)
+    header = ["experiment", *[label for label, _ in columns], "sampling_s", "params that differ"]
+    rows = []
+    for i, r in enumerate(reps):
+        seconds = [v for k, v in r.metrics.items() if k.startswith("timings/") and k.endswith("sampling.seconds")]
+        changed = " ".join(f"{k.removeprefix('params.yaml:')}={json.dumps(vals[i], separators=(',', ':'))}"
+                           for k, vals in varied.items())
+        rows.append([r.name, *[_cell(r.metrics.get(name)) for _, name in columns],
+                     _cell(round(sum(seconds), 1)) if seconds else "-", changed or "-"])
+    return header, rows
+
+
+def aligned(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """The table as text: numbers right-aligned, two spaces apart; a ``model:label`` header is split over two
+    lines (the model once, above its columns) so that the three models' columns stay narrow."""
+    tops, labels = [], []
+    for name in header:
+        top, _, label = name.rpartition(":")
+        tops.append(top if top not in tops else "")
+        labels.append(label)
+    table = [tops, labels, *map(list, rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    last = len(header) - 1
+
+    def line(row: list[str], left: bool = False) -> str:
+        cells = [c.ljust(w) if left or i in (0, last) else c.rjust(w)
+                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        return "  ".join(cells).rstrip()
+
+    lines = [line(tops, left=True)] if any(tops) else []
+    return "\n".join([*lines, *(line(row) for row in table[1:])]) + "\n"
+
+
+def headline_csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    import csv as csv_module
+    import io
+
+    out = io.StringIO()
+    csv_module.writer(out, lineterminator="\n").writerows([header, *rows])
+    return out.getvalue()

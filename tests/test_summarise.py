@@ -126,5 +126,9 @@ def test_the_headline_command_reads_dvc_exp_show_json():
     assert out.stdout.splitlines()[2].split()[:2] == ["main", "0.9"]
     out = subprocess.run([*cmd, "--csv"], input=runs, capture_output=True, text=True)
     assert out.stdout.splitlines()[0].startswith("experiment,flat:acc,flat:logloss")
+    out = subprocess.run(cmd, input=json.dumps(EXP_SHOW), capture_output=True, text=True)  # queued, failed: said
+    assert [line.split()[0] for line in out.stdout.splitlines()[2:]] == ["workspace", "main", "exp-one", "exp-two",
+                                                                        "exp-done"]
+    assert out.stderr == "left out (not finished or no metrics): exp-failed (no metrics), exp-running (running)\n"
     proc = subprocess.run(cmd, input="{}", capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr

@@ -122,6 +122,8 @@ def _summarise(args) -> int:
             if headline:
                 header, rows = summarise.headline(reps)
                 sys.stdout.write((summarise.headline_csv if args.csv else summarise.aligned)(header, rows))
+                if skipped:
+                    print(f"left out (not finished or no metrics): {', '.join(skipped)}", file=sys.stderr)
                 return 0
             rows = summarise.summarise(reps, args.metrics or summarise.DEFAULT_METRICS)
             if not rows:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hbnn.errors import InputError
+from hbnn.variants import VARIANTS
 
 DEFAULT_METRICS = ("metrics/*",)  # timings/* are wall-clock, not results: --metrics 'timings/*' adds them
 
@@ -149,7 +150,7 @@ def csv(rows: Sequence[Row]) -> str:
 
 
 # ----------------------------------------------------------------------------- hbnn headline
-MODELS = ("flat", "hier", "informed")
+MODELS = tuple(v.stem for v in VARIANTS)  # metrics/<stem>.json of the three fit stages
 # (column label, metrics key): the first key a model's metrics file has is shown (classification, then regression)
 SCORES = ((("acc", "test.accuracy"), ("rmse", "test.rmse")),
           (("logloss", "test.log_loss"), ("lpd", "test.lpd")),
@@ -169,7 +170,7 @@ def headline(reps: Sequence[Replicate]) -> tuple[list[str], list[list[str]]]:
     """One row per replicate with the few numbers ``dvc exp show`` cannot fit in a terminal: per model
     (flat, hier, informed) the test score, log loss (or lpd), LOO elpd and groups not converged, the sampling
     seconds of every fit in the timings files summed, and the params in which the rows differ (``key=value``)."""
-    columns: list[tuple[str, list[str]]] = []  # (label, [metrics key per replicate or ""])
+    columns: list[tuple[str, str]] = []  # (column label, "file:key" of its metric)
     for model in MODELS:
         for choices in SCORES:
             for label, key in choices:

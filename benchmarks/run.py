@@ -9,7 +9,7 @@ Definitions (also written into the JSON under ``definitions``):
 - ``wall_s``: compile + sampling seconds of the fit (from ``timings/*.json``);
   ``process_s`` is the whole stage process (imports, data, evaluation, writing).
 - ``us_per_grad``: one log-density + gradient evaluation of the default
-  hierarchical model in the backend's own compiled form, timed directly (minimum
+  hierarchical model in the form the backend samples (nutpie: :mod:`hbnn.kernel`), timed directly (minimum
   over repeats). ``sampler_us_per_grad`` is sampling seconds / leapfrog steps,
   sampler overhead included, where the backend reports its tuning steps.
 - ``min_ess_bulk``: minimum bulk ESS over the group sds and the function-space
@@ -46,7 +46,7 @@ DEFINITIONS = {
     "process_s": "seconds of the whole fit_hier stage process",
     "compile_s": "model compilation seconds (null where the backend compiles inside sampling: pymc, JAX)",
     "grad_evals": "leapfrog steps over tuning and draws, both chains (JAX bridge: draws only, see grad_evals_cover)",
-    "us_per_grad": "direct timing of the backend's compiled logp+gradient, min over repeats",
+    "us_per_grad": "direct timing of the logp+gradient the backend samples (nutpie: the hand-written one of hbnn.kernel), min over repeats",
     "sampler_us_per_grad": "sampling seconds x parallel chains / grad_evals (sampler overhead included)",
     "min_ess_bulk": "min bulk ESS over group sds and function-space test probabilities",
     "ess_per_s": "min_ess_bulk / wall_s",
@@ -146,13 +146,24 @@ def _min_time(fn, x, repeats: int, inner: int) -> float:
 
 def direct_us_per_grad(backend: str, repeats: int = 20, inner: int = 200) -> float:
     """Microseconds per logp+gradient of the default hierarchical model as ``backend`` compiles it."""
-    model, _, _ = _default_model()
+    model, tasks, params = _default_model()
     x = model.initial_point()
     rng = np.random.default_rng(0)
     flat = np.concatenate([np.ravel(v) for v in x.values()]) + rng.normal(0, 0.1, sum(np.size(v) for v in x.values()))
-    if backend in ("nutpie", "pymc"):
-        mode = "NUMBA" if backend == "nutpie" else None  # nutpie compiles the same graph with numba
-        f = model.logp_dlogp_function(ravel_inputs=True, mode=mode)
+    if backend == "nutpie":  # nutpie samples the hand-written log density (hbnn.kernel), not PyTensor's
+        from hbnn.kernel import HierarchicalDensity, logp_grad
+
+        pad, m = tasks.padded("train"), params.model
+        density = HierarchicalDensity(pad.X, pad.y, pad.counts, tuple(m.hidden_layers), m.bias, m.likelihood,
+                                      m.noise_sd)
+        starts = np.concatenate([[0], np.cumsum([np.size(v) for v in x.values()])[:-1]])
+        buf = density.pack({name: int(at) for name, at in zip(x, starts, strict=True)})
+        grad = np.empty(flat.size)
+
+        def fn(theta):
+            return logp_grad(theta, grad, buf)
+    elif backend == "pymc":
+        f = model.logp_dlogp_function(ravel_inputs=True)
         f._pytensor_function.trust_input = True
         fn = f._pytensor_function
     else:

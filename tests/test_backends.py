@@ -182,11 +182,11 @@ def test_numpyro_progress_reaches_the_heartbeat_in_a_log_and_leaves_the_draws_al
         np.testing.assert_array_equal(counted[var].values, plain[var].values)
 
 
-def _blocks_fit(tiny_tasks, max_draws, answers):
-    """A numpyro fit of 25 draws per chain with ``max_draws``; ``until`` gives ``answers`` in turn."""
+def _blocks_fit(tiny_tasks, backend, max_draws, answers):
+    """A ``backend`` fit of 25 draws per chain with ``max_draws``; ``until`` gives ``answers`` in turn."""
     train = tiny_tasks.split("train")
     model = build_flat_model(train.X, train.y, tiny_tasks.features, (2,))
-    settings = dataclasses.replace(_params("numpyro").sampler, max_draws=max_draws)
+    settings = dataclasses.replace(_params(backend).sampler, max_draws=max_draws)
     seen = []
 
     def until(posterior):
@@ -198,20 +198,24 @@ def _blocks_fit(tiny_tasks, max_draws, answers):
     return fit, seen
 
 
-def test_numpyro_goes_on_in_blocks_while_the_draws_miss_the_bar_and_keeps_the_first_block(tiny_tasks):
-    fixed, seen = _blocks_fit(tiny_tasks, 0, [])
+@pytest.mark.parametrize("backend", ["numpyro", "nutpie"])
+def test_fit_goes_on_in_blocks_while_the_draws_miss_the_bar_and_keeps_the_first_block(tiny_tasks, backend):
+    fixed, seen = _blocks_fit(tiny_tasks, backend, 0, [])
     assert seen == [] and fixed.posterior.posterior.sizes["draw"] == 25  # max_draws 0: never asked
-    fit, seen = _blocks_fit(tiny_tasks, 100, ["g00 misses", None])
+    fit, seen = _blocks_fit(tiny_tasks, backend, 100, ["g00 misses", None])
     assert seen == [25, 50]  # asked after each block, stopped once nothing missed the bar
     post, stats = fit.posterior.posterior, fit.posterior.sample_stats
     assert post.sizes["draw"] == 50 and stats["diverging"].shape == (2, 50)
     # the first block is the fixed-length run's draws: going on changes nothing already drawn
     np.testing.assert_array_equal(post["w_in"].values[:, :25], fixed.posterior.posterior["w_in"].values)
     assert not np.array_equal(post["w_in"].values[:, 25:], post["w_in"].values[:, :25])
+    again, _ = _blocks_fit(tiny_tasks, backend, 100, ["g00 misses", None])
+    np.testing.assert_array_equal(again.posterior.posterior["w_in"].values, post["w_in"].values)
 
 
-def test_numpyro_stops_at_max_draws_even_while_the_bar_is_missed(tiny_tasks, caplog):
-    fit, seen = _blocks_fit(tiny_tasks, 75, ["g00 misses"] * 5)
+@pytest.mark.parametrize("backend", ["numpyro", "nutpie"])
+def test_fit_stops_at_max_draws_even_while_the_bar_is_missed(tiny_tasks, backend, caplog):
+    fit, seen = _blocks_fit(tiny_tasks, backend, 75, ["g00 misses"] * 5)
     assert seen == [25, 50, 75]  # asked after every block; after 75 no block of 25 fits under max_draws
     assert fit.posterior.posterior.sizes["draw"] == 75
     assert "stopped at max_draws=75 draws per chain, and g00 misses" in caplog.text

@@ -44,7 +44,7 @@ def test_types_are_coerced():
         ({"hier_sampler": {"backend": "numpyro", "draws": 1000, "max_draws": 2500}}, "hier_sampler.max_draws=2500"),
         ({"hier_sampler": {"backend": "numpyro", "chains": 1, "max_draws": 5000}, "prior": {"reference_chain": 0}},
          "hier_sampler.max_draws=5000"),
-        ({"hier_sampler": {"backend": "nutpie", "max_draws": 5000}}, "hier_sampler.max_draws=5000"),
+        ({"hier_sampler": {"backend": "pymc", "max_draws": 5000}}, "hier_sampler.max_draws=5000"),
         ({"sampler": {"backend": "numpyro", "max_draws": 5000}}, "sampler.max_draws=5000"),
         ({"model": {"hidden_layers": [5, 0]}}, "model.hidden_layers[1]=0"),
         ({"model": {"hidden_layers": 5}}, "model.hidden_layers=5"),

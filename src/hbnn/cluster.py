@@ -60,7 +60,8 @@ SHARD_RESUBMITS = 3  # a shard the scheduler cancelled (its scattered model lost
 
 @dataclass(frozen=True)
 class Model:
-    """What a worker needs to compile a fit's model: ``build(x, y)`` (a PyMC model) and the sampler settings.
+    """What a worker needs to compile a fit's model: ``build(x, y)`` (a PyMC model), the sampler settings and,
+    where there is one, the model's hand-written log density (:mod:`hbnn.kernel`).
 
     ``x`` and ``y`` are the rows the model is built from (the stage's first group),
     the same in every process, so the compiled model is the same everywhere.
@@ -70,6 +71,7 @@ class Model:
     settings: SamplerParams
     x: np.ndarray
     y: np.ndarray
+    density: object | None = None  # the model's hand-written log density (hbnn.kernel), on any group's rows
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,8 @@ def fit_shard(key: str, model: Model, jobs: Sequence[GroupJob],
     sampler = _COMPILED.get(key)
     if sampler is None:
         _COMPILED.clear()
-        sampler = _COMPILED[key] = Sampler(model.build(model.x, model.y), model.settings)
+        density = None if model.density is None else model.density.with_rows(model.x, model.y)
+        sampler = _COMPILED[key] = Sampler(model.build(model.x, model.y), model.settings, density)
         compile_seconds = sampler.compile_seconds
     elif sampler.compile_seconds is None:
         compile_seconds = None

@@ -20,7 +20,9 @@ from hbnn import likelihoods
 
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
 BACKENDS = (*NUTS_BACKENDS, "advi")
-MASS_MATRICES = ("diag", "low_rank")  # low_rank: nutpie's low-rank modified mass matrix (nutpie only)
+# nutpie only, other than diag: nutpie's low-rank modified mass matrix; a diagonal one from the draws' variances,
+# as Stan, PyMC and NumPyro adapt it (nutpie's diag also uses the gradients')
+MASS_MATRICES = ("diag", "low_rank", "diag_stan")
 ALIGN_METHODS = ("chains", "reference_chain")
 SOURCES = ("moons", "table")
 LIKELIHOODS = tuple(likelihoods.LIKELIHOODS)
@@ -144,7 +146,7 @@ class SamplerParams:
 
     NUTS backends use chains/tune/draws/target_accept; ``advi`` fits the
     approximation with ``advi.*`` and then draws ``chains x draws`` from it.
-    ``max_draws`` (numpyro only; 0: off) lets a fit go on past ``draws``, in blocks of ``draws`` per
+    ``max_draws`` (nutpie and numpyro; 0: off) lets a fit go on past ``draws``, in blocks of ``draws`` per
     chain, while its draws miss the convergence bar, up to ``max_draws`` per chain
     (:meth:`hbnn.inference.Sampler.sample`).
     """
@@ -179,9 +181,9 @@ class SamplerParams:
                  f"must be a whole number of blocks of {key}.draws={self.draws} (the fit goes on a block at a time)")
         _require(self.max_draws == 0 or self.chains >= 2, f"{key}.max_draws", self.max_draws,
                  f"needs {key}.chains >= 2 (R-hat, part of the bar it draws until, needs 2 chains); set it to 0")
-        _require(self.max_draws == 0 or self.backend == "numpyro", f"{key}.max_draws", self.max_draws,
-                 f"needs {key}.backend=numpyro (the only backend here that can go on with a finished run); "
-                 "set it to 0")
+        _require(self.max_draws == 0 or self.backend in ("numpyro", "nutpie"), f"{key}.max_draws", self.max_draws,
+                 f"needs {key}.backend=nutpie or numpyro (the backends here that can draw on until the draws meet "
+                 "the bar); set it to 0")
         self.advi.check(f"{key}.advi")
 
     @property
@@ -190,13 +192,13 @@ class SamplerParams:
         return max(self.draws, self.max_draws)
 
 
-# The hierarchical fit's defaults, chosen by measurement (benchmarks/FINDINGS.md, "Converged defaults"):
-# NumPyro's NUTS runs ~8x longer trajectories than nutpie's on this posterior at ~2.5x less time per leapfrog step;
-# the slowest groups' test-point probabilities need 1000-2000 draws per chain for ESS 400 (by seed), so the fit
-# draws blocks of 1000 until every group meets the bar (at most 5000); target_accept 0.9 and 0.95 each left one
-# chain with too many divergences at one seed in three.
-HIER_SAMPLER = SamplerParams(backend="numpyro", chains=2, tune=1000, draws=1000, target_accept=0.98,
-                             max_draws=5000)
+# The hierarchical fit's defaults, chosen by measurement (benchmarks/FINDINGS.md, "Converged defaults" and
+# "A hand-written log density"): nutpie with the model's hand-written log density and a Stan-style diagonal mass
+# matrix runs NumPyro's trajectory lengths at about half its time per leapfrog step; the slowest groups'
+# test-point probabilities need 1000-3000 draws per chain for ESS 400 (by seed), so the fit draws blocks of 1000
+# until every group meets the bar (at most 5000); lower target_accept left a chain with divergences.
+HIER_SAMPLER = SamplerParams(backend="nutpie", chains=2, tune=1000, draws=1000, target_accept=0.98,
+                             mass_matrix="diag_stan", max_draws=5000)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -115,6 +116,10 @@ class Backend:
                                                                              int | None]:
         raise NotImplementedError
 
+    def use_density(self, density) -> None:
+        """Take a hand-written log density of the model (:class:`hbnn.kernel.HierarchicalDensity`) where the backend
+        can use one; the others sample PyMC's own, which is the same density."""
+
     def _set_data(self, data: Mapping[str, np.ndarray] | None) -> None:
         if data:
             with self.model:
@@ -122,9 +127,18 @@ class Backend:
 
 
 class NutpieBackend(Backend):
-    """nutpie (Rust NUTS over numba): compiled once, refitted to new data with ``with_data``."""
+    """nutpie (Rust NUTS over numba): compiled once, refitted to new data with ``with_data``.
+
+    With a hand-written log density (:meth:`use_density`, :mod:`hbnn.kernel`), nutpie calls it instead of
+    PyTensor's, and new rows are packed into its buffer.
+    With ``max_draws`` and a :attr:`Backend.until` check, the chains run on towards ``max_draws`` while the
+    first ``k * draws`` draws of every chain are checked as they arrive; the fit keeps exactly the first
+    block count whose draws meet the bar (or all of them) and stops the chains. Which draws are kept
+    depends on the draws only, never on timing, so the trace is the same on every run.
+    """
 
     name = "nutpie"
+    poll_seconds = 1.0  # how often a run-length-controlled fit looks at the draws so far
 
     def __init__(self, model: pm.Model, settings: SamplerParams):
         from hbnn.nutpie_cache import compile_numba
@@ -132,20 +146,43 @@ class NutpieBackend(Backend):
         super().__init__(model, settings)
         self.compiled = compile_numba(model)
 
+    density = None  # the hand-written log density in use, to repack for other rows
+    offsets: dict[str, int] | None = None
+
+    def use_density(self, density) -> None:
+        try:
+            fast = density.for_nutpie(self.compiled)
+        except ValueError as err:  # a model it does not cover: PyTensor's density is the same, only slower
+            log.warning("sampling PyTensor's log density, not the hand-written one: %s", err)
+            return
+        self.compiled, self.density, self.offsets = fast, density, density.offsets(fast)
+
+    def _with_data(self, data: Mapping[str, np.ndarray] | None):
+        if not data:
+            return self.compiled
+        if self.density is None:
+            return self.compiled.with_data(**data)
+        if set(data) != {"x", "y"}:
+            raise ValueError(f"the hand-written log density takes new rows as x and y, not {sorted(data)}")
+        buf = self.density.with_rows(data["x"], data["y"]).pack(self.offsets)
+        return dataclasses.replace(self.compiled, user_data=buf)
+
     def run(self, seed, data):
         import nutpie
 
         s = self.settings
-        compiled = self.compiled.with_data(**data) if data else self.compiled
+        compiled = self._with_data(data)
+        blocks = s.max_draws > s.draws and self.until is not None
         running = nutpie.sample(
             compiled,
-            draws=s.draws,
+            draws=s.max_draws if blocks else s.draws,
             tune=s.tune,
             chains=s.chains,
             cores=s.cores,
             seed=seed,
             target_accept=s.target_accept,
             low_rank_modified_mass_matrix=s.mass_matrix == "low_rank",
+            **({"use_grad_based_mass_matrix": False} if s.mass_matrix == "diag_stan" else {}),
             progress_bar=logs.interactive(),  # on a terminal; in a log, Sampler.sample's heartbeat
             save_warmup=True,  # only to count the tuning phase's gradient evaluations
             blocking=False,
@@ -153,11 +190,51 @@ class NutpieBackend(Backend):
         # nutpie's blocking call turns Ctrl-C into an early return with the draws so far;
         # here an interrupt stops the chains and propagates, so no partial trace is used.
         try:
-            idata = running.wait()
+            idata = self._first_converged_blocks(running) if blocks else running.wait()
         except BaseException:
             running.cancel()
             raise
         return idata, None, _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
+
+    def _first_converged_blocks(self, running) -> az.InferenceData:
+        """The first ``k * draws`` draws of every chain, for the smallest ``k`` whose draws :attr:`until` passes
+        (or ``max_draws``); the chains are stopped once that is known."""
+        s = self.settings
+        kept = s.draws
+        final = None  # the whole trace, once the chains have finished (nutpie hands it over once)
+        while True:
+            trace = final
+            while trace is None:
+                if _finished(running):
+                    trace = final = running.wait()
+                    break
+                so_far = running.inspect()
+                stats = so_far.sample_stats
+                drawn = np.isfinite(stats["step_size"].values).sum(axis=1) if stats.sizes.get("draw") else [0]
+                if min(drawn) >= kept:
+                    trace = so_far
+                    break
+                time.sleep(self.poll_seconds)
+            head = az.InferenceData(warmup_sample_stats=trace["warmup_sample_stats"],
+                                    **{g: trace[g].isel(draw=slice(0, kept)) for g in ("posterior", "sample_stats")})
+            missing = self.until(head.posterior)
+            if missing is None or kept + s.draws > s.max_draws:
+                if missing:
+                    log.warning("stopped at max_draws=%d draws per chain, and %s: the metrics and the report say "
+                                "which groups miss the bar", s.max_draws, missing)
+                running.cancel()
+                return head
+            log.info("after %d draws per chain, %s; drawing %d more (up to max_draws=%d)",
+                     kept, missing, s.draws, s.max_draws)
+            kept += s.draws
+
+
+def _finished(running) -> bool:
+    """Whether a non-blocking nutpie run is over (nutpie 0.16 answers a running one with ``TimeoutError``)."""
+    try:
+        return bool(running.is_finished)
+    except TimeoutError:
+        return False
 
 
 class PymcBackend(Backend):
@@ -435,11 +512,13 @@ class Sampler:
     compiles (PyMC) or traces and jits (JAX) on every call.
     """
 
-    def __init__(self, model: pm.Model, settings: SamplerParams):
+    def __init__(self, model: pm.Model, settings: SamplerParams, density=None):
         self.model = model
         self.settings = settings
         start = time.perf_counter()
         self.backend = backend_class(settings)(model, settings)
+        if density is not None:
+            self.backend.use_density(density)
         # None where the compile happens inside every sampling call (counted in its seconds)
         self.compile_seconds = None if self.backend.compiles_in_sampling else time.perf_counter() - start
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hbnn.config import Params
 from hbnn.data import load_tasks
+from hbnn.kernel import FlatDensity
 from hbnn.models import build_flat_model
 from hbnn.stages import fitting
 
@@ -21,5 +22,8 @@ def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
                                 minibatch_size=fitting.minibatch(params, "fit_flat"), likelihood=m.likelihood,
                                 noise_sd=m.noise_sd, bias=m.bias)
 
-    sampled = fitting.fit_per_group("fit_flat", params, tasks, build)
+    def density(X, y):
+        return FlatDensity.on_rows(X, y, m.hidden_layers, m.bias, m.likelihood, m.noise_sd, prior_sd=m.prior_sd)
+
+    sampled = fitting.fit_per_group("fit_flat", params, tasks, build, density)
     return fitting.finish_fit("fit_flat", params, tasks, sampled, trace_out, metrics_out, timing_out)

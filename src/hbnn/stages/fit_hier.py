@@ -8,6 +8,7 @@ from hbnn import evaluation
 from hbnn.config import Params
 from hbnn.data import Tasks, load_tasks
 from hbnn.inference import Sampler
+from hbnn.kernel import HierarchicalDensity
 from hbnn.models import build_hierarchical_minibatch_model, build_hierarchical_model
 from hbnn.network import layer_specs
 from hbnn.stages import fitting
@@ -28,6 +29,7 @@ def sample_hierarchical(stage: str, params: Params, tasks: Tasks) -> fitting.Sam
     m = params.model
     estimate = fitting.enforce_budget(stage, params, tasks)
     batch = fitting.minibatch(params, stage)
+    density = None  # a hand-written log density of the full-batch model, for the backends that take one
     if batch:
         train = tasks.split("train")
         model = build_hierarchical_minibatch_model(
@@ -40,8 +42,10 @@ def sample_hierarchical(stage: str, params: Params, tasks: Tasks) -> fitting.Sam
             padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers,
             likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias,
         )
+        density = HierarchicalDensity(padded.X, padded.y, padded.counts, tuple(m.hidden_layers), m.bias,
+                                      m.likelihood, m.noise_sd)
     settings = params.sampler_for(stage)
-    sampler = Sampler(model, settings)
+    sampler = Sampler(model, settings, density)
     specs = layer_specs(tasks.n_features, m.hidden_layers, m.bias)
     sd_vars = [f"sd_{s.name}" for s in specs]
     fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS[stage]),

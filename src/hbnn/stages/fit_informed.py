@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hbnn.config import Params
 from hbnn.data import load_tasks
+from hbnn.kernel import InformedDensity
 from hbnn.models import build_informed_model
 from hbnn.network import layer_specs
 from hbnn.prior import load_prior
@@ -27,6 +28,9 @@ def fit_informed(
                                     minibatch_size=fitting.minibatch(params, "fit_informed"), likelihood=m.likelihood,
                                     noise_sd=m.noise_sd, bias=m.bias)
 
-    sampled = fitting.fit_per_group("fit_informed", params, tasks, build)
+    def density(X, y):
+        return InformedDensity.on_rows(X, y, m.hidden_layers, m.bias, m.likelihood, m.noise_sd, prior=layer_prior)
+
+    sampled = fitting.fit_per_group("fit_informed", params, tasks, build, density)
     return fitting.finish_fit("fit_informed", params, tasks, sampled, trace_out, metrics_out, timing_out,
                               settings_extra={"prior_file": str(prior_path)})

@@ -235,8 +235,11 @@ def minibatch(params: Params, stage: str) -> int | None:
     return backend_class(s).minibatch_size(s)
 
 
-def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> Sampled:
+def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None) -> Sampled:
     """Fit ``build(X, y)`` to every group's training rows, compiled once per process.
+
+    ``density(X, y)``: the model's hand-written log density on those rows (:mod:`hbnn.kernel`), which nutpie
+    samples instead of PyTensor's (the same density, checked before sampling).
 
     The fits run where ``HBNN_DASK_SCHEDULER`` says (:mod:`hbnn.cluster`): in this
     process by default, or in shards on a Dask cluster, with the same draws.
@@ -246,7 +249,8 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build) -> Sampled:
     train = tasks.split("train")
     first = train.rows(0)
     settings = params.sampler_for(stage)
-    model = cluster.Model(build, settings, train.X[first], train.y[first])
+    x, y = train.X[first], train.y[first]
+    model = cluster.Model(build, settings, x, y, None if density is None else density(x, y))
     jobs = []
     for g, name in enumerate(tasks.group_names):
         rows = train.rows(g)

@@ -30,6 +30,7 @@ from hbnn.io import (
     settings_from_attrs,
     staged_outputs,
 )
+from hbnn.kernel import FlatDensity, InformedDensity
 from hbnn.logs import watch
 from hbnn.models import build_flat_model, build_informed_model
 from hbnn.network import layer_specs
@@ -136,12 +137,18 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
                                                          likelihood=m.likelihood, noise_sd=m.noise_sd,
                                                          bias=m.bias),
     }
+    densities = {
+        FLAT.name: lambda X, y: FlatDensity.on_rows(X, y, m.hidden_layers, m.bias, m.likelihood, m.noise_sd,
+                                                    prior_sd=m.prior_sd),
+        INFORMED.name: lambda X, y: InformedDensity.on_rows(X, y, m.hidden_layers, m.bias, m.likelihood,
+                                                            m.noise_sd, prior=layer_prior),
+    }
     for name in MODELS:
         fitting.enforce_budget(f"transfer_{name}", params, refit)
     traces, fit_metrics, timings, tests = {}, {}, {}, {}
     for name in MODELS:
         stage = f"transfer_{name}"
-        sampled = fitting.fit_per_group(stage, params, refit, builders[name])
+        sampled = fitting.fit_per_group(stage, params, refit, builders[name], densities[name])
         with watch(log, f"{stage}: scoring the draws"):
             traces[name], fit_metrics[name], timings[name], predictions = fitting.score_fit(
                 stage, params, refit, sampled, settings_extra={"prior_file": str(prior_path)})

@@ -1,0 +1,542 @@
+"""Hand-written log densities and gradients of the three BNNs, for nutpie.
+
+PyTensor's numba backend runs the hierarchical model's gradient at ~250 us (about
+1.8x a NumPy version of the same arithmetic), and XLA at ~60 us, both bound by
+per-op overhead and a scalar ``tanh``: the arithmetic is ~100 kflop and ~10k
+``tanh`` per gradient on the default data (benchmarks/FINDINGS.md). A per-group
+flat or informed model (~40 weights, 50 rows) pays ~20 us per step in PyTensor
+for ~1 us of arithmetic. This module computes exactly the densities PyMC gives
+NUTS for :mod:`hbnn.models`' full-batch models, in the unconstrained space the
+sampler sees, with manual backpropagation in one numba function: every layer
+count, width, bias row, likelihood and ragged group size the builders accept.
+
+* weights, in ``model.value_vars`` order:
+  hierarchical (:class:`HierarchicalDensity`): per layer ``mu_<layer>``,
+  ``sd_<layer>_log__`` (``sd = exp(s)``, the density includes the log-Jacobian
+  ``s``, ``sd ~ HalfNormal(1)``) and ``z_<layer>`` ``(group, *layer.shape)``, with
+  ``w[g] = mu + sd * z[g]``; flat (:class:`FlatDensity`): ``w_<layer> ~ Normal(0,
+  prior_sd)``; informed (:class:`InformedDensity`): ``z_<layer> ~ Normal(0, I)`` and
+  ``w = mean + chol(cov) @ z`` per flattened layer;
+* the likelihood of :mod:`hbnn.likelihoods` over each group's real rows
+  (``bernoulli``: ``y * l - softplus(l)``; ``gaussian``: ``Normal(l, sigma)``
+  with ``sigma ~ HalfNormal(noise_sd)``, value variable ``sigma_log__``, last;
+  ``poisson``: ``y * l - exp(l) - log(y!)``).
+
+``tanh`` is computed from a vectorisable ``exp`` (a degree-12 Taylor polynomial
+after the usual ``k ln 2`` range reduction), accurate to 2.3e-16 absolute.
+The log density matches PyMC's compiled one to rounding, including every
+normalising constant: ``tests/test_kernel.py`` checks values and gradients
+against PyMC for each supported configuration, and :meth:`Density.for_nutpie`
+checks them again, at two points, for the model at hand before any sampling.
+
+Where the values live: :meth:`Density.pack` writes the layout and the data into
+one float64 buffer, which nutpie passes to :data:`cfunc` as its ``user_data``
+pointer; so the machine code depends on neither the data nor the model's sizes,
+and numba's disk cache serves every process after the first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import numba
+import numpy as np
+
+LIKELIHOODS = {"bernoulli": 0, "gaussian": 1, "poisson": 2}
+HIERARCHICAL, FLAT, INFORMED = 0, 1, 2  # how a layer's weights come from the flat vector
+_HEADER = 14  # buffer slots before the per-layer layout (see Density.pack)
+_PER_LAYER = 5  # n_in (without bias), n_out, then three offsets that depend on the kind (see Density.pack)
+_LOG_2PI = math.log(2.0 * math.pi)
+_HALFNORMAL_CONST = math.log(2.0) - 0.5 * _LOG_2PI
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_ODD_RECIPROCALS = tuple(1.0 / (2 * k + 1) for k in range(17))
+
+
+@numba.njit(fastmath=True, cache=True, inline="always")
+def _exp_reduced(x: float) -> tuple[float, int]:
+    """``exp(x) = p * 2**k``: ``k = round(x / ln 2)`` and ``p = exp(r)``, ``|r| <= ln(2) / 2``, as its
+    degree-12 Taylor polynomial (error < 1e-16 relative). No library call, so loops over it vectorise."""
+    k = math.floor(x * _LOG2E + 0.5)
+    r = (x - k * _LN2_HI) - k * _LN2_LO
+    p = 1.0 + r * (1.0 + r * (1 / 2 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (1 / 720 + r * (
+        1 / 5040 + r * (1 / 40320 + r * (1 / 362880 + r * (1 / 3628800 + r * (1 / 39916800 + r / 479001600)))))))))))
+    return p, np.int64(k)
+
+
+@numba.njit(fastmath=True, cache=True)
+def _exp_nonpositive(x: np.ndarray, out: np.ndarray, n: int, bits: np.ndarray) -> None:
+    """``out[:n] = exp(x[:n])`` for ``-1022 ln 2 < x <= 0`` (``bits``: ``n`` int64 of scratch; ``out`` is not ``x``)."""
+    for i in range(n):
+        p, k = _exp_reduced(x[i])
+        out[i] = p
+        bits[i] = (k + 1023) << 52  # the float 2**k
+    scale = bits[:n].view(np.float64)
+    for i in range(n):
+        out[i] *= scale[i]
+
+
+@numba.njit(fastmath=True, cache=True)
+def _tanh_inplace(a: np.ndarray, n: int, e: np.ndarray, bits: np.ndarray) -> None:
+    """``a[:n] = tanh(a[:n])``, accurate to 2.3e-16 absolute (``e``: ``n`` floats, ``bits``: ``n`` int64 of scratch)."""
+    for i in range(n):
+        # tanh(|a|) = (1 - e) / (1 + e) with e = exp(-2|a|); past |a| = 19, e < 2**-54 and tanh rounds to 1.
+        p, k = _exp_reduced(-2.0 * min(abs(a[i]), 19.0))
+        e[i] = p
+        bits[i] = (k + 1023) << 52
+    scale = bits[:n].view(np.float64)
+    for i in range(n):
+        x = e[i] * scale[i]
+        t = (1.0 - x) / (1.0 + x)
+        a[i] = t if a[i] >= 0.0 else -t
+
+
+@numba.njit(fastmath=True, cache=True)
+def _bernoulli_logit(logit: np.ndarray, y: np.ndarray, d: np.ndarray, n: int, e: np.ndarray,
+                     bits: np.ndarray) -> float:
+    """``sum(y * l - softplus(l))`` over ``n`` rows; writes ``d = y - sigmoid(l)``.
+
+    ``softplus(l) = max(l, 0) + log1p(e)`` with ``e = exp(-|l|)`` in ``(0, 1]``;
+    ``log1p(e) = 2 atanh(u)``, ``u = e / (2 + e)`` in ``(0, 1/3]``, summed as its
+    odd power series to 17 terms (error < 1e-17).
+    """
+    for i in range(n):
+        d[i] = -min(abs(logit[i]), 700.0)
+    _exp_nonpositive(d, e, n, bits)
+    total = 0.0
+    for i in range(n):
+        z = logit[i]
+        u = e[i] / (2.0 + e[i])
+        u2 = u * u
+        s = 1 / 35
+        for k in range(16, -1, -1):
+            s = s * u2 + _ODD_RECIPROCALS[k]
+        log1p_e = 2.0 * u * s
+        total += y[i] * z - (max(z, 0.0) + log1p_e)
+        d[i] = y[i] - (1.0 / (1.0 + e[i]) if z >= 0.0 else e[i] / (1.0 + e[i]))
+    return total
+
+
+
+@numba.njit(fastmath=True, cache=True)
+def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay, n_layers, bias, lik, sigma):
+    """One group's log-likelihood at weights ``W`` (layer after layer, ``(n_in + bias, n_out)`` row-major);
+    adds its gradient to ``gW`` and returns ``(loglik, d loglik / d log sigma)``.
+
+    Activations are ``(unit, row)`` with rows contiguous (``H[l]`` enters layer ``l``), so every inner loop
+    runs over rows.
+    """
+    for i in range(D):
+        for r in range(n):
+            H[0, i * R + r] = X[(g * D + i) * R + r]
+    w_at = 0
+    for li in range(n_layers):
+        n_in = int(lay[_PER_LAYER * li])
+        n_out = int(lay[_PER_LAYER * li + 1])
+        h = H[li]
+        a = H[li + 1]
+        for j in range(n_out):
+            b = W[w_at + n_in * n_out + j] if bias else 0.0
+            for r in range(n):
+                a[j * R + r] = b
+            for i in range(n_in):
+                w = W[w_at + i * n_out + j]
+                for r in range(n):
+                    a[j * R + r] += w * h[i * R + r]
+        if li < n_layers - 1:  # padding rows hold finite values (H starts at 0), so one call covers the layer
+            _tanh_inplace(a, n_out * R, e, bits)
+        w_at += (n_in + bias) * n_out
+    out = H[n_layers]
+    ll = 0.0
+    g_sigma = 0.0
+    if lik == 0:
+        ll = _bernoulli_logit(out, Y[g * R: g * R + n], dlogit, n, e, bits)
+    elif lik == 1:
+        log_sigma = math.log(sigma)
+        for r in range(n):
+            u = (Y[g * R + r] - out[r]) / sigma
+            ll += -0.5 * u * u - log_sigma
+            dlogit[r] = u / sigma
+            g_sigma += u * u - 1.0
+    else:
+        for r in range(n):
+            rate = math.exp(out[r])
+            ll += Y[g * R + r] * out[r] - rate
+            dlogit[r] = Y[g * R + r] - rate
+    for r in range(n):
+        delta[r] = dlogit[r]
+    for li in range(n_layers - 1, -1, -1):
+        n_in = int(lay[_PER_LAYER * li])
+        n_out = int(lay[_PER_LAYER * li + 1])
+        w_at -= (n_in + bias) * n_out
+        h = H[li]
+        for j in range(n_out):
+            d = delta[j * R: j * R + n]
+            for i in range(n_in):
+                acc = 0.0
+                for r in range(n):
+                    acc += h[i * R + r] * d[r]
+                gW[w_at + i * n_out + j] += acc
+            if bias:
+                acc = 0.0
+                for r in range(n):
+                    acc += d[r]
+                gW[w_at + n_in * n_out + j] += acc
+        if li > 0:
+            for i in range(n_in):
+                bk = back[i * R: i * R + n]
+                for r in range(n):
+                    bk[r] = 0.0
+                for j in range(n_out):
+                    w = W[w_at + i * n_out + j]
+                    for r in range(n):
+                        bk[r] += w * delta[j * R + r]
+                for r in range(n):
+                    hi = h[i * R + r]
+                    bk[r] *= 1.0 - hi * hi
+            for k in range(n_in * R):
+                delta[k] = back[k]
+    return ll, g_sigma
+
+
+@numba.njit(fastmath=True, cache=True)
+def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
+    """Log density at ``theta`` (flat, in the layout packed in ``buf``); writes its gradient into ``grad``."""
+    n_layers = int(buf[1])
+    G = int(buf[2])
+    R = int(buf[3])
+    D = int(buf[4])
+    bias = int(buf[5])
+    lik = int(buf[6])
+    sigma_at = int(buf[7])
+    noise_sd = buf[8]
+    lp = buf[9]  # every normalising constant, data-only terms included
+    n_dim = int(buf[10])
+    kind = int(buf[11])
+    prior_sd = buf[12]
+    lay = buf[_HEADER: _HEADER + _PER_LAYER * n_layers]
+    at = _HEADER + _PER_LAYER * n_layers
+    counts = buf[at: at + G]
+    at += G
+    X = buf[at: at + G * R * D]
+    at += G * R * D
+    Y = buf[at: at + G * R]
+
+    # Standard-normal priors on every entry; the other priors are corrected below.
+    for i in range(n_dim):
+        grad[i] = -theta[i]
+        lp -= 0.5 * theta[i] * theta[i]
+    widest = D
+    n_w = 0
+    for li in range(n_layers):
+        n_in = int(lay[_PER_LAYER * li])
+        n_out = int(lay[_PER_LAYER * li + 1])
+        widest = max(widest, n_out)
+        size = (n_in + bias) * n_out
+        if kind == HIERARCHICAL:
+            # sd ~ HalfNormal(1) on the log scale: -sd^2 / 2 + s (Jacobian), instead of the standard normal
+            s_at = int(lay[_PER_LAYER * li + 3])
+            s = theta[s_at]
+            sd = math.exp(s)
+            lp += 0.5 * s * s - 0.5 * sd * sd + s
+            grad[s_at] = 1.0 - sd * sd
+        elif kind == FLAT:  # Normal(0, prior_sd)
+            w_at = int(lay[_PER_LAYER * li + 2])
+            for k in range(size):
+                t = theta[w_at + k]
+                lp += 0.5 * t * t * (1.0 - 1.0 / (prior_sd * prior_sd))
+                grad[w_at + k] = -t / (prior_sd * prior_sd)
+        n_w += size
+    sigma = 1.0
+    if sigma_at >= 0:
+        s = theta[sigma_at]
+        sigma = math.exp(s)
+        u = sigma / noise_sd
+        lp += 0.5 * s * s - 0.5 * u * u + s
+        grad[sigma_at] = 1.0 - u * u
+
+    W = np.empty(n_w)  # one group's weights, layer after layer, (n_in + bias, n_out) row-major
+    gW = np.empty(n_w)  # their gradients
+    H = np.zeros((n_layers + 1, R * widest))
+    delta = np.empty(R * widest)
+    back = np.empty(R * widest)
+    e = np.empty(R * widest)
+    bits = np.empty(R * widest, dtype=np.int64)
+    dlogit = np.empty(R)
+    g_sd = np.zeros(n_layers)
+    g_sigma = 0.0
+    for g in range(G):
+        # This group's weights from the flat vector.
+        w_at = 0
+        for li in range(n_layers):
+            size = (int(lay[_PER_LAYER * li]) + bias) * int(lay[_PER_LAYER * li + 1])
+            a_at = int(lay[_PER_LAYER * li + 2])
+            if kind == HIERARCHICAL:  # mu + sd * z[g]
+                sd = math.exp(theta[int(lay[_PER_LAYER * li + 3])])
+                z_at = int(lay[_PER_LAYER * li + 4]) + g * size
+                for k in range(size):
+                    W[w_at + k] = theta[a_at + k] + sd * theta[z_at + k]
+            elif kind == FLAT:
+                for k in range(size):
+                    W[w_at + k] = theta[a_at + k]
+            else:  # mean + L @ z, L lower-triangular
+                mean = buf[int(lay[_PER_LAYER * li + 3]):]
+                chol = buf[int(lay[_PER_LAYER * li + 4]):]
+                for k in range(size):
+                    acc = mean[k]
+                    for m in range(k + 1):
+                        acc += chol[k * size + m] * theta[a_at + m]
+                    W[w_at + k] = acc
+            for k in range(size):
+                gW[w_at + k] = 0.0
+            w_at += size
+        ll, gs = _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, int(counts[g]), R, D, lay,
+                               n_layers, bias, lik, sigma)
+        lp += ll
+        g_sigma += gs
+        # Chain rule back to the flat vector.
+        w_at = 0
+        for li in range(n_layers):
+            size = (int(lay[_PER_LAYER * li]) + bias) * int(lay[_PER_LAYER * li + 1])
+            a_at = int(lay[_PER_LAYER * li + 2])
+            if kind == HIERARCHICAL:
+                sd = math.exp(theta[int(lay[_PER_LAYER * li + 3])])
+                z_at = int(lay[_PER_LAYER * li + 4]) + g * size
+                acc = 0.0
+                for k in range(size):
+                    gw = gW[w_at + k]
+                    grad[a_at + k] += gw
+                    grad[z_at + k] += sd * gw
+                    acc += gw * theta[z_at + k]
+                g_sd[li] += sd * acc
+            elif kind == FLAT:
+                for k in range(size):
+                    grad[a_at + k] += gW[w_at + k]
+            else:  # d/dz = L^T gW
+                chol = buf[int(lay[_PER_LAYER * li + 4]):]
+                for k in range(size):
+                    gw = gW[w_at + k]
+                    for m in range(k + 1):
+                        grad[a_at + m] += chol[k * size + m] * gw
+            w_at += size
+    if kind == HIERARCHICAL:
+        for li in range(n_layers):
+            grad[int(lay[_PER_LAYER * li + 3])] += g_sd[li]
+    if sigma_at >= 0:
+        grad[sigma_at] += g_sigma
+    return lp
+
+
+_C_SIG = numba.types.int64(numba.types.uint64, numba.types.CPointer(numba.types.double),
+                           numba.types.CPointer(numba.types.double), numba.types.CPointer(numba.types.double),
+                           numba.types.voidptr)
+
+
+@numba.cfunc(_C_SIG, cache=True)
+def cfunc(dim, x_, out_, logp_, user_data_):
+    """nutpie's logp callback: ``user_data_`` points at a :meth:`Density.pack` buffer; 0 on success, as nutpie
+    expects (3: a non-finite gradient, 4: a non-finite value, -1: a vector of the wrong size)."""
+    size = int(numba.carray(user_data_, (1,), np.float64)[0])
+    buf = numba.carray(user_data_, (size,), np.float64)
+    n_dim = int(buf[10])
+    if dim != n_dim:
+        return -1
+    x = numba.carray(x_, (n_dim,))
+    out = numba.carray(out_, (n_dim,))
+    value = logp_grad(x, out, buf)
+    logp_[0] = value
+    if not np.all(np.isfinite(out)):
+        return 3
+    if not np.isfinite(value):
+        return 4
+    return 0
+
+
+@dataclass(frozen=True)
+class Density:
+    """A model's data and settings, as the hand-written log density needs them; subclasses say how the weights
+    come from the flat vector.
+
+    ``X_padded`` is ``(group, row, feature)`` with each group's ``counts[g]`` real rows first
+    (:meth:`hbnn.data.Tasks.padded`), and ``y`` the labels of the real rows in group order.
+    """
+
+    X_padded: np.ndarray
+    y: np.ndarray
+    counts: np.ndarray
+    hidden_layers: tuple[int, ...]
+    bias: bool
+    likelihood: str
+    noise_sd: float
+
+    kind: ClassVar[int] = -1
+    _extra_fields: ClassVar[tuple[str, ...]] = ()  # the subclass's own fields, kept by with_rows
+
+    @classmethod
+    def on_rows(cls, x: np.ndarray, y: np.ndarray, hidden_layers, bias: bool, likelihood: str, noise_sd: float,
+                **extra) -> Density:
+        """A per-group model's density on one group's rows ``x (row, feature)`` and ``y``."""
+        x = np.asarray(x, dtype=np.float64)
+        return cls(x[None], np.asarray(y, dtype=np.float64), np.array([x.shape[0]]), tuple(hidden_layers), bias,
+                   likelihood, noise_sd, **extra)
+
+    def with_rows(self, x: np.ndarray, y: np.ndarray) -> Density:
+        """The same model on one group's rows ``x (row, feature)`` and ``y``."""
+        return self.on_rows(x, y, self.hidden_layers, self.bias, self.likelihood, self.noise_sd,
+                            **{f: getattr(self, f) for f in self._extra_fields})
+
+    def specs(self):
+        from hbnn.network import layer_specs
+
+        return layer_specs(self.X_padded.shape[2], self.hidden_layers, self.bias)
+
+    def names(self) -> dict[str, tuple[int, ...]]:
+        """The model's value variables, in order, with their shapes."""
+        raise NotImplementedError
+
+    def _layers(self, offsets: dict[str, int], at: int) -> tuple[list[float], list[np.ndarray], float]:
+        """Per layer the three kind-specific slots, extra arrays to append at ``at``, and the prior's constant."""
+        raise NotImplementedError
+
+    def pack(self, offsets: dict[str, int]) -> np.ndarray:
+        """The buffer :func:`logp_grad` reads: a header, the layers, counts, ``X`` (group, feature, row) and
+        ``Y`` (group, row), then whatever the kind needs; ``offsets``: each value variable's start in the flat
+        vector."""
+        from scipy.special import gammaln
+
+        X = np.asarray(self.X_padded, dtype=np.float64)
+        G, R, D = X.shape
+        counts = np.asarray(self.counts, dtype=np.int64)
+        y = np.asarray(self.y, dtype=np.float64)
+        Y = np.zeros((G, R))
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        for g in range(G):
+            Y[g, : counts[g]] = y[starts[g]: starts[g + 1]]
+        specs = self.specs()
+        at = _HEADER + _PER_LAYER * len(specs) + G + G * R * D + G * R
+        slots, extra, const = self._layers(offsets, at)
+        lay = []
+        for s, three in zip(specs, slots, strict=True):
+            lay += [s.shape[0] - int(self.bias), s.shape[1] if len(s.shape) == 2 else 1, *three]
+        n_dim = sum(math.prod(shape) for shape in self.names().values())
+        sigma_at = -1
+        if self.likelihood == "gaussian":
+            sigma_at = offsets["sigma_log__"]
+            const += _HALFNORMAL_CONST - math.log(self.noise_sd) - 0.5 * _LOG_2PI * int(counts.sum())
+        elif self.likelihood == "poisson":
+            const -= float(gammaln(y + 1.0).sum())
+        header = [0.0, len(specs), G, R, D, int(self.bias), LIKELIHOODS[self.likelihood], sigma_at, self.noise_sd,
+                  const, n_dim, self.kind, getattr(self, "prior_sd", 1.0), 0.0]
+        buf = np.concatenate([np.asarray(header, dtype=np.float64), np.asarray(lay, dtype=np.float64),
+                              counts.astype(np.float64), X.transpose(0, 2, 1).ravel(), Y.ravel(), *extra])
+        buf[0] = buf.size
+        return buf
+
+    def for_nutpie(self, compiled, rtol: float = 1e-9):
+        """``compiled`` (nutpie's ``CompiledPyMCModel`` of the same model) with this log density in place of
+        PyTensor's, and :meth:`offsets` to repack it for other rows; nutpie's draws-to-variables ("expand")
+        function stays PyTensor's.
+
+        Refuses (:class:`ValueError`) a model whose value variables are not this density's, and checks value
+        and gradient against PyMC's compiled function at two points before any sampling.
+        """
+        offsets = self.offsets(compiled)
+        if compiled.expand_func.get_shared():
+            raise ValueError("nutpie's expand function reads shared data; the packed buffer would replace it")
+        buf = self.pack(offsets)
+        rng = np.random.default_rng(0)
+        for point in (np.zeros(compiled.n_dim), rng.normal(0.0, 0.5, compiled.n_dim)):
+            want, want_grad = compiled.logp_func(point)
+            grad = np.empty(compiled.n_dim)
+            value = logp_grad(point, grad, buf)
+            scale = max(1.0, float(np.abs(want_grad).max()))
+            off = float(np.abs(grad - want_grad).max())
+            if not (abs(value - want) <= rtol * max(1.0, abs(want)) and off <= rtol * scale):
+                raise ValueError(f"hand-written log density disagrees with PyMC's: {value} vs {want}, gradient "
+                                 f"off by {off:.3g}")
+        return replace(compiled, compiled_logp_func=cfunc, user_data=buf)
+
+    def offsets(self, compiled) -> dict[str, int]:
+        """Where each value variable starts in nutpie's flat vector; :class:`ValueError` unless they are this
+        density's."""
+        names, slices, shapes = compiled.shape_info
+        # The flat vector holds the value variables; the entries past it are nutpie's expanded deterministics.
+        layout = {n: (int(sl.start), tuple(int(d) for d in shape))
+                  for n, sl, shape in zip(names, slices, shapes, strict=True) if sl.stop <= compiled.n_dim}
+        got = {n: shape for n, (_, shape) in layout.items()}
+        if got != self.names():
+            raise ValueError(f"not the model this log density computes: value variables {got}, expected "
+                             f"{self.names()}")
+        return {n: start for n, (start, _) in layout.items()}
+
+    def _sigma(self, out: dict) -> dict:
+        if self.likelihood == "gaussian":
+            out["sigma_log__"] = ()
+        return out
+
+
+@dataclass(frozen=True)
+class HierarchicalDensity(Density):
+    """:func:`hbnn.models.build_hierarchical_model` (same data and settings)."""
+
+    kind = HIERARCHICAL
+
+    def names(self):
+        out: dict[str, tuple[int, ...]] = {}
+        for s in self.specs():
+            out[f"mu_{s.name}"] = s.shape
+            out[f"sd_{s.name}_log__"] = ()
+            out[f"z_{s.name}"] = (self.X_padded.shape[0], *s.shape)
+        return self._sigma(out)
+
+    def _layers(self, offsets, at):
+        specs = self.specs()
+        slots = [[offsets[f"mu_{s.name}"], offsets[f"sd_{s.name}_log__"], offsets[f"z_{s.name}"]] for s in specs]
+        n_normal = sum((self.X_padded.shape[0] + 1) * s.size for s in specs)
+        return slots, [], -0.5 * _LOG_2PI * n_normal + _HALFNORMAL_CONST * len(specs)
+
+
+@dataclass(frozen=True)
+class FlatDensity(Density):
+    """:func:`hbnn.models.build_flat_model` (one group: ``X_padded`` is ``(1, row, feature)``)."""
+
+    prior_sd: float = 1.0
+    kind = FLAT
+    _extra_fields = ("prior_sd",)
+
+    def names(self):
+        return self._sigma({s.var: s.shape for s in self.specs()})
+
+    def _layers(self, offsets, at):
+        specs = self.specs()
+        n_w = sum(s.size for s in specs)
+        return ([[offsets[s.var], -1, -1] for s in specs], [],
+                n_w * (-0.5 * _LOG_2PI - math.log(self.prior_sd)))
+
+
+@dataclass(frozen=True)
+class InformedDensity(Density):
+    """:func:`hbnn.models.build_informed_model`: ``prior[layer] = (mean, cov)`` of the flattened layer."""
+
+    prior: dict = None
+
+    kind = INFORMED
+    _extra_fields = ("prior",)
+
+    def names(self):
+        return self._sigma({f"z_{s.name}": (s.size,) for s in self.specs()})
+
+    def _layers(self, offsets, at):
+        slots, extra = [], []
+        for s in self.specs():
+            mean, cov = self.prior[s.name]
+            chol = np.linalg.cholesky(np.asarray(cov, dtype=np.float64))  # as build_informed_model factors it
+            slots.append([offsets[f"z_{s.name}"], at, at + s.size])
+            extra += [np.asarray(mean, dtype=np.float64).ravel(), chol.ravel()]
+            at += s.size + s.size * s.size
+        n_w = sum(s.size for s in self.specs())
+        return slots, extra, -0.5 * _LOG_2PI * n_w

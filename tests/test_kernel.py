@@ -1,0 +1,173 @@
+"""The hand-written hierarchical log density is PyMC's, value and gradient, for every model the builder makes."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from hbnn import kernel
+from hbnn.models import build_flat_model, build_hierarchical_model, build_informed_model
+from hbnn.network import layer_specs
+from hbnn.nutpie_cache import compile_numba
+
+
+def _data(likelihood: str, counts=(7, 3, 12), n_features: int = 2, seed: int = 0):
+    """Padded rows of ``len(counts)`` groups (each group's real rows first) with labels fit for ``likelihood``."""
+    rng = np.random.default_rng(seed)
+    width = max(counts)
+    X = np.zeros((len(counts), width, n_features))
+    valid, y = [], []
+    for g, n in enumerate(counts):
+        X[g, :n] = rng.normal(size=(n, n_features))
+        valid.append(g * width + np.arange(n))
+        if likelihood == "bernoulli":
+            y.append(np.arange(n) % 2)
+        elif likelihood == "poisson":
+            y.append(rng.poisson(2.0, n))
+        else:
+            y.append(rng.normal(size=n))
+    return X, np.concatenate(y).astype(float), np.asarray(counts), np.concatenate(valid)
+
+
+def _value_layout(model) -> tuple[dict[str, int], int]:
+    offsets, at = {}, 0
+    for name, value in model.initial_point().items():
+        offsets[name] = at
+        at += int(np.size(value))
+    return offsets, at
+
+
+CASES = [
+    ("bernoulli", (5, 5), False, (7, 3, 12)),
+    ("bernoulli", (4,), True, (7, 3, 12)),
+    ("bernoulli", (), False, (6, 6, 6)),
+    ("bernoulli", (3, 4, 2), True, (6, 6, 6)),
+    ("gaussian", (5, 5), False, (7, 3, 12)),
+    ("gaussian", (3,), True, (5, 9, 2)),
+    ("poisson", (5, 5), False, (7, 3, 12)),
+    ("poisson", (2, 3), True, (4, 4, 8)),
+]
+
+
+@pytest.mark.parametrize("likelihood, hidden, bias, counts", CASES)
+def test_log_density_and_gradient_equal_pymcs(likelihood, hidden, bias, counts):
+    X, y, counts, valid = _data(likelihood, counts, n_features=3 if bias else 2)
+    groups = [f"g{i}" for i in range(len(counts))]
+    features = [f"x{i}" for i in range(X.shape[2])]
+    noise_sd = 0.7
+    model = build_hierarchical_model(X, y, valid, groups, features, hidden, likelihood=likelihood,
+                                     noise_sd=noise_sd, bias=bias)
+    density = kernel.HierarchicalDensity(X, y, counts, hidden, bias, likelihood, noise_sd)
+    _assert_same_density(model, density)
+
+
+def _assert_same_density(model, density):
+    offsets, n_dim = _value_layout(model)
+    assert [v.name for v in model.value_vars] == list(offsets)  # the flat order is model.value_vars'
+    assert {n: np.shape(v) for n, v in model.initial_point().items()} == density.names()
+    buf = density.pack(offsets)
+    pymc = model.logp_dlogp_function(ravel_inputs=True)
+    pymc.set_extra_values({})
+    rng = np.random.default_rng(1)
+    for scale in (0.0, 0.5, 1.5, 4.0):  # 4.0: saturated tanh units, large logits and rates
+        theta = rng.normal(0.0, scale, n_dim)
+        want, want_grad = pymc(theta)
+        grad = np.full(n_dim, np.nan)
+        got = kernel.logp_grad(theta, grad, buf)
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-9)
+        np.testing.assert_allclose(grad, want_grad, rtol=1e-9, atol=1e-9 * max(1.0, np.abs(want_grad).max()))
+
+
+PER_GROUP_CASES = [
+    ("bernoulli", (5, 5), False, 50),
+    ("bernoulli", (), True, 7),
+    ("gaussian", (3, 4), True, 11),
+    ("poisson", (5,), False, 9),
+]
+
+
+@pytest.mark.parametrize("likelihood, hidden, bias, rows", PER_GROUP_CASES)
+@pytest.mark.parametrize("which", ["flat", "informed"])
+def test_per_group_log_densities_equal_pymcs(which, likelihood, hidden, bias, rows):
+    X, y, counts, _ = _data(likelihood, (rows,), n_features=3 if bias else 2, seed=4)
+    x = X[0]
+    features = [f"x{i}" for i in range(x.shape[1])]
+    noise_sd, prior_sd = 0.7, 1.3
+    rng = np.random.default_rng(5)
+    if which == "flat":
+        model = build_flat_model(x, y, features, hidden, prior_sd, likelihood=likelihood, noise_sd=noise_sd,
+                                 bias=bias)
+        template = kernel.FlatDensity(X, y, counts, hidden, bias, likelihood, noise_sd, prior_sd=prior_sd)
+    else:
+        prior = {}
+        for s in layer_specs(x.shape[1], hidden, bias):
+            a = rng.normal(size=(s.size, s.size))
+            prior[s.name] = (rng.normal(size=s.size), a @ a.T / s.size + 0.1 * np.eye(s.size))
+        model = build_informed_model(x, y, features, hidden, prior, likelihood=likelihood, noise_sd=noise_sd,
+                                     bias=bias)
+        template = kernel.InformedDensity(X, y, counts, hidden, bias, likelihood, noise_sd, prior=prior)
+    _assert_same_density(model, template)
+    # another group's rows, as the per-group fits refit them
+    x2, y2 = rng.normal(size=(rows + 3, x.shape[1])), _data(likelihood, (rows + 3,), seed=6)[1]
+    with model:
+        pm.set_data({"x": x2, "y": y2})
+    _assert_same_density(model, template.with_rows(x2, y2))
+
+
+def test_tanh_and_exp_are_accurate_over_the_whole_range():
+    a = np.concatenate([np.linspace(-25, 25, 20001), [0.0, -0.0, 1e-300, -1e-12, 19.0, -19.0, 700.0, -700.0]])
+    out = a.copy()
+    kernel._tanh_inplace(out, out.size, np.empty(a.size), np.empty(a.size, dtype=np.int64))
+    assert np.abs(out - np.tanh(a)).max() <= 3e-16
+    # Relative errors below what rounding x itself does to exp(x) (spacing of floats: 7e-15 at 40, 1.1e-13 at 700).
+    for top, rtol in ((40.0, 3e-15), (700.0, 1e-13)):
+        x = -np.linspace(0.0, top, 7001)
+        e = np.empty_like(x)
+        kernel._exp_nonpositive(x, e, x.size, np.empty(x.size, dtype=np.int64))
+        np.testing.assert_allclose(e, np.exp(x), rtol=rtol, atol=0)
+
+
+def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, caplog):
+    import nutpie
+
+    pad = tiny_tasks.padded("train")
+    model = build_hierarchical_model(pad.X, pad.y, pad.valid, tiny_tasks.group_names, tiny_tasks.features, (3,))
+    density = kernel.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0)
+    compiled = compile_numba(model)
+    fast = density.for_nutpie(compiled)
+    assert fast.compiled_logp_func is kernel.cfunc
+    # nutpie's callback, called as nutpie calls it (pointers), gives PyMC's value and gradient
+    theta = np.random.default_rng(2).normal(0.0, 0.8, compiled.n_dim)
+    grad, value = np.empty(compiled.n_dim), np.empty(1)
+    pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, grad, value)]
+    status = kernel.cfunc.ctypes(compiled.n_dim, *pointers, fast.user_data.ctypes.data)
+    want, want_grad = compiled.logp_func(theta)
+    assert status == 0
+    np.testing.assert_allclose(value[0], want, rtol=1e-12)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-9, atol=1e-12)
+    wrong_size = kernel.cfunc.ctypes(compiled.n_dim + 1, *pointers, fast.user_data.ctypes.data)
+    assert wrong_size == -1  # a vector of the wrong size is refused
+    # it samples, with the same variables as PyTensor's density, and the same draws for the same seed
+    kwargs = dict(draws=30, tune=30, chains=2, cores=1, seed=5, progress_bar=False)
+    ours, theirs = nutpie.sample(fast, **kwargs).posterior, nutpie.sample(compiled, **kwargs).posterior
+    assert set(ours.data_vars) == set(theirs.data_vars) and np.isfinite(ours["w_out"].values).all()
+    np.testing.assert_array_equal(nutpie.sample(fast, **kwargs).posterior["w_out"].values, ours["w_out"].values)
+    # a model it does not compute, or a density that is not the model's, is refused before sampling
+    with pytest.raises(ValueError, match="not the model this log density computes"):
+        dataclasses.replace(density, hidden_layers=(4,)).for_nutpie(compiled)
+    with pytest.raises(ValueError, match="disagrees with PyMC"):
+        dataclasses.replace(density, noise_sd=2.0, likelihood="poisson").for_nutpie(compiled)
+    # the sampler then keeps PyTensor's density, with a warning: the same draws as without a density
+    from hbnn import inference
+    from hbnn.config import SamplerParams
+
+    settings = SamplerParams(tune=20, draws=10, cores=1)
+    refused = inference.Sampler(model, settings, dataclasses.replace(density, hidden_layers=(4,)))
+    assert refused.backend.density is None and "sampling PyTensor's log density" in caplog.text
+    plain = inference.Sampler(model, settings)
+    np.testing.assert_array_equal(refused.sample(4, watch=False).posterior.posterior["w_out"].values,
+                                  plain.sample(4, watch=False).posterior.posterior["w_out"].values)

@@ -46,7 +46,8 @@ DEFINITIONS = {
     "process_s": "seconds of the whole fit_hier stage process",
     "compile_s": "model compilation seconds (null where the backend compiles inside sampling: pymc, JAX)",
     "grad_evals": "leapfrog steps over tuning and draws, both chains (JAX bridge: draws only, see grad_evals_cover)",
-    "us_per_grad": "direct timing of the logp+gradient the backend samples (nutpie: the hand-written one of hbnn.kernel), min over repeats",
+    "us_per_grad": "direct timing of the logp+gradient the backend samples (nutpie: the hand-written one of "
+                   "hbnn.kernel), min over repeats",
     "sampler_us_per_grad": "sampling seconds x parallel chains / grad_evals (sampler overhead included)",
     "min_ess_bulk": "min bulk ESS over group sds and function-space test probabilities",
     "ess_per_s": "min_ess_bulk / wall_s",

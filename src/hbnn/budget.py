@@ -10,11 +10,12 @@ inputs to any result, so no stage lists them as a DVC param (only
 The model of the cost is deliberately simple and errs on the high side:
 
 - a NUTS gradient costs ``GRAD_OVERHEAD_US`` plus ``NS_PER_ROW_WEIGHT`` per
-  (training row x network weight) it touches, plus, for the informed prior,
+  (training row x network weight) it touches (nutpie, which samples the hand-written
+  density of :mod:`hbnn.kernel`: the ``KERNEL_`` pair), plus, for the informed prior,
   ``NS_PER_PRIOR_ENTRY`` per entry of each layer's covariance;
 - a NUTS iteration takes ``STEPS_PER_ITERATION[backend]`` gradients (measured on the
   default hierarchical fit: nutpie 63-72, PyMC 268, NumPyro 511 at target_accept 0.9-0.95;
-  the tree-depth limit allows 1023);
+  nutpie with ``mass_matrix: diag_stan`` 511-1023; the tree-depth limit allows 1023);
 - an ADVI step costs ``ADVI_STEP_US`` plus ``NS_PER_ROW_WEIGHT`` per (row of its batch x
   weight) plus ``NS_PER_ADVI_PARAM`` per model parameter: every step updates the mean and
   sd of every parameter, so a hierarchical fit over many groups pays for all of its groups'
@@ -23,9 +24,11 @@ The model of the cost is deliberately simple and errs on the high side:
   sampler's arrays, the xarray copy and the group stack) plus the posterior
   predictions of every row.
 
-Calibrated on the default pipeline on 2 cores (``timings/*.json``): the
-hierarchical fit measured 510 us per gradient against 380 us estimated, the
-flat fits 30 us against 40 us; ``make_data`` of 20,000 moons groups took 15 s
+Calibrated on the default pipeline on 2 cores (``timings/*.json``): under
+PyTensor's density the hierarchical fit measured 510 us per gradient against
+380 us estimated, the flat fits 30 us against 40 us; under ``hbnn.kernel`` (nutpie)
+57 us against 57 us and 7 us against 6 us (its first block of draws took 90-98 s
+against 117 s estimated); ``make_data`` of 20,000 moons groups took 15 s
 and 270 bytes per row. The estimate is an order of magnitude, meant
 to catch ``n_groups: 1000000`` or ``hidden_layers: [1000]``, not to plan a
 schedule.
@@ -49,6 +52,13 @@ NS_PER_PRIOR_ENTRY = 1.0
 # default hierarchical fit (2 x (1000 + 3000), 403 s of sampling, seed 1) was estimated ~20% high (486 s); the
 # heartbeat reports the time left from this estimate only while NumPyro compiles (its iterations after that).
 STEPS_PER_ITERATION = {"nutpie": 64, "pymc": 256, "numpyro": 320, "blackjax": 512}
+# nutpie with the Stan-style mass matrix runs NumPyro's trajectory lengths: 511-1023 steps per draw at
+# target_accept 0.98-0.99 (FINDINGS.md); the cap of the tree depth, so the estimate errs high
+STEPS_PER_ITERATION_DIAG_STAN = 1023
+# nutpie samples the hand-written log density (hbnn.kernel): measured 53-57 us per gradient of the default
+# hierarchical fit (900 rows x 40 weights) and 7 us for a flat one (50 x 40), sampler overhead included.
+KERNEL_GRAD_OVERHEAD_US = 3.0
+KERNEL_NS_PER_ROW_WEIGHT = 1.5
 # ADVI, measured on 2 cores: 18 flat fits x 5000 steps took 7.4 s (82 us a step); the 1000-group
 # hierarchical minibatch fit (40,043 parameters) 194 s for 60,000 steps of 500 rows (3.2 ms a step) and
 # 92 s for 20,000 steps of 2000 rows (4.6 ms), estimated 316 s and 117 s.
@@ -134,14 +144,16 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * (stored_params if hierarchical else per_group)
         run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
     else:
-        steps_per_fit = s.chains * (s.tune + s.draw_limit) * STEPS_PER_ITERATION[s.backend]
+        steps = STEPS_PER_ITERATION_DIAG_STAN if s.mass_matrix == "diag_stan" else STEPS_PER_ITERATION[s.backend]
+        steps_per_fit = s.chains * (s.tune + s.draw_limit) * steps
         rows_per_step = n_train if hierarchical else n_train / n_groups
         stored_draws = s.chains * (s.tune + s.draw_limit)  # nutpie keeps the tuning draws too
-        grad_us = GRAD_OVERHEAD_US
+        grad_us = KERNEL_GRAD_OVERHEAD_US if s.backend == "nutpie" else GRAD_OVERHEAD_US
         run = f"{s.chains} chains x {s.tune} + {s.draws} iterations" + (
             f", counted as if it drew on to max_draws={s.max_draws} (it stops once the bar is met)"
             if s.max_draws > s.draws else "")
-    grad_us += NS_PER_ROW_WEIGHT * 1e-3 * rows_per_step * per_group
+    per_row_weight = KERNEL_NS_PER_ROW_WEIGHT if s.backend == "nutpie" else NS_PER_ROW_WEIGHT
+    grad_us += per_row_weight * 1e-3 * rows_per_step * per_group
     if informed:
         grad_us += NS_PER_PRIOR_ENTRY * 1e-3 * sum(w * w for w in layers)
     fits = 1 if hierarchical else n_groups

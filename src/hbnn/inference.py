@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -202,19 +203,29 @@ class NutpieBackend(Backend):
         s = self.settings
         kept = s.draws
         final = None  # the whole trace, once the chains have finished (nutpie hands it over once)
+        rate = None  # draws per second of the slowest chain, from the last two looks
+        last = None
         while True:
             trace = final
             while trace is None:
                 if _finished(running):
                     trace = final = running.wait()
                     break
-                so_far = running.inspect()
+                with warnings.catch_warnings():  # ArviZ warns of chains without draws while they tune
+                    warnings.simplefilter("ignore", UserWarning)
+                    so_far = running.inspect()
                 stats = so_far.sample_stats
-                drawn = np.isfinite(stats["step_size"].values).sum(axis=1) if stats.sizes.get("draw") else [0]
-                if min(drawn) >= kept:
+                drawn = int(min(np.isfinite(stats["step_size"].values).sum(axis=1))) if stats.sizes.get("draw") else 0
+                if drawn >= kept:
                     trace = so_far
                     break
-                time.sleep(self.poll_seconds)
+                now = time.monotonic()
+                if last is not None and drawn > last[1]:
+                    rate = (drawn - last[1]) / (now - last[0])
+                last = (now, drawn)
+                # Each look copies the whole trace, so look again about when the block should be complete.
+                wait = (kept - drawn) / rate if rate else self.poll_seconds
+                time.sleep(min(max(wait, self.poll_seconds), 10 * self.poll_seconds))
             head = az.InferenceData(warmup_sample_stats=trace["warmup_sample_stats"],
                                     **{g: trace[g].isel(draw=slice(0, kept)) for g in ("posterior", "sample_stats")})
             missing = self.until(head.posterior)

@@ -122,7 +122,7 @@ def _bernoulli_logit(logit: np.ndarray, y: np.ndarray, d: np.ndarray, n: int, e:
 
 
 
-@numba.njit(fastmath=True, cache=True)
+@numba.njit(fastmath=True, cache=True, inline="always")
 def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay, n_layers, bias, lik, sigma):
     """One group's log-likelihood at weights ``W`` (layer after layer, ``(n_in + bias, n_out)`` row-major);
     adds its gradient to ``gW`` and returns ``(loglik, d loglik / d log sigma)``.

@@ -171,3 +171,31 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
     plain = inference.Sampler(model, settings)
     np.testing.assert_array_equal(refused.sample(4, watch=False).posterior.posterior["w_out"].values,
                                   plain.sample(4, watch=False).posterior.posterior["w_out"].values)
+
+
+_DRAW_ONE = """
+import ctypes, hashlib, numpy as np
+from hbnn import kernel
+rng = np.random.default_rng(0)
+X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
+density = kernel.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
+buf = density.pack({"w_in": 0, "w_h1_h2": 10, "w_out": 35})
+theta, grad, value = rng.normal(size=40), np.empty(40), np.empty(1)
+P = ctypes.POINTER(ctypes.c_double)
+kernel.cfunc.ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P), value.ctypes.data_as(P), buf.ctypes.data)
+print(hashlib.sha256(grad.tobytes() + value.tobytes()).hexdigest())
+"""
+
+
+def test_the_callback_computes_the_same_bits_whether_numba_compiled_it_or_loaded_it(tmp_path):
+    """A stage process that compiles the kernel and the next ones, which load numba's disk cache, sample the same
+    draws: the bits of nutpie's callback do not depend on the cache."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    runs = [subprocess.run([sys.executable, "-c", _DRAW_ONE], env=env, capture_output=True, text=True, check=True)
+            for _ in range(3)]
+    assert any((tmp_path / "numba").rglob("*.nbi"))  # the first run wrote the cache the others read
+    assert len({r.stdout for r in runs}) == 1, [r.stdout for r in runs]

@@ -68,7 +68,7 @@ def _exp_reduced(x: float) -> tuple[float, int]:
     return p, np.int64(k)
 
 
-@numba.njit(fastmath=True, cache=True)
+@numba.njit(fastmath=True, cache=True, inline="always")
 def _exp_nonpositive(x: np.ndarray, out: np.ndarray, n: int, bits: np.ndarray) -> None:
     """``out[:n] = exp(x[:n])`` for ``-1022 ln 2 < x <= 0`` (``bits``: ``n`` int64 of scratch; ``out`` is not ``x``)."""
     for i in range(n):
@@ -80,7 +80,7 @@ def _exp_nonpositive(x: np.ndarray, out: np.ndarray, n: int, bits: np.ndarray) -
         out[i] *= scale[i]
 
 
-@numba.njit(fastmath=True, cache=True)
+@numba.njit(fastmath=True, cache=True, inline="always")
 def _tanh_inplace(a: np.ndarray, n: int, e: np.ndarray, bits: np.ndarray) -> None:
     """``a[:n] = tanh(a[:n])``, accurate to 2.3e-16 absolute (``e``: ``n`` floats, ``bits``: ``n`` int64 of scratch)."""
     for i in range(n):
@@ -95,7 +95,7 @@ def _tanh_inplace(a: np.ndarray, n: int, e: np.ndarray, bits: np.ndarray) -> Non
         a[i] = t if a[i] >= 0.0 else -t
 
 
-@numba.njit(fastmath=True, cache=True)
+@numba.njit(fastmath=True, cache=True, inline="always")
 def _bernoulli_logit(logit: np.ndarray, y: np.ndarray, d: np.ndarray, n: int, e: np.ndarray,
                      bits: np.ndarray) -> float:
     """``sum(y * l - softplus(l))`` over ``n`` rows; writes ``d = y - sigmoid(l)``.
@@ -336,7 +336,10 @@ _C_SIG = numba.types.int64(numba.types.uint64, numba.types.CPointer(numba.types.
                            numba.types.voidptr)
 
 
-@numba.cfunc(_C_SIG, cache=True)
+# Not cached on disk, unlike the functions it calls: a cached cfunc loaded in a later process computed other
+# floats (in the last bits) than the one compiled in the process that wrote it, so the same params gave other
+# draws depending on the cache's state (tests/test_kernel.py). Compiling this wrapper takes ~1 s.
+@numba.cfunc(_C_SIG)
 def cfunc(dim, x_, out_, logp_, user_data_):
     """nutpie's logp callback: ``user_data_`` points at a :meth:`Density.pack` buffer; 0 on success, as nutpie
     expects (3: a non-finite gradient, 4: a non-finite value, -1: a vector of the wrong size)."""

@@ -228,16 +228,23 @@ class NutpieBackend(Backend):
                 time.sleep(min(max(wait, self.poll_seconds), 10 * self.poll_seconds))
             head = az.InferenceData(warmup_sample_stats=trace["warmup_sample_stats"],
                                     **{g: trace[g].isel(draw=slice(0, kept)) for g in ("posterior", "sample_stats")})
-            missing = self.until(head.posterior)
-            if missing is None or kept + s.draws > s.max_draws:
-                if missing:
-                    log.warning("stopped at max_draws=%d draws per chain, and %s: the metrics and the report say "
-                                "which groups miss the bar", s.max_draws, missing)
+            if not _another_block(self.until(head.posterior), kept, s):
                 running.cancel()
                 return head
-            log.info("after %d draws per chain, %s; drawing %d more (up to max_draws=%d)",
-                     kept, missing, s.draws, s.max_draws)
             kept += s.draws
+
+
+def _another_block(missing: str | None, drawn: int, s: SamplerParams) -> bool:
+    """Whether a run-length-controlled fit draws another block, given what its ``drawn`` draws per chain miss
+    (``None``: nothing); logs why it goes on, or that it stopped at ``max_draws`` still short."""
+    if missing and drawn + s.draws > s.max_draws:
+        log.warning("stopped at max_draws=%d draws per chain, and %s: the metrics and the report say "
+                    "which groups miss the bar", s.max_draws, missing)
+        return False
+    if missing:
+        log.info("after %d draws per chain, %s; drawing %d more (up to max_draws=%d)",
+                 drawn, missing, s.draws, s.max_draws)
+    return missing is not None
 
 
 def _finished(running) -> bool:
@@ -351,15 +358,7 @@ class NumpyroBackend(JaxBackend):
             values = constrain(*states["z"])
             posterior = az.dict_to_dataset({v.name: np.asarray(x) for v, x in zip(outputs, values, strict=True)},
                                            coords=coords, dims=dims, library=None)
-            missing = until(posterior)
-            if missing and drawn + s.draws > s.max_draws:
-                log.warning("stopped at max_draws=%d draws per chain, and %s: the metrics and the report say "
-                            "which groups miss the bar", s.max_draws, missing)
-                return False
-            if missing:
-                log.info("after %d draws per chain, %s; drawing %d more (up to max_draws=%d)",
-                         drawn, missing, s.draws, s.max_draws)
-            return missing is not None
+            return _another_block(until(posterior), drawn, s)
 
         return more
 

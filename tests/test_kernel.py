@@ -139,17 +139,17 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
     density = kernel.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0)
     compiled = compile_numba(model)
     fast = density.for_nutpie(compiled)
-    assert fast.compiled_logp_func is kernel.cfunc
+    assert fast.compiled_logp_func is kernel.callback(-(-np.asarray(compiled.user_data).nbytes // 8))
     # nutpie's callback, called as nutpie calls it (pointers), gives PyMC's value and gradient
     theta = np.random.default_rng(2).normal(0.0, 0.8, compiled.n_dim)
     grad, value = np.empty(compiled.n_dim), np.empty(1)
     pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, grad, value)]
-    status = kernel.cfunc.ctypes(compiled.n_dim, *pointers, fast.user_data.ctypes.data)
+    status = fast.compiled_logp_func.ctypes(compiled.n_dim, *pointers, fast.user_data.ctypes.data)
     want, want_grad = compiled.logp_func(theta)
     assert status == 0
     np.testing.assert_allclose(value[0], want, rtol=1e-12)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-9, atol=1e-12)
-    wrong_size = kernel.cfunc.ctypes(compiled.n_dim + 1, *pointers, fast.user_data.ctypes.data)
+    wrong_size = fast.compiled_logp_func.ctypes(compiled.n_dim + 1, *pointers, fast.user_data.ctypes.data)
     assert wrong_size == -1  # a vector of the wrong size is refused
     # it samples, with the same variables as PyTensor's density, and the same draws for the same seed
     kwargs = dict(draws=30, tune=30, chains=2, cores=1, seed=5, progress_bar=False)
@@ -173,6 +173,49 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
                                   plain.sample(4, watch=False).posterior.posterior["w_out"].values)
 
 
+def _informed(x, y, seed: int, hidden=(3,)):
+    rng = np.random.default_rng(seed)
+    prior = {}
+    for s in layer_specs(x.shape[1], hidden, False):
+        a = rng.normal(size=(s.size, s.size))
+        prior[s.name] = (rng.normal(size=s.size), a @ a.T / s.size + 0.1 * np.eye(s.size))
+    model = build_informed_model(x, y, ["x0", "x1"], hidden, prior)
+    return model, kernel.InformedDensity.on_rows(x, y, hidden, False, "bernoulli", 1.0, prior=prior), prior
+
+
+def test_informed_fits_keep_nutpies_expand_and_reuse_the_compile_for_a_new_prior():
+    """The informed model's expand function reads the prior (``pm.Data``) from nutpie's record, which the
+    hand-written density's buffer follows in one ``user_data``: every draw's weights are ``mean + L @ z``, on the
+    first group's rows and after a refit on other rows; and a new prior of the same shape compiles nothing new."""
+    from hbnn import inference
+    from hbnn.config import SamplerParams
+
+    X, y, _, _ = _data("bernoulli", (9,), seed=7)
+    model, density, prior = _informed(X[0], y, seed=8)
+    sampler = inference.Sampler(model, SamplerParams(tune=30, draws=10, cores=1), density)
+    assert sampler.backend.density is density  # the hand-written density is the one sampled
+    x2, y2 = np.random.default_rng(9).normal(size=(14, 2)), np.arange(14) % 2 * 1.0
+    for data in (None, {"x": x2, "y": y2}):
+        post = sampler.sample(3, data, watch=False).posterior.posterior
+        for s in layer_specs(2, (3,), False):
+            mean, cov = prior[s.name]
+            want = mean + np.einsum("ij,cdj->cdi", np.linalg.cholesky(cov), post[f"z_{s.name}"].values)
+            np.testing.assert_allclose(post[s.var].values.reshape(want.shape), want, rtol=1e-12, atol=1e-12)
+    # the refit sampled the other rows: the same draws as a model built on them
+    rebuilt = inference.Sampler(_informed(x2, y2, seed=8)[0], SamplerParams(tune=30, draws=10, cores=1),
+                                density.with_rows(x2, y2))
+    refit = sampler.sample(3, {"x": x2, "y": y2}, watch=False).posterior.posterior
+    np.testing.assert_array_equal(rebuilt.sample(3, watch=False).posterior.posterior["w_out"].values,
+                                  refit["w_out"].values)
+    # a new prior: the same nutpie cache key, so its compile is a cache hit
+    from hbnn.nutpie_cache import wrapper_key
+
+    other = compile_numba(_informed(X[0], y, seed=10)[0])
+    for fn in ("compiled_logp_func", "compiled_expand_func"):
+        key = wrapper_key(getattr(other, fn)._pyfunc)
+        assert key is not None and key == wrapper_key(getattr(sampler.backend.pytensor_compiled, fn)._pyfunc)
+
+
 _DRAW_ONE = """
 import ctypes, hashlib, numpy as np
 from hbnn import kernel
@@ -182,7 +225,8 @@ density = kernel.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1
 buf = density.pack({"w_in": 0, "w_h1_h2": 10, "w_out": 35})
 theta, grad, value = rng.normal(size=40), np.empty(40), np.empty(1)
 P = ctypes.POINTER(ctypes.c_double)
-kernel.cfunc.ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P), value.ctypes.data_as(P), buf.ctypes.data)
+kernel.callback(0).ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P), value.ctypes.data_as(P),
+                         buf.ctypes.data)
 print(hashlib.sha256(grad.tobytes() + value.tobytes()).hexdigest())
 """
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import importlib.util
 import logging
 import os
@@ -149,6 +148,7 @@ class NutpieBackend(Backend):
 
     density = None  # the hand-written log density in use, to repack for other rows
     offsets: dict[str, int] | None = None
+    pytensor_compiled = None  # nutpie's own compiled model, whose data the hand-written density's repacks follow
 
     def use_density(self, density) -> None:
         try:
@@ -156,7 +156,8 @@ class NutpieBackend(Backend):
         except ValueError as err:  # a model it does not cover: PyTensor's density is the same, only slower
             log.warning("sampling PyTensor's log density, not the hand-written one: %s", err)
             return
-        self.compiled, self.density, self.offsets = fast, density, density.offsets(fast)
+        self.pytensor_compiled, self.offsets = self.compiled, density.offsets(self.compiled)
+        self.compiled, self.density = fast, density
 
     def _with_data(self, data: Mapping[str, np.ndarray] | None):
         if not data:
@@ -165,8 +166,9 @@ class NutpieBackend(Backend):
             return self.compiled.with_data(**data)
         if set(data) != {"x", "y"}:
             raise ValueError(f"the hand-written log density takes new rows as x and y, not {sorted(data)}")
-        buf = self.density.with_rows(data["x"], data["y"]).pack(self.offsets)
-        return dataclasses.replace(self.compiled, user_data=buf)
+        # nutpie's record of the new data, for its expand function, then the density on those rows
+        return self.density.with_rows(data["x"], data["y"]).on(self.pytensor_compiled.with_data(**data),
+                                                                self.offsets)
 
     def run(self, seed, data):
         import nutpie

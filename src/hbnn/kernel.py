@@ -30,13 +30,17 @@ against PyMC for each supported configuration, and :meth:`Density.for_nutpie`
 checks them again, at two points, for the model at hand before any sampling.
 
 Where the values live: :meth:`Density.pack` writes the layout and the data into
-one float64 buffer, which nutpie passes to :data:`cfunc` as its ``user_data``
-pointer; so the machine code depends on neither the data nor the model's sizes,
-and numba's disk cache serves every process after the first.
+one float64 buffer, placed after nutpie's own record of the model's shared data
+(which nutpie's expand function reads) in the ``user_data`` that nutpie passes to
+both callbacks (:meth:`Density.on`); so the machine code depends on neither the
+data nor the model's sizes, and numba's disk cache serves every process after
+the first.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
@@ -128,10 +132,12 @@ def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay,
     adds its gradient to ``gW`` and returns ``(loglik, d loglik / d log sigma)``.
 
     Activations are ``(unit, row)`` with rows contiguous (``H[l]`` enters layer ``l``), so every inner loop
-    runs over rows.
+    runs over rows: over ``n8``, the real rows rounded up to a multiple of 8 (``R`` is one), whose padding
+    rows hold zeros in ``X`` and in the output's gradient, so they add nothing.
     """
+    n8 = min(R, -(-n // 8) * 8)
     for i in range(D):
-        for r in range(n):
+        for r in range(n8):
             H[0, i * R + r] = X[(g * D + i) * R + r]
     w_at = 0
     for li in range(n_layers):
@@ -141,11 +147,11 @@ def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay,
         a = H[li + 1]
         for j in range(n_out):
             b = W[w_at + n_in * n_out + j] if bias else 0.0
-            for r in range(n):
+            for r in range(n8):
                 a[j * R + r] = b
             for i in range(n_in):
                 w = W[w_at + i * n_out + j]
-                for r in range(n):
+                for r in range(n8):
                     a[j * R + r] += w * h[i * R + r]
         if li < n_layers - 1:  # padding rows hold finite values (H starts at 0), so one call covers the layer
             _tanh_inplace(a, n_out * R, e, bits)
@@ -169,33 +175,35 @@ def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay,
             dlogit[r] = Y[g * R + r] - rate
     for r in range(n):
         delta[r] = dlogit[r]
+    for r in range(n, n8):
+        delta[r] = 0.0
     for li in range(n_layers - 1, -1, -1):
         n_in = int(lay[_PER_LAYER * li])
         n_out = int(lay[_PER_LAYER * li + 1])
         w_at -= (n_in + bias) * n_out
         h = H[li]
         for j in range(n_out):
-            d = delta[j * R: j * R + n]
+            d = delta[j * R: j * R + n8]
             for i in range(n_in):
                 acc = 0.0
-                for r in range(n):
+                for r in range(n8):
                     acc += h[i * R + r] * d[r]
                 gW[w_at + i * n_out + j] += acc
             if bias:
                 acc = 0.0
-                for r in range(n):
+                for r in range(n8):
                     acc += d[r]
                 gW[w_at + n_in * n_out + j] += acc
         if li > 0:
             for i in range(n_in):
-                bk = back[i * R: i * R + n]
-                for r in range(n):
+                bk = back[i * R: i * R + n8]
+                for r in range(n8):
                     bk[r] = 0.0
                 for j in range(n_out):
                     w = W[w_at + i * n_out + j]
-                    for r in range(n):
+                    for r in range(n8):
                         bk[r] += w * delta[j * R + r]
-                for r in range(n):
+                for r in range(n8):
                     hi = h[i * R + r]
                     bk[r] *= 1.0 - hi * hi
             for k in range(n_in * R):
@@ -336,27 +344,49 @@ _C_SIG = numba.types.int64(numba.types.uint64, numba.types.CPointer(numba.types.
                            numba.types.voidptr)
 
 
-# Not cached on disk, unlike the functions it calls: a cached cfunc loaded in a later process computed other
-# floats (in the last bits) than the one compiled in the process that wrote it, so the same params gave other
-# draws depending on the cache's state (tests/test_kernel.py). Compiling this wrapper takes ~1 s.
-@numba.cfunc(_C_SIG)
-def cfunc(dim, x_, out_, logp_, user_data_):
-    """nutpie's logp callback: ``user_data_`` points at a :meth:`Density.pack` buffer; 0 on success, as nutpie
-    expects (3: a non-finite gradient, 4: a non-finite value, -1: a vector of the wrong size)."""
-    size = int(numba.carray(user_data_, (1,), np.float64)[0])
-    buf = numba.carray(user_data_, (size,), np.float64)
-    n_dim = int(buf[10])
-    if dim != n_dim:
-        return -1
-    x = numba.carray(x_, (n_dim,))
-    out = numba.carray(out_, (n_dim,))
-    value = logp_grad(x, out, buf)
-    logp_[0] = value
-    if not np.all(np.isfinite(out)):
-        return 3
-    if not np.isfinite(value):
-        return 4
-    return 0
+@functools.cache
+def callback(skip: int = 0):
+    """nutpie's logp callback for a ``user_data`` whose :meth:`Density.pack` buffer starts ``skip`` float64
+    slots in, after nutpie's own record of the model's shared data, which its expand function reads from the
+    same pointer (:meth:`Density.user_data`); 0 on success, as nutpie expects (3: a non-finite gradient, 4: a
+    non-finite value, -1: a vector of the wrong size).
+
+    One per ``skip``, compiled in every process that samples (~1 s) and never loaded from numba's disk cache:
+    a cached callback loaded in a later process computed other floats (in the last bits) than the one compiled
+    in the process that wrote it, so the same params gave other draws depending on the cache's state
+    (tests/test_kernel.py). The functions it calls are cached.
+    """
+
+    @numba.cfunc(_C_SIG)
+    def logp_callback(dim, x_, out_, logp_, user_data_):
+        size = int(numba.carray(user_data_, (skip + 1,), np.float64)[skip])
+        buf = numba.carray(user_data_, (skip + size,), np.float64)[skip:]
+        n_dim = int(buf[10])
+        if dim != n_dim:
+            return -1
+        x = numba.carray(x_, (n_dim,))
+        out = numba.carray(out_, (n_dim,))
+        value = logp_grad(x, out, buf)
+        logp_[0] = value
+        if not np.all(np.isfinite(out)):
+            return 3
+        if not np.isfinite(value):
+            return 4
+        return 0
+
+    return logp_callback
+
+
+def call(compiled, theta: np.ndarray) -> tuple[float, np.ndarray]:
+    """Log density and gradient at ``theta`` through ``compiled``'s logp callback, called as nutpie calls it;
+    :class:`ValueError` where it reports a failure."""
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    grad, value = np.empty(theta.size), np.empty(1)
+    pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, grad, value)]
+    status = compiled.compiled_logp_func.ctypes(theta.size, *pointers, compiled.user_data.ctypes.data)
+    if status not in (0, 3, 4):
+        raise ValueError(f"the logp callback refused a vector of {theta.size}: status {status}")
+    return float(value[0]), grad
 
 
 @dataclass(frozen=True)
@@ -414,6 +444,12 @@ class Density:
         X = np.asarray(self.X_padded, dtype=np.float64)
         G, R, D = X.shape
         counts = np.asarray(self.counts, dtype=np.int64)
+        # Rows padded to a multiple of 8 (zeros past each group's real rows): the row loops then run in whole
+        # 8-wide vectors, with no scalar remainder (~9% of a gradient on the default data).
+        R8 = -(-R // 8) * 8
+        X = np.concatenate([X, np.zeros((G, R8 - R, D))], axis=1)
+        X[np.arange(R8)[None, :] >= counts[:, None]] = 0.0
+        R = R8
         y = np.asarray(self.y, dtype=np.float64)
         Y = np.zeros((G, R))
         starts = np.concatenate([[0], np.cumsum(counts)])
@@ -441,27 +477,35 @@ class Density:
 
     def for_nutpie(self, compiled, rtol: float = 1e-9):
         """``compiled`` (nutpie's ``CompiledPyMCModel`` of the same model) with this log density in place of
-        PyTensor's, and :meth:`offsets` to repack it for other rows; nutpie's draws-to-variables ("expand")
-        function stays PyTensor's.
+        PyTensor's (:meth:`on`); nutpie's draws-to-variables ("expand") function stays PyTensor's.
 
         Refuses (:class:`ValueError`) a model whose value variables are not this density's, and checks value
-        and gradient against PyMC's compiled function at two points before any sampling.
+        and gradient, through the callback as nutpie calls it, against PyMC's compiled function at two points
+        before any sampling.
         """
         offsets = self.offsets(compiled)
-        if compiled.expand_func.get_shared():
-            raise ValueError("nutpie's expand function reads shared data; the packed buffer would replace it")
-        buf = self.pack(offsets)
+        fast = self.on(compiled, offsets)
         rng = np.random.default_rng(0)
         for point in (np.zeros(compiled.n_dim), rng.normal(0.0, 0.5, compiled.n_dim)):
             want, want_grad = compiled.logp_func(point)
-            grad = np.empty(compiled.n_dim)
-            value = logp_grad(point, grad, buf)
+            value, grad = call(fast, point)
             scale = max(1.0, float(np.abs(want_grad).max()))
             off = float(np.abs(grad - want_grad).max())
             if not (abs(value - want) <= rtol * max(1.0, abs(want)) and off <= rtol * scale):
                 raise ValueError(f"hand-written log density disagrees with PyMC's: {value} vs {want}, gradient "
                                  f"off by {off:.3g}")
-        return replace(compiled, compiled_logp_func=cfunc, user_data=buf)
+        return fast
+
+    def on(self, compiled, offsets: dict[str, int]):
+        """``compiled`` sampling this log density (no check: :meth:`for_nutpie` checks a model once; this
+        repacks it for other rows, ``compiled`` being nutpie's model with those rows as its data)."""
+        record = np.asarray(compiled.user_data)
+        skip = -(-record.nbytes // 8)
+        buf = self.pack(offsets)
+        user_data = np.zeros(skip + buf.size)
+        user_data.view(np.uint8)[: record.nbytes] = np.frombuffer(record.tobytes(), dtype=np.uint8)
+        user_data[skip:] = buf
+        return replace(compiled, compiled_logp_func=callback(skip), user_data=user_data)
 
     def offsets(self, compiled) -> dict[str, int]:
         """Where each value variable starts in nutpie's flat vector; :class:`ValueError` unless they are this

@@ -90,7 +90,11 @@ def build_informed_model(
     ``prior[layer] = (mean, cov)`` with ``mean`` of length ``layer.size`` (row-major
     flattening of the layer's weight matrix). The prior is written non-centred,
     ``w = mean + chol(cov) @ z`` with ``z ~ N(0, I)``, which is the same
-    distribution as ``MvNormal(mean, cov)`` but easier for NUTS.
+    distribution as ``MvNormal(mean, cov)`` but easier for NUTS. ``mean`` and the
+    Cholesky factor are ``pm.Data`` (``prior_mean_<layer>``, ``prior_chol_<layer>``),
+    not constants: the compiled model then depends on the prior's shapes only, so a
+    new prior (every change upstream of it) reuses the compile caches instead of
+    compiling for 13-17 s.
     """
     specs = layer_specs(len(features), hidden_layers, bias)
     coords = layer_coords(features, hidden_layers, bias=bias)
@@ -102,9 +106,10 @@ def build_informed_model(
         weights = []
         for s in specs:
             mean, cov = prior[s.name]
-            chol = np.linalg.cholesky(cov)
+            mean = pm.Data(f"prior_mean_{s.name}", np.asarray(mean, dtype=np.float64))
+            chol = pm.Data(f"prior_chol_{s.name}", np.linalg.cholesky(cov))
             z = pm.Normal(f"z_{s.name}", 0.0, 1.0, dims=f"weight_{s.name}")
-            flat = pt.as_tensor(mean) + pt.as_tensor(chol) @ z
+            flat = mean + chol @ z
             weights.append(pm.Deterministic(s.var, flat.reshape(s.shape), dims=s.dims))
         xb, yb, total = _rows(x, y_data, minibatch_size)
         _likelihood(mlp_logit(xb, weights, pt.tanh, bias), yb, likelihood, noise_sd, total)

@@ -195,10 +195,11 @@ class SamplerParams:
 # The hierarchical fit's defaults, chosen by measurement (benchmarks/FINDINGS.md, "Converged defaults" and
 # "A hand-written log density"): nutpie with the model's hand-written log density and a Stan-style diagonal mass
 # matrix runs NumPyro's trajectory lengths at about half its time per leapfrog step; the slowest groups'
-# test-point probabilities need 1000-3000 draws per chain for ESS 400 (by seed), so the fit draws blocks of 1000
-# until every group meets the bar (at most 5000); at target_accept 0.98 one run in five had a chain with 8
-# divergences in 3000 draws (over the 0.1% of draws the bar allows), at 0.99 none of three.
-HIER_SAMPLER = SamplerParams(backend="nutpie", chains=2, tune=1000, draws=1000, target_accept=0.99,
+# test-point probabilities need 1000-4000 draws per chain for ESS 400 (by seed), so the fit draws blocks of 500
+# until every group meets the bar (at most 5000): blocks of 1000 kept 3000 draws of the default run where 2500
+# meet it, and on average half a block (~35 s here) past the bar. At target_accept 0.98 one run in five had a chain
+# with 8 divergences in 3000 draws (over the 0.1% of draws the bar allows), at 0.99 none of three.
+HIER_SAMPLER = SamplerParams(backend="nutpie", chains=2, tune=1000, draws=500, target_accept=0.99,
                              mass_matrix="diag_stan", max_draws=5000)
 
 

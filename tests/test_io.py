@@ -124,6 +124,29 @@ def test_load_trace_checks_variant(tmp_path):
         load_trace(path, "hierarchical")
 
 
+def test_the_same_trace_written_twice_is_byte_identical(tmp_path, monkeypatch):
+    """ArviZ stamps every group with the time it was made; a stamped trace carries none, so DVC sees the
+    same output for the same draws."""
+    first, second = tmp_path / "a.nc", tmp_path / "b.nc"
+    write_netcdf(_trace("flat"), first)
+    monkeypatch.setattr(az.data.base, "datetime", _Later)
+    write_netcdf(_trace("flat"), second)
+    assert first.read_bytes() == second.read_bytes()
+
+
+class _Later:
+    """The ``datetime`` module as ArviZ uses it, a day on: ``created_at`` as a later run would write it."""
+
+    import datetime as _dt
+
+    timezone = _dt.timezone
+
+    class datetime:  # noqa: N801 - stands in for datetime.datetime
+        @staticmethod
+        def now(tz=None):
+            return _Later._dt.datetime.now(tz) + _Later._dt.timedelta(days=1)
+
+
 def test_truncated_and_missing_files_give_clear_errors(tmp_path):
     path = tmp_path / "t.nc"
     write_netcdf(_trace("flat"), path)

@@ -13,6 +13,12 @@ CPUs, which is not what the check is for. The transfer experiment's accuracies
 (``metrics/transfer.json``) are pooled over the held-out groups' test rows only (300
 on the default data, a third of the 900 of the model metrics), so they get
 ``--transfer-tolerance`` (default 0.03): the same number of flipped rows (9) as 0.01 over 900.
+The hierarchical population's accuracy on the held-out groups (``population.n0``: no rows of the
+group) is printed but does not fail either: that prediction is close to a coin flip (on the default
+data 139 of its 300 rows have a predicted probability within 0.05 of 0.5, and 32 lie within two Monte
+Carlo standard errors of it), so which side of 0.5 they fall moves with the last bits of the draws. Two
+machines of the same kind and pins measured 0.497 and 0.537 (drift 0.04) while every other accuracy
+moved by at most 0.0067.
 """
 
 from __future__ import annotations
@@ -48,6 +54,12 @@ def _beyond(name: str, old, new, tolerance: float, rmse_rtol: float, transfer_to
 
 
 TRANSFER = "metrics/transfer.json:"
+POPULATION = TRANSFER + "population."
+
+
+def informational(name: str) -> bool:
+    """Printed, never failing: per-group values and the population's near-coin-flip accuracy (module doc)."""
+    return "per_group." in name or name.startswith(POPULATION)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,14 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, change in sorted(diffs.items()):
         old, new = change.get("old"), change.get("new")
         drift, beyond = _beyond(name, old, new, args.tolerance, args.rmse_rtol, args.transfer_tolerance)
-        per_group = "per_group." in name
-        flag = ("  (per group, informational)" if per_group else "  <-- DRIFT") if beyond else ""
+        per_group = informational(name)
+        flag = ("  (informational)" if per_group else "  <-- DRIFT") if beyond else ""
         print(f"{name:70s} {old!s:>10s} {new!s:>10s} {drift if drift is not None else 'n/a'!s:>8s}{flag}")
         if beyond:
             (group_drift if per_group else bad).append(name)
-    pooled = sum("per_group." not in n for n in diffs)
+    pooled = sum(not informational(n) for n in diffs)
     print(f"{pooled} pooled metrics compared, {len(bad)} beyond tolerance {args.tolerance}; "
-          f"{len(diffs) - pooled} per-group values, {len(group_drift)} beyond it (not failing)")
+          f"{len(diffs) - pooled} per-group or population values, {len(group_drift)} beyond it (not failing)")
     return 1 if bad else 0
 
 

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
 # Rows of the backends table: name -> sampler settings on top of the defaults.
 SEEDS = (1, 2, 3)
+COMMON = {"chains": 2, "tune": 1000, "draws": 1000}  # every row but `default`: 2 chains x (1000 + 1000)
 VARIANTS = {  # None: the committed hier_sampler (the default configuration)
     "default": None,
     **{b: {"backend": b} for b in NUTS_BACKENDS},
@@ -206,8 +207,8 @@ def _hier_run(work: Path, name: str, sampler: dict | None, seed: int) -> dict:
     workdir = work / f"{name}_seed{seed}"
     if sampler is None:  # the committed hier_sampler, only its seed changed
         params = _params(workdir, 18, None, hier_sampler={"seed": seed})
-    else:
-        params = _params(workdir, 18, {**sampler, "seed": seed})
+    else:  # the backends table's common settings, whatever params.yaml's per-group sampler says
+        params = _params(workdir, 18, {**COMMON, **sampler, "seed": seed})
     _stage("make_data", params, "--out", "data/tasks.nc")
     print(f"bench: fit_hier {name} seed {seed} ...", flush=True)
     r = _fit("fit_hier", params, "hier")
@@ -282,7 +283,7 @@ def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200), mi
             b = backend_results["nutpie"]
             out["hier_nutpie"][str(n)] = {"seconds": b["wall_s"], "peak_rss_mib": b["peak_rss_mib"]}
             continue
-        params = _params(work / f"nutpie_{n}", n, {"backend": "nutpie"})
+        params = _params(work / f"nutpie_{n}", n, {**COMMON, "backend": "nutpie"})
         _stage("make_data", params, "--out", "data/tasks.nc")
         print(f"bench: scaling nutpie n_groups={n} ...", flush=True)
         r = _fit("fit_hier", params, "hier")

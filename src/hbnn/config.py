@@ -153,7 +153,7 @@ class SamplerParams:
 
     backend: str = "nutpie"
     chains: int = 2
-    tune: int = 1000
+    tune: int = 500
     draws: int = 1000
     target_accept: float = 0.9
     seed: int = 1

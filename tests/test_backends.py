@@ -221,6 +221,40 @@ def test_fit_stops_at_max_draws_even_while_the_bar_is_missed(tiny_tasks, backend
     assert "stopped at max_draws=75 draws per chain, and g00 misses" in caplog.text
 
 
+def test_nutpie_keeps_the_draws_up_to_the_extrapolated_look_that_meets_the_bar(tiny_tasks, monkeypatch):
+    from hbnn.evaluation import Shortfall
+
+    monkeypatch.setattr(inference, "CHECK_UNIT", 5)
+    fixed, _ = _blocks_fit(tiny_tasks, "nutpie", 0, [])
+    # ESS 300 after 25 draws: 25 x 440 / 300 = 36.7 draws needed, so it looks again at 40, and keeps those
+    fit, seen = _blocks_fit(tiny_tasks, "nutpie", 100, [Shortfall("g00 misses", 300.0), None])
+    assert seen == [25, 40]
+    post = fit.posterior.posterior
+    assert post.sizes["draw"] == 40 and fit.posterior.sample_stats["diverging"].shape == (2, 40)
+    np.testing.assert_array_equal(post["w_in"].values[:, :25], fixed.posterior.posterior["w_in"].values)
+
+
+def test_next_check_goes_where_the_smallest_ess_extrapolates_within_a_block(caplog):
+    from hbnn.config import SamplerParams
+    from hbnn.evaluation import Shortfall
+
+    caplog.set_level("INFO", logger=inference.log.name)
+    s = SamplerParams(backend="nutpie", draws=500, max_draws=5000)
+    look = inference._next_check
+    assert look(None, 500, s, 100) is None  # nothing misses: stop
+    # ESS 388 at 1500: 1500 x 400 x 1.1 / 388 = 1701 draws needed, so look at 1800 (not at 2000)
+    assert look(Shortfall("g02 misses", 388.0), 1500, s, 100) == 1800
+    assert "after 1500 draws per chain, g02 misses; looking again at 1800" in caplog.text
+    assert look(Shortfall("g02 misses", 100.0), 500, s, 100) == 1000  # far short: one block, no further
+    assert look(Shortfall("R-hat only", 900.0), 500, s, 100) == 600  # the ESS suffices: one step
+    assert look(Shortfall("no ESS", float("nan")), 500, s, 100) == 1000  # nothing to extrapolate: one block
+    assert look("a plain message", 500, s, 100) == 1000
+    assert look(Shortfall("g02 misses", 388.0), 1500, s, 500) == 2000  # NumPyro's whole blocks
+    assert look(Shortfall("g02 misses", 100.0), 4800, s, 100) == 5000  # never past max_draws
+    assert look(Shortfall("g02 misses", 100.0), 5000, s, 100) is None
+    assert "stopped at max_draws=5000 draws per chain, and g02 misses" in caplog.text
+
+
 def test_iterations_status_says_how_far_and_how_long_at_the_rate(monkeypatch):
     clock = iter([100.0, 110.0])
     monkeypatch.setattr(inference.time, "monotonic", lambda: next(clock))

@@ -219,7 +219,10 @@ def test_convergence_shortfall_names_what_misses_the_bar_and_is_silent_when_noth
     name = tiny_tasks.group_names[1]
     stuck["w_out"].loc[{"group": name, "chain": 1}] = stuck["w_out"].sel(group=name, chain=1) + 5.0  # chains apart
     stuck["sd_out"][:] = np.repeat(np.abs(np.random.default_rng(1).normal(size=(2, 30))), 20, axis=1)  # sticky
-    message = evaluation.convergence_shortfall(tiny_tasks, stuck, specs, ["sd_out"])
+    short = evaluation.convergence_shortfall(tiny_tasks, stuck, specs, ["sd_out"])
+    message = str(short)
     assert message.startswith("2 quantities miss R-hat <= 1.01 and bulk ESS >= 400")
     assert f"{name} (test-point R-hat" in message and "sd_out (R-hat" in message
+    # the smallest ESS of what misses, listed first (worst first): what the run-length control extrapolates from
+    assert 0 < short.min_ess < 400 and message.split(": ", 1)[1].split(")")[0].endswith(f"bulk ESS {short.min_ess:.0f}")
     assert evaluation.convergence_shortfall(tiny_tasks, stuck, specs) is not None  # the group alone misses

@@ -414,6 +414,10 @@ def test_intro_states_each_fits_inference_as_run():
     assert sections._run_description(blocks, 2000) == (
         "2 chains x 2000 draws (1000 tuning, backend numpyro; drawn in blocks of 1000 until every group met the "
         "convergence bar or 5000 were drawn)")
+    looks = dict(blocks, backend="nutpie", draws=500)
+    assert sections._run_description(looks, 1700) == (
+        "2 chains x 1700 draws (1000 tuning, backend nutpie; checked after 500 draws, then where the smallest ESS "
+        "extrapolated to the bar, until every group met the convergence bar or 5000 were drawn)")
     advi = asdict(SamplerParams(backend="advi", draws=500))
     advi["advi"]["minibatch_size"] = 500
     assert sections._run_description(advi) == (

@@ -146,9 +146,10 @@ class SamplerParams:
 
     NUTS backends use chains/tune/draws/target_accept; ``advi`` fits the
     approximation with ``advi.*`` and then draws ``chains x draws`` from it.
-    ``max_draws`` (nutpie and numpyro; 0: off) lets a fit go on past ``draws``, in blocks of ``draws`` per
-    chain, while its draws miss the convergence bar, up to ``max_draws`` per chain
-    (:meth:`hbnn.inference.Sampler.sample`).
+    ``max_draws`` (nutpie and numpyro; 0: off) lets a fit go on past ``draws`` per chain while its draws miss
+    the convergence bar, up to ``max_draws`` per chain: it looks again where its smallest ESS so far
+    extrapolates to the bar, at most ``draws`` further (nutpie: in steps of 100 draws; numpyro: a block of
+    ``draws`` at a time) (:meth:`hbnn.inference.Sampler.sample`, :func:`hbnn.inference._next_check`).
     """
 
     backend: str = "nutpie"
@@ -195,9 +196,11 @@ class SamplerParams:
 # The hierarchical fit's defaults, chosen by measurement (benchmarks/FINDINGS.md, "Converged defaults" and
 # "A hand-written log density"): nutpie with the model's hand-written log density and a Stan-style diagonal mass
 # matrix runs NumPyro's trajectory lengths at about half its time per leapfrog step; the slowest groups'
-# test-point probabilities need 1000-4000 draws per chain for ESS 400 (by seed), so the fit draws blocks of 500
-# until every group meets the bar (at most 5000): blocks of 1000 kept 3000 draws of the default run where 2500
-# meet it, and on average half a block (~35 s here) past the bar. At target_accept 0.98 one run in five had a chain
+# test-point probabilities need 1000-4000 draws per chain for ESS 400 (by seed), so the fit draws 500, then
+# looks again where the smallest ESS extrapolates to the bar (at most 500 further) until every group meets it (at
+# most 5000): fixed blocks of 1000 kept 3000 draws of a default run where 2500 met it, on average half a block
+# (~35 s here) past the bar (benchmarks/FINDINGS.md, "Looking again where the ESS extrapolates"). At
+# target_accept 0.98 one run in five had a chain
 # with 8 divergences in 3000 draws (over the 0.1% of draws the bar allows), at 0.99 none of three.
 HIER_SAMPLER = SamplerParams(backend="nutpie", chains=2, tune=1000, draws=500, target_accept=0.99,
                              mass_matrix="diag_stan", max_draws=5000)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import xarray as xr
@@ -190,8 +191,21 @@ def meets_bar(rhat: float | None, ess: float | None) -> bool:
     return bool(rhat is not None and np.isfinite(rhat) and rhat <= RHAT_MAX and ess is not None and ess >= ESS_MIN)
 
 
+@dataclass(frozen=True)
+class Shortfall:
+    """What in a fit's draws misses the bar, as a log line says it (``text``, worst first), and the smallest
+    bulk ESS among the quantities that miss it (``min_ess``: past :data:`ESS_MIN` where only R-hat misses), from
+    which a fit drawn until the bar is met estimates the draws it still needs."""
+
+    text: str
+    min_ess: float
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def convergence_shortfall(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[LayerSpec],
-                          scalar_vars: Sequence[str] = ()) -> str | None:
+                          scalar_vars: Sequence[str] = ()) -> Shortfall | None:
     """What in a joint fit's draws misses the R-hat and ESS bar of :func:`group_converged` (every group's
     test-point quantity and the ``scalar_vars``, e.g. the group sds), worst first; ``None`` when nothing does.
 
@@ -214,7 +228,7 @@ def convergence_shortfall(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[L
     shown = ", ".join(f"{n} ({k + ' ' if k else ''}R-hat {r:.3f}, bulk ESS {e:.0f})" for n, k, r, e in misses[:3])
     more = f" and {len(misses) - 3} more" if len(misses) > 3 else ""
     what = "1 quantity misses" if len(misses) == 1 else f"{len(misses)} quantities miss"
-    return f"{what} R-hat <= {RHAT_MAX} and bulk ESS >= {ESS_MIN}: {shown}{more}"
+    return Shortfall(f"{what} R-hat <= {RHAT_MAX} and bulk ESS >= {ESS_MIN}: {shown}{more}", float(misses[0][3]))
 
 
 ADVI_FALSE_ALARM = 0.01  # chance that some curve of a flat set of ADVI loss curves is called still falling

@@ -132,9 +132,10 @@ class NutpieBackend(Backend):
     With a hand-written log density (:meth:`use_density`, :mod:`hbnn.kernel`), nutpie calls it instead of
     PyTensor's, and new rows are packed into its buffer.
     With ``max_draws`` and a :attr:`Backend.until` check, the chains run on towards ``max_draws`` while the
-    first ``k * draws`` draws of every chain are checked as they arrive; the fit keeps exactly the first
-    block count whose draws meet the bar (or all of them) and stops the chains. Which draws are kept
-    depends on the draws only, never on timing, so the trace is the same on every run.
+    first ``n`` draws of every chain are checked as they arrive (``n = draws``, then as :func:`_next_check`
+    extrapolates, in steps of :data:`CHECK_UNIT` draws); the fit keeps exactly the first ``n`` that meet the
+    bar (or ``max_draws``) and stops the chains. Which draws are kept depends on the draws only, never on
+    timing, so the trace is the same on every run.
     """
 
     name = "nutpie"
@@ -200,8 +201,9 @@ class NutpieBackend(Backend):
         return idata, None, _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
 
     def _first_converged_blocks(self, running) -> az.InferenceData:
-        """The first ``k * draws`` draws of every chain, for the smallest ``k`` whose draws :attr:`until` passes
-        (or ``max_draws``); the chains are stopped once that is known."""
+        """The first ``n`` draws of every chain, for the first ``n`` of the checks (``draws``, then as
+        :func:`_next_check` says) whose draws :attr:`until` passes (or ``max_draws``); the chains are stopped
+        once that is known."""
         s = self.settings
         kept = s.draws
         final = None  # the whole trace, once the chains have finished (nutpie hands it over once)
@@ -230,23 +232,46 @@ class NutpieBackend(Backend):
                 time.sleep(min(max(wait, self.poll_seconds), 10 * self.poll_seconds))
             head = az.InferenceData(warmup_sample_stats=trace["warmup_sample_stats"],
                                     **{g: trace[g].isel(draw=slice(0, kept)) for g in ("posterior", "sample_stats")})
-            if not _another_block(self.until(head.posterior), kept, s):
+            following = _next_check(self.until(head.posterior), kept, s, CHECK_UNIT)
+            if following is None:
                 running.cancel()
                 return head
-            kept += s.draws
+            kept = following
 
 
-def _another_block(missing: str | None, drawn: int, s: SamplerParams) -> bool:
-    """Whether a run-length-controlled fit draws another block, given what its ``drawn`` draws per chain miss
-    (``None``: nothing); logs why it goes on, or that it stopped at ``max_draws`` still short."""
-    if missing and drawn + s.draws > s.max_draws:
+CHECK_UNIT = 100  # nutpie's run-length control looks again in whole multiples of this many draws per chain
+ESS_SPARE = 1.1  # ... aiming 10% past ESS_MIN, so that one look usually suffices
+
+
+def _next_check(missing, drawn: int, s: SamplerParams, unit: int) -> int | None:
+    """How many draws per chain a run-length-controlled fit has when it looks again, given what its ``drawn``
+    draws miss (``None``: nothing, and so is the answer: stop); logs why it goes on, or that it stopped at
+    ``max_draws`` still short.
+
+    A bulk ESS grows in proportion to the draws of a mixing chain, so the draws that the smallest ESS so far
+    (``missing.min_ess``, :class:`hbnn.evaluation.Shortfall`) extrapolates to, times :data:`ESS_SPARE`, are
+    what the fit needs: the next look is there, rounded up to whole ``unit`` draws, at least ``unit`` and at
+    most ``draws`` further, so never more than a block past the last look (a ``missing`` without an ESS:
+    a whole block; one whose ESS already suffices, where only R-hat misses: one ``unit``), and never past
+    ``max_draws``. NumPyro's compiled loop draws whole blocks, so its ``unit`` is ``draws``.
+    """
+    if missing is None:
+        return None
+    if drawn + min(unit, s.draws) > s.max_draws:
         log.warning("stopped at max_draws=%d draws per chain, and %s: the metrics and the report say "
                     "which groups miss the bar", s.max_draws, missing)
-        return False
-    if missing:
-        log.info("after %d draws per chain, %s; drawing %d more (up to max_draws=%d)",
-                 drawn, missing, s.draws, s.max_draws)
-    return missing is not None
+        return None
+    step = s.draws
+    ess = getattr(missing, "min_ess", None)
+    if ess is not None and np.isfinite(ess) and ess > 0:
+        from hbnn.evaluation import ESS_MIN
+
+        short = drawn * ESS_MIN * ESS_SPARE / ess - drawn
+        step = min(s.draws, max(unit, -(-short // unit) * unit))
+    following = min(drawn + int(step), s.max_draws)
+    log.info("after %d draws per chain, %s; looking again at %d (up to max_draws=%d)",
+             drawn, missing, following, s.max_draws)
+    return following
 
 
 def _finished(running) -> bool:
@@ -360,7 +385,7 @@ class NumpyroBackend(JaxBackend):
             values = constrain(*states["z"])
             posterior = az.dict_to_dataset({v.name: np.asarray(x) for v, x in zip(outputs, values, strict=True)},
                                            coords=coords, dims=dims, library=None)
-            return _another_block(until(posterior), drawn, s)
+            return _next_check(until(posterior), drawn, s, s.draws) is not None
 
         return more
 
@@ -585,15 +610,15 @@ def _time_left(expected: float | None):
 
 
 def _check_complete(idata: az.InferenceData, s: SamplerParams) -> None:
-    """Every chain holds all ``draws`` finite draws (or whole blocks of them up to ``max_draws``), else
-    :class:`SamplingError`.
+    """Every chain holds all ``draws`` finite draws (with ``max_draws``: at least ``draws`` and at most
+    ``max_draws``, wherever the run-length control's last look was), else :class:`SamplingError`.
 
     Samplers return early with what they have when interrupted (PyMC and nutpie
     both do on Ctrl-C); such a trace must never be taken for a finished run.
     """
     sizes = idata.posterior.sizes
     chains, draws = sizes.get("chain"), sizes.get("draw")
-    if chains != s.chains or not draws or draws % s.draws or not s.draws <= draws <= s.draw_limit:
+    if chains != s.chains or not draws or not s.draws <= draws <= s.draw_limit:
         raise SamplingError(f"sampling stopped early: {chains} chains x {draws} draws "
                             f"of {s.chains} x {s.draws}; nothing was written")
     for name, da in idata.posterior.data_vars.items():

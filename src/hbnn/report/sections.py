@@ -61,8 +61,9 @@ def _run_description(s: dict[str, Any], drawn: int | None = None) -> str:
                 f"{batch}), then {s.get('chains', '?')} x {s.get('draws', '?')} draws from the approximation")
     blocks = ""
     if s.get("max_draws", 0) > s.get("draws", 0):
-        blocks = (f"; drawn in blocks of {s['draws']} until every group met the convergence bar or "
-                  f"{s['max_draws']} were drawn")
+        how = (f"drawn in blocks of {s['draws']}" if s.get("backend") != "nutpie" else
+               f"checked after {s['draws']} draws, then where the smallest ESS extrapolated to the bar,")
+        blocks = f"; {how} until every group met the convergence bar or {s['max_draws']} were drawn"
     return (f"{s.get('chains', '?')} chains x {drawn or s.get('draws', '?')} draws "
             f"({s.get('tune', '?')} tuning, backend {s.get('backend', '?')}{blocks})")
 

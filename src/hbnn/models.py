@@ -106,8 +106,10 @@ def build_informed_model(
         weights = []
         for s in specs:
             mean, cov = prior[s.name]
-            mean = pm.Data(f"prior_mean_{s.name}", np.asarray(mean, dtype=np.float64))
-            chol = pm.Data(f"prior_chol_{s.name}", np.linalg.cholesky(cov))
+            # Static shapes: without them PyTensor checks at run time that the two lengths agree, with an
+            # equality whose operand order varies from process to process, and so does the graph's cache key.
+            mean = pt.specify_shape(pm.Data(f"prior_mean_{s.name}", np.asarray(mean, dtype=np.float64)), (s.size,))
+            chol = pt.specify_shape(pm.Data(f"prior_chol_{s.name}", np.linalg.cholesky(cov)), (s.size, s.size))
             z = pm.Normal(f"z_{s.name}", 0.0, 1.0, dims=f"weight_{s.name}")
             flat = mean + chol @ z
             weights.append(pm.Deterministic(s.var, flat.reshape(s.shape), dims=s.dims))

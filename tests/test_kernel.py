@@ -72,14 +72,40 @@ def _assert_same_density(model, density):
     buf = density.pack(offsets)
     pymc = model.logp_dlogp_function(ravel_inputs=True)
     pymc.set_extra_values({})
+    written_out = density.logp_grad()  # the network's passes written out (hbnn.kernel_unrolled)
+    assert written_out is not kernel.logp_grad
     rng = np.random.default_rng(1)
     for scale in (0.0, 0.5, 1.5, 4.0):  # 4.0: saturated tanh units, large logits and rates
         theta = rng.normal(0.0, scale, n_dim)
         want, want_grad = pymc(theta)
-        grad = np.full(n_dim, np.nan)
-        got = kernel.logp_grad(theta, grad, buf)
-        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-9)
-        np.testing.assert_allclose(grad, want_grad, rtol=1e-9, atol=1e-9 * max(1.0, np.abs(want_grad).max()))
+        for fn in (kernel.logp_grad, written_out):
+            grad = np.full(n_dim, np.nan)
+            got = fn(theta, grad, buf)
+            np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-9)
+            np.testing.assert_allclose(grad, want_grad, rtol=1e-9, atol=1e-9 * max(1.0, np.abs(want_grad).max()))
+
+
+def test_networks_past_the_written_out_size_keep_the_generic_loops():
+    from hbnn import kernel_unrolled
+
+    assert kernel_unrolled.n_weights(2, (5, 5), False) == 40
+    assert kernel_unrolled.n_weights(3, (4,), True) == 4 * 4 + 5
+    wide = (kernel_unrolled.MAX_WEIGHTS,)
+    assert kernel_unrolled.logp_grad_for(2, wide, False) is kernel.logp_grad
+
+
+def test_an_unwritable_kernel_cache_falls_back_to_the_generic_loops(tmp_path, monkeypatch, caplog):
+    from hbnn import kernel_unrolled
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("HBNN_KERNEL_CACHE", str(blocker / "kernels"))  # under a file: cannot be created
+    kernel_unrolled.logp_grad_for.cache_clear()
+    try:
+        assert kernel_unrolled.logp_grad_for(2, (3,), False) is kernel.logp_grad
+        assert "generic loops are used" in caplog.text
+    finally:
+        kernel_unrolled.logp_grad_for.cache_clear()
 
 
 PER_GROUP_CASES = [
@@ -139,7 +165,8 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
     density = kernel.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0)
     compiled = compile_numba(model)
     fast = density.for_nutpie(compiled)
-    assert fast.compiled_logp_func is kernel.callback(-(-np.asarray(compiled.user_data).nbytes // 8))
+    skip = -(-np.asarray(compiled.user_data).nbytes // 8)
+    assert fast.compiled_logp_func is kernel.callback(skip, density.network())
     # nutpie's callback, called as nutpie calls it (pointers), gives PyMC's value and gradient
     theta = np.random.default_rng(2).normal(0.0, 0.8, compiled.n_dim)
     grad, value = np.empty(compiled.n_dim), np.empty(1)
@@ -225,7 +252,7 @@ density = kernel.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1
 buf = density.pack({"w_in": 0, "w_h1_h2": 10, "w_out": 35})
 theta, grad, value = rng.normal(size=40), np.empty(40), np.empty(1)
 P = ctypes.POINTER(ctypes.c_double)
-kernel.callback(0).ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P), value.ctypes.data_as(P),
+kernel.callback(0, density.network()).ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P), value.ctypes.data_as(P),
                          buf.ctypes.data)
 print(hashlib.sha256(grad.tobytes() + value.tobytes()).hexdigest())
 """
@@ -238,8 +265,9 @@ def test_the_callback_computes_the_same_bits_whether_numba_compiled_it_or_loaded
     import subprocess
     import sys
 
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), HBNN_KERNEL_CACHE=str(tmp_path / "kernels"))
     runs = [subprocess.run([sys.executable, "-c", _DRAW_ONE], env=env, capture_output=True, text=True, check=True)
             for _ in range(3)]
     assert any((tmp_path / "numba").rglob("*.nbi"))  # the first run wrote the cache the others read
+    assert len(list((tmp_path / "kernels").glob("hbnn_kernel_*.py"))) == 1  # and the written-out passes
     assert len({r.stdout for r in runs}) == 1, [r.stdout for r in runs]

@@ -28,7 +28,8 @@ Calibrated on the default pipeline on 2 cores (``timings/*.json``): under
 PyTensor's density the hierarchical fit measured 510 us per gradient against
 380 us estimated, the flat fits 30 us against 40 us; under ``hbnn.kernel`` (nutpie)
 57 us against 57 us and 7 us against 6 us (its first block of draws took 90-98 s
-against 117 s estimated); ``make_data`` of 20,000 moons groups took 15 s
+against 117 s estimated), and with the passes written out per network
+(:mod:`hbnn.kernel_unrolled`) 31 us against 32 us and 3 us against 4 us; ``make_data`` of 20,000 moons groups took 15 s
 and 270 bytes per row. The estimate is an order of magnitude, meant
 to catch ``n_groups: 1000000`` or ``hidden_layers: [1000]``, not to plan a
 schedule.
@@ -55,10 +56,11 @@ STEPS_PER_ITERATION = {"nutpie": 64, "pymc": 256, "numpyro": 320, "blackjax": 51
 # nutpie with the Stan-style mass matrix runs NumPyro's trajectory lengths: 511-1023 steps per draw at
 # target_accept 0.98-0.99 (FINDINGS.md); the cap of the tree depth, so the estimate errs high
 STEPS_PER_ITERATION_DIAG_STAN = 1023
-# nutpie samples the hand-written log density (hbnn.kernel): measured 53-57 us per gradient of the default
-# hierarchical fit (900 rows x 40 weights) and 7 us for a flat one (50 x 40), sampler overhead included.
+# nutpie samples the hand-written log density (hbnn.kernel, passes written out per network): measured 31 us
+# per gradient of the default hierarchical fit (900 rows x 40 weights) and 3 us for a flat one (50 x 40),
+# sampler overhead and the slower chain's wait included (timings/*.json).
 KERNEL_GRAD_OVERHEAD_US = 3.0
-KERNEL_NS_PER_ROW_WEIGHT = 1.5
+KERNEL_NS_PER_ROW_WEIGHT = 0.8
 # ADVI, measured on 2 cores: 18 flat fits x 5000 steps took 7.4 s (82 us a step); the 1000-group
 # hierarchical minibatch fit (40,043 parameters) 194 s for 60,000 steps of 500 rows (3.2 ms a step) and
 # 92 s for 20,000 steps of 2000 rows (4.6 ms), estimated 316 s and 117 s.

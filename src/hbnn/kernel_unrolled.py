@@ -1,0 +1,158 @@
+""":mod:`hbnn.kernel`'s log density with the network's pass written out for one network's widths.
+
+The generic kernel loops over layers, units and rows with sizes it reads at run time, so every
+(input, output) pair of units is its own loop over a group's ~50 rows, which loads and stores the
+activations each time: on the default network about 120 such loops per group, whose set-up costs more
+than their arithmetic. With the widths known when the code is written, each layer is one loop over rows
+that holds every unit of a row in registers, and the backward pass is one loop that keeps the gradient
+of every weight as its own accumulator; LLVM vectorises both over rows.
+
+:func:`logp_grad_for` writes the functions for a network (features, hidden widths, bias) as Python
+source into a module file under :func:`cache_dir`, named by a hash of that source, and imports it: the
+module compiles :mod:`hbnn.kernel`'s own ``_group_loglik`` and ``logp_grad`` (their source, unchanged)
+around the written-out ``_forward`` and ``_backward``, so the density and its checks are the kernel's,
+and numba's disk cache serves every process after the first. Networks past :data:`MAX_WEIGHTS` weights
+per group (one accumulator each) keep the generic kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import inspect
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MAX_WEIGHTS = 128  # per group; past it the generic loops (the backward pass keeps one accumulator per weight)
+_DECORATOR = '@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")'
+
+
+def cache_dir() -> Path:
+    """Where the written-out modules live: ``$HBNN_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/hbnn/kernels``
+    (``~/.cache/hbnn/kernels``)."""
+    if os.environ.get("HBNN_KERNEL_CACHE"):
+        return Path(os.environ["HBNN_KERNEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hbnn" / "kernels"
+
+
+def _layers(n_features: int, hidden: tuple[int, ...]) -> list[tuple[int, int]]:
+    sizes = [n_features, *hidden, 1]
+    return list(zip(sizes[:-1], sizes[1:], strict=True))
+
+
+def n_weights(n_features: int, hidden: tuple[int, ...], bias: bool) -> int:
+    return sum((n_in + int(bias)) * n_out for n_in, n_out in _layers(n_features, hidden))
+
+
+def _forward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+    """``_forward`` with :func:`hbnn.kernel._forward`'s signature and result (``H[1:]``)."""
+    layers = _layers(n_features, hidden)
+    lines = [_DECORATOR, "def _forward(W, H, e, bits, X, g, n8, R, D, lay, n_layers, bias):",
+             "    x = X[g * D * R: (g + 1) * D * R]"]
+    w_at = 0
+    for li, (n_in, n_out) in enumerate(layers):
+        # The weights as locals: stores into H could alias W, so LLVM would reload them in every row.
+        for k in range((n_in + int(bias)) * n_out):
+            lines.append(f"    w{li}_{k} = W[{w_at + k}]")
+        source = "x" if li == 0 else f"H[{li}]"
+        lines.append("    for r in range(n8):")
+        for i in range(n_in):
+            lines.append(f"        v{i} = {source}[{i} * R + r]")
+        for j in range(n_out):
+            terms = [f"w{li}_{i * n_out + j} * v{i}" for i in range(n_in)]
+            if bias:
+                terms.append(f"w{li}_{n_in * n_out + j}")
+            lines.append(f"        H[{li + 1}, {j} * R + r] = {' + '.join(terms)}")
+        if li < len(layers) - 1:
+            lines.append(f"    _tanh_inplace(H[{li + 1}], {n_out} * R, e, bits)")
+        w_at += (n_in + int(bias)) * n_out
+    return "\n".join(lines) + "\n"
+
+
+def _backward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+    """``_backward`` with :func:`hbnn.kernel._backward`'s signature and effect on ``gW``: one loop over rows,
+    every unit's backpropagated gradient in registers, every weight's gradient its own accumulator."""
+    layers = _layers(n_features, hidden)
+    starts, at = [], 0
+    for n_in, n_out in layers:
+        starts.append(at)
+        at += (n_in + int(bias)) * n_out
+    lines = [_DECORATOR, "def _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias):",
+             "    x = X[g * D * R: (g + 1) * D * R]"]
+    lines += [f"    w{k} = W[{k}]" for k in range(at)]
+    lines += [f"    acc{k} = 0.0" for k in range(at)]
+    lines.append("    for r in range(n8):")
+    lines.append(f"        d{len(layers) - 1}_0 = delta[r]")
+    for li in range(len(layers) - 1, -1, -1):
+        n_in, n_out = layers[li]
+        source = "x" if li == 0 else f"H[{li}]"
+        for i in range(n_in):
+            lines.append(f"        a{li}_{i} = {source}[{i} * R + r]")
+        for j in range(n_out):
+            for i in range(n_in):
+                lines.append(f"        acc{starts[li] + i * n_out + j} += a{li}_{i} * d{li}_{j}")
+            if bias:
+                lines.append(f"        acc{starts[li] + n_in * n_out + j} += d{li}_{j}")
+        if li > 0:
+            for i in range(n_in):
+                total = " + ".join(f"w{starts[li] + i * n_out + j} * d{li}_{j}" for j in range(n_out))
+                lines.append(f"        d{li - 1}_{i} = ({total}) * (1.0 - a{li}_{i} * a{li}_{i})")
+    lines += [f"    gW[{k}] += acc{k}" for k in range(at)]
+    return "\n".join(lines) + "\n"
+
+
+def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+    """The module for one network: the written-out passes, then :mod:`hbnn.kernel`'s functions around them."""
+    from hbnn import kernel
+
+    parts = [
+        f'"""hbnn.kernel for {n_features} features, hidden layers {list(hidden)}, bias {bias}: written by '
+        'hbnn.kernel_unrolled; do not edit."""',
+        "import math",
+        "import numba",
+        "import numpy as np",
+        "from hbnn.kernel import _HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, _output, _tanh_inplace",
+        "",
+        _forward_source(n_features, hidden, bias),
+        _backward_source(n_features, hidden, bias),
+        inspect.getsource(kernel._group_loglik.py_func),
+        inspect.getsource(kernel.logp_grad.py_func),
+    ]
+    return "\n".join(parts)
+
+
+@functools.cache
+def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool):
+    """``logp_grad`` for this network (:func:`hbnn.kernel.logp_grad`'s signature and value), written out where
+    it has at most :data:`MAX_WEIGHTS` weights per group and the cache directory is writable; otherwise
+    :func:`hbnn.kernel.logp_grad`."""
+    from hbnn import kernel
+
+    hidden = tuple(int(h) for h in hidden)
+    if n_weights(n_features, hidden, bias) > MAX_WEIGHTS:
+        return kernel.logp_grad
+    source = module_source(n_features, hidden, bias)
+    name = "hbnn_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:20]
+    path = cache_dir() / f"{name}.py"
+    try:
+        if not path.exists():  # written once: numba's cache keys on the file's time stamp
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
+                f.write(source)
+            os.replace(f.name, path)
+    except OSError as err:
+        log.warning("kernel: cannot write %s (%s); the generic loops are used", path, err)
+        return kernel.logp_grad
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name].logp_grad

@@ -11,7 +11,8 @@ export PYTHONHASHSEED := 0
 
 venv: $(STAMP)
 
-# The JAX extra (numpyro and blackjax backends): the default hierarchical fit (hier_sampler) uses numpyro.
+# The JAX extra (numpyro and blackjax backends), which make repro and make test install: tests and `make bench`
+# cover every backend; the default fits use nutpie.
 jax: $(JAX_STAMP)
 
 $(JAX_STAMP): $(STAMP) requirements-jax.lock

@@ -153,7 +153,7 @@ def direct_us_per_grad(backend: str, repeats: int = 20, inner: int = 200) -> flo
     rng = np.random.default_rng(0)
     flat = np.concatenate([np.ravel(v) for v in x.values()]) + rng.normal(0, 0.1, sum(np.size(v) for v in x.values()))
     if backend == "nutpie":  # nutpie samples the hand-written log density (hbnn.kernel), not PyTensor's
-        from hbnn.kernel import HierarchicalDensity, logp_grad
+        from hbnn.kernel import HierarchicalDensity
 
         pad, m = tasks.padded("train"), params.model
         density = HierarchicalDensity(pad.X, pad.y, pad.counts, tuple(m.hidden_layers), m.bias, m.likelihood,
@@ -161,6 +161,7 @@ def direct_us_per_grad(backend: str, repeats: int = 20, inner: int = 200) -> flo
         starts = np.concatenate([[0], np.cumsum([np.size(v) for v in x.values()])[:-1]])
         buf = density.pack({name: int(at) for name, at in zip(x, starts, strict=True)})
         grad = np.empty(flat.size)
+        logp_grad = density.logp_grad()  # the passes written out for this network, as nutpie's callback calls
 
         def fn(theta):
             return logp_grad(theta, grad, buf)

@@ -252,8 +252,8 @@ density = kernel.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1
 buf = density.pack({"w_in": 0, "w_h1_h2": 10, "w_out": 35})
 theta, grad, value = rng.normal(size=40), np.empty(40), np.empty(1)
 P = ctypes.POINTER(ctypes.c_double)
-kernel.callback(0, density.network()).ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P), value.ctypes.data_as(P),
-                         buf.ctypes.data)
+kernel.callback(0, density.network()).ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P),
+                                              value.ctypes.data_as(P), buf.ctypes.data)
 print(hashlib.sha256(grad.tobytes() + value.tobytes()).hexdigest())
 """
 

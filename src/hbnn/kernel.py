@@ -395,10 +395,10 @@ _C_SIG = numba.types.int64(numba.types.uint64, numba.types.CPointer(numba.types.
 @functools.cache
 def callback(skip: int = 0, network: tuple | None = None):
     """nutpie's logp callback for a ``user_data`` whose :meth:`Density.pack` buffer starts ``skip`` float64
-    slots in, computed by :func:`logp_grad` or, for ``network`` = ``(features, hidden widths, bias)``, by
-    :func:`hbnn.kernel_unrolled.logp_grad_for` that network, after nutpie's own record of the model's shared data, which its expand function reads from the
-    same pointer (:meth:`Density.user_data`); 0 on success, as nutpie expects (3: a non-finite gradient, 4: a
-    non-finite value, -1: a vector of the wrong size).
+    slots in (after nutpie's own record of the model's shared data, which its expand function reads from the
+    same pointer), computed by :func:`logp_grad` or, for ``network`` = ``(features, hidden widths, bias)``, by
+    :func:`hbnn.kernel_unrolled.logp_grad_for` that network (:meth:`Density.on`); 0 on success, as nutpie
+    expects (3: a non-finite gradient, 4: a non-finite value, -1: a vector of the wrong size).
 
     One per ``skip``, compiled in every process that samples (~1 s) and never loaded from numba's disk cache:
     a cached callback loaded in a later process computed other floats (in the last bits) than the one compiled

@@ -94,6 +94,19 @@ def test_networks_past_the_written_out_size_keep_the_generic_loops():
     assert kernel_unrolled.logp_grad_for(2, wide, False) is kernel.logp_grad
 
 
+def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
+    """numba's cache checks the written module's time stamp, not what it imports from hbnn.kernel, so any change to
+    hbnn.kernel must give the module another file (its name is a hash of its source)."""
+    import hashlib
+    import inspect
+
+    from hbnn import kernel_unrolled
+
+    source = kernel_unrolled.module_source(2, (3,), False)
+    assert hashlib.sha256(inspect.getsource(kernel).encode()).hexdigest() in source
+    assert "def _forward(" in source and "def _backward(" in source and "def logp_grad(" in source
+
+
 def test_an_unwritable_kernel_cache_falls_back_to_the_generic_loops(tmp_path, monkeypatch, caplog):
     from hbnn import kernel_unrolled
 

@@ -112,9 +112,12 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
     """The module for one network: the written-out passes, then :mod:`hbnn.kernel`'s functions around them."""
     from hbnn import kernel
 
+    # numba's cache checks this file's time stamp only, not the functions it imports, so the name (a hash of
+    # this source) must change with anything in hbnn.kernel: its whole source's hash is part of the text.
     parts = [
         f'"""hbnn.kernel for {n_features} features, hidden layers {list(hidden)}, bias {bias}: written by '
         'hbnn.kernel_unrolled; do not edit."""',
+        f"# hbnn.kernel source sha256 {hashlib.sha256(inspect.getsource(kernel).encode()).hexdigest()}",
         "import math",
         "import numba",
         "import numpy as np",

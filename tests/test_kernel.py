@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 
 import numpy as np
 import pymc as pm
@@ -98,13 +99,70 @@ def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
     """numba's cache checks the written module's time stamp, not what it imports from hbnn.kernel, so any change to
     hbnn.kernel must give the module another file (its name is a hash of its source)."""
     import hashlib
-    import inspect
+    from pathlib import Path
 
     from hbnn import kernel_unrolled
 
+    assert kernel.SOURCE == Path(kernel.__file__).read_text()
     source = kernel_unrolled.module_source(2, (3,), False)
-    assert hashlib.sha256(inspect.getsource(kernel).encode()).hexdigest() in source
+    assert hashlib.sha256(kernel.SOURCE.encode()).hexdigest() in source
     assert "def _forward(" in source and "def _backward(" in source and "def logp_grad(" in source
+
+
+@pytest.fixture
+def fresh_kernel_cache(tmp_path, monkeypatch):
+    from hbnn import kernel_unrolled
+
+    monkeypatch.setenv("HBNN_KERNEL_CACHE", str(tmp_path / "kernels"))
+    kernel_unrolled.logp_grad_for.cache_clear()
+    yield tmp_path / "kernels"
+    kernel_unrolled.logp_grad_for.cache_clear()
+
+
+def test_threads_loading_one_network_at_once_all_get_the_whole_module(fresh_kernel_cache):
+    import threading
+
+    from hbnn import kernel_unrolled
+
+    hidden = (2, 7)  # a network no other test loads, so its module is new to this process
+    start, got, errors = threading.Barrier(4), [], []
+
+    def load():
+        start.wait()
+        try:
+            got.append(kernel_unrolled.logp_grad_for(2, hidden, True))
+        except Exception as err:  # noqa: BLE001 - collected for the assertion
+            errors.append(err)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(got) == 4
+    assert len(set(map(id, got))) == 1 and got[0] is not kernel.logp_grad
+    (written,) = fresh_kernel_cache.glob("hbnn_kernel_*.py")
+    assert not list(fresh_kernel_cache.glob("*.tmp"))
+    mask = os.umask(0)
+    os.umask(mask)
+    assert written.stat().st_mode & 0o777 == 0o666 & ~mask  # readable by whoever shares the cache
+
+
+def test_a_module_file_that_does_not_import_falls_back_to_the_generic_loops(fresh_kernel_cache, caplog):
+    import hashlib
+    import sys
+
+    from hbnn import kernel_unrolled
+
+    source = kernel_unrolled.module_source(2, (3, 2), False)
+    name = "hbnn_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:20]
+    fresh_kernel_cache.mkdir()
+    for broken in ("", source[: source.index("def _backward")] + "def _backward(\n"):  # empty; cut mid-line
+        (fresh_kernel_cache / f"{name}.py").write_text(broken)
+        kernel_unrolled.logp_grad_for.cache_clear()
+        caplog.clear()
+        assert kernel_unrolled.logp_grad_for(2, (3, 2), False) is kernel.logp_grad
+        assert "generic loops are used" in caplog.text and name not in sys.modules
 
 
 def test_an_unwritable_kernel_cache_falls_back_to_the_generic_loops(tmp_path, monkeypatch, caplog):

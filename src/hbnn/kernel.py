@@ -49,11 +49,13 @@ import ctypes
 import functools
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import ClassVar
 
 import numba
 import numpy as np
 
+SOURCE = Path(__file__).read_text()  # as imported: hbnn.kernel_unrolled compiles its functions from this text
 LIKELIHOODS = {"bernoulli": 0, "gaussian": 1, "poisson": 2}
 HIERARCHICAL, FLAT, INFORMED = 0, 1, 2  # how a layer's weights come from the flat vector
 _HEADER = 14  # buffer slots before the per-layer layout (see Density.pack)

@@ -17,14 +17,15 @@ per group (one accumulator each) keep the generic kernel.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import importlib.util
-import inspect
 import logging
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -108,8 +109,18 @@ def _backward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> st
     return "\n".join(lines) + "\n"
 
 
+def _function_source(text: str, name: str) -> str:
+    """The source of the top-level function ``name`` in ``text``, decorators included."""
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
+            return "".join(text.splitlines(keepends=True)[start: node.end_lineno])
+    raise LookupError(name)
+
+
 def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
-    """The module for one network: the written-out passes, then :mod:`hbnn.kernel`'s functions around them."""
+    """The module for one network: the written-out passes, then :mod:`hbnn.kernel`'s functions around them
+    (from its source as imported, :data:`hbnn.kernel.SOURCE`, not as the file may read now)."""
     from hbnn import kernel
 
     # numba's cache checks this file's time stamp only, not the functions it imports, so the name (a hash of
@@ -117,7 +128,7 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
     parts = [
         f'"""hbnn.kernel for {n_features} features, hidden layers {list(hidden)}, bias {bias}: written by '
         'hbnn.kernel_unrolled; do not edit."""',
-        f"# hbnn.kernel source sha256 {hashlib.sha256(inspect.getsource(kernel).encode()).hexdigest()}",
+        f"# hbnn.kernel source sha256 {hashlib.sha256(kernel.SOURCE.encode()).hexdigest()}",
         "import math",
         "import numba",
         "import numpy as np",
@@ -125,17 +136,20 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
         "",
         _forward_source(n_features, hidden, bias),
         _backward_source(n_features, hidden, bias),
-        inspect.getsource(kernel._group_loglik.py_func),
-        inspect.getsource(kernel.logp_grad.py_func),
+        _function_source(kernel.SOURCE, "_group_loglik"),
+        _function_source(kernel.SOURCE, "logp_grad"),
     ]
     return "\n".join(parts)
+
+
+_LOADING = threading.Lock()  # one thread writes and imports a module at a time; the others then find it whole
 
 
 @functools.cache
 def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool):
     """``logp_grad`` for this network (:func:`hbnn.kernel.logp_grad`'s signature and value), written out where
-    it has at most :data:`MAX_WEIGHTS` weights per group and the cache directory is writable; otherwise
-    :func:`hbnn.kernel.logp_grad`."""
+    it has at most :data:`MAX_WEIGHTS` weights per group; otherwise, or where the module cannot be written or
+    imported (a warning says why), :func:`hbnn.kernel.logp_grad`."""
     from hbnn import kernel
 
     hidden = tuple(int(h) for h in hidden)
@@ -143,19 +157,43 @@ def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool):
         return kernel.logp_grad
     source = module_source(n_features, hidden, bias)
     name = "hbnn_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:20]
+    with _LOADING:
+        try:
+            return _load(name, source).logp_grad
+        except Exception as err:  # noqa: BLE001 - any failure keeps the generic loops, which compute the same
+            log.warning("kernel: cannot use the written-out module %s (%s: %s); the generic loops are used",
+                        name, type(err).__name__, err)
+            return kernel.logp_grad
+
+
+def _load(name: str, source: str):
+    """The module ``name`` with ``source``: imported once per process, from a file written once per cache."""
+    if name in sys.modules:
+        return sys.modules[name]
     path = cache_dir() / f"{name}.py"
-    try:
-        if not path.exists():  # written once: numba's cache keys on the file's time stamp
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
                 f.write(source)
-            os.replace(f.name, path)
-    except OSError as err:
-        log.warning("kernel: cannot write %s (%s); the generic loops are used", path, err)
-        return kernel.logp_grad
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name].logp_grad
+            mask = os.umask(0)
+            os.umask(mask)
+            os.chmod(tmp, 0o666 & ~mask)  # readable by whoever shares the cache, as a plain file would be
+            try:
+                # A link keeps the file another process may have put there first, and its time stamp, which
+                # numba's cache of it keys on; where links are not supported, the rename is atomic too.
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            except OSError:
+                os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "logp_grad", None)):
+        raise ImportError(f"{path} defines no logp_grad")
+    sys.modules[name] = module  # only once whole
+    return module

@@ -99,6 +99,7 @@ def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
     """numba's cache checks the written module's time stamp, not what it imports from hbnn.kernel, so any change to
     hbnn.kernel must give the module another file (its name is a hash of its source)."""
     import hashlib
+    import inspect
     from pathlib import Path
 
     from hbnn import kernel_unrolled
@@ -107,6 +108,10 @@ def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
     source = kernel_unrolled.module_source(2, (3,), False)
     assert hashlib.sha256(kernel.SOURCE.encode()).hexdigest() in source
     assert "def _forward(" in source and "def _backward(" in source and "def logp_grad(" in source
+    for name in ("_group_loglik", "logp_grad"):  # the kernel's own functions, whole and unchanged
+        want = inspect.getsource(getattr(kernel, name).py_func)
+        assert kernel_unrolled._function_source(kernel.SOURCE, name).rstrip() == want.rstrip()
+        assert want.rstrip() in source
 
 
 @pytest.fixture

@@ -89,10 +89,11 @@ def _assert_same_density(model, density):
 def test_networks_past_the_written_out_size_keep_the_generic_loops():
     from hbnn import kernel_unrolled
 
-    assert kernel_unrolled.n_weights(2, (5, 5), False) == 40
-    assert kernel_unrolled.n_weights(3, (4,), True) == 4 * 4 + 5
-    wide = (kernel_unrolled.MAX_WEIGHTS,)
-    assert kernel_unrolled.logp_grad_for(2, wide, False) is kernel.logp_grad
+    top = kernel_unrolled.MAX_WEIGHTS  # a linear model on `top` features has `top` weights
+    assert kernel_unrolled.logp_grad_for(top, (), False) is not kernel.logp_grad
+    assert kernel_unrolled.logp_grad_for(top + 1, (), False) is kernel.logp_grad
+    assert kernel_unrolled.logp_grad_for(top, (), True) is kernel.logp_grad  # the bias makes it top + 1
+    assert kernel_unrolled.logp_grad_for(2, (top,), False) is kernel.logp_grad
 
 
 def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
@@ -242,7 +243,7 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
     compiled = compile_numba(model)
     fast = density.for_nutpie(compiled)
     skip = -(-np.asarray(compiled.user_data).nbytes // 8)
-    assert fast.compiled_logp_func is kernel.callback(skip, density.network())
+    assert fast.compiled_logp_func is kernel.callback(skip, density.logp_grad())
     # nutpie's callback, called as nutpie calls it (pointers), gives PyMC's value and gradient
     theta = np.random.default_rng(2).normal(0.0, 0.8, compiled.n_dim)
     grad, value = np.empty(compiled.n_dim), np.empty(1)
@@ -328,7 +329,7 @@ density = kernel.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1
 buf = density.pack({"w_in": 0, "w_h1_h2": 10, "w_out": 35})
 theta, grad, value = rng.normal(size=40), np.empty(40), np.empty(1)
 P = ctypes.POINTER(ctypes.c_double)
-kernel.callback(0, density.network()).ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P),
+kernel.callback(0, density.logp_grad()).ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P),
                                               value.ctypes.data_as(P), buf.ctypes.data)
 print(hashlib.sha256(grad.tobytes() + value.tobytes()).hexdigest())
 """

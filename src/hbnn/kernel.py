@@ -395,23 +395,19 @@ _C_SIG = numba.types.int64(numba.types.uint64, numba.types.CPointer(numba.types.
 
 
 @functools.cache
-def callback(skip: int = 0, network: tuple | None = None):
+def callback(skip: int = 0, fn=None):
     """nutpie's logp callback for a ``user_data`` whose :meth:`Density.pack` buffer starts ``skip`` float64
     slots in (after nutpie's own record of the model's shared data, which its expand function reads from the
-    same pointer), computed by :func:`logp_grad` or, for ``network`` = ``(features, hidden widths, bias)``, by
-    :func:`hbnn.kernel_unrolled.logp_grad_for` that network (:meth:`Density.on`); 0 on success, as nutpie
-    expects (3: a non-finite gradient, 4: a non-finite value, -1: a vector of the wrong size).
+    same pointer), computed by ``fn`` (:func:`logp_grad`'s signature; by default :func:`logp_grad`, and for
+    a fit :meth:`Density.logp_grad`, see :meth:`Density.on`); 0 on success, as nutpie expects (3: a non-finite
+    gradient, 4: a non-finite value, -1: a vector of the wrong size).
 
-    One per ``skip``, compiled in every process that samples (~1 s) and never loaded from numba's disk cache:
-    a cached callback loaded in a later process computed other floats (in the last bits) than the one compiled
-    in the process that wrote it, so the same params gave other draws depending on the cache's state
-    (tests/test_kernel.py). The functions it calls are cached.
+    One per ``skip`` and ``fn``, compiled in every process that samples (~1 s) and never loaded from numba's
+    disk cache: a cached callback loaded in a later process computed other floats (in the last bits) than the
+    one compiled in the process that wrote it, so the same params gave other draws depending on the cache's
+    state (tests/test_kernel.py). The functions it calls are cached.
     """
-    fn = logp_grad
-    if network is not None:
-        from hbnn.kernel_unrolled import logp_grad_for
-
-        fn = logp_grad_for(*network)
+    fn = logp_grad if fn is None else fn
 
     @numba.cfunc(_C_SIG)
     def logp_callback(dim, x_, out_, logp_, user_data_):
@@ -478,16 +474,12 @@ class Density:
         return self.on_rows(x, y, self.hidden_layers, self.bias, self.likelihood, self.noise_sd,
                             **{f: getattr(self, f) for f in self._extra_fields})
 
-    def network(self) -> tuple[int, tuple[int, ...], bool]:
-        """``(features, hidden widths, bias)``: what :mod:`hbnn.kernel_unrolled` writes the passes out for."""
-        return int(self.X_padded.shape[2]), tuple(int(h) for h in self.hidden_layers), bool(self.bias)
-
     def logp_grad(self):
         """The function that computes this density from :meth:`pack`'s buffer (:func:`logp_grad`'s signature):
         the network's passes written out (:func:`hbnn.kernel_unrolled.logp_grad_for`)."""
         from hbnn.kernel_unrolled import logp_grad_for
 
-        return logp_grad_for(*self.network())
+        return logp_grad_for(int(self.X_padded.shape[2]), tuple(int(h) for h in self.hidden_layers), bool(self.bias))
 
     def specs(self):
         from hbnn.network import layer_specs
@@ -572,7 +564,7 @@ class Density:
         user_data = np.zeros(skip + buf.size)
         user_data.view(np.uint8)[: record.nbytes] = np.frombuffer(record.tobytes(), dtype=np.uint8)
         user_data[skip:] = buf
-        return replace(compiled, compiled_logp_func=callback(skip, self.network()), user_data=user_data)
+        return replace(compiled, compiled_logp_func=callback(skip, self.logp_grad()), user_data=user_data)
 
     def offsets(self, compiled) -> dict[str, int]:
         """Where each value variable starts in nutpie's flat vector; :class:`ValueError` unless they are this

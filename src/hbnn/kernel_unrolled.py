@@ -27,6 +27,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from hbnn.network import layer_specs
+
 log = logging.getLogger(__name__)
 
 MAX_WEIGHTS = 128  # per group; past it the generic loops (the backward pass keeps one accumulator per weight)
@@ -42,18 +44,15 @@ def cache_dir() -> Path:
     return Path(base) / "hbnn" / "kernels"
 
 
-def _layers(n_features: int, hidden: tuple[int, ...]) -> list[tuple[int, int]]:
-    sizes = [n_features, *hidden, 1]
-    return list(zip(sizes[:-1], sizes[1:], strict=True))
-
-
-def n_weights(n_features: int, hidden: tuple[int, ...], bias: bool) -> int:
-    return sum((n_in + int(bias)) * n_out for n_in, n_out in _layers(n_features, hidden))
+def _layers(n_features: int, hidden: tuple[int, ...], bias: bool) -> list[tuple[int, int]]:
+    """Each layer's ``(inputs without the bias row, outputs)``, as :func:`hbnn.network.layer_specs` lays them out."""
+    return [(s.shape[0] - int(bias), s.shape[1] if len(s.shape) == 2 else 1)
+            for s in layer_specs(n_features, hidden, bias)]
 
 
 def _forward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
     """``_forward`` with :func:`hbnn.kernel._forward`'s signature and result (``H[1:]``)."""
-    layers = _layers(n_features, hidden)
+    layers = _layers(n_features, hidden, bias)
     lines = [_DECORATOR, "def _forward(W, H, e, bits, X, g, n8, R, D, lay, n_layers, bias):",
              "    x = X[g * D * R: (g + 1) * D * R]"]
     w_at = 0
@@ -79,7 +78,7 @@ def _forward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str
 def _backward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
     """``_backward`` with :func:`hbnn.kernel._backward`'s signature and effect on ``gW``: one loop over rows,
     every unit's backpropagated gradient in registers, every weight's gradient its own accumulator."""
-    layers = _layers(n_features, hidden)
+    layers = _layers(n_features, hidden, bias)
     starts, at = [], 0
     for n_in, n_out in layers:
         starts.append(at)
@@ -157,7 +156,7 @@ def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool):
     from hbnn import kernel
 
     hidden = tuple(int(h) for h in hidden)
-    if n_weights(n_features, hidden, bias) > MAX_WEIGHTS:
+    if sum(s.size for s in layer_specs(n_features, hidden, bias)) > MAX_WEIGHTS:
         return kernel.logp_grad
     source = module_source(n_features, hidden, bias)
     name = "hbnn_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:20]

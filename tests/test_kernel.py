@@ -243,7 +243,7 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
     compiled = compile_numba(model)
     fast = density.for_nutpie(compiled)
     skip = -(-np.asarray(compiled.user_data).nbytes // 8)
-    assert fast.compiled_logp_func is kernel.callback(skip, density.logp_grad())
+    assert fast.compiled_logp_func is density.callback(skip)
     # nutpie's callback, called as nutpie calls it (pointers), gives PyMC's value and gradient
     theta = np.random.default_rng(2).normal(0.0, 0.8, compiled.n_dim)
     grad, value = np.empty(compiled.n_dim), np.empty(1)
@@ -327,17 +327,21 @@ rng = np.random.default_rng(0)
 X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
 density = kernel.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
 buf = density.pack({"w_in": 0, "w_h1_h2": 10, "w_out": 35})
-theta, grad, value = rng.normal(size=40), np.empty(40), np.empty(1)
+theta = rng.normal(size=40)
 P = ctypes.POINTER(ctypes.c_double)
-kernel.callback(0, density.logp_grad()).ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P),
-                                              value.ctypes.data_as(P), buf.ctypes.data)
-print(hashlib.sha256(grad.tobytes() + value.tobytes()).hexdigest())
+cached, compiled = density.callback(0), kernel.callback(0, density.logp_grad())
+for cb in (cached, compiled):
+    grad, value = np.empty(40), np.empty(1)
+    cb.ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P), value.ctypes.data_as(P), buf.ctypes.data)
+    print(hashlib.sha256(grad.tobytes() + value.tobytes()).hexdigest())
+print("loaded" if cached.cache_hits else "compiled")
 """
 
 
 def test_the_callback_computes_the_same_bits_whether_numba_compiled_it_or_loaded_it(tmp_path):
-    """A stage process that compiles the kernel and the next ones, which load numba's disk cache, sample the same
-    draws: the bits of nutpie's callback do not depend on the cache."""
+    """A stage process that compiles the kernel and nutpie's callback and the next ones, which load both from
+    numba's disk cache, sample the same draws: the callback's bits do not depend on the cache, and are those of
+    the same callback compiled in the process (:func:`hbnn.kernel.callback`)."""
     import os
     import subprocess
     import sys
@@ -345,6 +349,8 @@ def test_the_callback_computes_the_same_bits_whether_numba_compiled_it_or_loaded
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), HBNN_KERNEL_CACHE=str(tmp_path / "kernels"))
     runs = [subprocess.run([sys.executable, "-c", _DRAW_ONE], env=env, capture_output=True, text=True, check=True)
             for _ in range(3)]
-    assert any((tmp_path / "numba").rglob("*.nbi"))  # the first run wrote the cache the others read
-    assert len(list((tmp_path / "kernels").glob("hbnn_kernel_*.py"))) == 1  # and the written-out passes
-    assert len({r.stdout for r in runs}) == 1, [r.stdout for r in runs]
+    assert len(list((tmp_path / "kernels").glob("hbnn_kernel_*.py"))) == 1  # the written-out passes
+    assert len(list((tmp_path / "kernels").glob("hbnn_callback_*.py"))) == 1  # and the callback around them
+    lines = [r.stdout.split() for r in runs]
+    assert [line[2] for line in lines] == ["compiled", "loaded", "loaded"]  # the first run wrote what the others read
+    assert len({h for line in lines for h in line[:2]}) == 1, lines

@@ -394,39 +394,41 @@ _C_SIG = numba.types.int64(numba.types.uint64, numba.types.CPointer(numba.types.
                            numba.types.voidptr)
 
 
+# nutpie's logp callback, as text: :func:`callback` compiles it with ``SKIP`` and ``logp_grad`` bound, and
+# :func:`hbnn.kernel_unrolled.callback_for` writes it into a module that numba caches on disk.
+CALLBACK_SOURCE = """\
+def logp_callback(dim, x_, out_, logp_, user_data_):
+    size = int(numba.carray(user_data_, (SKIP + 1,), np.float64)[SKIP])
+    buf = numba.carray(user_data_, (SKIP + size,), np.float64)[SKIP:]
+    n_dim = int(buf[10])
+    if dim != n_dim:
+        return -1
+    x = numba.carray(x_, (n_dim,))
+    out = numba.carray(out_, (n_dim,))
+    value = logp_grad(x, out, buf)
+    logp_[0] = value
+    if not np.all(np.isfinite(out)):
+        return 3
+    if not np.isfinite(value):
+        return 4
+    return 0
+"""
+
+
 @functools.cache
 def callback(skip: int = 0, fn=None):
     """nutpie's logp callback for a ``user_data`` whose :meth:`Density.pack` buffer starts ``skip`` float64
     slots in (after nutpie's own record of the model's shared data, which its expand function reads from the
-    same pointer), computed by ``fn`` (:func:`logp_grad`'s signature; by default :func:`logp_grad`, and for
-    a fit :meth:`Density.logp_grad`, see :meth:`Density.on`); 0 on success, as nutpie expects (3: a non-finite
-    gradient, 4: a non-finite value, -1: a vector of the wrong size).
+    same pointer), computed by ``fn`` (:func:`logp_grad`'s signature; by default :func:`logp_grad`); 0 on
+    success, as nutpie expects (3: a non-finite gradient, 4: a non-finite value, -1: a vector of the wrong
+    size).
 
-    One per ``skip`` and ``fn``, compiled in every process that samples (~1 s) and never loaded from numba's
-    disk cache: a cached callback loaded in a later process computed other floats (in the last bits) than the
-    one compiled in the process that wrote it, so the same params gave other draws depending on the cache's
-    state (tests/test_kernel.py). The functions it calls are cached.
+    Compiled in this process (~1 s), never cached: a fit takes the cached one of
+    :func:`hbnn.kernel_unrolled.callback_for` (:meth:`Density.callback`), which falls back to this one.
     """
-    fn = logp_grad if fn is None else fn
-
-    @numba.cfunc(_C_SIG)
-    def logp_callback(dim, x_, out_, logp_, user_data_):
-        size = int(numba.carray(user_data_, (skip + 1,), np.float64)[skip])
-        buf = numba.carray(user_data_, (skip + size,), np.float64)[skip:]
-        n_dim = int(buf[10])
-        if dim != n_dim:
-            return -1
-        x = numba.carray(x_, (n_dim,))
-        out = numba.carray(out_, (n_dim,))
-        value = fn(x, out, buf)
-        logp_[0] = value
-        if not np.all(np.isfinite(out)):
-            return 3
-        if not np.isfinite(value):
-            return 4
-        return 0
-
-    return logp_callback
+    namespace = {"numba": numba, "np": np, "SKIP": int(skip), "logp_grad": logp_grad if fn is None else fn}
+    exec(CALLBACK_SOURCE, namespace)  # noqa: S102 - our own text, the same that callback_for writes out
+    return numba.cfunc(_C_SIG)(namespace["logp_callback"])
 
 
 def call(compiled, theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -480,6 +482,14 @@ class Density:
         from hbnn.kernel_unrolled import logp_grad_for
 
         return logp_grad_for(int(self.X_padded.shape[2]), tuple(int(h) for h in self.hidden_layers), bool(self.bias))
+
+    def callback(self, skip: int):
+        """nutpie's callback (:func:`callback`) for this network, its buffer ``skip`` slots in: numba's disk-cached
+        one (:func:`hbnn.kernel_unrolled.callback_for`)."""
+        from hbnn.kernel_unrolled import callback_for
+
+        return callback_for(int(self.X_padded.shape[2]), tuple(int(h) for h in self.hidden_layers), bool(self.bias),
+                            skip)
 
     def specs(self):
         from hbnn.network import layer_specs
@@ -564,7 +574,7 @@ class Density:
         user_data = np.zeros(skip + buf.size)
         user_data.view(np.uint8)[: record.nbytes] = np.frombuffer(record.tobytes(), dtype=np.uint8)
         user_data[skip:] = buf
-        return replace(compiled, compiled_logp_func=callback(skip, self.logp_grad()), user_data=user_data)
+        return replace(compiled, compiled_logp_func=self.callback(skip), user_data=user_data)
 
     def offsets(self, compiled) -> dict[str, int]:
         """Where each value variable starts in nutpie's flat vector; :class:`ValueError` unless they are this

@@ -148,6 +148,14 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
 _LOADING = threading.Lock()  # one thread writes and imports a module at a time; the others then find it whole
 
 
+def _network_module(n_features: int, hidden: tuple[int, ...], bias: bool) -> tuple[str, str] | None:
+    """``(name, source)`` of the written-out module for this network, ``None`` past :data:`MAX_WEIGHTS`."""
+    if sum(s.size for s in layer_specs(n_features, hidden, bias)) > MAX_WEIGHTS:
+        return None
+    source = module_source(n_features, hidden, bias)
+    return "hbnn_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:20], source
+
+
 @functools.cache
 def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool):
     """``logp_grad`` for this network (:func:`hbnn.kernel.logp_grad`'s signature and value), written out where
@@ -155,22 +163,72 @@ def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool):
     imported (a warning says why), :func:`hbnn.kernel.logp_grad`."""
     from hbnn import kernel
 
-    hidden = tuple(int(h) for h in hidden)
-    if sum(s.size for s in layer_specs(n_features, hidden, bias)) > MAX_WEIGHTS:
+    network = _network_module(n_features, tuple(int(h) for h in hidden), bias)
+    if network is None:
         return kernel.logp_grad
-    source = module_source(n_features, hidden, bias)
-    name = "hbnn_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:20]
     with _LOADING:
         try:
-            return _load(name, source).logp_grad
+            return _load(*network, "logp_grad").logp_grad
         except Exception as err:  # noqa: BLE001 - any failure keeps the generic loops, which compute the same
             log.warning("kernel: cannot use the written-out module %s (%s: %s); the generic loops are used",
-                        name, type(err).__name__, err)
+                        network[0], type(err).__name__, err)
             return kernel.logp_grad
 
 
-def _load(name: str, source: str):
-    """The module ``name`` with ``source``: imported once per process, from a file written once per cache."""
+def callback_source(network: str, skip: int) -> str:
+    """A module holding nutpie's callback (:data:`hbnn.kernel.CALLBACK_SOURCE`) around the module ``network``'s
+    ``logp_grad``, its buffer ``skip`` slots into ``user_data``, compiled with numba's disk cache."""
+    from hbnn import kernel
+
+    return "\n".join([
+        f'"""nutpie\'s logp callback over {network}, buffer at slot {skip}: written by hbnn.kernel_unrolled; '
+        'do not edit."""',
+        "import numba",
+        "import numpy as np",
+        "from hbnn.kernel import _C_SIG",
+        f"from {network} import logp_grad",
+        "",
+        f"SKIP = {int(skip)}",
+        "",
+        "",
+        kernel.CALLBACK_SOURCE,
+        "",
+        "logp_callback = numba.cfunc(_C_SIG, cache=True)(logp_callback)",
+        "",
+    ])
+
+
+@functools.cache
+def callback_for(n_features: int, hidden: tuple[int, ...], bias: bool, skip: int):
+    """nutpie's callback for this network (:func:`hbnn.kernel.callback` with :func:`logp_grad_for`), loaded
+    from numba's disk cache after its first compile (~1.5 s saved in every later process that samples); where
+    the network keeps the generic loops, or the module cannot be written or imported (a warning says why),
+    :func:`hbnn.kernel.callback`, compiled in this process.
+
+    The cached callback computes the same bits as the one compiled in the process that wrote the cache
+    (tests/test_kernel.py runs three processes on one fresh cache).
+    """
+    from hbnn import kernel
+
+    hidden = tuple(int(h) for h in hidden)
+    fn = logp_grad_for(n_features, hidden, bias)
+    network = _network_module(n_features, hidden, bias)
+    if network is None or fn is kernel.logp_grad:
+        return kernel.callback(skip, fn)
+    source = callback_source(network[0], skip)
+    name = "hbnn_callback_" + hashlib.sha256(source.encode()).hexdigest()[:20]
+    with _LOADING:
+        try:
+            return _load(name, source, "logp_callback").logp_callback
+        except Exception as err:  # noqa: BLE001 - the same callback, compiled here instead
+            log.warning("kernel: cannot use the cached callback module %s (%s: %s); compiling it in this process",
+                        name, type(err).__name__, err)
+    return kernel.callback(skip, fn)
+
+
+def _load(name: str, source: str, defines: str):
+    """The module ``name`` with ``source``, which ``defines`` that callable: imported once per process, from a file
+    written once per cache."""
     if name in sys.modules:
         return sys.modules[name]
     path = cache_dir() / f"{name}.py"
@@ -195,8 +253,14 @@ def _load(name: str, source: str):
             Path(tmp).unlink(missing_ok=True)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not callable(getattr(module, "logp_grad", None)):
-        raise ImportError(f"{path} defines no logp_grad")
-    sys.modules[name] = module  # only once whole
+    # In sys.modules while it runs, as an import does: a cfunc compiles as its module runs, and numba caches
+    # only functions whose module it can find. Other threads look only under _LOADING, so see it only whole.
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        if not callable(getattr(module, defines, None)):
+            raise ImportError(f"{path} defines no {defines}")
+    except BaseException:
+        del sys.modules[name]
+        raise
     return module

@@ -102,3 +102,32 @@ def test_wrapper_key_refuses_closures_it_cannot_describe(caplog):
     with caplog.at_level("DEBUG", logger="hbnn.nutpie_cache"):
         assert wrapper_key(outer(object())) is None
     assert "holds object" in caplog.text
+
+
+def test_nutpie_trace_converts_as_nutpie_converts_it_finished_and_while_running():
+    import time
+
+    import xarray as xr
+
+    from hbnn.inference import _nutpie_idata
+    from hbnn.nutpie_cache import compile_numba
+
+    compiled = compile_numba(_tiny_flat_model((3,)))
+    kw = {"tune": 30, "chains": 2, "cores": 2, "seed": 5, "progress_bar": False, "save_warmup": True}
+    theirs = nutpie.sample(compiled, draws=25, **kw)
+    ours = _nutpie_idata(nutpie.sample(compiled, draws=25, return_raw_trace=True, **kw), compiled.coords)
+    for group in ("posterior", "sample_stats"):
+        theirs[group].attrs.pop("created_at")
+        xr.testing.assert_identical(ours[group], theirs[group])
+    xr.testing.assert_identical(ours.warmup_sample_stats.drop_attrs(),
+                                theirs.warmup_sample_stats[["n_steps"]].drop_attrs())
+    # a look at a running fit: chains of unequal length, the shorter padded with NaN as nutpie pads it
+    running = nutpie.sample(compiled, draws=10**6, blocking=False, return_raw_trace=True, **kw)
+    try:
+        time.sleep(0.5)
+        looked = _nutpie_idata(running.inspect(), compiled.coords)
+    finally:
+        running.cancel()
+    finite = np.isfinite(looked.sample_stats["step_size"].values).sum(axis=1)
+    assert looked.posterior.sizes["draw"] == finite.max() > 0
+    assert np.isfinite(looked.posterior["w_in"].values).all(axis=(2, 3)).sum(axis=1).tolist() == finite.tolist()

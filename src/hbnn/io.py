@@ -120,10 +120,18 @@ class Outputs:
             tmp.write_bytes(data)
 
     def write_netcdf(self, obj: az.InferenceData | xr.Dataset, path: str | Path) -> None:
-        """Save an ``InferenceData`` or ``Dataset``; non-finite values are refused (see :func:`check_finite`)."""
+        """Save an ``InferenceData`` or ``Dataset``, uncompressed; non-finite values are refused (see
+        :func:`check_finite`).
+
+        ArviZ compresses every numeric variable by default: draws barely compress (86.5 against 92.1 MB for the
+        default transfer/informed.nc), and zlib took 2.1 of the 2.5 s that writing it took.
+        """
         check_finite(obj, str(path))
         with self.path(path) as tmp:
-            obj.to_netcdf(str(tmp))
+            if isinstance(obj, xr.Dataset):
+                obj.to_netcdf(str(tmp))
+            else:  # InferenceData
+                obj.to_netcdf(str(tmp), compress=False)
 
     def remove(self, path: str | Path) -> None:
         """Delete ``path`` when the outputs are committed (an output the stage no longer writes)."""

@@ -115,18 +115,21 @@ def run(tmp_path_factory):
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"old")
 
-    panels: list[tuple[str, list[str]]] = []
+    # The surfaces are drawn in worker processes: each page drawn is recorded as a line of a file.
+    record = d / "panels.jsonl"
     original = plots.plot_surface_page
 
     def recording(fields, titles, *args, **kwargs):
-        panels.append((kwargs["title"], list(titles)))
         assert fields.shape == (len(titles), 8, 8)
+        with record.open("a") as f:
+            f.write(json.dumps([kwargs["title"], list(titles)]) + "\n")
         return original(fields, titles, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plots, "plot_surface_page", recording)
         result = report(params, d / "tasks.nc", paths["flat"], paths["hierarchical"], paths["informed"],
                             d / "prior.nc", d / "metrics", d / "timings", d / "reports")
+    panels = sorted(tuple(json.loads(line)) for line in record.read_text().splitlines())
     return {"dir": d, "names": names, "metrics": metrics, "result": result, "panels": panels, "params": params}
 
 
@@ -141,6 +144,34 @@ def test_every_group_is_drawn_once_per_model_and_kind(run):
         for stem in ("surface", "uncertainty"):
             assert sorted(p.name for p in figures.glob(f"{stem}_{v}_p*.png")) == [
                 f"{stem}_{v}_p01.png", f"{stem}_{v}_p02.png"]
+
+
+_REPORT_AGAIN = """
+import json, sys
+from pathlib import Path
+from hbnn.config import parse_params
+from hbnn.report.stage import report
+raw, d, out = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+assert "jax" not in sys.modules  # so the models' figures are drawn in forked workers
+report(parse_params(raw), d / "tasks.nc", d / "traces" / "flat.nc", d / "traces" / "hierarchical.nc",
+       d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", d / "timings", out)
+"""
+
+
+def test_a_report_drawn_in_forked_workers_has_the_same_bytes(run, tmp_path):
+    """A fresh process (no JAX: the models' figures in forked workers) writes the same files as the fixture's run
+    (in this test process, where JAX may be loaded and the workers then run in line)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "reports"
+    subprocess.run([sys.executable, "-c", _REPORT_AGAIN, json.dumps(RAW), str(run["dir"]), str(out)], check=True,
+                   capture_output=True, text=True)
+    ours = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    theirs = sorted(p.relative_to(run["dir"] / "reports") for p in (run["dir"] / "reports").rglob("*") if p.is_file())
+    assert ours == theirs
+    for name in ours:
+        assert (out / name).read_bytes() == (run["dir"] / "reports" / name).read_bytes(), name
 
 
 def test_stale_figures_are_removed(run):

@@ -15,7 +15,6 @@ import os
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import arviz as az
@@ -12,12 +17,13 @@ import matplotlib
 import numpy as np
 import xarray as xr
 
-from hbnn import likelihoods, plots
-from hbnn.config import ReportParams
+from hbnn import evaluation, likelihoods, plots
+from hbnn.config import Params, ReportParams
 from hbnn.data import Split, Tasks
 from hbnn.evaluation import group_weights, predict_proba, reliability
+from hbnn.io import load_trace
 from hbnn.network import LayerSpec
-from hbnn.report.inputs import load_vars, needed_vars
+from hbnn.report.inputs import close_trace, load_vars
 from hbnn.report.numbers import (
     ESS_OK,
     LABELS,
@@ -33,7 +39,6 @@ from hbnn.report.numbers import (
     weight_labels,
 )
 from hbnn.transfer import in_size_order
-from hbnn.variants import BY_NAME
 
 log = logging.getLogger(__name__)
 
@@ -126,33 +131,72 @@ def mean_test_probabilities(post: xr.Dataset, specs: Sequence[LayerSpec], names:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def _trace_figures(
-    traces: dict[str, Any], specs: Sequence[LayerSpec], tasks: Tasks, rp: ReportParams
-) -> tuple[dict[str, bytes], dict[str, list[str]], dict[str, int], xr.Dataset, dict[str, dict]]:
-    """Surface pages and test-set reliability of every model, loading one model's weights at a time.
+@dataclass
+class ModelOutputs:
+    """What the report takes from one model's trace: its surface pages ``{file name: png}`` (none with a single
+    feature), the draws they used, its reliability table on the pooled test rows (classifiers only, else
+    ``None``) and its PSIS-LOO (``None`` without a ``log_likelihood`` group)."""
 
-    Returns the pages ``{file name: png}`` (none with a single feature), each
-    model's sorted page names, the draws each used, the hierarchical
-    ``sd_<layer>`` and first-layer ``mu`` draws (all that is kept of the traces
-    afterwards) and each model's reliability table on the pooled test rows
-    (classifiers only; empty otherwise).
+    pages: dict[str, bytes]
+    used_draws: int
+    calibration: dict | None
+    loo: Any
+
+
+def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], tasks: Tasks, rp: ReportParams,
+                  params: Params) -> ModelOutputs:
+    """:class:`ModelOutputs` of the trace of ``variant`` at ``path`` (checked by the caller), which it opens,
+    reads and closes: the report runs one per model in worker processes (:func:`all_model_outputs`)."""
+    idata = load_trace(path, variant, groups=(), params=params)
+    try:
+        post = load_vars(idata, [s.var for s in specs])
+        loo = None
+        if "log_likelihood" in idata.groups():
+            loo = evaluation.psis_loo(idata.log_likelihood["y"].transpose("chain", "draw", "obs").values)
+    finally:
+        close_trace(idata)
+    pages, used = {}, 0
+    if tasks.n_features >= 2:
+        pages, used = model_surfaces(variant, post, specs, tasks.group_names, tasks.split("train"), rp,
+                                     SurfaceSetup.of(tasks))
+    calibration = None
+    if likelihoods.get(tasks.likelihood).classifier:
+        test = tasks.split("test")
+        calibration = reliability(mean_test_probabilities(post, specs, tasks.group_names, test), test.y)
+    return ModelOutputs(pages, used, calibration, loo)
+
+
+def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], tasks: Tasks, rp: ReportParams,
+                      params: Params) -> contextlib.AbstractContextManager[Callable[[], dict[str, ModelOutputs]]]:
+    """Start :func:`model_outputs` for every model at once, each in a process of its own, and yield a function
+    that waits for them (``{model: outputs}`` in ``paths`` order): the surfaces take most of the report's time,
+    and the models' are independent, so the report's other work runs beside them on the machine's other cores.
+
+    The workers are forked (they inherit the loaded libraries, not a second ~3 s of imports) while no trace is
+    open in this process. Where fork is not available or not safe (a process that has loaded JAX, which runs
+    threads: library use, the test suite), or on one core, they run here, one after another, when the function
+    is called. Leaving the block early stops the workers.
     """
-    train, test = tasks.split("train"), tasks.split("test")
-    setup = SurfaceSetup.of(tasks)
-    figures, surface_files, used_draws, hier_extra, calibration = {}, {}, {}, None, {}
-    for v in MODELS:
-        post = load_vars(traces[v], needed_vars(v, specs))
-        pages, used_draws[v] = {}, 0
-        if tasks.n_features >= 2:
-            pages, used_draws[v] = model_surfaces(v, post, specs, tasks.group_names, train, rp, setup)
-        surface_files[v] = sorted(pages)
-        figures.update(pages)
-        if likelihoods.get(tasks.likelihood).classifier:
-            calibration[v] = reliability(mean_test_probabilities(post, specs, tasks.group_names, test), test.y)
-        if BY_NAME[v].has_group_distribution:
-            hier_extra = post[[n for n in post.data_vars if not n.startswith("w_")]]
-        del post
-    return figures, surface_files, used_draws, hier_extra, calibration
+    if "fork" not in multiprocessing.get_all_start_methods() or "jax" in sys.modules or (os.cpu_count() or 1) < 2:
+        return contextlib.nullcontext(lambda: {v: model_outputs(v, p, specs, tasks, rp, params)
+                                               for v, p in paths.items()})
+    return _forked(paths, specs, tasks, rp, params)
+
+
+@contextlib.contextmanager
+def _forked(paths, specs, tasks, rp, params):
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(len(paths), mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {v: pool.submit(model_outputs, v, p, specs, tasks, rp, params) for v, p in paths.items()}
+        try:
+            yield lambda: {v: f.result() for v, f in futures.items()}
+        except BaseException:
+            for f in futures.values():
+                f.cancel()
+            for process in list(pool._processes.values()):  # an error or Ctrl-C here: no orphaned workers
+                process.terminate()
+            raise
 
 
 def _correlation_figure(hier_extra: xr.Dataset, prior: dict, spec: LayerSpec, features: Sequence[str],

@@ -20,7 +20,7 @@ from hbnn.report.figures import (
     _metrics_figures,
     _per_group_values,
     _regression_figures,
-    _trace_figures,
+    all_model_outputs,
     compare_figure,
     group_sd_diagnostic_figures,
     transfer_figure,
@@ -30,6 +30,8 @@ from hbnn.report.inputs import (
     check_traces,
     close_trace,
     data_settings,
+    load_vars,
+    needed_vars,
     open_traces,
     read_json,
     trace_specs,
@@ -54,6 +56,7 @@ from hbnn.report.sections import (
     _surface_sections,
     _transfer_section,
 )
+from hbnn.variants import BY_NAME
 
 log = logging.getLogger(__name__)
 
@@ -101,27 +104,38 @@ def report(
         check_traces(traces, paths, specs, names)
         settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
         drawn = {v: int(traces[v].posterior.sizes["draw"]) for v in MODELS}
-        figures, surface_files, used_draws, hier_extra, calibration = _trace_figures(traces, specs, tasks, rp)
-        losses = {v: advi_loss(traces[v]) for v in MODELS
-                  if "sample_stats" in traces[v].groups() and "loss" in traces[v].sample_stats}
-        loo = {v: evaluation.psis_loo(traces[v].log_likelihood["y"].transpose("chain", "draw", "obs").values)
-               for v in MODELS if "log_likelihood" in traces[v].groups()}
-        hier_stats = None
-        if "sample_stats" in traces["hierarchical"].groups():
-            stats = traces["hierarchical"].sample_stats
-            hier_stats = stats[[n for n in ("energy", "diverging") if n in stats]].compute()
     finally:
         for idata in traces.values():
             close_trace(idata)
+    # The models' surfaces, reliability and PSIS-LOO in worker processes; the rest here, beside them.
+    with all_model_outputs(paths, specs, tasks, rp, params) as wait_for_models:
+        traces = open_traces(paths, params)
+        try:
+            losses = {v: advi_loss(traces[v]) for v in MODELS
+                      if "sample_stats" in traces[v].groups() and "loss" in traces[v].sample_stats}
+            grouped = next(v for v in MODELS if BY_NAME[v].has_group_distribution)
+            hier_extra = load_vars(traces[grouped], [n for n in needed_vars(grouped, specs)
+                                                     if n not in {s.var for s in specs}])
+            hier_stats = None
+            if "sample_stats" in traces[grouped].groups():
+                stats = traces[grouped].sample_stats
+                hier_stats = stats[[n for n in ("energy", "diverging") if n in stats]].compute()
+        finally:
+            for idata in traces.values():
+                close_trace(idata)
+        later = _hierarchical_figures(hier_extra, hier_stats, prior, specs, tasks.features, params)
+        later.update(_diagnostic_figures(metrics, names))
+        models = wait_for_models()
+    figures = {name: png for v in MODELS for name, png in models[v].pages.items()}
+    figures.update(later)
+    surface_files = {v: sorted(models[v].pages) for v in MODELS}
+    used_draws = {v: models[v].used_draws for v in MODELS}
+    calibration = {v: models[v].calibration for v in MODELS if models[v].calibration is not None}
+    loo = {v: models[v].loo for v in MODELS if models[v].loo is not None}
     first = specs[0]
     sd_vars = [f"sd_{s.name}" for s in specs]
-    ref_chain = params.prior.reference_chain if params.prior.reference_chain < hier_extra.sizes["chain"] else 0
+    ref_chain = _reference_chain(params, hier_extra)
     corr_name = f"correlation_{first.name}.png"
-    figures[corr_name] = _correlation_figure(hier_extra, prior, first, tasks.features, ref_chain)
-    sd_draws = {var: hier_extra[var].transpose("chain", "draw").values for var in sd_vars}
-    figures["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])
-    figures.update(group_sd_diagnostic_figures(hier_extra[sd_vars], hier_stats))
-    figures.update(_diagnostic_figures(metrics, names))
     bfmi = ([float(b) for b in az.bfmi(hier_stats)] if hier_stats is not None and "energy" in hier_stats
             else None)
     table = None
@@ -184,3 +198,21 @@ def report(
         outputs.write_json(result, metrics_dir / "summary.json")
     log.info("report: %d figures, %d groups -> %s", len(figures), len(names), out_dir)
     return result
+
+
+def _reference_chain(params: Params, hier_extra) -> int:
+    """The chain the prior's correlation figure shows: ``prior.reference_chain``, or 0 where the fit has fewer."""
+    return params.prior.reference_chain if params.prior.reference_chain < hier_extra.sizes["chain"] else 0
+
+
+def _hierarchical_figures(hier_extra, hier_stats, prior, specs, features, params: Params) -> dict[str, bytes]:
+    """The figures of the hierarchical fit's group-level draws: the first layer's correlations against the informed
+    prior's, the group sds, and ArviZ's rank, trace and energy plots of them."""
+    first = specs[0]
+    sd_vars = [f"sd_{s.name}" for s in specs]
+    figures = {f"correlation_{first.name}.png": _correlation_figure(hier_extra, prior, first, features,
+                                                                    _reference_chain(params, hier_extra))}
+    sd_draws = {var: hier_extra[var].transpose("chain", "draw").values for var in sd_vars}
+    figures["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])
+    figures.update(group_sd_diagnostic_figures(hier_extra[sd_vars], hier_stats))
+    return figures

@@ -154,7 +154,7 @@ class SamplerParams:
 
     backend: str = "nutpie"
     chains: int = 2
-    tune: int = 500
+    tune: int = 300
     draws: int = 1000
     target_accept: float = 0.9
     seed: int = 1

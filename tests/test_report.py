@@ -174,6 +174,66 @@ def test_a_report_drawn_in_forked_workers_has_the_same_bytes(run, tmp_path):
         assert (out / name).read_bytes() == (run["dir"] / "reports" / name).read_bytes(), name
 
 
+_REPORT_INTERRUPTED = """
+import sys, time
+from pathlib import Path
+from hbnn.errors import interrupts_reported
+from hbnn.report import figures
+
+d, out, started = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+real = figures.model_outputs
+
+def slow(*args, **kwargs):  # in a worker: say so, then take long enough to be interrupted
+    started.touch()
+    time.sleep(60)
+    return real(*args, **kwargs)
+
+figures.model_outputs = slow
+with interrupts_reported():
+    from hbnn.report.stage import report
+    from hbnn.runner import run_stage
+
+    sys.exit(run_stage("report", ["tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path",
+                                  "metrics_dir", "timings_dir", "out_dir"], report, [
+        "--params", str(d / "params.yaml"), "--tasks-path", str(d / "tasks.nc"),
+        "--flat-trace", str(d / "traces" / "flat.nc"), "--hier-trace", str(d / "traces" / "hierarchical.nc"),
+        "--informed-trace", str(d / "traces" / "informed.nc"), "--prior-path", str(d / "prior.nc"),
+        "--metrics-dir", str(d / "metrics"), "--timings-dir", str(d / "timings"), "--out-dir", out]))
+"""
+
+
+def test_ctrl_c_while_the_workers_draw_ends_the_report_in_one_line(run, tmp_path):
+    """Ctrl-C reaches the whole process group, workers included: one line, status 130, nothing written, no
+    worker left behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    (run["dir"] / "params.yaml").write_text(yaml.safe_dump(RAW))
+    started, out = tmp_path / "started", tmp_path / "reports"
+    with subprocess.Popen([sys.executable, "-c", _REPORT_INTERRUPTED, str(run["dir"]), str(out), str(started)],
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert started.exists(), proc.stderr.read()
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends Ctrl-C
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "interrupted: outputs unchanged"
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert not out.exists()
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):  # the workers are gone with the stage
+        os.killpg(proc.pid, 0)
+
+
 def test_stale_figures_are_removed(run):
     assert not (run["dir"] / "reports" / "figures" / "surface_flat_p09.png").exists()
 

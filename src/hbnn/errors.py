@@ -72,6 +72,8 @@ def interrupts_reported() -> Iterator[None]:
     if signal.getsignal(signal.SIGINT) is not _raise_interrupt:  # outermost block: forget earlier runs' signals
         _received.clear()
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_about_interrupts(previous_hook)
     try:
         yield
         if _received:
@@ -87,8 +89,22 @@ def interrupts_reported() -> Iterator[None]:
         print("interrupted: outputs unchanged", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     finally:
+        sys.unraisablehook = previous_hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _quiet_about_interrupts(hook):
+    """``sys.unraisablehook`` that leaves out an interrupt Python swallowed in a callback (a weakref's, a
+    ctypes one): it is counted (:func:`interrupt_received`) and reported once as the run ends, without the
+    "Exception ignored in ..." traceback Python would print."""
+
+    def quiet(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and _received:
+            return
+        hook(unraisable)
+
+    return quiet
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -183,11 +184,19 @@ def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], tasks:
     return _forked(paths, specs, tasks, rp, params)
 
 
+def _leave_interrupts_to_the_parent() -> None:
+    """A worker ignores Ctrl-C (sent to the whole process group): the parent reports the interrupt once and
+    stops the workers (SIGTERM, which ends them quietly)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def _forked(paths, specs, tasks, rp, params):
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(len(paths), mp_context=multiprocessing.get_context("fork")) as pool:
+    with ProcessPoolExecutor(len(paths), mp_context=multiprocessing.get_context("fork"),
+                             initializer=_leave_interrupts_to_the_parent) as pool:
         futures = {v: pool.submit(model_outputs, v, p, specs, tasks, rp, params) for v, p in paths.items()}
         try:
             yield lambda: {v: f.result() for v, f in futures.items()}

@@ -13,6 +13,10 @@ module compiles :mod:`hbnn.kernel`'s own ``_group_loglik`` and ``logp_grad`` (th
 around the written-out ``_forward`` and ``_backward``, so the density and its checks are the kernel's,
 and numba's disk cache serves every process after the first. Networks past :data:`MAX_WEIGHTS` weights
 per group (one accumulator each) keep the generic kernel.
+
+:func:`callback_for` writes nutpie's callback around a network's ``logp_grad`` into a module of its own (one per
+network and position of the buffer in ``user_data``), so numba's disk cache serves it too instead of a compile
+in every process that samples.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from hbnn.io import (
     OutputError,
     check_finite,
     load_dataset,
+    load_posterior,
     load_trace,
     provenance,
     staged_outputs,
@@ -116,12 +117,30 @@ def _trace(variant):
     return stamp(idata, provenance("fit_x", variant, "0", {}))
 
 
-def test_load_trace_checks_variant(tmp_path):
+@pytest.mark.parametrize("load", [load_trace, load_posterior])
+def test_load_trace_checks_variant(tmp_path, load):
     path = tmp_path / "t.nc"
     write_netcdf(_trace("flat"), path)
-    assert load_trace(path, "flat").posterior.attrs["hbnn_variant"] == "flat"
+    loaded = load(path, "flat")
+    assert (loaded if load is load_posterior else loaded.posterior).attrs["hbnn_variant"] == "flat"
     with pytest.raises(InputError, match="holds model variant 'flat', expected 'hierarchical'"):
-        load_trace(path, "hierarchical")
+        load(path, "hierarchical")
+
+
+def test_load_posterior_reads_what_arviz_reads_without_importing_it(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.nc"
+    write_netcdf(_trace("flat"), path)
+    xr.testing.assert_identical(load_posterior(path, "flat"), load_trace(path, "flat").posterior)
+    code = (f"import sys; from hbnn.io import load_posterior; load_posterior({str(path)!r}, 'flat'); "
+            "print('arviz' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+    ds_path = tmp_path / "d.nc"
+    write_netcdf(xr.Dataset({"a": ("x", np.arange(3))}), ds_path)
+    with pytest.raises(InputError, match="has no 'posterior' group"):
+        load_posterior(ds_path, "flat")
 
 
 def test_the_same_trace_written_twice_is_byte_identical(tmp_path, monkeypatch):
@@ -152,10 +171,11 @@ def test_truncated_and_missing_files_give_clear_errors(tmp_path):
     write_netcdf(_trace("flat"), path)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(InputError, match=str(path)):
-        load_trace(path, "flat")
-    with pytest.raises(InputError, match="does not exist"):
-        load_trace(tmp_path / "missing.nc", "flat")
+    for load in (load_trace, load_posterior):
+        with pytest.raises(InputError, match=str(path)):
+            load(path, "flat")
+        with pytest.raises(InputError, match="does not exist"):
+            load(tmp_path / "missing.nc", "flat")
     ds_path = tmp_path / "d.nc"
     write_netcdf(xr.Dataset({"a": ("x", np.arange(3))}), ds_path)
     with pytest.raises(InputError, match=r"lacks variables \['b'\]"):

@@ -293,11 +293,33 @@ def load_trace(
         raise InputError(f"trace {path} has no {err} group") from err
     except Exception as err:  # noqa: BLE001
         raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
-    found = idata.posterior.attrs.get("hbnn_variant")
+    _check_trace(idata.posterior.attrs, variant, params, path)
+    return idata
+
+
+def load_posterior(path: str | Path, variant: str, params=None) -> xr.Dataset:
+    """A trace's ``posterior`` group alone, loaded, and checked as :func:`load_trace` checks it; read with xarray,
+    without importing ArviZ (~1 s of a stage that needs no more of the trace)."""
+    path = Path(path)
+    _check_exists(path, "trace")
+    try:
+        with xr.open_dataset(path, group="posterior", engine="h5netcdf") as ds:
+            posterior = ds.load()
+    except OSError as err:
+        if "posterior" in str(err):
+            raise InputError(f"trace {path} has no 'posterior' group") from err
+        raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
+    except Exception as err:  # noqa: BLE001
+        raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
+    _check_trace(posterior.attrs, variant, params, path)
+    return posterior
+
+
+def _check_trace(attrs: dict[str, Any], variant: str, params, path: Path) -> None:
+    found = attrs.get("hbnn_variant")
     if found != variant:
         raise InputError(f"trace {path} holds model variant {found!r}, expected {variant!r}")
-    check_made_with(idata.posterior.attrs, params, path)
-    return idata
+    check_made_with(attrs, params, path)
 
 
 def check_made_with(attrs: dict[str, Any], params, path: str | Path) -> None:

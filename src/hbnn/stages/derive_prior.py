@@ -10,7 +10,15 @@ import numpy as np
 
 from hbnn import prior
 from hbnn.config import Params, PriorParams
-from hbnn.io import InputError, as_builtin, detail_path, load_trace, provenance, settings_from_attrs, staged_outputs
+from hbnn.io import (
+    InputError,
+    as_builtin,
+    detail_path,
+    load_posterior,
+    provenance,
+    settings_from_attrs,
+    staged_outputs,
+)
 from hbnn.network import layer_specs
 from hbnn.variants import STAGE_KEYS, STAGE_PARAMS, derive_seed
 
@@ -27,13 +35,13 @@ def headline(metrics: dict) -> dict:
 def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out: Path) -> dict:
     """Fit one MvNormal per layer to new-group weight draws of the hierarchical posterior."""
     p = params.prior
-    idata = load_trace(hier_trace, "hierarchical", groups=("posterior",), params=params)
-    settings = settings_from_attrs(idata.posterior.attrs)
+    posterior = load_posterior(hier_trace, "hierarchical", params=params)
+    settings = settings_from_attrs(posterior.attrs)
     hidden = tuple(settings.get("hidden_layers", params.model.hidden_layers))
     bias = bool(settings.get("bias", False))
-    features = settings.get("features") or [str(f) for f in idata.posterior["feature"].values]
+    features = settings.get("features") or [str(f) for f in posterior["feature"].values]
     specs = layer_specs(len(features), hidden, bias)
-    fitted, metrics = derive(p, idata.posterior, specs, STAGE_KEYS["derive_prior"], hier_trace)
+    fitted, metrics = derive(p, posterior, specs, STAGE_KEYS["derive_prior"], hier_trace)
     ds = prior.prior_dataset(specs, fitted)
     ds.attrs.update(provenance("derive_prior", "informed_prior",
                                params.section_hash(*STAGE_PARAMS["derive_prior"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import sys
 
 import numpy as np
 import pymc as pm
@@ -121,8 +122,10 @@ def fresh_kernel_cache(tmp_path, monkeypatch):
 
     monkeypatch.setenv("HBNN_KERNEL_CACHE", str(tmp_path / "kernels"))
     kernel_unrolled.logp_grad_for.cache_clear()
+    kernel_unrolled.callback_for.cache_clear()
     yield tmp_path / "kernels"
     kernel_unrolled.logp_grad_for.cache_clear()
+    kernel_unrolled.callback_for.cache_clear()
 
 
 def test_threads_loading_one_network_at_once_all_get_the_whole_module(fresh_kernel_cache):
@@ -154,9 +157,8 @@ def test_threads_loading_one_network_at_once_all_get_the_whole_module(fresh_kern
     assert written.stat().st_mode & 0o777 == 0o666 & ~mask  # readable by whoever shares the cache
 
 
-def test_a_module_file_that_does_not_import_falls_back_to_the_generic_loops(fresh_kernel_cache, caplog):
+def test_a_damaged_module_file_is_written_again(fresh_kernel_cache, caplog):
     import hashlib
-    import sys
 
     from hbnn import kernel_unrolled
 
@@ -166,9 +168,26 @@ def test_a_module_file_that_does_not_import_falls_back_to_the_generic_loops(fres
     for broken in ("", source[: source.index("def _backward")] + "def _backward(\n"):  # empty; cut mid-line
         (fresh_kernel_cache / f"{name}.py").write_text(broken)
         kernel_unrolled.logp_grad_for.cache_clear()
+        sys.modules.pop(name, None)
         caplog.clear()
-        assert kernel_unrolled.logp_grad_for(2, (3, 2), False) is kernel.logp_grad
-        assert "generic loops are used" in caplog.text and name not in sys.modules
+        assert kernel_unrolled.logp_grad_for(2, (3, 2), False) is not kernel.logp_grad
+        assert "writing it again" in caplog.text
+        assert (fresh_kernel_cache / f"{name}.py").read_text() == source
+
+
+def test_a_module_file_that_does_not_import_falls_back_to_the_generic_loops(fresh_kernel_cache, caplog, monkeypatch):
+    import hashlib
+
+    from hbnn import kernel_unrolled
+
+    broken = "raise ImportError('a module that does not import')\n"
+    monkeypatch.setattr(kernel_unrolled, "module_source", lambda *args: broken)
+    name = "hbnn_kernel_" + hashlib.sha256(broken.encode()).hexdigest()[:20]
+    kernel_unrolled.logp_grad_for.cache_clear()
+    assert kernel_unrolled.logp_grad_for(2, (3, 2), False) is kernel.logp_grad
+    assert "generic loops are used" in caplog.text and name not in sys.modules
+    kernel_unrolled.callback_for.cache_clear()
+    assert kernel_unrolled.callback_for(2, (3, 2), False, 0) is kernel.callback(0, kernel.logp_grad)
 
 
 def test_an_unwritable_kernel_cache_falls_back_to_the_generic_loops(tmp_path, monkeypatch, caplog):

@@ -294,11 +294,13 @@ def _arrow_dataset(batches, starts: Sequence[int], lengths: Sequence[int], left_
                 dims[name] = ("chain", "draw", *(named or [f"{name}_dim_{i}" for i in range(len(shape))]))
             valid = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
             arrays[name][c, :length][valid] = values.to_numpy(zero_copy_only=False).reshape(-1, *shape)
-    used = {d for ds in dims.values() for d in ds}
+    sizes = {d: n for name, a in arrays.items() for d, n in zip(dims[name], a.shape, strict=True)}
     return xr.Dataset(
         {name: (dims[name], a) for name, a in arrays.items()},
+        # as ArviZ's from_dict: a dim without coordinates of its own gets 0, 1, ...
         coords={"chain": np.arange(len(batches)), "draw": np.arange(n_draws),
-                **{d: pd.Index(v) for d, v in coords.items() if d in used}},
+                **{d: pd.Index(coords[d]) if d in coords else np.arange(n) for d, n in sizes.items()
+                   if d not in ("chain", "draw")}},
         attrs={"arviz_version": az.__version__},
     )
 

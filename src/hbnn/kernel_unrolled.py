@@ -236,6 +236,9 @@ def _load(name: str, source: str, defines: str):
     if name in sys.modules:
         return sys.modules[name]
     path = cache_dir() / f"{name}.py"
+    if path.exists() and path.read_bytes() != source.encode():  # damaged after it was written: write it again
+        log.warning("kernel: %s does not hold what its name says; writing it again", path)
+        path.unlink(missing_ok=True)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")

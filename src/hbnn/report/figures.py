@@ -184,28 +184,67 @@ def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], tasks:
     return _forked(paths, specs, tasks, rp, params)
 
 
-def _leave_interrupts_to_the_parent() -> None:
-    """A worker ignores Ctrl-C (sent to the whole process group): the parent reports the interrupt once and
-    stops the workers (SIGTERM, which ends them quietly)."""
+_STOPS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _worker(conn, variant: str, path: Path, specs, tasks, rp, params) -> None:
+    """A forked worker: :func:`model_outputs` of one model, sent back through ``conn`` as ``("ok", outputs)`` or
+    ``("error", exception)``. It ignores Ctrl-C (sent to the whole process group): the parent reports the
+    interrupt once and stops the workers with SIGTERM, which ends them quietly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+    try:
+        result = ("ok", model_outputs(variant, path, specs, tasks, rp, params))
+    except Exception as err:  # noqa: BLE001 - raised again in the parent: an InputError stays one error line
+        result = ("error", err)
+    try:
+        conn.send(result)
+    except Exception as err:  # noqa: BLE001 - an exception that does not pickle: its text
+        conn.send(("error", RuntimeError(f"{type(err).__name__}: {err}")))
+    conn.close()
+
+
+def _result(variant: str, process, conn) -> ModelOutputs:
+    try:
+        status, value = conn.recv()
+    except EOFError:  # the worker ended without sending anything
+        process.join()
+        raise RuntimeError(f"the report's worker for the {variant} model ended without a result (exit code "
+                           f"{process.exitcode})") from None
+    if status == "error":
+        raise value
+    return value
 
 
 @contextlib.contextmanager
 def _forked(paths, specs, tasks, rp, params):
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(len(paths), mp_context=multiprocessing.get_context("fork"),
-                             initializer=_leave_interrupts_to_the_parent) as pool:
-        futures = {v: pool.submit(model_outputs, v, p, specs, tasks, rp, params) for v, p in paths.items()}
+    """One forked process and one pipe per model. The parent closes each pipe's sending end once the worker has
+    it, so a worker that dies reads as the end of its pipe, never as a wait; Ctrl-C and SIGTERM are held back
+    while the workers start, so none is forked still holding this process's handler."""
+    context = multiprocessing.get_context("fork")
+    workers = {}
+    finished = False
+    try:
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
         try:
-            yield lambda: {v: f.result() for v, f in futures.items()}
-        except BaseException:
-            for f in futures.values():
-                f.cancel()
-            for process in list(pool._processes.values()):  # an error or Ctrl-C here: no orphaned workers
+            for v, p in paths.items():
+                receive, send = context.Pipe(duplex=False)
+                process = context.Process(target=_worker, args=(send, v, p, specs, tasks, rp, params), daemon=True)
+                workers[v] = (process, receive)
+                process.start()
+                send.close()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a signal that arrived meanwhile is raised here
+        yield lambda: {v: _result(v, process, receive) for v, (process, receive) in workers.items()}
+        finished = True
+    finally:
+        for process, receive in workers.values():  # an error or Ctrl-C: no worker left behind
+            if not finished and process.pid is not None:
                 process.terminate()
-            raise
+            if process.pid is not None:
+                process.join()
+            receive.close()
 
 
 def _correlation_figure(hier_extra: xr.Dataset, prior: dict, spec: LayerSpec, features: Sequence[str],

@@ -263,23 +263,22 @@ def _nutpie_idata(trace, coords: Mapping[str, Sequence]) -> az.InferenceData:
     draws, stats = trace.get_arrow_trace()
     tuned = [int(np.asarray(pyarrow.array(s.column("tuning")).to_numpy(zero_copy_only=False)).sum()) for s in stats]
     kept = [d.num_rows - t for d, t in zip(draws, tuned, strict=True)]
-    posterior = _arrow_dataset(draws, tuned, kept, frozenset(), coords)
-    sample_stats = _arrow_dataset(stats, tuned, kept, _NUTPIE_STATS_LEFT_OUT, coords)
-    all_but_steps = frozenset(stats[0].column_names if stats else ()) - {"n_steps"}
-    tuning = _arrow_dataset(stats, [0] * len(stats), tuned, all_but_steps, coords)
+    posterior = _arrow_dataset(draws, tuned, kept, lambda name: True, coords)
+    sample_stats = _arrow_dataset(stats, tuned, kept, lambda name: name not in _NUTPIE_STATS_LEFT_OUT, coords)
+    tuning = _arrow_dataset(stats, [0] * len(stats), tuned, lambda name: name == "n_steps", coords)
     return az.InferenceData(posterior=posterior, sample_stats=sample_stats, warmup_sample_stats=tuning)
 
 
-def _arrow_dataset(batches, starts: Sequence[int], lengths: Sequence[int], left_out, coords) -> xr.Dataset:
+def _arrow_dataset(batches, starts: Sequence[int], lengths: Sequence[int], keep, coords) -> xr.Dataset:
     """Rows ``starts[c]`` to ``starts[c] + lengths[c]`` of every chain's record batch as one ``(chain, draw, ...)``
-    dataset, each column's dims and shape from nutpie's field metadata."""
+    dataset of the columns ``keep(name)`` accepts, each column's dims and shape from nutpie's field metadata."""
     import pyarrow
 
     n_draws = max(lengths, default=0)
     arrays, dims = {}, {}
     for c, (batch, start, length) in enumerate(zip(batches, starts, lengths, strict=True)):
         for name in batch.column_names:
-            if name in left_out:
+            if not keep(name):
                 continue
             column = batch.column(name)
             meta = column.field.metadata

@@ -305,11 +305,9 @@ def load_posterior(path: str | Path, variant: str, params=None) -> xr.Dataset:
     try:
         with xr.open_dataset(path, group="posterior", engine="h5netcdf") as ds:
             posterior = ds.load()
-    except OSError as err:
-        if str(err.args[0] if err.args else "").startswith("group not found"):  # h5netcdf's, for a missing group
-            raise InputError(f"trace {path} has no 'posterior' group") from err
-        raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
     except Exception as err:  # noqa: BLE001
+        if isinstance(err, OSError) and str(err.args[0] if err.args else "").startswith("group not found"):
+            raise InputError(f"trace {path} has no 'posterior' group") from err  # h5netcdf's words, above
         raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
     _check_trace(posterior.attrs, variant, params, path)
     return posterior

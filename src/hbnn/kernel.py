@@ -481,15 +481,18 @@ class Density:
         the network's passes written out (:func:`hbnn.kernel_unrolled.logp_grad_for`)."""
         from hbnn.kernel_unrolled import logp_grad_for
 
-        return logp_grad_for(int(self.X_padded.shape[2]), tuple(int(h) for h in self.hidden_layers), bool(self.bias))
+        return logp_grad_for(*self._network())
 
     def callback(self, skip: int):
         """nutpie's callback (:func:`callback`) for this network, its buffer ``skip`` slots in: numba's disk-cached
         one (:func:`hbnn.kernel_unrolled.callback_for`)."""
         from hbnn.kernel_unrolled import callback_for
 
-        return callback_for(int(self.X_padded.shape[2]), tuple(int(h) for h in self.hidden_layers), bool(self.bias),
-                            skip)
+        return callback_for(*self._network(), skip)
+
+    def _network(self) -> tuple[int, tuple[int, ...], bool]:
+        """``(features, hidden widths, bias)``: what :mod:`hbnn.kernel_unrolled` writes out and caches for."""
+        return int(self.X_padded.shape[2]), tuple(int(h) for h in self.hidden_layers), bool(self.bias)
 
     def specs(self):
         from hbnn.network import layer_specs

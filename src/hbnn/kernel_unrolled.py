@@ -216,10 +216,10 @@ def callback_for(n_features: int, hidden: tuple[int, ...], bias: bool, skip: int
 
     hidden = tuple(int(h) for h in hidden)
     fn = logp_grad_for(n_features, hidden, bias)
-    network = _network_module(n_features, hidden, bias)
-    if network is None or fn is kernel.logp_grad:
+    if fn is kernel.logp_grad:  # the generic loops (too many weights, or no module): no module to sit beside
         return kernel.callback(skip, fn)
-    source = callback_source(network[0], skip)
+    network, _ = _network_module(n_features, hidden, bias)
+    source = callback_source(network, skip)
     name = "hbnn_callback_" + hashlib.sha256(source.encode()).hexdigest()[:20]
     with _LOADING:
         try:

@@ -240,9 +240,9 @@ def _forked(paths, specs, tasks, rp, params):
         finished = True
     finally:
         for process, receive in workers.values():  # an error or Ctrl-C: no worker left behind
-            if not finished and process.pid is not None:
-                process.terminate()
-            if process.pid is not None:
+            if process.pid is not None:  # started
+                if not finished:
+                    process.terminate()
                 process.join()
             receive.close()
 

@@ -36,9 +36,15 @@ def close_trace(idata) -> None:
         idata[name].close()
 
 
+def group_level_vars(specs: Sequence[LayerSpec]) -> list[str]:
+    """The hierarchical fit's draws the report reads besides the weights: every ``sd_<layer>`` and the first
+    layer's ``mu``."""
+    return [*(f"sd_{s.name}" for s in specs), f"mu_{specs[0].name}"]
+
+
 def needed_vars(variant: str, specs: Sequence[LayerSpec]) -> list[str]:
     """Posterior variables the report reads from a trace of ``variant``."""
-    extra = [*(f"sd_{s.name}" for s in specs), f"mu_{specs[0].name}"] if BY_NAME[variant].has_group_distribution else []
+    extra = group_level_vars(specs) if BY_NAME[variant].has_group_distribution else []
     return [s.var for s in specs] + extra
 
 

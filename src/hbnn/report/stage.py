@@ -30,8 +30,8 @@ from hbnn.report.inputs import (
     check_traces,
     close_trace,
     data_settings,
+    group_level_vars,
     load_vars,
-    needed_vars,
     open_traces,
     read_json,
     trace_specs,
@@ -104,26 +104,27 @@ def report(
         check_traces(traces, paths, specs, names)
         settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
         drawn = {v: int(traces[v].posterior.sizes["draw"]) for v in MODELS}
-    finally:
+        losses = {v: advi_loss(traces[v]) for v in MODELS
+                  if "sample_stats" in traces[v].groups() and "loss" in traces[v].sample_stats}
+        grouped = next(v for v in MODELS if BY_NAME[v].has_group_distribution)
+        hier_extra = load_vars(traces[grouped], group_level_vars(specs))
+        hier_stats = None
+        if "sample_stats" in traces[grouped].groups():
+            stats = traces[grouped].sample_stats
+            hier_stats = stats[[n for n in ("energy", "diverging") if n in stats]].compute()
+    finally:  # closed before the workers fork; each opens its own model's trace
         for idata in traces.values():
             close_trace(idata)
+    first = specs[0]
+    sd_vars = [f"sd_{s.name}" for s in specs]
+    ref_chain = params.prior.reference_chain if params.prior.reference_chain < hier_extra.sizes["chain"] else 0
+    corr_name = f"correlation_{first.name}.png"
     # The models' surfaces, reliability and PSIS-LOO in worker processes; the rest here, beside them.
     with all_model_outputs(paths, specs, tasks, rp, params) as wait_for_models:
-        traces = open_traces(paths, params)
-        try:
-            losses = {v: advi_loss(traces[v]) for v in MODELS
-                      if "sample_stats" in traces[v].groups() and "loss" in traces[v].sample_stats}
-            grouped = next(v for v in MODELS if BY_NAME[v].has_group_distribution)
-            hier_extra = load_vars(traces[grouped], [n for n in needed_vars(grouped, specs)
-                                                     if n not in {s.var for s in specs}])
-            hier_stats = None
-            if "sample_stats" in traces[grouped].groups():
-                stats = traces[grouped].sample_stats
-                hier_stats = stats[[n for n in ("energy", "diverging") if n in stats]].compute()
-        finally:
-            for idata in traces.values():
-                close_trace(idata)
-        later = _hierarchical_figures(hier_extra, hier_stats, prior, specs, tasks.features, params)
+        later = {corr_name: _correlation_figure(hier_extra, prior, first, tasks.features, ref_chain)}
+        sd_draws = {var: hier_extra[var].transpose("chain", "draw").values for var in sd_vars}
+        later["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])
+        later.update(group_sd_diagnostic_figures(hier_extra[sd_vars], hier_stats))
         later.update(_diagnostic_figures(metrics, names))
         models = wait_for_models()
     figures = {name: png for v in MODELS for name, png in models[v].pages.items()}
@@ -132,10 +133,6 @@ def report(
     used_draws = {v: models[v].used_draws for v in MODELS}
     calibration = {v: models[v].calibration for v in MODELS if models[v].calibration is not None}
     loo = {v: models[v].loo for v in MODELS if models[v].loo is not None}
-    first = specs[0]
-    sd_vars = [f"sd_{s.name}" for s in specs]
-    ref_chain = _reference_chain(params, hier_extra)
-    corr_name = f"correlation_{first.name}.png"
     bfmi = ([float(b) for b in az.bfmi(hier_stats)] if hier_stats is not None and "energy" in hier_stats
             else None)
     table = None
@@ -199,20 +196,3 @@ def report(
     log.info("report: %d figures, %d groups -> %s", len(figures), len(names), out_dir)
     return result
 
-
-def _reference_chain(params: Params, hier_extra) -> int:
-    """The chain the prior's correlation figure shows: ``prior.reference_chain``, or 0 where the fit has fewer."""
-    return params.prior.reference_chain if params.prior.reference_chain < hier_extra.sizes["chain"] else 0
-
-
-def _hierarchical_figures(hier_extra, hier_stats, prior, specs, features, params: Params) -> dict[str, bytes]:
-    """The figures of the hierarchical fit's group-level draws: the first layer's correlations against the informed
-    prior's, the group sds, and ArviZ's rank, trace and energy plots of them."""
-    first = specs[0]
-    sd_vars = [f"sd_{s.name}" for s in specs]
-    figures = {f"correlation_{first.name}.png": _correlation_figure(hier_extra, prior, first, features,
-                                                                    _reference_chain(params, hier_extra))}
-    sd_draws = {var: hier_extra[var].transpose("chain", "draw").values for var in sd_vars}
-    figures["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])
-    figures.update(group_sd_diagnostic_figures(hier_extra[sd_vars], hier_stats))
-    return figures

@@ -26,7 +26,7 @@ def _arviz(x):
     with warnings.catch_warnings():  # ArviZ warns on the constant and NaN columns
         warnings.simplefilter("ignore")
         return (az.rhat(ds)["q"].values, az.ess(ds, method="bulk")["q"].values,
-                az.ess(ds, method="tail")["q"].values)
+                az.ess(ds, method="tail")["q"].values, az.ess(ds, method="mean")["q"].values)
 
 
 @pytest.mark.parametrize("chains, draws, phi", [(2, 1000, 0.9), (2, 101, 0.5), (4, 50, 0.99), (2, 400, -0.3),
@@ -39,9 +39,12 @@ def test_matches_arviz(chains, draws, phi):
     x[:, :, 2] = np.clip(1 / (1 + np.exp(-3 * x[:, :, 2])), None, 0.9)  # saturated: many exact ties
     x[:, :, 3] = np.round(x[:, :, 3])  # a few distinct values
     x[0, 0, 4] = np.nan
-    ours = convergence.rhat(x), convergence.ess_bulk(x), convergence.ess_tail(x)
-    for name, got, want in zip(("rhat", "ess_bulk", "ess_tail"), ours, _arviz(x), strict=True):
+    ours = convergence.rhat(x), convergence.ess_bulk(x), convergence.ess_tail(x), convergence.ess_mean(x)
+    for name, got, want in zip(("rhat", "ess_bulk", "ess_tail", "ess_mean"), ours, _arviz(x), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-10, equal_nan=True, err_msg=name)
+    # the two that share one ranking, computed together, are the same numbers
+    for got, want in zip(convergence.rhat_and_ess_bulk(x), ours[:2], strict=True):
+        np.testing.assert_array_equal(got, want)
     assert np.isnan(ours[0][4]) and np.isnan(ours[1][4])  # NaN in, NaN out
     if chains == 1 or draws < 4:
         assert np.isnan(ours[0]).all()

@@ -226,3 +226,23 @@ def test_convergence_shortfall_names_what_misses_the_bar_and_is_silent_when_noth
     # the smallest ESS of what misses, listed first (worst first): what the run-length control extrapolates from
     assert 0 < short.min_ess < 400 and message.split(": ", 1)[1].split(")")[0].endswith(f"bulk ESS {short.min_ess:.0f}")
     assert evaluation.convergence_shortfall(tiny_tasks, stuck, specs) is not None  # the group alone misses
+
+
+def test_shortfall_check_computes_new_draws_only_and_says_what_the_whole_computation_says(tiny_tasks, monkeypatch):
+    specs = layer_specs(tiny_tasks.n_features, (2,))
+    post = _iid_posterior(tiny_tasks, specs, np.random.default_rng(0))
+    name = tiny_tasks.group_names[1]
+    post["w_out"].loc[{"group": name, "chain": 1}] = post["w_out"].sel(group=name, chain=1) + 0.3  # short at first
+    computed = []
+    real = evaluation._test_draws
+    monkeypatch.setattr(evaluation, "_test_draws", lambda t, p, s: computed.append(p.sizes["draw"]) or real(t, p, s))
+    check = evaluation.ShortfallCheck(tiny_tasks, specs, ["sd_out"])
+    for n in (200, 350, 600):  # ever longer prefixes of the same chains, as a fit drawn until the bar looks
+        head = post.isel(draw=slice(0, n))
+        got, want = check(head), evaluation.convergence_shortfall(tiny_tasks, head, specs, ["sd_out"])
+        assert (got is None) == (want is None) and str(got) == str(want)
+    assert computed[0::2] == [200, 150, 250]  # the check's own calls: the new draws only
+    other = _iid_posterior(tiny_tasks, specs, np.random.default_rng(5))  # another run: computed whole
+    computed.clear()
+    assert str(check(other)) == str(evaluation.convergence_shortfall(tiny_tasks, other, specs, ["sd_out"]))
+    assert computed[0] == 600

@@ -116,10 +116,15 @@ def _per_quantity(x: np.ndarray, min_chains: int, statistic) -> np.ndarray:
     return out
 
 
+def _rhat_split(s: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Rank-normalised R-hat of split chains ``s``, given their normal scores ``z = _z_scale(s)``."""
+    folded = np.abs(s - np.median(s, axis=(0, 1)))
+    return np.fmax(_rhat(z), _rhat(_z_scale(folded)))
+
+
 def _rhat_rank(x: np.ndarray) -> np.ndarray:
     s = _split_chains(x)
-    folded = np.abs(s - np.median(s, axis=(0, 1)))
-    return np.fmax(_rhat(_z_scale(s)), _rhat(_z_scale(folded)))
+    return _rhat_split(s, _z_scale(s))
 
 
 def _ess_tail(x: np.ndarray) -> np.ndarray:
@@ -136,6 +141,25 @@ def rhat(x: np.ndarray) -> np.ndarray:
 def ess_bulk(x: np.ndarray) -> np.ndarray:
     """Bulk ESS (rank-normalised, split chains) per quantity; ``az.ess(method="bulk")``."""
     return _per_quantity(x, 1, lambda y: _ess(_z_scale(_split_chains(y))))
+
+
+def rhat_and_ess_bulk(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`rhat` and :func:`ess_bulk` of ``x`` together: both rank the same split chains, ranked here once."""
+    x = np.asarray(x, dtype=float)
+    rhat_out, bulk_out = np.full(x.shape[2], np.nan), np.full(x.shape[2], np.nan)
+    ok = ~np.isnan(x).any(axis=(0, 1)) & (x.shape[1] >= MIN_DRAWS)
+    if ok.any():
+        s = _split_chains(x[..., ok])
+        z = _z_scale(s)
+        bulk_out[ok] = _ess(z)
+        if x.shape[0] >= 2:
+            rhat_out[ok] = _rhat_split(s, z)
+    return rhat_out, bulk_out
+
+
+def ess_mean(x: np.ndarray) -> np.ndarray:
+    """ESS of the mean (split chains, not rank-normalised) per quantity; ``az.ess(method="mean")``."""
+    return _per_quantity(x, 1, lambda y: _ess(_split_chains(y)))
 
 
 def ess_tail(x: np.ndarray) -> np.ndarray:

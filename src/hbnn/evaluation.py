@@ -65,19 +65,16 @@ def predict_proba(weights: Sequence[np.ndarray], X: np.ndarray, chunk: int = 100
 
 
 def function_space_diagnostics(probs: np.ndarray) -> dict[str, float]:
-    """Max rank-normalised split R-hat and min bulk/tail ESS over prediction points.
+    """Max rank-normalised split R-hat and min bulk ESS over prediction points: what the convergence bar judges.
 
     ``probs`` is ``(chain, draw, point)``. The values equal ArviZ's (``az.rhat``,
     ``az.ess``), computed for all points at once (:mod:`hbnn.convergence`); R-hat
     needs at least 2 chains and is NaN otherwise, as in ArviZ.
     """
+    rhat, bulk = convergence.rhat_and_ess_bulk(probs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # nanmax of an all-NaN R-hat (one chain)
-        return {
-            "max_rhat": float(np.nanmax(convergence.rhat(probs))),
-            "min_ess_bulk": float(np.nanmin(convergence.ess_bulk(probs))),
-            "min_ess_tail": float(np.nanmin(convergence.ess_tail(probs))),
-        }
+        return {"max_rhat": float(np.nanmax(rhat)), "min_ess_bulk": float(np.nanmin(bulk))}
 
 
 def distinct_chains(probs: np.ndarray) -> dict[str, float] | None:
@@ -113,15 +110,15 @@ def distinct_chains(probs: np.ndarray) -> dict[str, float] | None:
             "chain_ess_bulk": {str(c): float(e) for c, e in enumerate(ess)}, "separation_sigma": sigma}
 
 
-def scalar_diagnostics(posterior: xr.Dataset, var_names: Sequence[str]) -> dict[str, dict[str, float]]:
-    """R-hat and ESS of scalar posterior variables (the hierarchical group sds)."""
-    import arviz as az  # here: hbnn predict imports this module and must start fast
-
-    ds = posterior[list(var_names)]
-    rhat, bulk, tail = az.rhat(ds), az.ess(ds, method="bulk"), az.ess(ds, method="tail")
-    return {
-        v: {"rhat": float(rhat[v]), "ess_bulk": float(bulk[v]), "ess_tail": float(tail[v])} for v in var_names
-    }
+def scalar_diagnostics(posterior: xr.Dataset, var_names: Sequence[str], tail: bool = True
+                       ) -> dict[str, dict[str, float]]:
+    """R-hat and ESS (bulk and, with ``tail``, tail) of scalar posterior variables (the hierarchical group sds),
+    as ``az.rhat`` and ``az.ess`` give them (:mod:`hbnn.convergence`)."""
+    x = np.stack([posterior[v].transpose("chain", "draw").values for v in var_names], axis=-1)
+    rhat, bulk = convergence.rhat_and_ess_bulk(x)
+    tails = convergence.ess_tail(x) if tail else None
+    return {v: {"rhat": float(rhat[i]), "ess_bulk": float(bulk[i]), **({"ess_tail": float(tails[i])} if tail else {})}
+            for i, v in enumerate(var_names)}
 
 
 def evaluate_groups(
@@ -212,14 +209,47 @@ def convergence_shortfall(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[L
     The same numbers as the metrics' (:func:`fit_metrics`), so a fit drawn until this says ``None`` reports
     every group converged unless its divergences miss the bar, which more draws do not mend.
     """
-    test = evaluate_groups(tasks, lambda g: group_weights(posterior, specs, tasks.group_names[g]), ("test",),
-                           noise_of=lambda g: group_noise(posterior, tasks.group_names[g]))["test"]
+    return _shortfall(tasks, _test_draws(tasks, posterior, specs), posterior, scalar_vars)
+
+
+def _test_draws(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[LayerSpec]) -> list[np.ndarray]:
+    """Every group's test-point quantity ``(chain, draw, n)`` at ``posterior``'s draws."""
+    return evaluate_groups(tasks, lambda g: group_weights(posterior, specs, tasks.group_names[g]), ("test",),
+                           noise_of=lambda g: group_noise(posterior, tasks.group_names[g]))["test"]["draws"]
+
+
+class ShortfallCheck:
+    """:func:`convergence_shortfall` for a fit drawn until it meets the bar, which looks at ever longer prefixes
+    of the same chains: the test-point quantity of the draws seen at the last look is kept, so a look computes
+    it for the new draws only. A posterior that does not start with the draws seen before (another run) is
+    computed whole."""
+
+    def __init__(self, tasks: Tasks, specs: Sequence[LayerSpec], scalar_vars: Sequence[str] = ()):
+        self.tasks, self.specs, self.scalar_vars = tasks, specs, list(scalar_vars)
+        self.draws: list[np.ndarray] | None = None  # per group, (chain, seen, n)
+        self.last: np.ndarray | None = None  # the first weights' values at the last draw seen, to recognise a prefix
+
+    def __call__(self, posterior: xr.Dataset) -> Shortfall | None:
+        seen = 0 if self.draws is None else self.draws[0].shape[1]
+        marker = posterior[self.specs[0].var]
+        n = posterior.sizes["draw"]
+        if not 0 < seen <= n or not np.array_equal(marker.isel(draw=seen - 1).values, self.last):
+            seen, self.draws = 0, None
+        new = _test_draws(self.tasks, posterior.isel(draw=slice(seen, n)), self.specs)
+        self.draws = new if self.draws is None else [np.concatenate(p, axis=1) for p in zip(self.draws, new,
+                                                                                           strict=True)]
+        self.last = marker.isel(draw=n - 1).values
+        return _shortfall(self.tasks, self.draws, posterior, self.scalar_vars)
+
+
+def _shortfall(tasks: Tasks, test_draws: Sequence[np.ndarray], posterior: xr.Dataset, scalar_vars: Sequence[str]
+               ) -> Shortfall | None:
     misses = []
-    for name, draws, y in zip(tasks.group_names, test["draws"], test["y"], strict=True):
-        if y.size:
+    for name, draws in zip(tasks.group_names, test_draws, strict=True):
+        if draws.shape[2]:
             d = function_space_diagnostics(draws)
             misses.append((name, "test-point", d["max_rhat"], d["min_ess_bulk"]))
-    for var, d in (scalar_diagnostics(posterior, scalar_vars) if scalar_vars else {}).items():
+    for var, d in (scalar_diagnostics(posterior, scalar_vars, tail=False) if scalar_vars else {}).items():
         misses.append((var, "", d["rhat"], d["ess_bulk"]))
     misses = [m for m in misses if not meets_bar(m[2], m[3])]
     if not misses:
@@ -297,8 +327,7 @@ def psis_loo(log_lik: np.ndarray):
     S = log_lik.shape[0] * log_lik.shape[1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a row's ESS of constant likelihood values: NaN, dropped below
-        ratios = xr.Dataset({"y": (("chain", "draw", "obs"), np.exp(log_lik - log_lik.max(axis=(0, 1))))})
-        ess = az.ess(ratios, method="mean")["y"].values
+        ess = convergence.ess_mean(np.exp(log_lik - log_lik.max(axis=(0, 1))))  # az.ess(method="mean"), per row
     reff = float(np.clip(np.nanmean(ess) / S, 1.0 / S, 1.0)) if np.isfinite(ess).any() else 1.0
     idata = az.InferenceData(log_likelihood=xr.Dataset({"y": (("chain", "draw", "obs"), log_lik)}))
     with warnings.catch_warnings():

@@ -50,7 +50,7 @@ def sample_hierarchical(stage: str, params: Params, tasks: Tasks) -> fitting.Sam
     sd_vars = [f"sd_{s.name}" for s in specs]
     fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS[stage]),
                          expected_seconds=60 * (estimate.first_minutes or estimate.minutes),
-                         until=lambda posterior: evaluation.convergence_shortfall(tasks, posterior, specs, sd_vars))
+                         until=evaluation.ShortfallCheck(tasks, specs, sd_vars))
     posterior = fit.posterior.posterior
     return fitting.Sampled(posterior, fit.posterior.sample_stats,
                            fitting.Cost(fit.seconds, sampler.compile_seconds, fit.grad_evals),

@@ -72,15 +72,19 @@ _EXP_SHIFT = 1.5 * 2.0**52 + 1023.0  # added to an integer-valued float below 2*
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
 def _exp_reduced(x: float) -> tuple[float, float]:
     """``exp(x) = p * 2**k``: ``k = round(x / ln 2)`` and ``p = exp(r)``, ``|r| <= ln(2) / 2``, as its
-    degree-12 Taylor polynomial (error < 1e-16 relative). Returns ``p`` and ``k + _EXP_SHIFT``, whose low
-    mantissa bits are ``k + 1023``: :func:`_scale_bits` turns them into the float ``2**k``. No library call and
-    no float-to-integer conversion, so loops over it vectorise on every x86-64 (converting to int64 in a
-    vector needs AVX-512: with AVX2 alone each value went through a scalar conversion, ~1.8x the time)."""
+    degree-12 Taylor polynomial (error < 1e-16 relative), evaluated by Estrin's scheme. Returns ``p`` and
+    ``k + _EXP_SHIFT``, whose low mantissa bits are ``k + 1023``: :func:`_scale_bits` turns them into the float
+    ``2**k``. No library call and no float-to-integer conversion, so loops over it vectorise on every x86-64
+    (converting to int64 in a vector needs AVX-512: with AVX2 alone each value went through a scalar
+    conversion, ~1.8x the time)."""
     k = np.floor(x * _LOG2E + 0.5)
     r = (x - k * _LN2_HI) - k * _LN2_LO
-    p = 1.0 + r * (1.0 + r * (1 / 2 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (1 / 720 + r * (
-        1 / 5040 + r * (1 / 40320 + r * (1 / 362880 + r * (1 / 3628800 + r * (1 / 39916800 + r / 479001600)))))))))))
-    return p, k + _EXP_SHIFT
+    # Estrin's scheme: the same terms as Horner's rule in 5 dependent steps instead of 12 (17% faster tanh)
+    r2 = r * r
+    r4 = r2 * r2
+    low = (1.0 + r + r2 * (1 / 2 + r * (1 / 6))) + r4 * (1 / 24 + r * (1 / 120) + r2 * (1 / 720 + r * (1 / 5040)))
+    high = 1 / 40320 + r * (1 / 362880) + r2 * (1 / 3628800 + r * (1 / 39916800)) + r4 * (1 / 479001600)
+    return low + (r4 * r4) * high, k + _EXP_SHIFT
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")

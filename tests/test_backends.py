@@ -247,6 +247,8 @@ def test_next_check_goes_where_the_smallest_ess_extrapolates_within_a_block(capl
     assert "after 1500 draws per chain, g02 misses; looking again at 1800" in caplog.text
     assert look(Shortfall("g02 misses", 100.0), 500, s, 100) == 1000  # far short: one block, no further
     assert look(Shortfall("R-hat only", 900.0), 500, s, 100) == 600  # the ESS suffices: one step
+    assert look(Shortfall("R-hat only", 900.0), 3000, s, 100) == 3300  # ... or 10% of the draws so far
+    assert look(Shortfall("R-hat only", 900.0), 3050, s, 100) == 3450  # (rounded up to whole steps)
     assert look(Shortfall("no ESS", float("nan")), 500, s, 100) == 1000  # nothing to extrapolate: one block
     assert look("a plain message", 500, s, 100) == 1000
     assert look(Shortfall("g02 misses", 388.0), 1500, s, 500) == 2000  # NumPyro's whole blocks

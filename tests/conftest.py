@@ -19,6 +19,21 @@ TINY = {
 }
 
 
+@pytest.fixture(autouse=True, scope="session")
+def own_density_checks(tmp_path_factory):
+    """Every session checks each hand-written density it samples against PyMC's model (hbnn.kernel), in this
+    process and in the stage processes it starts, instead of trusting a record left by an earlier run."""
+    import os
+
+    before = os.environ.get("HBNN_DENSITY_CHECKS")
+    os.environ["HBNN_DENSITY_CHECKS"] = str(tmp_path_factory.mktemp("density_checks"))
+    yield
+    if before is None:
+        os.environ.pop("HBNN_DENSITY_CHECKS", None)
+    else:
+        os.environ["HBNN_DENSITY_CHECKS"] = before
+
+
 @pytest.fixture
 def tiny_params():
     return parse_params(TINY)

@@ -174,15 +174,22 @@ def test_a_stage_whose_worker_is_killed_writes_complete_outputs_identical_to_the
     monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
     stage.fit_flat(params, tasks_path, *outputs("serial"))
     marker = tmp_path / "killed"
-    real = stage.build_flat_model
+    real = stage.flat_model
 
-    def killing(*args, **kwargs):  # runs in the workers: the closure and this function travel by value
-        if not marker.exists():
-            marker.write_text(str(os.getpid()))
-            os.kill(os.getpid(), signal.SIGKILL)
-        return real(*args, **kwargs)
+    def killing_model(*args):
+        build, density = real(*args)
 
-    monkeypatch.setattr(stage, "build_flat_model", killing)
+        def killing(X, y):  # runs in the workers: the closure and this function travel by value
+            if not marker.exists():
+                marker.write_text(str(os.getpid()))
+                os.kill(os.getpid(), signal.SIGKILL)
+            return build(X, y)
+
+        return killing, density
+
+    monkeypatch.setattr(stage, "flat_model", killing_model)
+    # no record of earlier checks: each worker builds PyMC's model to check the density against it, and dies there
+    monkeypatch.setenv("HBNN_DENSITY_CHECKS", str(tmp_path / "checks"))
     monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:2")
     stage.fit_flat(params, tasks_path, *outputs("cluster"))
     assert marker.exists() and int(marker.read_text()) != os.getpid()

@@ -117,6 +117,13 @@ def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
 
 
 @pytest.fixture
+def fresh_density_checks(tmp_path, monkeypatch):
+    """A directory of its own for the records of passed density checks (each test then checks afresh)."""
+    monkeypatch.setenv("HBNN_DENSITY_CHECKS", str(tmp_path / "checks"))
+    return tmp_path / "checks"
+
+
+@pytest.fixture
 def fresh_kernel_cache(tmp_path, monkeypatch):
     from hbnn import kernel_unrolled
 
@@ -269,41 +276,50 @@ def test_tanh_and_exp_loops_convert_no_float_to_an_integer():
     assert "cvttsd2si" not in asm and "cvtsd2si" not in asm
 
 
-def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, caplog):
+def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, caplog, fresh_density_checks):
     import nutpie
+
+    from hbnn import inference
+    from hbnn.config import SamplerParams
 
     pad = tiny_tasks.padded("train")
     model = build_hierarchical_model(pad.X, pad.y, pad.valid, tiny_tasks.group_names, tiny_tasks.features, (3,))
-    density = kernel.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0)
+    density = kernel.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0,
+                                         features=tuple(tiny_tasks.features), groups=tuple(tiny_tasks.group_names))
     compiled = compile_numba(model)
-    fast = density.for_nutpie(compiled)
-    skip = -(-np.asarray(compiled.user_data).nbytes // 8)
-    assert fast.compiled_logp_func is density.callback(skip)
-    # nutpie's callback, called as nutpie calls it (pointers), gives PyMC's value and gradient
+    density.check(compiled)
+    ours = density.nutpie_model()  # built without PyTensor
+    # the callback, called as nutpie calls it (pointers), gives PyMC's value and gradient
     theta = np.random.default_rng(2).normal(0.0, 0.8, compiled.n_dim)
     grad, value = np.empty(compiled.n_dim), np.empty(1)
     pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, grad, value)]
-    status = fast.compiled_logp_func.ctypes(compiled.n_dim, *pointers, fast.user_data.ctypes.data)
+    status = ours.compiled_logp_func.ctypes(compiled.n_dim, *pointers, ours.user_data.ctypes.data)
     want, want_grad = compiled.logp_func(theta)
     assert status == 0
     np.testing.assert_allclose(value[0], want, rtol=1e-12)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-9, atol=1e-12)
-    wrong_size = fast.compiled_logp_func.ctypes(compiled.n_dim + 1, *pointers, fast.user_data.ctypes.data)
+    wrong_size = ours.compiled_logp_func.ctypes(compiled.n_dim + 1, *pointers, ours.user_data.ctypes.data)
     assert wrong_size == -1  # a vector of the wrong size is refused
-    # it samples, with the same variables as PyTensor's density, and the same draws for the same seed
+    # the expanded draw: PyTensor's, variable for variable (sds on their own scale, w = mu + sd * z)
+    np.testing.assert_allclose(kernel.call_expand(ours, theta), kernel.call_expand(compiled, theta), rtol=1e-13,
+                               atol=1e-14)
+    # it samples, with PyTensor's variables, dims and coordinates, the same draws for the same seed
     kwargs = dict(draws=30, tune=30, chains=2, cores=1, seed=5, progress_bar=False)
-    ours, theirs = nutpie.sample(fast, **kwargs).posterior, nutpie.sample(compiled, **kwargs).posterior
-    assert set(ours.data_vars) == set(theirs.data_vars) and np.isfinite(ours["w_out"].values).all()
-    np.testing.assert_array_equal(nutpie.sample(fast, **kwargs).posterior["w_out"].values, ours["w_out"].values)
+    mine, theirs = nutpie.sample(ours, **kwargs).posterior, nutpie.sample(compiled, **kwargs).posterior
+    assert list(mine.data_vars) == list(theirs.data_vars) and np.isfinite(mine["w_out"].values).all()
+    for name in mine.data_vars:
+        assert mine[name].dims == theirs[name].dims
+    for dim in mine.dims:
+        np.testing.assert_array_equal(mine[dim].values, theirs[dim].values)
+    np.testing.assert_array_equal(nutpie.sample(ours, **kwargs).posterior["w_out"].values, mine["w_out"].values)
     # a model it does not compute, or a density that is not the model's, is refused before sampling
     with pytest.raises(ValueError, match="not the model this log density computes"):
-        dataclasses.replace(density, hidden_layers=(4,)).for_nutpie(compiled)
+        dataclasses.replace(density, hidden_layers=(4,)).check(compiled)
     with pytest.raises(ValueError, match="disagrees with PyMC"):
-        dataclasses.replace(density, noise_sd=2.0, likelihood="poisson").for_nutpie(compiled)
+        dataclasses.replace(density, noise_sd=2.0, likelihood="poisson").check(compiled)
+    with pytest.raises(kernel.DensityMismatch, match="dims and coordinates would differ"):
+        dataclasses.replace(density, groups=tuple(reversed(density.groups))).check(compiled)
     # the sampler then keeps PyTensor's density, with a warning: the same draws as without a density
-    from hbnn import inference
-    from hbnn.config import SamplerParams
-
     settings = SamplerParams(tune=20, draws=10, cores=1)
     refused = inference.Sampler(model, settings, dataclasses.replace(density, hidden_layers=(4,)))
     assert refused.backend.density is None and "sampling PyTensor's log density" in caplog.text
@@ -312,20 +328,86 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
                                   plain.sample(4, watch=False).posterior.posterior["w_out"].values)
 
 
-def _informed(x, y, seed: int, hidden=(3,)):
-    rng = np.random.default_rng(seed)
-    prior = {}
-    for s in layer_specs(x.shape[1], hidden, False):
-        a = rng.normal(size=(s.size, s.size))
-        prior[s.name] = (rng.normal(size=s.size), a @ a.T / s.size + 0.1 * np.eye(s.size))
-    model = build_informed_model(x, y, ["x0", "x1"], hidden, prior)
-    return model, kernel.InformedDensity.on_rows(x, y, hidden, False, "bernoulli", 1.0, prior=prior), prior
+def test_a_checked_density_samples_without_pymc_afterwards(tiny_tasks, fresh_density_checks, caplog):
+    """The first sampler of a density builds PyMC's model and checks the density against it; later ones (other
+    processes: the record is a file) neither build nor compile it, and sample the same draws."""
+    from hbnn import inference
+    from hbnn.config import SamplerParams
+
+    caplog.set_level("DEBUG", logger=kernel.log.name)
+    pad = tiny_tasks.padded("train")
+    built = []
+
+    def model():
+        built.append(1)
+        return build_hierarchical_model(pad.X, pad.y, pad.valid, tiny_tasks.group_names, tiny_tasks.features, (3,))
+
+    density = kernel.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0,
+                                         features=tuple(tiny_tasks.features), groups=tuple(tiny_tasks.group_names))
+    settings = SamplerParams(tune=20, draws=10, cores=1)
+    first = inference.Sampler(model, settings, density)
+    assert built == [1] and "checking the hand-written HierarchicalDensity" in caplog.text
+    assert (fresh_density_checks / density.check_key()).exists()
+    later = inference.Sampler(model, settings, density)
+    assert built == [1] and later.backend.density is density  # checked before: no PyMC model
+    np.testing.assert_array_equal(first.sample(4, watch=False).posterior.posterior["w_out"].values,
+                                  later.sample(4, watch=False).posterior.posterior["w_out"].values)
+    # what the check depends on is in its key; the data's values are not
+    assert dataclasses.replace(density, y=1.0 - density.y).check_key() == density.check_key()
+    for other in (dataclasses.replace(density, hidden_layers=(4,)), dataclasses.replace(density, noise_sd=2.0),
+                  dataclasses.replace(density, counts=np.arange(density.counts.size) + 1),
+                  dataclasses.replace(density, groups=density.groups[::-1])):
+        assert other.check_key() != density.check_key()
 
 
-def test_informed_fits_keep_nutpies_expand_and_reuse_the_compile_for_a_new_prior():
-    """The informed model's expand function reads the prior (``pm.Data``) from nutpie's record, which the
-    hand-written density's buffer follows in one ``user_data``: every draw's weights are ``mean + L @ z``, on the
-    first group's rows and after a refit on other rows; and a new prior of the same shape compiles nothing new."""
+@pytest.mark.parametrize("which, likelihood, hidden, bias", [
+    ("hierarchical", "gaussian", (3,), True), ("hierarchical", "poisson", (2, 3), False),
+    ("flat", "gaussian", (2, 3), True), ("informed", "gaussian", (3,), True), ("informed", "poisson", (), False)])
+def test_the_nutpie_model_built_from_a_density_is_nutpies_compile_of_pymcs(which, likelihood, hidden, bias):
+    """Variables in PyMC's order (log-transformed ones, then sigma, then the weights' deterministics), dims,
+    coordinates, value, gradient and expanded draws: the check passes for every kind and the transformed
+    variables each adds."""
+    X, y, counts, valid = _data(likelihood, (7, 3, 12) if which == "hierarchical" else (9,),
+                                n_features=3 if bias else 2, seed=3)
+    features = [f"f{i}" for i in range(X.shape[2])]
+    if which == "hierarchical":
+        groups = ["a", "b", "c"]
+        model = build_hierarchical_model(X, y, valid, groups, features, hidden, likelihood=likelihood, noise_sd=0.7,
+                                         bias=bias)
+        density = kernel.HierarchicalDensity(X, y, counts, hidden, bias, likelihood, 0.7, features=tuple(features),
+                                             groups=tuple(groups))
+    elif which == "flat":
+        model = build_flat_model(X[0], y, features, hidden, 1.3, likelihood=likelihood, noise_sd=0.7, bias=bias)
+        density = kernel.FlatDensity.on_rows(X[0], y, hidden, bias, likelihood, 0.7, prior_sd=1.3,
+                                             features=tuple(features))
+    else:
+        rng = np.random.default_rng(4)
+        prior = {}
+        for s in layer_specs(X.shape[2], hidden, bias):
+            a = rng.normal(size=(s.size, s.size))
+            prior[s.name] = (rng.normal(size=s.size), a @ a.T / s.size + 0.1 * np.eye(s.size))
+        model = build_informed_model(X[0], y, features, hidden, prior, likelihood=likelihood, noise_sd=0.7,
+                                     bias=bias)
+        density = kernel.InformedDensity.on_rows(X[0], y, hidden, bias, likelihood, 0.7, prior=prior,
+                                                 features=tuple(features))
+    compiled = compile_numba(model)
+    density.check(compiled)
+    ours = density.nutpie_model()
+    assert ours.dims == {name: dims for name, dims in compiled.dims.items() if name in ours.dims}
+    assert set(ours.dims) == {name for name in compiled.shape_info[0] if name in compiled.dims}
+    for dim, values in ours.coords.items():
+        assert list(values) == list(compiled.coords[dim]), dim
+    # a chain starts where PyMC starts it: the prior's support point plus U(-1, 1) jitter
+    starts = np.array([ours.initial_point_func(seed) for seed in range(200)])
+    center = density.initial_center()
+    assert np.all(np.abs(starts - center) <= 1.0) and np.abs((starts - center).mean()) < 0.1
+    pymc_start = compiled.initial_point_func(0)
+    assert pymc_start.shape == starts[0].shape and np.all(np.abs(pymc_start - center) <= 1.0)
+
+
+def test_informed_fits_expand_every_draw_on_the_prior_and_refit_other_rows(fresh_density_checks):
+    """Every draw's weights are ``mean + L @ z`` (the prior sits in the density's buffer), on the first group's
+    rows and after a refit on other rows, which samples what a model built on those rows samples."""
     from hbnn import inference
     from hbnn.config import SamplerParams
 
@@ -340,19 +422,24 @@ def test_informed_fits_keep_nutpies_expand_and_reuse_the_compile_for_a_new_prior
             mean, cov = prior[s.name]
             want = mean + np.einsum("ij,cdj->cdi", np.linalg.cholesky(cov), post[f"z_{s.name}"].values)
             np.testing.assert_allclose(post[s.var].values.reshape(want.shape), want, rtol=1e-12, atol=1e-12)
-    # the refit sampled the other rows: the same draws as a model built on them
     rebuilt = inference.Sampler(_informed(x2, y2, seed=8)[0], SamplerParams(tune=30, draws=10, cores=1),
                                 density.with_rows(x2, y2))
     refit = sampler.sample(3, {"x": x2, "y": y2}, watch=False).posterior.posterior
     np.testing.assert_array_equal(rebuilt.sample(3, watch=False).posterior.posterior["w_out"].values,
                                   refit["w_out"].values)
-    # a new prior: the same nutpie cache key, so its compile is a cache hit
-    from hbnn.nutpie_cache import wrapper_key
+    # a new prior of the same shapes is the same check: its values are data
+    assert _informed(X[0], y, seed=10)[1].check_key() == density.check_key()
 
-    other = compile_numba(_informed(X[0], y, seed=10)[0])
-    for fn in ("compiled_logp_func", "compiled_expand_func"):
-        key = wrapper_key(getattr(other, fn)._pyfunc)
-        assert key is not None and key == wrapper_key(getattr(sampler.backend.pytensor_compiled, fn)._pyfunc)
+
+def _informed(x, y, seed: int, hidden=(3,)):
+    rng = np.random.default_rng(seed)
+    prior = {}
+    for s in layer_specs(x.shape[1], hidden, False):
+        a = rng.normal(size=(s.size, s.size))
+        prior[s.name] = (rng.normal(size=s.size), a @ a.T / s.size + 0.1 * np.eye(s.size))
+    model = build_informed_model(x, y, ["x0", "x1"], hidden, prior)
+    return model, kernel.InformedDensity.on_rows(x, y, hidden, False, "bernoulli", 1.0, prior=prior,
+                                                 features=("x0", "x1")), prior
 
 
 _DRAW_ONE = """

@@ -130,7 +130,7 @@ def fit_shard(key: str, model: Model, jobs: Sequence[GroupJob],
     if sampler is None:
         _COMPILED.clear()
         density = None if model.density is None else model.density.with_rows(model.x, model.y)
-        sampler = _COMPILED[key] = Sampler(model.build(model.x, model.y), model.settings, density)
+        sampler = _COMPILED[key] = Sampler(lambda: model.build(model.x, model.y), model.settings, density)
         compile_seconds = sampler.compile_seconds
     elif sampler.compile_seconds is None:
         compile_seconds = None

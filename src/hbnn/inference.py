@@ -15,18 +15,21 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import arviz as az
 import numpy as np
 import pandas as pd
-import pymc as pm
 import xarray as xr
 
 from hbnn import logs
 from hbnn.config import ConfigError, SamplerParams
 from hbnn.errors import SamplingError
+
+if TYPE_CHECKING:
+    import pymc as pm
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +82,16 @@ class Backend:
 
     name: str
 
-    def __init__(self, model: pm.Model, settings: SamplerParams):
-        self.model = model
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+        self._model = model
         self.settings = settings
+
+    @property
+    def model(self) -> pm.Model:
+        """The PyMC model, built on first use where the backend was given a function that builds it."""
+        if not hasattr(self._model, "free_RVs"):
+            self._model = self._model()
+        return self._model
 
     @staticmethod
     def minibatch_size(settings: SamplerParams) -> int | None:
@@ -116,12 +126,10 @@ class Backend:
                                                                              int | None]:
         raise NotImplementedError
 
-    def use_density(self, density) -> None:
-        """Take a hand-written log density of the model (:class:`hbnn.kernel.HierarchicalDensity`) where the backend
-        can use one; the others sample PyMC's own, which is the same density."""
-
     def _set_data(self, data: Mapping[str, np.ndarray] | None) -> None:
         if data:
+            import pymc as pm
+
             with self.model:
                 pm.set_data(dict(data))
 
@@ -129,8 +137,9 @@ class Backend:
 class NutpieBackend(Backend):
     """nutpie (Rust NUTS over numba): compiled once, refitted to new data with ``with_data``.
 
-    With a hand-written log density (:meth:`use_density`, :mod:`hbnn.kernel`), nutpie calls it instead of
-    PyTensor's, and new rows are packed into its buffer.
+    With a hand-written log density (``density``, :mod:`hbnn.kernel`), nutpie's model is built from it alone
+    (:meth:`hbnn.kernel.Density.checked_nutpie_model`: no PyMC model is built or compiled once the density has
+    been checked against it), and new rows are packed into its buffer.
     With ``max_draws`` and a :attr:`Backend.until` check, the chains run on towards ``max_draws`` while the
     first ``n`` draws of every chain are checked as they arrive (``n = draws``, then as :func:`_next_check`
     extrapolates, in steps of :data:`CHECK_UNIT` draws); the fit keeps exactly the first ``n`` that meet the
@@ -141,24 +150,24 @@ class NutpieBackend(Backend):
     name = "nutpie"
     poll_seconds = 1.0  # how often a run-length-controlled fit looks at the draws so far
 
-    def __init__(self, model: pm.Model, settings: SamplerParams):
+    density = None  # the hand-written log density in use, to repack for other rows
+
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+        super().__init__(model, settings)
+        if density is not None:
+            from hbnn.kernel import DensityMismatch
+
+            try:
+                self.compiled = density.checked_nutpie_model(lambda: self.model)
+                self.density = density
+                return
+            except DensityMismatch as err:  # not the model's density: PyTensor's is the same model, only slower
+                log.warning("sampling PyTensor's log density, not the hand-written one: %s", err)
+                self.compiled = err.compiled
+                return
         from hbnn.nutpie_cache import compile_numba
 
-        super().__init__(model, settings)
-        self.compiled = compile_numba(model)
-
-    density = None  # the hand-written log density in use, to repack for other rows
-    offsets: dict[str, int] | None = None
-    pytensor_compiled = None  # nutpie's own compiled model, whose data the hand-written density's repacks follow
-
-    def use_density(self, density) -> None:
-        try:
-            fast = density.for_nutpie(self.compiled)
-        except ValueError as err:  # a model it does not cover: PyTensor's density is the same, only slower
-            log.warning("sampling PyTensor's log density, not the hand-written one: %s", err)
-            return
-        self.pytensor_compiled, self.offsets = self.compiled, density.offsets(self.compiled)
-        self.compiled, self.density = fast, density
+        self.compiled = compile_numba(self.model)
 
     def _with_data(self, data: Mapping[str, np.ndarray] | None):
         if not data:
@@ -167,9 +176,8 @@ class NutpieBackend(Backend):
             return self.compiled.with_data(**data)
         if set(data) != {"x", "y"}:
             raise ValueError(f"the hand-written log density takes new rows as x and y, not {sorted(data)}")
-        # nutpie's record of the new data, for its expand function, then the density on those rows
-        return self.density.with_rows(data["x"], data["y"]).on(self.pytensor_compiled.with_data(**data),
-                                                                self.offsets)
+        rows = self.density.with_rows(data["x"], data["y"])
+        return replace(self.compiled, user_data=rows.pack(rows.offsets()))
 
     def run(self, seed, data):
         import nutpie
@@ -359,11 +367,17 @@ class PymcBackend(Backend):
     name = "pymc"
     compiles_in_sampling = True
 
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+        super().__init__(model, settings)
+        self.model  # noqa: B018 - built now, not inside the first fit's sampling seconds
+
     def _sample_kwargs(self) -> dict:
         # keep the tuning steps to count gradient evaluations
         return {"discard_tuned_samples": False, "mp_ctx": _chain_process_context()}
 
     def run(self, seed, data, progressbar: bool | None = None):
+        import pymc as pm
+
         s = self.settings
         self._set_data(data)
         with self.model:
@@ -402,9 +416,9 @@ class JaxBackend(PymcBackend):
     so gradient evaluations are unknown (``None``).
     """
 
-    def __init__(self, model: pm.Model, settings: SamplerParams):
-        super().__init__(model, settings)
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
         _require_jax(self.name)
+        super().__init__(model, settings)
         _use_host_devices(max(settings.cores, 1))
 
     def _sample_kwargs(self) -> dict:
@@ -575,9 +589,9 @@ class AdviBackend(Backend):
 
     name = "advi"
 
-    def __init__(self, model: pm.Model, settings: SamplerParams):
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
         super().__init__(model, settings)
-        self.advi = _Advi(model, settings.advi.learning_rate)
+        self.advi = _Advi(self.model, settings.advi.learning_rate)
 
     @staticmethod
     def minibatch_size(settings: SamplerParams) -> int | None:
@@ -618,15 +632,15 @@ class Sampler:
     ``with_data``; ``advi`` compiles one optimisation step and resets its state per
     fit; ``pymc``, ``numpyro`` and ``blackjax`` go through ``pm.sample``, which
     compiles (PyMC) or traces and jits (JAX) on every call.
+
+    ``model`` is the PyMC model or a function that builds it: with a hand-written ``density`` (nutpie only,
+    :mod:`hbnn.kernel`) it is built only where the density has yet to be checked against it.
     """
 
-    def __init__(self, model: pm.Model, settings: SamplerParams, density=None):
-        self.model = model
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
         self.settings = settings
         start = time.perf_counter()
-        self.backend = backend_class(settings)(model, settings)
-        if density is not None:
-            self.backend.use_density(density)
+        self.backend = backend_class(settings)(model, settings, density)
         # None where the compile happens inside every sampling call (counted in its seconds)
         self.compile_seconds = None if self.backend.compiles_in_sampling else time.perf_counter() - start
 
@@ -710,6 +724,7 @@ class _Advi:
     """
 
     def __init__(self, model: pm.Model, learning_rate: float):
+        import pymc as pm
         from pytensor.tensor.random.type import RandomType
 
         self.model = model

@@ -32,28 +32,37 @@ check does not vectorise.
 after the usual ``k ln 2`` range reduction), accurate to 2.3e-16 absolute.
 The log density matches PyMC's compiled one to rounding, including every
 normalising constant: ``tests/test_kernel.py`` checks values and gradients
-against PyMC for each supported configuration, and :meth:`Density.for_nutpie`
-checks them again, at two points, for the model at hand before any sampling.
+against PyMC for each supported configuration, and :meth:`Density.check`
+checks them again, at two points, for the model at hand before it is first
+sampled (once per network, likelihood, settings, data shapes and code version:
+:meth:`Density.checked_nutpie_model`).
 
-Where the values live: :meth:`Density.pack` writes the layout and the data into
-one float64 buffer, placed after nutpie's own record of the model's shared data
-(which nutpie's expand function reads) in the ``user_data`` that nutpie passes to
-both callbacks (:meth:`Density.on`); so the machine code depends on neither the
-data nor the model's sizes, and numba's disk cache serves every process after
-the first.
+nutpie's model is built from the density alone (:meth:`Density.nutpie_model`):
+the log density through nutpie's logp callback, the draws expanded to every
+model variable by :func:`expand` (the group sds, ``w = mu + sd * z``, ``w = mean
++ L @ z``), chains started as PyMC starts them. Where the values live:
+:meth:`Density.pack` writes the layout and the data into one float64 buffer,
+the ``user_data`` that nutpie passes to both callbacks; so the machine code
+depends on neither the data nor the model's sizes, and numba's disk cache
+serves every process after the first.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
+import logging
 import math
-from dataclasses import dataclass, replace
+import os
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import numba
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).read_text()  # as imported: hbnn.kernel_unrolled compiles its functions from this text
 LIKELIHOODS = {"bernoulli": 0, "gaussian": 1, "poisson": 2}
@@ -433,10 +442,9 @@ def logp_callback(dim, x_, out_, logp_, user_data_):
 @functools.cache
 def callback(skip: int = 0, fn=None):
     """nutpie's logp callback for a ``user_data`` whose :meth:`Density.pack` buffer starts ``skip`` float64
-    slots in (after nutpie's own record of the model's shared data, which its expand function reads from the
-    same pointer), computed by ``fn`` (:func:`logp_grad`'s signature; by default :func:`logp_grad`); 0 on
-    success, as nutpie expects (3: a non-finite gradient, 4: a non-finite value, -1: a vector of the wrong
-    size).
+    slots in (0 for :meth:`Density.nutpie_model`, whose ``user_data`` is the buffer), computed by ``fn``
+    (:func:`logp_grad`'s signature; by default :func:`logp_grad`); 0 on success, as nutpie expects (3: a
+    non-finite gradient, 4: a non-finite value, -1: a vector of the wrong size).
 
     Compiled in this process (~1 s), never cached: a fit takes the cached one of
     :func:`hbnn.kernel_unrolled.callback_for` (:meth:`Density.callback`), which falls back to this one.
@@ -444,6 +452,73 @@ def callback(skip: int = 0, fn=None):
     namespace = {"numba": numba, "np": np, "SKIP": int(skip), "logp_grad": logp_grad if fn is None else fn}
     exec(CALLBACK_SOURCE, namespace)  # noqa: S102 - our own text, the same that callback_for writes out
     return numba.cfunc(_C_SIG)(namespace["logp_callback"])
+
+
+@numba.njit(error_model="numpy", cache=True)
+def expand(theta: np.ndarray, out: np.ndarray, buf: np.ndarray) -> int:
+    """nutpie's expanded draw at ``theta`` (the layout packed in ``buf``), in PyMC's order: ``theta`` itself, each
+    log-transformed variable on its own scale (the group sds, then ``sigma``), then the weights that are not value
+    variables (hierarchical ``w[g] = mu + sd * z[g]``, informed ``w = mean + L @ z``), each row-major. Returns
+    how many values it wrote (:meth:`Density.expanded` lists them)."""
+    n_layers = int(buf[1])
+    G = int(buf[2])
+    bias = int(buf[5])
+    sigma_at = int(buf[7])
+    n_dim = int(buf[10])
+    kind = int(buf[11])
+    lay = buf[_HEADER: _HEADER + _PER_LAYER * n_layers]
+    for i in range(n_dim):
+        out[i] = theta[i]
+    at = n_dim
+    if kind == HIERARCHICAL:
+        for li in range(n_layers):
+            out[at] = math.exp(theta[int(lay[_PER_LAYER * li + 3])])
+            at += 1
+    if sigma_at >= 0:
+        out[at] = math.exp(theta[sigma_at])
+        at += 1
+    for li in range(n_layers):
+        size = (int(lay[_PER_LAYER * li]) + bias) * int(lay[_PER_LAYER * li + 1])
+        a_at = int(lay[_PER_LAYER * li + 2])
+        if kind == HIERARCHICAL:
+            sd = math.exp(theta[int(lay[_PER_LAYER * li + 3])])
+            z_at = int(lay[_PER_LAYER * li + 4])
+            for k in range(G * size):
+                out[at + k] = theta[a_at + k % size] + sd * theta[z_at + k]
+            at += G * size
+        elif kind == INFORMED:
+            mean = buf[int(lay[_PER_LAYER * li + 3]):]
+            chol = buf[int(lay[_PER_LAYER * li + 4]):]
+            for k in range(size):
+                acc = mean[k]
+                for m in range(k + 1):
+                    acc += chol[k * size + m] * theta[a_at + m]
+                out[at + k] = acc
+            at += size
+    return at
+
+
+_EXPAND_SIG = numba.types.int64(numba.types.uint64, numba.types.uint64, numba.types.CPointer(numba.types.double),
+                                numba.types.CPointer(numba.types.double), numba.types.voidptr)
+
+
+def _expand_callback(dim, n_expanded, x_, out_, user_data_):
+    """nutpie's expand callback over a ``user_data`` that is :meth:`Density.pack`'s buffer (its size in slot 0):
+    0 on success, -1 for vectors of the wrong sizes."""
+    size = int(numba.carray(user_data_, (1,), np.float64)[0])
+    buf = numba.carray(user_data_, (size,), np.float64)
+    if dim != int(buf[10]) or n_expanded != int(buf[13]):  # before writing: expand does not check bounds
+        return -1
+    out = numba.carray(out_, (n_expanded,))
+    if expand(numba.carray(x_, (dim,)), out, buf) != n_expanded:
+        return -1
+    return 0
+
+
+@functools.cache
+def expand_callback():
+    """:func:`_expand_callback` as a C callback, loaded from numba's disk cache after its first compile."""
+    return numba.cfunc(_EXPAND_SIG, cache=True)(_expand_callback)
 
 
 def call(compiled, theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -456,6 +531,40 @@ def call(compiled, theta: np.ndarray) -> tuple[float, np.ndarray]:
     if status not in (0, 3, 4):
         raise ValueError(f"the logp callback refused a vector of {theta.size}: status {status}")
     return float(value[0]), grad
+
+
+class DensityMismatch(ValueError):
+    """The hand-written density is not the PyMC model's (:meth:`Density.check`); ``compiled`` is nutpie's compile
+    of the PyMC model, which the sampler then samples instead."""
+
+    def __init__(self, message: str, compiled):
+        super().__init__(message)
+        self.compiled = compiled
+
+
+def check_dir() -> Path:
+    """Where passed :meth:`Density.check` results are recorded: ``$HBNN_DENSITY_CHECKS``, else ``checked/`` beside the
+    written-out kernels (:func:`hbnn.kernel_unrolled.cache_dir`). The test suite gives each session its own, so
+    every session checks every density it samples."""
+    from hbnn.kernel_unrolled import cache_dir
+
+    return Path(os.environ["HBNN_DENSITY_CHECKS"]) if os.environ.get("HBNN_DENSITY_CHECKS") else cache_dir() / "checked"
+
+
+def call_expand(compiled, theta: np.ndarray) -> np.ndarray:
+    """The expanded draw at ``theta`` through ``compiled``'s expand callback, called as nutpie calls it."""
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    out = np.empty(compiled.n_expanded)
+    pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, out)]
+    status = compiled.compiled_expand_func.ctypes(theta.size, out.size, *pointers, compiled.user_data.ctypes.data)
+    if status != 0:
+        raise ValueError(f"the expand callback refused a vector of {theta.size}: status {status}")
+    return out
+
+
+def _initial_point(center: np.ndarray, seed: int) -> np.ndarray:
+    """A chain's first point: ``center`` plus PyMC's ``U(-1, 1)`` jitter on every entry, from ``seed``."""
+    return center + np.random.default_rng(seed).uniform(-1.0, 1.0, center.size)
 
 
 @dataclass(frozen=True)
@@ -474,6 +583,9 @@ class Density:
     bias: bool
     likelihood: str
     noise_sd: float
+    _: KW_ONLY
+    features: tuple[str, ...] = ()  # the feature names, the trace's coordinates (x1, x2, ... where not given)
+    groups: tuple[str, ...] = ()  # the hierarchical model's group names (g00, g01, ... where not given)
 
     kind: ClassVar[int] = -1
     _extra_fields: ClassVar[tuple[str, ...]] = ()  # the subclass's own fields, kept by with_rows
@@ -489,7 +601,7 @@ class Density:
     def with_rows(self, x: np.ndarray, y: np.ndarray) -> Density:
         """The same model on one group's rows ``x (row, feature)`` and ``y``."""
         return self.on_rows(x, y, self.hidden_layers, self.bias, self.likelihood, self.noise_sd,
-                            **{f: getattr(self, f) for f in self._extra_fields})
+                            features=self.features, **{f: getattr(self, f) for f in self._extra_fields})
 
     def logp_grad(self):
         """The function that computes this density from :meth:`pack`'s buffer (:func:`logp_grad`'s signature):
@@ -516,7 +628,153 @@ class Density:
 
     def names(self) -> dict[str, tuple[int, ...]]:
         """The model's value variables, in order, with their shapes."""
+        return {name: shape for name, shape, _ in self.variables()}
+
+    def variables(self) -> list[tuple[str, tuple[int, ...], tuple[str, ...]]]:
+        """The model's value variables in PyMC's order (the flat vector's): name, shape and dims."""
         raise NotImplementedError
+
+    def derived(self) -> list[tuple[str, tuple[int, ...], tuple[str, ...]]]:
+        """What nutpie's expanded draw holds after the value variables (:func:`expand`): the log-transformed
+        variables on their own scale, then the weights that are not value variables; name, shape and dims."""
+        return self._sigma_var("sigma")
+
+    def _sigma_var(self, name: str) -> list:
+        return [(name, (), ())] if self.likelihood == "gaussian" else []
+
+    def offsets(self) -> dict[str, int]:
+        """Where each value variable starts in the flat vector."""
+        out, at = {}, 0
+        for name, shape in self.names().items():
+            out[name] = at
+            at += math.prod(shape)
+        return out
+
+    def coords(self) -> dict[str, list]:
+        """The coordinates of the trace's dims."""
+        from hbnn.network import layer_coords
+
+        D = self.X_padded.shape[2]
+        features = list(self.features) or [f"x{i + 1}" for i in range(D)]
+        groups = None
+        if self.kind == HIERARCHICAL:
+            groups = list(self.groups) or [f"g{g:02d}" for g in range(self.X_padded.shape[0])]
+        return layer_coords(features, self.hidden_layers, groups, self.bias)
+
+    def nutpie_model(self):
+        """nutpie's model of this density, built without PyTensor: the log density is :meth:`callback`'s, the
+        expanded draws :func:`expand`'s, the data :meth:`pack`'s buffer (``user_data``), and each chain starts as
+        PyMC would start it (:meth:`initial_point`). :meth:`check` compares it with PyMC's model."""
+        import pandas as pd
+        from nutpie.compile_pymc import CompiledPyMCModel
+
+        value = self.variables()
+        names, slices, shapes, at = [], [], [], 0
+        for name, shape, _ in value + self.derived():
+            names.append(name)
+            slices.append(slice(at, at + math.prod(shape)))
+            shapes.append(np.array(shape, dtype=np.int64))
+            at += math.prod(shape)
+        n_dim = sum(math.prod(shape) for _, shape, _ in value)
+        coords = {d: pd.Index(v) for d, v in self.coords().items()}
+        coords["unconstrained_parameter"] = pd.Index(
+            [name if not shape else f"{name}_{'.'.join(map(str, i))}" for name, shape, _ in value
+             for i in np.ndindex(*shape)])
+        return CompiledPyMCModel(
+            dims={name: dims for name, _, dims in value + self.derived() if dims}, _n_dim=n_dim, _coords=coords,
+            _shapes={name: tuple(int(d) for d in shape) for name, shape in zip(names, shapes, strict=True)},
+            compiled_logp_func=self.callback(0), compiled_expand_func=expand_callback(),
+            initial_point_func=functools.partial(_initial_point, self.initial_center()), shared_data={},
+            user_data=self.pack(self.offsets()), n_expanded=at, shape_info=(names, slices, shapes), logp_func=None,
+            expand_func=None)
+
+    def checked_nutpie_model(self, build):
+        """:meth:`nutpie_model`, checked (:meth:`check`) against nutpie's compile of PyMC's model ``build()`` the first
+        time this code and these pins meet this network, likelihood, settings and data shapes: a file in
+        :func:`check_dir`, named by :meth:`check_key`, records each check passed, so later fits of the same model
+        neither import PyMC nor compile PyTensor's graphs (~2.6 s a process on an AVX2 machine).
+        :class:`DensityMismatch` where the check fails."""
+        key = self.check_key()
+        stamp = check_dir() / key
+        if stamp.exists():
+            log.debug("kernel: %s was checked against PyMC's model before (%s)", type(self).__name__, key)
+            return self.nutpie_model()
+        from hbnn.nutpie_cache import compile_numba
+
+        log.info("kernel: checking the hand-written %s against PyMC's model (once per network, likelihood, "
+                 "settings, data shapes and code version)", type(self).__name__)
+        self.check(compile_numba(build()))
+        if self.check_key() != key:  # the code changed on disk while it was checked: do not vouch for the new one
+            return self.nutpie_model()
+        try:
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.touch()
+        except OSError as err:  # a read-only cache: the check runs again next time, nothing else changes
+            log.warning("kernel: cannot record the check in %s (%s)", stamp, err)
+        return self.nutpie_model()
+
+    def check_key(self) -> str:
+        """What a :meth:`check` depends on, hashed: every source file of ``hbnn`` (the density, the PyMC models,
+        the stages' builders, the data layout, nutpie's compile), the pins of PyMC, PyTensor, nutpie, numba and
+        NumPy, and the model's kind, network, likelihood, settings, data shapes and coordinates (not the data's
+        values, nor an informed prior's: the same code computes every value)."""
+        from importlib import metadata
+
+        h = hashlib.sha256(SOURCE.encode())  # this module as imported
+        for path in sorted(Path(__file__).parent.rglob("*.py")):
+            h.update(path.relative_to(Path(__file__).parent).as_posix().encode() + path.read_bytes())
+        for package in ("pymc", "pytensor", "nutpie", "numba", "numpy"):
+            h.update(f"{package}=={metadata.version(package)}".encode())
+        h.update(repr((type(self).__name__, self.X_padded.shape, tuple(int(c) for c in self.counts),
+                       tuple(self.hidden_layers), bool(self.bias), self.likelihood, float(self.noise_sd),
+                       getattr(self, "prior_sd", None), tuple(self.features), tuple(self.groups))).encode())
+        return h.hexdigest()[:32]
+
+    def initial_center(self) -> np.ndarray:
+        """PyMC's initial point before its jitter: every value variable at its prior's support point on the
+        unconstrained scale (0 for the normals and for ``log sd``, ``sd ~ HalfNormal(1)``; ``log noise_sd`` for
+        ``sigma_log__``)."""
+        center = np.zeros(sum(math.prod(shape) for shape in self.names().values()))
+        if self.likelihood == "gaussian":
+            center[self.offsets()["sigma_log__"]] = math.log(self.noise_sd)
+        return center
+
+    def check(self, compiled, rtol: float = 1e-9) -> None:
+        """:class:`DensityMismatch` unless this density is ``compiled``'s, nutpie's compile of the PyMC model of the
+        same data and settings: the same value variables at the same places, the same expanded variables, and, at two
+        points, the same log density and gradient (through the callback as nutpie calls it) and the same expanded
+        draw."""
+        names, slices, shapes = compiled.shape_info
+        layout = {n: (int(sl.start), tuple(int(d) for d in shape))
+                  for n, sl, shape in zip(names, slices, shapes, strict=True) if sl.stop <= compiled.n_dim}
+        want = {n: (self.offsets()[n], shape) for n, shape in self.names().items()}
+        if layout != want:
+            raise DensityMismatch(f"not the model this log density computes: value variables {layout}, expected "
+                                  f"{want}", compiled)
+        ours = self.nutpie_model()
+        theirs = [(n, tuple(int(d) for d in shape)) for n, shape in zip(names, shapes, strict=True)]
+        mine = [(n, tuple(int(d) for d in shape)) for n, shape in zip(ours.shape_info[0], ours.shape_info[2],
+                                                                      strict=True)]
+        if mine != theirs:
+            raise DensityMismatch(f"nutpie's expanded draw holds {theirs}, the hand-written one {mine}", compiled)
+        dims = {name: tuple(d) for name, d in compiled.dims.items() if name in names}
+        coords = {d: list(compiled.coords[d]) for ds in dims.values() for d in ds}
+        if ours.dims != dims or {d: list(ours.coords[d]) for d in coords} != coords:
+            raise DensityMismatch(f"the trace's dims and coordinates would differ from PyMC's: {ours.dims} "
+                                  f"{dict(ours.coords)} against {dims} {coords}", compiled)
+        rng = np.random.default_rng(0)
+        for point in (np.zeros(compiled.n_dim), rng.normal(0.0, 0.5, compiled.n_dim)):
+            want_value, want_grad = compiled.logp_func(point)
+            value, grad = call(ours, point)
+            scale = max(1.0, float(np.abs(want_grad).max()))
+            off = float(np.abs(grad - want_grad).max())
+            if not (abs(value - want_value) <= rtol * max(1.0, abs(want_value)) and off <= rtol * scale):
+                raise DensityMismatch(f"hand-written log density disagrees with PyMC's: {value} vs {want_value}, "
+                                      f"gradient off by {off:.3g}", compiled)
+            got, want_draw = call_expand(ours, point), call_expand(compiled, point)
+            if not np.allclose(got, want_draw, rtol=rtol, atol=rtol):
+                raise DensityMismatch(f"hand-written expanded draw disagrees with PyMC's by up to "
+                                      f"{float(np.abs(got - want_draw).max()):.3g}", compiled)
 
     def _layers(self, offsets: dict[str, int], at: int) -> tuple[list[float], list[np.ndarray], float]:
         """Per layer the three kind-specific slots, extra arrays to append at ``at``, and the prior's constant."""
@@ -555,62 +813,13 @@ class Density:
             const += _HALFNORMAL_CONST - math.log(self.noise_sd) - 0.5 * _LOG_2PI * int(counts.sum())
         elif self.likelihood == "poisson":
             const -= float(gammaln(y + 1.0).sum())
+        n_expanded = n_dim + sum(math.prod(shape) for _, shape, _ in self.derived())
         header = [0.0, len(specs), G, R, D, int(self.bias), LIKELIHOODS[self.likelihood], sigma_at, self.noise_sd,
-                  const, n_dim, self.kind, getattr(self, "prior_sd", 1.0), 0.0]
+                  const, n_dim, self.kind, getattr(self, "prior_sd", 1.0), n_expanded]
         buf = np.concatenate([np.asarray(header, dtype=np.float64), np.asarray(lay, dtype=np.float64),
                               counts.astype(np.float64), X.transpose(0, 2, 1).ravel(), Y.ravel(), *extra])
         buf[0] = buf.size
         return buf
-
-    def for_nutpie(self, compiled, rtol: float = 1e-9):
-        """``compiled`` (nutpie's ``CompiledPyMCModel`` of the same model) with this log density in place of
-        PyTensor's (:meth:`on`); nutpie's draws-to-variables ("expand") function stays PyTensor's.
-
-        Refuses (:class:`ValueError`) a model whose value variables are not this density's, and checks value
-        and gradient, through the callback as nutpie calls it, against PyMC's compiled function at two points
-        before any sampling.
-        """
-        offsets = self.offsets(compiled)
-        fast = self.on(compiled, offsets)
-        rng = np.random.default_rng(0)
-        for point in (np.zeros(compiled.n_dim), rng.normal(0.0, 0.5, compiled.n_dim)):
-            want, want_grad = compiled.logp_func(point)
-            value, grad = call(fast, point)
-            scale = max(1.0, float(np.abs(want_grad).max()))
-            off = float(np.abs(grad - want_grad).max())
-            if not (abs(value - want) <= rtol * max(1.0, abs(want)) and off <= rtol * scale):
-                raise ValueError(f"hand-written log density disagrees with PyMC's: {value} vs {want}, gradient "
-                                 f"off by {off:.3g}")
-        return fast
-
-    def on(self, compiled, offsets: dict[str, int]):
-        """``compiled`` sampling this log density (no check: :meth:`for_nutpie` checks a model once; this
-        repacks it for other rows, ``compiled`` being nutpie's model with those rows as its data)."""
-        record = np.asarray(compiled.user_data)
-        skip = -(-record.nbytes // 8)
-        buf = self.pack(offsets)
-        user_data = np.zeros(skip + buf.size)
-        user_data.view(np.uint8)[: record.nbytes] = np.frombuffer(record.tobytes(), dtype=np.uint8)
-        user_data[skip:] = buf
-        return replace(compiled, compiled_logp_func=self.callback(skip), user_data=user_data)
-
-    def offsets(self, compiled) -> dict[str, int]:
-        """Where each value variable starts in nutpie's flat vector; :class:`ValueError` unless they are this
-        density's."""
-        names, slices, shapes = compiled.shape_info
-        # The flat vector holds the value variables; the entries past it are nutpie's expanded deterministics.
-        layout = {n: (int(sl.start), tuple(int(d) for d in shape))
-                  for n, sl, shape in zip(names, slices, shapes, strict=True) if sl.stop <= compiled.n_dim}
-        got = {n: shape for n, (_, shape) in layout.items()}
-        if got != self.names():
-            raise ValueError(f"not the model this log density computes: value variables {got}, expected "
-                             f"{self.names()}")
-        return {n: start for n, (start, _) in layout.items()}
-
-    def _sigma(self, out: dict) -> dict:
-        if self.likelihood == "gaussian":
-            out["sigma_log__"] = ()
-        return out
 
 
 @dataclass(frozen=True)
@@ -619,13 +828,17 @@ class HierarchicalDensity(Density):
 
     kind = HIERARCHICAL
 
-    def names(self):
-        out: dict[str, tuple[int, ...]] = {}
+    def variables(self):
+        out = []
         for s in self.specs():
-            out[f"mu_{s.name}"] = s.shape
-            out[f"sd_{s.name}_log__"] = ()
-            out[f"z_{s.name}"] = (self.X_padded.shape[0], *s.shape)
-        return self._sigma(out)
+            out += [(f"mu_{s.name}", s.shape, s.dims), (f"sd_{s.name}_log__", (), ()),
+                    (f"z_{s.name}", (self.X_padded.shape[0], *s.shape), ("group", *s.dims))]
+        return out + self._sigma_var("sigma_log__")
+
+    def derived(self):
+        specs = self.specs()
+        return ([(f"sd_{s.name}", (), ()) for s in specs] + self._sigma_var("sigma")
+                + [(s.var, (self.X_padded.shape[0], *s.shape), ("group", *s.dims)) for s in specs])
 
     def _layers(self, offsets, at):
         specs = self.specs()
@@ -642,8 +855,8 @@ class FlatDensity(Density):
     kind = FLAT
     _extra_fields = ("prior_sd",)
 
-    def names(self):
-        return self._sigma({s.var: s.shape for s in self.specs()})
+    def variables(self):
+        return [(s.var, s.shape, s.dims) for s in self.specs()] + self._sigma_var("sigma_log__")
 
     def _layers(self, offsets, at):
         specs = self.specs()
@@ -661,8 +874,15 @@ class InformedDensity(Density):
     kind = INFORMED
     _extra_fields = ("prior",)
 
-    def names(self):
-        return self._sigma({f"z_{s.name}": (s.size,) for s in self.specs()})
+    def variables(self):
+        return ([(f"z_{s.name}", (s.size,), (f"weight_{s.name}",)) for s in self.specs()]
+                + self._sigma_var("sigma_log__"))
+
+    def derived(self):
+        return self._sigma_var("sigma") + [(s.var, s.shape, s.dims) for s in self.specs()]
+
+    def coords(self):
+        return {**super().coords(), **{f"weight_{s.name}": list(range(s.size)) for s in self.specs()}}
 
     def _layers(self, offsets, at):
         slots, extra = [], []

@@ -5,25 +5,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from hbnn.config import Params
-from hbnn.data import load_tasks
+from hbnn.data import Tasks, load_tasks
 from hbnn.kernel import FlatDensity
-from hbnn.models import build_flat_model
 from hbnn.stages import fitting
 
 
 def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
     """One flat BNN per group, ``Normal(0, prior_sd)`` weights."""
-    m = params.model
-    tasks = load_tasks(tasks_path, m.likelihood, params)
+    tasks = load_tasks(tasks_path, params.model.likelihood, params)
     fitting.enforce_budget("fit_flat", params, tasks)
+    sampled = fitting.fit_per_group("fit_flat", params, tasks, *flat_model(params, tasks, "fit_flat"))
+    return fitting.finish_fit("fit_flat", params, tasks, sampled, trace_out, metrics_out, timing_out)
+
+
+def flat_model(params: Params, tasks: Tasks, stage: str):
+    """``build(X, y)``, the flat BNN as a PyMC model (:func:`hbnn.models.build_flat_model`, imported only when
+    built), and ``density(X, y)``, its hand-written log density, on one group's rows, for fit ``stage``."""
+    m = params.model
+    batch = fitting.minibatch(params, stage)
 
     def build(X, y):
-        return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd,
-                                minibatch_size=fitting.minibatch(params, "fit_flat"), likelihood=m.likelihood,
-                                noise_sd=m.noise_sd, bias=m.bias)
+        from hbnn.models import build_flat_model
+
+        return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd, minibatch_size=batch,
+                                likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias)
 
     def density(X, y):
-        return FlatDensity.on_rows(X, y, m.hidden_layers, m.bias, m.likelihood, m.noise_sd, prior_sd=m.prior_sd)
+        return FlatDensity.on_rows(X, y, m.hidden_layers, m.bias, m.likelihood, m.noise_sd, prior_sd=m.prior_sd,
+                                   features=tuple(tasks.features))
 
-    sampled = fitting.fit_per_group("fit_flat", params, tasks, build, density)
-    return fitting.finish_fit("fit_flat", params, tasks, sampled, trace_out, metrics_out, timing_out)
+    return build, density

@@ -9,7 +9,6 @@ from hbnn.config import Params
 from hbnn.data import Tasks, load_tasks
 from hbnn.inference import Sampler
 from hbnn.kernel import HierarchicalDensity
-from hbnn.models import build_hierarchical_minibatch_model, build_hierarchical_model
 from hbnn.network import layer_specs
 from hbnn.stages import fitting
 from hbnn.variants import STAGE_KEYS, derive_seed
@@ -32,18 +31,27 @@ def sample_hierarchical(stage: str, params: Params, tasks: Tasks) -> fitting.Sam
     density = None  # a hand-written log density of the full-batch model, for the backends that take one
     if batch:
         train = tasks.split("train")
-        model = build_hierarchical_minibatch_model(
-            train.X, train.group, train.y, tasks.group_names, tasks.features, m.hidden_layers, batch,
-            likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias,
-        )
+
+        def model():
+            from hbnn.models import build_hierarchical_minibatch_model
+
+            return build_hierarchical_minibatch_model(
+                train.X, train.group, train.y, tasks.group_names, tasks.features, m.hidden_layers, batch,
+                likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias,
+            )
     else:
         padded = tasks.padded("train")
-        model = build_hierarchical_model(
-            padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers,
-            likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias,
-        )
+
+        def model():  # PyMC's model: built where a backend samples it, or to check the hand-written density
+            from hbnn.models import build_hierarchical_model
+
+            return build_hierarchical_model(
+                padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers,
+                likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias,
+            )
         density = HierarchicalDensity(padded.X, padded.y, padded.counts, tuple(m.hidden_layers), m.bias,
-                                      m.likelihood, m.noise_sd)
+                                      m.likelihood, m.noise_sd, features=tuple(tasks.features),
+                                      groups=tuple(tasks.group_names))
     settings = params.sampler_for(stage)
     sampler = Sampler(model, settings, density)
     specs = layer_specs(tasks.n_features, m.hidden_layers, m.bias)

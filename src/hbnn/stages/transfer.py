@@ -30,15 +30,15 @@ from hbnn.io import (
     settings_from_attrs,
     staged_outputs,
 )
-from hbnn.kernel import FlatDensity, InformedDensity
 from hbnn.logs import watch
-from hbnn.models import build_flat_model, build_informed_model
 from hbnn.network import layer_specs
 from hbnn.predict import population_weights
 from hbnn.prior import load_prior, prior_dataset
 from hbnn.stages import fitting
 from hbnn.stages.derive_prior import derive
+from hbnn.stages.fit_flat import flat_model
 from hbnn.stages.fit_hier import sample_hierarchical
+from hbnn.stages.fit_informed import informed_model
 from hbnn.variants import FLAT, INFORMED, STAGE_KEYS, STAGE_PARAMS, derive_seed
 
 log = logging.getLogger(__name__)
@@ -127,28 +127,14 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
         log.info("transfer: skipping %s: a size must be smaller than the group's training rows", line)
     log.info("transfer: %d fits per model (%d held-out groups, sizes %s)", len(refits), len(heldout),
              ", ".join(transfer.size_labels(params.transfer)))
-    batch = {name: fitting.minibatch(params, f"transfer_{name}") for name in MODELS}
-    builders = {
-        FLAT.name: lambda X, y: build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd,
-                                                 minibatch_size=batch[FLAT.name], likelihood=m.likelihood,
-                                                 noise_sd=m.noise_sd, bias=m.bias),
-        INFORMED.name: lambda X, y: build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior,
-                                                         minibatch_size=batch[INFORMED.name],
-                                                         likelihood=m.likelihood, noise_sd=m.noise_sd,
-                                                         bias=m.bias),
-    }
-    densities = {
-        FLAT.name: lambda X, y: FlatDensity.on_rows(X, y, m.hidden_layers, m.bias, m.likelihood, m.noise_sd,
-                                                    prior_sd=m.prior_sd),
-        INFORMED.name: lambda X, y: InformedDensity.on_rows(X, y, m.hidden_layers, m.bias, m.likelihood,
-                                                            m.noise_sd, prior=layer_prior),
-    }
+    models = {FLAT.name: flat_model(params, tasks, f"transfer_{FLAT.name}"),
+              INFORMED.name: informed_model(params, tasks, layer_prior, f"transfer_{INFORMED.name}")}
     for name in MODELS:
         fitting.enforce_budget(f"transfer_{name}", params, refit)
     traces, fit_metrics, timings, tests = {}, {}, {}, {}
     for name in MODELS:
         stage = f"transfer_{name}"
-        sampled = fitting.fit_per_group(stage, params, refit, builders[name], densities[name])
+        sampled = fitting.fit_per_group(stage, params, refit, *models[name])
         with watch(log, f"{stage}: scoring the draws"):
             traces[name], fit_metrics[name], timings[name], predictions = fitting.score_fit(
                 stage, params, refit, sampled, settings_extra={"prior_file": str(prior_path)})

@@ -285,6 +285,19 @@ def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay,
     return ll, g_sigma
 
 
+@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
+def _mean_plus_chol(theta, z_at, buf, lay, li, size, out, out_at):
+    """An informed layer's weights ``out[out_at:out_at + size] = mean + L @ z``, ``z = theta[z_at:z_at + size]``, with
+    the layer's ``mean`` and lower-triangular ``L`` (row-major) where ``lay`` places them in ``buf``."""
+    mean = buf[int(lay[_PER_LAYER * li + 3]):]
+    chol = buf[int(lay[_PER_LAYER * li + 4]):]
+    for k in range(size):
+        acc = mean[k]
+        for m in range(k + 1):
+            acc += chol[k * size + m] * theta[z_at + m]
+        out[out_at + k] = acc
+
+
 @numba.njit(fastmath=True, error_model="numpy", cache=True)
 def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
     """Log density at ``theta`` (flat, in the layout packed in ``buf``); writes its gradient into ``grad``."""
@@ -365,14 +378,8 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
             elif kind == FLAT:
                 for k in range(size):
                     W[w_at + k] = theta[a_at + k]
-            else:  # mean + L @ z, L lower-triangular
-                mean = buf[int(lay[_PER_LAYER * li + 3]):]
-                chol = buf[int(lay[_PER_LAYER * li + 4]):]
-                for k in range(size):
-                    acc = mean[k]
-                    for m in range(k + 1):
-                        acc += chol[k * size + m] * theta[a_at + m]
-                    W[w_at + k] = acc
+            else:
+                _mean_plus_chol(theta, a_at, buf, lay, li, size, W, w_at)
             for k in range(size):
                 gW[w_at + k] = 0.0
             w_at += size
@@ -487,13 +494,7 @@ def expand(theta: np.ndarray, out: np.ndarray, buf: np.ndarray) -> int:
                 out[at + k] = theta[a_at + k % size] + sd * theta[z_at + k]
             at += G * size
         elif kind == INFORMED:
-            mean = buf[int(lay[_PER_LAYER * li + 3]):]
-            chol = buf[int(lay[_PER_LAYER * li + 4]):]
-            for k in range(size):
-                acc = mean[k]
-                for m in range(k + 1):
-                    acc += chol[k * size + m] * theta[a_at + m]
-                out[at + k] = acc
+            _mean_plus_chol(theta, a_at, buf, lay, li, size, out, at)
             at += size
     return at
 

@@ -139,7 +139,8 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
         "import math",
         "import numba",
         "import numpy as np",
-        "from hbnn.kernel import _HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, _output, _tanh_inplace",
+        "from hbnn.kernel import (_HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, _mean_plus_chol, _output,\n"
+        "                         _tanh_inplace)",
         "",
         _forward_source(n_features, hidden, bias),
         _backward_source(n_features, hidden, bias),

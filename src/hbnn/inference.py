@@ -163,7 +163,7 @@ class NutpieBackend(Backend):
                 return
             except DensityMismatch as err:  # not the model's density: PyTensor's is the same model, only slower
                 log.warning("sampling PyTensor's log density, not the hand-written one: %s", err)
-                self.compiled = err.compiled
+                self.compiled = err.compiled  # the check's own compile of PyMC's model
                 return
         from hbnn.nutpie_cache import compile_numba
 

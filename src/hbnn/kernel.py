@@ -466,7 +466,7 @@ def expand(theta: np.ndarray, out: np.ndarray, buf: np.ndarray) -> int:
     """nutpie's expanded draw at ``theta`` (the layout packed in ``buf``), in PyMC's order: ``theta`` itself, each
     log-transformed variable on its own scale (the group sds, then ``sigma``), then the weights that are not value
     variables (hierarchical ``w[g] = mu + sd * z[g]``, informed ``w = mean + L @ z``), each row-major. Returns
-    how many values it wrote (:meth:`Density.expanded` lists them)."""
+    how many values it wrote (:meth:`Density.variables`, then :meth:`Density.derived`, list them)."""
     n_layers = int(buf[1])
     G = int(buf[2])
     bias = int(buf[5])
@@ -665,13 +665,15 @@ class Density:
     def nutpie_model(self):
         """nutpie's model of this density, built without PyTensor: the log density is :meth:`callback`'s, the
         expanded draws :func:`expand`'s, the data :meth:`pack`'s buffer (``user_data``), and each chain starts as
-        PyMC would start it (:meth:`initial_point`). :meth:`check` compares it with PyMC's model."""
+        PyMC would start it (:meth:`initial_center` plus PyMC's jitter). :meth:`check` compares it with PyMC's
+        model."""
         import pandas as pd
         from nutpie.compile_pymc import CompiledPyMCModel
 
         value = self.variables()
+        expanded = value + self.derived()
         names, slices, shapes, at = [], [], [], 0
-        for name, shape, _ in value + self.derived():
+        for name, shape, _ in expanded:
             names.append(name)
             slices.append(slice(at, at + math.prod(shape)))
             shapes.append(np.array(shape, dtype=np.int64))
@@ -682,7 +684,7 @@ class Density:
             [name if not shape else f"{name}_{'.'.join(map(str, i))}" for name, shape, _ in value
              for i in np.ndindex(*shape)])
         return CompiledPyMCModel(
-            dims={name: dims for name, _, dims in value + self.derived() if dims}, _n_dim=n_dim, _coords=coords,
+            dims={name: dims for name, _, dims in expanded if dims}, _n_dim=n_dim, _coords=coords,
             _shapes={name: tuple(int(d) for d in shape) for name, shape in zip(names, shapes, strict=True)},
             compiled_logp_func=self.callback(0), compiled_expand_func=expand_callback(),
             initial_point_func=functools.partial(_initial_point, self.initial_center()), shared_data={},
@@ -704,15 +706,15 @@ class Density:
 
         log.info("kernel: checking the hand-written %s against PyMC's model (once per network, likelihood, "
                  "settings, data shapes and code version)", type(self).__name__)
-        self.check(compile_numba(build()))
+        checked = self.check(compile_numba(build()))
         if self.check_key() != key:  # the code changed on disk while it was checked: do not vouch for the new one
-            return self.nutpie_model()
+            return checked
         try:
             stamp.parent.mkdir(parents=True, exist_ok=True)
             stamp.touch()
         except OSError as err:  # a read-only cache: the check runs again next time, nothing else changes
             log.warning("kernel: cannot record the check in %s (%s)", stamp, err)
-        return self.nutpie_model()
+        return checked
 
     def check_key(self) -> str:
         """What a :meth:`check` depends on, hashed: every source file of ``hbnn`` (the density, the PyMC models,
@@ -740,15 +742,16 @@ class Density:
             center[self.offsets()["sigma_log__"]] = math.log(self.noise_sd)
         return center
 
-    def check(self, compiled, rtol: float = 1e-9) -> None:
-        """:class:`DensityMismatch` unless this density is ``compiled``'s, nutpie's compile of the PyMC model of the
-        same data and settings: the same value variables at the same places, the same expanded variables, and, at two
-        points, the same log density and gradient (through the callback as nutpie calls it) and the same expanded
-        draw."""
+    def check(self, compiled, rtol: float = 1e-9):
+        """:meth:`nutpie_model`, once it is known to be ``compiled``, nutpie's compile of the PyMC model of the same
+        data and settings: the same value variables at the same places, the same expanded variables, dims and
+        coordinates, and, at two points, the same log density and gradient (through the callback as nutpie calls
+        it) and the same expanded draw; :class:`DensityMismatch` otherwise."""
         names, slices, shapes = compiled.shape_info
         layout = {n: (int(sl.start), tuple(int(d) for d in shape))
                   for n, sl, shape in zip(names, slices, shapes, strict=True) if sl.stop <= compiled.n_dim}
-        want = {n: (self.offsets()[n], shape) for n, shape in self.names().items()}
+        offsets = self.offsets()
+        want = {n: (offsets[n], shape) for n, shape in self.names().items()}
         if layout != want:
             raise DensityMismatch(f"not the model this log density computes: value variables {layout}, expected "
                                   f"{want}", compiled)
@@ -776,6 +779,7 @@ class Density:
             if not np.allclose(got, want_draw, rtol=rtol, atol=rtol):
                 raise DensityMismatch(f"hand-written expanded draw disagrees with PyMC's by up to "
                                       f"{float(np.abs(got - want_draw).max()):.3g}", compiled)
+        return ours
 
     def _layers(self, offsets: dict[str, int], at: int) -> tuple[list[float], list[np.ndarray], float]:
         """Per layer the three kind-specific slots, extra arrays to append at ``at``, and the prior's constant."""

@@ -257,6 +257,20 @@ def test_next_check_goes_where_the_smallest_ess_extrapolates_within_a_block(capl
     assert "stopped at max_draws=5000 draws per chain, and g02 misses" in caplog.text
 
 
+def test_nutpie_heartbeat_past_the_first_look_says_how_far_the_next_look_is(monkeypatch):
+    from hbnn.config import SamplerParams
+
+    backend = object.__new__(inference.NutpieBackend)
+    backend.settings = SamplerParams(backend="nutpie", draws=500, max_draws=5000)
+    assert backend.progress(10.0) is None  # before the first look: the cost estimate speaks
+    backend.towards = (1230, 1500, 30.0, 100.0)  # 270 draws to go at 30 per second, seen at t=100
+    monkeypatch.setattr(inference.time, "monotonic", lambda: 102.0)
+    assert backend.progress(60.0) == ("1230/1500 draws per chain at the next look (up to max_draws=5000), "
+                                      "~7s to it at this rate")
+    backend.towards = (0, 600, None, 100.0)  # no rate yet
+    assert backend.progress(60.0) == "0/600 draws per chain at the next look (up to max_draws=5000)"
+
+
 def test_iterations_status_says_how_far_and_how_long_at_the_rate(monkeypatch):
     clock = iter([100.0, 110.0])
     monkeypatch.setattr(inference.time, "monotonic", lambda: next(clock))

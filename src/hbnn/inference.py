@@ -151,6 +151,9 @@ class NutpieBackend(Backend):
     poll_seconds = 1.0  # how often a run-length-controlled fit looks at the draws so far
 
     density = None  # the hand-written log density in use, to repack for other rows
+    # After a run-length-controlled fit's first look: (draws per chain so far, at the next look, draws per second
+    # of the slowest chain or None, when), for the heartbeat; before it, the cost estimate speaks
+    towards: tuple[int, int, float | None, float] | None = None
 
     def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
         super().__init__(model, settings)
@@ -210,7 +213,20 @@ class NutpieBackend(Backend):
         except BaseException:
             running.cancel()
             raise
+        finally:
+            self.towards = None
         return idata, None, _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
+
+    def progress(self, elapsed: float) -> str | None:
+        """Past the first look, how far the chains are from the next one (the cost estimate covers the first
+        block only, so past it a heartbeat would otherwise say only that the fit runs over)."""
+        if self.towards is None:
+            return None
+        drawn, target, rate, at = self.towards
+        text = f"{drawn}/{target} draws per chain at the next look (up to max_draws={self.settings.max_draws})"
+        if rate:
+            text += f", ~{max(0.0, (target - drawn) / rate - (time.monotonic() - at)):.0f}s to it at this rate"
+        return text
 
     def _first_converged_blocks(self, running, coords) -> az.InferenceData:
         """The first ``n`` draws of every chain, for the first ``n`` of the checks (``draws``, then as
@@ -237,6 +253,8 @@ class NutpieBackend(Backend):
                 if last is not None and drawn > last[1]:
                     rate = (drawn - last[1]) / (now - last[0])
                 last = (now, drawn)
+                if kept > s.draws:
+                    self.towards = (drawn, kept, rate, now)
                 # Each look copies the whole trace, so look again about when the block should be complete.
                 wait = (kept - drawn) / rate if rate else self.poll_seconds
                 time.sleep(min(max(wait, self.poll_seconds), 10 * self.poll_seconds))

@@ -243,11 +243,10 @@ class NutpieBackend(Backend):
                 if _finished(running):
                     trace = final = _nutpie_idata(running.wait(), coords)
                     break
-                so_far = _nutpie_idata(running.inspect(), coords)
-                stats = so_far.sample_stats
-                drawn = int(min(np.isfinite(stats["step_size"].values).sum(axis=1))) if stats.sizes.get("draw") else 0
+                draws, stats = running.inspect().get_arrow_trace()
+                drawn = _draws_done(stats)
                 if drawn >= kept:
-                    trace = so_far
+                    trace = _arrow_idata(draws, stats, coords)
                     break
                 now = time.monotonic()
                 if last is not None and drawn > last[1]:
@@ -275,6 +274,19 @@ _NUTPIE_STATS_LEFT_OUT = frozenset({
 })
 
 
+def _tuning_rows(stats) -> int:
+    """How many of a chain's rows (its record batch of sample stats) are tuning."""
+    import pyarrow
+
+    return int(np.asarray(pyarrow.array(stats.column("tuning")).to_numpy(zero_copy_only=False)).sum())
+
+
+def _draws_done(stats) -> int:
+    """Draws after tuning that every chain holds (the slowest chain's), from its record batches of sample stats:
+    a poll that only counts the draws does not convert them (:func:`_arrow_idata`)."""
+    return min((s.num_rows - _tuning_rows(s) for s in stats), default=0)
+
+
 def _nutpie_idata(trace, coords: Mapping[str, Sequence]) -> az.InferenceData:
     """nutpie's raw trace (``return_raw_trace=True``) as ``posterior`` and ``sample_stats`` of the draws after
     tuning and, of tuning, the ``n_steps`` only (``warmup_sample_stats``, to count gradient evaluations).
@@ -284,10 +296,12 @@ def _nutpie_idata(trace, coords: Mapping[str, Sequence]) -> az.InferenceData:
     pipeline's 108 per-group fits. Chains shorter than the longest (a trace inspected while it runs) are
     padded as nutpie pads them: NaN for floats, 0 otherwise.
     """
-    import pyarrow
+    return _arrow_idata(*trace.get_arrow_trace(), coords)
 
-    draws, stats = trace.get_arrow_trace()
-    tuned = [int(np.asarray(pyarrow.array(s.column("tuning")).to_numpy(zero_copy_only=False)).sum()) for s in stats]
+
+def _arrow_idata(draws, stats, coords: Mapping[str, Sequence]) -> az.InferenceData:
+    """:func:`_nutpie_idata` of the record batches a raw trace hands over (once: ``get_arrow_trace``)."""
+    tuned = [_tuning_rows(s) for s in stats]
     kept = [d.num_rows - t for d, t in zip(draws, tuned, strict=True)]
     posterior = _arrow_dataset(draws, tuned, kept, lambda name: True, coords)
     sample_stats = _arrow_dataset(stats, tuned, kept, lambda name: name not in _NUTPIE_STATS_LEFT_OUT, coords)

@@ -28,14 +28,23 @@ every fit uses (:meth:`Density.logp_grad`). Every loop runs over rows, and every
 numba's ``error_model="numpy"``: with Python's, each float division checks for zero, and a loop with that
 check does not vectorise.
 
-``tanh`` is computed from a vectorisable ``exp`` (a degree-12 Taylor polynomial
-after the usual ``k ln 2`` range reduction), accurate to 2.3e-16 absolute.
-The log density matches PyMC's compiled one to rounding, including every
-normalising constant: ``tests/test_kernel.py`` checks values and gradients
-against PyMC for each supported configuration, and :meth:`Density.check`
-checks them again, at two points, for the model at hand before it is first
-sampled (once per network, likelihood, settings, data shapes and code version:
-:meth:`Density.checked_nutpie_model`).
+The passes over a group's rows (forward, likelihood terms, backward) run in
+float32 (:data:`ROW_DTYPE`): twice as many rows per vector as float64 and
+shorter polynomials, 1.6-1.8x faster on the default network (benchmarks/FINDINGS.md).
+Each group's log-likelihood terms are summed in float64, and the weights,
+priors, sums over groups and the chain rule to the sampler's coordinates are
+float64. ``tanh`` is computed from a vectorisable ``exp`` (a degree-7 Taylor
+polynomial after the usual ``k ln 2`` range reduction), within 2e-7 absolute.
+The log density and gradient equal PyMC's compiled (float64) ones to
+:data:`ROW_RTOL` of their scale, including every normalising constant:
+``tests/test_kernel.py`` checks values and gradients against PyMC for each
+supported configuration, and :meth:`Density.check` checks them again, at two
+points, for the model at hand before it is first sampled (once per network,
+likelihood, settings, data shapes and code version:
+:meth:`Density.checked_nutpie_model`). NUTS stays exact for the density it is
+given: the leapfrog steps are reversible and volume-preserving for any
+gradient that is a function of the position, and the accept step uses this
+density's own value, which differs from PyMC's by less than 1e-5 of its scale.
 
 nutpie's model is built from the density alone (:meth:`Density.nutpie_model`):
 the log density through nutpie's logp callback, the draws expanded to every
@@ -72,43 +81,59 @@ _PER_LAYER = 5  # n_in (without bias), n_out, then three offsets that depend on 
 _LOG_2PI = math.log(2.0 * math.pi)
 _HALFNORMAL_CONST = math.log(2.0) - 0.5 * _LOG_2PI
 
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01
-_LN2_LO = 1.90821492927058770002e-10
-_EXP_SHIFT = 1.5 * 2.0**52 + 1023.0  # added to an integer-valued float below 2**51, it holds it + 1023 in the low bits
+# The passes over rows run in float32 (:data:`ROW_DTYPE`): twice the values per vector of float64 and shorter
+# polynomials, ~1.5x faster on the default network. Every constant they use is a float32 below: a Python float
+# in a numba expression is a float64 and would turn the whole expression into float64.
+ROW_DTYPE = np.float32
+# ... so the density equals PyMC's (float64 throughout) to this share of max(1, |log density|) and its gradient to
+# this share of max(1, largest gradient component): measured up to 6e-7 on tests/test_kernel.py's networks and
+# points (rates up to e^20 excepted: there a Poisson gradient's float32 sums over rows lose more).
+ROW_RTOL = 1e-5
+_F0 = np.float32(0.0)
+_F1 = np.float32(1.0)
+_F2 = np.float32(2.0)
+_HALF = np.float32(0.5)
+_LOG2E = np.float32(1.4426950408889634)
+_LN2_HI = np.float32(0.693145751953125)  # ln 2 in two parts (Cody and Waite): k * _LN2_HI is exact for |k| < 2**8
+_LN2_LO = np.float32(1.428606765330187e-06)
+# added to an integer-valued float below 2**22, holds it + 127 in the low bits
+_EXP_SHIFT = np.float32(1.5 * 2.0**23 + 127.0)
+_TANH_CAP = np.float32(9.0)  # past |a| = 9, exp(-2|a|) < 2**-25 and tanh rounds to 1 in float32
+_EXP_CAP = np.float32(87.0)  # exp(-87) = 1.6e-38 is still a normal float32 (smallest 1.2e-38)
+_E2, _E3, _E4, _E5, _E6, _E7 = (np.float32(1 / 2), np.float32(1 / 6), np.float32(1 / 24), np.float32(1 / 120),
+                                np.float32(1 / 720), np.float32(1 / 5040))
+_L3, _L5, _L7, _L9, _L11, _L13, _L15 = (np.float32(1 / 3), np.float32(1 / 5), np.float32(1 / 7), np.float32(1 / 9),
+                                        np.float32(1 / 11), np.float32(1 / 13), np.float32(1 / 15))
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _exp_reduced(x: float) -> tuple[float, float]:
-    """``exp(x) = p * 2**k``: ``k = round(x / ln 2)`` and ``p = exp(r)``, ``|r| <= ln(2) / 2``, as its
-    degree-12 Taylor polynomial (error < 1e-16 relative), evaluated by Estrin's scheme. Returns ``p`` and
-    ``k + _EXP_SHIFT``, whose low mantissa bits are ``k + 1023``: :func:`_scale_bits` turns them into the float
-    ``2**k``. No library call and no float-to-integer conversion, so loops over it vectorise on every x86-64
-    (converting to int64 in a vector needs AVX-512: with AVX2 alone each value went through a scalar
+def _exp_reduced(x):
+    """``exp(x) = p * 2**k`` in float32: ``k = round(x / ln 2)`` and ``p = exp(r)``, ``|r| <= ln(2) / 2``, as its
+    degree-7 Taylor polynomial (error < 6e-9 relative, below float32's rounding), evaluated by Estrin's scheme.
+    Returns ``p`` and ``k + _EXP_SHIFT``, whose low mantissa bits are ``k + 127``: :func:`_scale_bits` turns them
+    into the float ``2**k``. No library call and no float-to-integer conversion, so loops over it vectorise on
+    every x86-64 (a vector conversion to int64 needs AVX-512: with AVX2 alone each value went through a scalar
     conversion, ~1.8x the time)."""
-    k = np.floor(x * _LOG2E + 0.5)
+    k = np.floor(x * _LOG2E + _HALF)
     r = (x - k * _LN2_HI) - k * _LN2_LO
-    # Estrin's scheme: the same terms as Horner's rule in 5 dependent steps instead of 12 (17% faster tanh)
     r2 = r * r
-    r4 = r2 * r2
-    low = (1.0 + r + r2 * (1 / 2 + r * (1 / 6))) + r4 * (1 / 24 + r * (1 / 120) + r2 * (1 / 720 + r * (1 / 5040)))
-    high = 1 / 40320 + r * (1 / 362880) + r2 * (1 / 3628800 + r * (1 / 39916800)) + r4 * (1 / 479001600)
-    return low + (r4 * r4) * high, k + _EXP_SHIFT
+    return (_F1 + r + r2 * (_E2 + r * _E3)) + (r2 * r2) * (_E4 + r * _E5 + r2 * (_E6 + r * _E7)), k + _EXP_SHIFT
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
 def _scale_bits(bits: np.ndarray, n: int) -> np.ndarray:
-    """``bits[:n]`` holding :func:`_exp_reduced`'s ``k + _EXP_SHIFT`` (as float64) rewritten in place as the floats
-    ``2**k``, and returned as float64: the low 11 bits of each are ``k + 1023``, the exponent of ``2**k``."""
+    """``bits[:n]`` (int32) holding :func:`_exp_reduced`'s ``k + _EXP_SHIFT`` (as float32) rewritten in place as
+    the floats ``2**k``, and returned as float32: the low 8 bits of each are ``k + 127``, the exponent of ``2**k``."""
     for i in range(n):
-        bits[i] = (bits[i] & 0x7FF) << 52
-    return bits[:n].view(np.float64)
+        bits[i] = (bits[i] & 0xFF) << 23
+    return bits[:n].view(np.float32)
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
 def _exp_nonpositive(x: np.ndarray, out: np.ndarray, n: int, bits: np.ndarray) -> None:
-    """``out[:n] = exp(x[:n])`` for ``-1022 ln 2 < x <= 0`` (``bits``: ``n`` int64 of scratch; ``out`` is not ``x``)."""
-    shifted = bits[:n].view(np.float64)
+    """``out[:n] = exp(x[:n])`` in float32 for ``-87 <= x <= 0`` (``bits``: ``n`` int32 of scratch; ``out`` is
+    not ``x``)."""
+    shifted = bits[:n].view(np.float32)
     for i in range(n):
         out[i], shifted[i] = _exp_reduced(x[i])
     scale = _scale_bits(bits, n)
@@ -118,61 +143,53 @@ def _exp_nonpositive(x: np.ndarray, out: np.ndarray, n: int, bits: np.ndarray) -
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
 def _tanh_inplace(a: np.ndarray, n: int, e: np.ndarray, bits: np.ndarray) -> None:
-    """``a[:n] = tanh(a[:n])``, accurate to 2.3e-16 absolute (``e``: ``n`` floats, ``bits``: ``n`` int64 of scratch)."""
-    shifted = bits[:n].view(np.float64)
+    """``a[:n] = tanh(a[:n])`` in float32, within 2e-7 of the exact value (float32's spacing at 1: 1.2e-7; ``e``:
+    ``n`` float32, ``bits``: ``n`` int32 of scratch)."""
+    shifted = bits[:n].view(np.float32)
     for i in range(n):
-        # tanh(|a|) = (1 - e) / (1 + e) with e = exp(-2|a|); past |a| = 19, e < 2**-54 and tanh rounds to 1.
-        e[i], shifted[i] = _exp_reduced(-2.0 * min(abs(a[i]), 19.0))
+        # tanh(|a|) = (1 - e) / (1 + e) with e = exp(-2|a|)
+        e[i], shifted[i] = _exp_reduced(-_F2 * min(abs(a[i]), _TANH_CAP))
     scale = _scale_bits(bits, n)
     for i in range(n):
         x = e[i] * scale[i]
-        t = (1.0 - x) / (1.0 + x)
-        a[i] = t if a[i] >= 0.0 else -t
+        t = (_F1 - x) / (_F1 + x)
+        a[i] = t if a[i] >= _F0 else -t
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _log1p_series(u2: float) -> float:
-    """``sum(u2**k / (2k + 1))`` for ``k`` = 0..17, by Horner's rule written out (a loop over a tuple of
-    coefficients stops LLVM vectorising the loop that calls it)."""
-    s = 1 / 35
-    s = s * u2 + 1 / 33
-    s = s * u2 + 1 / 31
-    s = s * u2 + 1 / 29
-    s = s * u2 + 1 / 27
-    s = s * u2 + 1 / 25
-    s = s * u2 + 1 / 23
-    s = s * u2 + 1 / 21
-    s = s * u2 + 1 / 19
-    s = s * u2 + 1 / 17
-    s = s * u2 + 1 / 15
-    s = s * u2 + 1 / 13
-    s = s * u2 + 1 / 11
-    s = s * u2 + 1 / 9
-    s = s * u2 + 1 / 7
-    s = s * u2 + 1 / 5
-    s = s * u2 + 1 / 3
-    return s * u2 + 1.0
+def _log1p_series(u2):
+    """``sum(u2**k / (2k + 1))`` for ``k`` = 0..7 in float32, by Horner's rule written out (a loop over a tuple
+    of coefficients stops LLVM vectorising the loop that calls it)."""
+    s = _L15
+    s = s * u2 + _L13
+    s = s * u2 + _L11
+    s = s * u2 + _L9
+    s = s * u2 + _L7
+    s = s * u2 + _L5
+    s = s * u2 + _L3
+    return s * u2 + _F1
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
 def _bernoulli_logit(logit: np.ndarray, y: np.ndarray, d: np.ndarray, n: int, e: np.ndarray,
                      bits: np.ndarray) -> float:
-    """``sum(y * l - softplus(l))`` over ``n`` rows; writes ``d = y - sigmoid(l)``.
+    """``sum(y * l - softplus(l))`` over ``n`` rows (float32 terms, summed in float64); writes ``d = y -
+    sigmoid(l)``.
 
     ``softplus(l) = max(l, 0) + log1p(e)`` with ``e = exp(-|l|)`` in ``(0, 1]``;
     ``log1p(e) = 2 atanh(u)``, ``u = e / (2 + e)`` in ``(0, 1/3]``, summed as its
-    odd power series to 18 terms (error < 1e-17).
+    odd power series to 8 terms (error < 2e-9, below float32's rounding).
     """
     for i in range(n):
-        d[i] = -min(abs(logit[i]), 700.0)
+        d[i] = -min(abs(logit[i]), _EXP_CAP)
     _exp_nonpositive(d, e, n, bits)
     total = 0.0
     for i in range(n):
         z = logit[i]
-        inv = 1.0 / (1.0 + e[i])
-        u = e[i] / (2.0 + e[i])
-        total += y[i] * z - (max(z, 0.0) + 2.0 * u * _log1p_series(u * u))
-        d[i] = y[i] - (inv if z >= 0.0 else e[i] * inv)
+        inv = _F1 / (_F1 + e[i])
+        u = e[i] / (_F2 + e[i])
+        total += y[i] * z - (max(z, _F0) + _F2 * u * _log1p_series(u * u))
+        d[i] = y[i] - (inv if z >= _F0 else e[i] * inv)
     return total
 
 
@@ -194,7 +211,7 @@ def _forward(W, H, e, bits, X, g, n8, R, D, lay, n_layers, bias):
         h = H[li]
         a = H[li + 1]
         for j in range(n_out):
-            b = W[w_at + n_in * n_out + j] if bias else 0.0
+            b = W[w_at + n_in * n_out + j] if bias else _F0
             for r in range(n8):
                 a[j * R + r] = b
             for i in range(n_in):
@@ -209,7 +226,8 @@ def _forward(W, H, e, bits, X, g, n8, R, D, lay, n_layers, bias):
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
 def _output(out, delta, dlogit, e, bits, Y, g, n, n8, R, lik, sigma):
     """The likelihood of one group's ``n`` rows at the network's output ``out``: returns ``(loglik,
-    d loglik / d log sigma)`` and writes ``d loglik / d out`` into ``delta[:n8]`` (0 on padding rows)."""
+    d loglik / d log sigma)`` and writes ``d loglik / d out`` into ``delta[:n8]`` (0 on padding rows). The
+    Gaussian and Poisson terms are computed in float64 from the float32 rows."""
     ll = 0.0
     g_sigma = 0.0
     if lik == 0:
@@ -217,14 +235,15 @@ def _output(out, delta, dlogit, e, bits, Y, g, n, n8, R, lik, sigma):
     elif lik == 1:
         log_sigma = math.log(sigma)
         for r in range(n):
-            u = (Y[g * R + r] - out[r]) / sigma
+            u = (np.float64(Y[g * R + r]) - np.float64(out[r])) / sigma
             ll += -0.5 * u * u - log_sigma
             dlogit[r] = u / sigma
             g_sigma += u * u - 1.0
     else:
         for r in range(n):
-            rate = math.exp(out[r])
-            ll += Y[g * R + r] * out[r] - rate
+            o = np.float64(out[r])
+            rate = math.exp(o)
+            ll += np.float64(Y[g * R + r]) * o - rate
             dlogit[r] = Y[g * R + r] - rate
     for r in range(n):
         delta[r] = dlogit[r]
@@ -248,12 +267,12 @@ def _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias):
         for j in range(n_out):
             d = delta[j * R: j * R + n8]
             for i in range(n_in):
-                acc = 0.0
+                acc = _F0
                 for r in range(n8):
                     acc += h[i * R + r] * d[r]
                 gW[w_at + i * n_out + j] += acc
             if bias:
-                acc = 0.0
+                acc = _F0
                 for r in range(n8):
                     acc += d[r]
                 gW[w_at + n_in * n_out + j] += acc
@@ -268,7 +287,7 @@ def _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias):
                         bk[r] += w * delta[j * R + r]
                 for r in range(n8):
                     hi = h[i * R + r]
-                    bk[r] *= 1.0 - hi * hi
+                    bk[r] *= _F1 - hi * hi
             for k in range(n_in * R):
                 delta[k] = back[k]
 
@@ -317,9 +336,9 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
     at = _HEADER + _PER_LAYER * n_layers
     counts = buf[at: at + G]
     at += G
-    X = buf[at: at + G * R * D]
+    X = buf[at: at + G * R * D].view(ROW_DTYPE)[:G * R * D]  # float32 values in the first half of their slots
     at += G * R * D
-    Y = buf[at: at + G * R]
+    Y = buf[at: at + G * R].view(ROW_DTYPE)[:G * R]
 
     # Standard-normal priors on every entry; the other priors are corrected below.
     for i in range(n_dim):
@@ -354,14 +373,16 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
         lp += 0.5 * s * s - 0.5 * u * u + s
         grad[sigma_at] = 1.0 - u * u
 
-    W = np.empty(n_w)  # one group's weights, layer after layer, (n_in + bias, n_out) row-major
-    gW = np.empty(n_w)  # their gradients
-    H = np.zeros((n_layers + 1, R * widest))
-    delta = np.empty(R * widest)
-    back = np.empty(R * widest)
-    e = np.empty(R * widest)
-    bits = np.empty(R * widest, dtype=np.int64)
-    dlogit = np.empty(R)
+    # One group's weights, layer after layer, (n_in + bias, n_out) row-major, their gradients and the passes'
+    # arrays, all float32: the passes over rows (ROW_DTYPE); the sums over groups and the chain rule are float64.
+    W = np.empty(n_w, dtype=ROW_DTYPE)
+    gW = np.empty(n_w, dtype=ROW_DTYPE)
+    H = np.zeros((n_layers + 1, R * widest), dtype=ROW_DTYPE)
+    delta = np.empty(R * widest, dtype=ROW_DTYPE)
+    back = np.empty(R * widest, dtype=ROW_DTYPE)
+    e = np.empty(R * widest, dtype=ROW_DTYPE)
+    bits = np.empty(R * widest, dtype=np.int32)
+    dlogit = np.empty(R, dtype=ROW_DTYPE)
     g_sd = np.zeros(n_layers)
     g_sigma = 0.0
     for g in range(G):
@@ -381,7 +402,7 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
             else:
                 _mean_plus_chol(theta, a_at, buf, lay, li, size, W, w_at)
             for k in range(size):
-                gW[w_at + k] = 0.0
+                gW[w_at + k] = _F0
             w_at += size
         ll, gs = _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, int(counts[g]), R, D, lay,
                                n_layers, bias, lik, sigma)
@@ -742,11 +763,12 @@ class Density:
             center[self.offsets()["sigma_log__"]] = math.log(self.noise_sd)
         return center
 
-    def check(self, compiled, rtol: float = 1e-9):
+    def check(self, compiled, rtol: float = ROW_RTOL, expand_rtol: float = 1e-9):
         """:meth:`nutpie_model`, once it is known to be ``compiled``, nutpie's compile of the PyMC model of the same
         data and settings: the same value variables at the same places, the same expanded variables, dims and
         coordinates, and, at two points, the same log density and gradient (through the callback as nutpie calls
-        it) and the same expanded draw; :class:`DensityMismatch` otherwise."""
+        it; to ``rtol``, as the passes over rows run in float32) and the same expanded draw (float64 throughout, to
+        ``expand_rtol``); :class:`DensityMismatch` otherwise."""
         names, slices, shapes = compiled.shape_info
         layout = {n: (int(sl.start), tuple(int(d) for d in shape))
                   for n, sl, shape in zip(names, slices, shapes, strict=True) if sl.stop <= compiled.n_dim}
@@ -776,7 +798,7 @@ class Density:
                 raise DensityMismatch(f"hand-written log density disagrees with PyMC's: {value} vs {want_value}, "
                                       f"gradient off by {off:.3g}", compiled)
             got, want_draw = call_expand(ours, point), call_expand(compiled, point)
-            if not np.allclose(got, want_draw, rtol=rtol, atol=rtol):
+            if not np.allclose(got, want_draw, rtol=expand_rtol, atol=expand_rtol):
                 raise DensityMismatch(f"hand-written expanded draw disagrees with PyMC's by up to "
                                       f"{float(np.abs(got - want_draw).max()):.3g}", compiled)
         return ours
@@ -822,9 +844,17 @@ class Density:
         header = [0.0, len(specs), G, R, D, int(self.bias), LIKELIHOODS[self.likelihood], sigma_at, self.noise_sd,
                   const, n_dim, self.kind, getattr(self, "prior_sd", 1.0), n_expanded]
         buf = np.concatenate([np.asarray(header, dtype=np.float64), np.asarray(lay, dtype=np.float64),
-                              counts.astype(np.float64), X.transpose(0, 2, 1).ravel(), Y.ravel(), *extra])
+                              counts.astype(np.float64), _rows(X.transpose(0, 2, 1)), _rows(Y), *extra])
         buf[0] = buf.size
         return buf
+
+
+def _rows(values: np.ndarray) -> np.ndarray:
+    """``values`` as :data:`ROW_DTYPE` (float32) in the first half of as many float64 slots as there are values,
+    which keeps the buffer's layout (every offset) as it is for float64."""
+    slots = np.zeros(values.size)
+    slots.view(ROW_DTYPE)[: values.size] = values.ravel()
+    return slots
 
 
 @dataclass(frozen=True)

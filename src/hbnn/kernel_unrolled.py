@@ -90,7 +90,7 @@ def _backward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> st
     lines = [_DECORATOR, "def _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias):",
              "    x = X[g * D * R: (g + 1) * D * R]"]
     lines += [f"    w{k} = W[{k}]" for k in range(at)]
-    lines += [f"    acc{k} = 0.0" for k in range(at)]
+    lines += [f"    acc{k} = _F0" for k in range(at)]
     lines.append("    for r in range(n8):")
     lines.append(f"        d{len(layers) - 1}_0 = delta[r]")
     for li in range(len(layers) - 1, -1, -1):
@@ -106,7 +106,7 @@ def _backward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> st
         if li > 0:
             for i in range(n_in):
                 total = " + ".join(f"w{starts[li] + i * n_out + j} * d{li}_{j}" for j in range(n_out))
-                lines.append(f"        d{li - 1}_{i} = ({total}) * (1.0 - a{li}_{i} * a{li}_{i})")
+                lines.append(f"        d{li - 1}_{i} = ({total}) * (_F1 - a{li}_{i} * a{li}_{i})")
     lines += [f"    gW[{k}] += acc{k}" for k in range(at)]
     return "\n".join(lines) + "\n"
 
@@ -139,8 +139,8 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
         "import math",
         "import numba",
         "import numpy as np",
-        "from hbnn.kernel import (_HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, _mean_plus_chol, _output,\n"
-        "                         _tanh_inplace)",
+        "from hbnn.kernel import (_F0, _F1, _HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, ROW_DTYPE,\n"
+        "                         _mean_plus_chol, _output, _tanh_inplace)",
         "",
         _forward_source(n_features, hidden, bias),
         _backward_source(n_features, hidden, bias),

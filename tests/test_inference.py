@@ -109,7 +109,7 @@ def test_nutpie_trace_converts_as_nutpie_converts_it_finished_and_while_running(
 
     import xarray as xr
 
-    from hbnn.inference import _nutpie_idata
+    from hbnn.inference import _arrow_idata, _draws_done, _nutpie_idata
     from hbnn.nutpie_cache import compile_numba
 
     compiled = compile_numba(_tiny_flat_model((3,)))
@@ -125,9 +125,12 @@ def test_nutpie_trace_converts_as_nutpie_converts_it_finished_and_while_running(
     running = nutpie.sample(compiled, draws=10**6, blocking=False, return_raw_trace=True, **kw)
     try:
         time.sleep(0.5)
-        looked = _nutpie_idata(running.inspect(), compiled.coords)
+        draws, stats = running.inspect().get_arrow_trace()
+        looked = _arrow_idata(draws, stats, compiled.coords)
     finally:
         running.cancel()
     finite = np.isfinite(looked.sample_stats["step_size"].values).sum(axis=1)
     assert looked.posterior.sizes["draw"] == finite.max() > 0
     assert np.isfinite(looked.posterior["w_in"].values).all(axis=(2, 3)).sum(axis=1).tolist() == finite.tolist()
+    # what a poll counts from the tuning flags alone: the slowest chain's draws after tuning
+    assert _draws_done(stats) == finite.min()

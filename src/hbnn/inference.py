@@ -242,6 +242,7 @@ class NutpieBackend(Backend):
             while trace is None:
                 if _finished(running):
                     trace = final = _nutpie_idata(running.wait(), coords)
+                    self.towards = None  # no more polls: the heartbeat's own estimate speaks again
                     break
                 draws, stats = running.inspect().get_arrow_trace()
                 drawn = _draws_done(stats)

@@ -287,15 +287,18 @@ def test_tanh_and_exp_loops_convert_no_float_to_an_integer():
     assert not any(op in asm for op in ("cvttsd2si", "cvtsd2si", "cvttss2si", "cvtss2si"))
 
 
-def test_the_passes_over_rows_run_in_float32_vectors(fresh_kernel_cache):
+def test_the_passes_over_rows_run_in_float32_vectors():
     """A float64 constant or array in the row loops turns them into float64 (half the rows per vector, ~1.7x
     the time). The written-out kernel's vector arithmetic is mostly float32 (429 instructions against 112 in
     float64 vectors, which are the priors' loops over the sampler's coordinates); with float64 passes nearly
     all of it was float64."""
     import re
 
+    import numba
+
     density = kernel.HierarchicalDensity(*_data("bernoulli")[:3], (5, 5), False, "bernoulli", 1.0)
-    fn = density.logp_grad()  # compiled afresh (an empty cache), so numba keeps its IR
+    # The written-out function compiled here: loaded from numba's cache (or a module imported before), it has no IR.
+    fn = numba.njit(fastmath=True, error_model="numpy")(density.logp_grad().py_func)
     n = sum(int(np.prod(s)) for s in density.names().values())
     fn(np.zeros(n), np.empty(n), density.pack(density.offsets()))
     (ir,) = fn.inspect_llvm().values()

@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 from scipy.special import expit
 
-from hbnn import convergence, likelihoods
+from hbnn import convergence, likelihoods, psis
 from hbnn.data import Split, Tasks
 from hbnn.network import LayerSpec, mlp_logit
 
@@ -312,27 +312,24 @@ def pointwise_log_likelihood(tasks: Tasks, pred: dict[str, list], split: str = "
     return split_order(tasks.split(split), per_group)
 
 
-def psis_loo(log_lik: np.ndarray):
-    """PSIS-LOO (ArviZ's ``az.loo``, pointwise) from the training rows' log-likelihood ``(chain, draw, n)``.
+def psis_loo(log_lik: np.ndarray) -> psis.Loo:
+    """PSIS-LOO (:func:`hbnn.psis.loo`, ArviZ's ``az.loo`` pointwise) from the training rows' log-likelihood
+    ``(chain, draw, n)``.
 
     The relative efficiency is that of the likelihood values themselves
     (``loo``'s ``relative_eff``, averaged over rows), not of the weights: weight
     space is symmetric under hidden-unit permutations and its ESS says nothing
     here. For per-group fits each row's terms use only its own group's draws, so
-    the pooled sum is the LOO of the product of the groups' posteriors. Returns
-    ArviZ's ``ELPDData``, which ``az.compare`` takes as it is.
+    the pooled sum is the LOO of the product of the groups' posteriors.
+    :meth:`hbnn.psis.Loo.to_arviz` gives what ``az.compare`` takes.
     """
-    import arviz as az
-
     S = log_lik.shape[0] * log_lik.shape[1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a row's ESS of constant likelihood values: NaN, dropped below
         ess = convergence.ess_mean(np.exp(log_lik - log_lik.max(axis=(0, 1))))  # az.ess(method="mean"), per row
     reff = float(np.clip(np.nanmean(ess) / S, 1.0 / S, 1.0)) if np.isfinite(ess).any() else 1.0
-    idata = az.InferenceData(log_likelihood=xr.Dataset({"y": (("chain", "draw", "obs"), log_lik)}))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # high Pareto k: counted and reported by loo_metrics
-        return az.loo(idata, pointwise=True, reff=reff)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a row of constant ratios: k is infinite, not smoothed
+        return psis.loo(log_lik, reff)
 
 
 def bad_k_threshold(n_draws: int) -> float:

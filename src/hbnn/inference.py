@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+from importlib import metadata
 import logging
 import os
 import sys
@@ -19,7 +20,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-import arviz as az
 import numpy as np
 import pandas as pd
 import xarray as xr
@@ -27,6 +27,7 @@ import xarray as xr
 from hbnn import logs
 from hbnn.config import ConfigError, SamplerParams
 from hbnn.errors import SamplingError
+from hbnn.trace import Trace, as_trace
 
 if TYPE_CHECKING:
     import pymc as pm
@@ -43,13 +44,13 @@ class Fit:
     backend does not report its tuning steps (numpyro, blackjax) and for ADVI.
     """
 
-    posterior: az.InferenceData  # groups: posterior, sample_stats
+    posterior: Trace  # groups: posterior, sample_stats
     seconds: float
     loss: np.ndarray | None = None
     grad_evals: int | None = None
 
 
-def _leapfrog_steps(idata: az.InferenceData, *groups: str) -> int:
+def _leapfrog_steps(idata: Trace, *groups: str) -> int:
     return int(sum(idata[g]["n_steps"].sum() for g in groups))
 
 
@@ -75,7 +76,8 @@ class Backend:
     """One way to fit a compiled model; subclasses are looked up by name in :data:`BACKENDS`.
 
     A backend compiles in ``__init__`` (timed as compile seconds by
-    :class:`Sampler`) and fits in :meth:`run`, returning ``InferenceData`` with
+    :class:`Sampler`) and fits in :meth:`run`, returning a :class:`~hbnn.trace.Trace` (or ArviZ's
+    ``InferenceData``) with
     ``posterior`` and ``sample_stats``, the ADVI loss (or ``None``) and the
     gradient evaluations it made (or ``None`` where it cannot tell).
     """
@@ -122,8 +124,7 @@ class Backend:
         """What the running fit reports of its progress, for the heartbeat (``None``: nothing)."""
         return self.iterations.status() if self.iterations is not None else None
 
-    def run(self, seed: int, data: Mapping[str, np.ndarray] | None) -> tuple[az.InferenceData, np.ndarray | None,
-                                                                             int | None]:
+    def run(self, seed: int, data: Mapping[str, np.ndarray] | None) -> tuple[Trace, np.ndarray | None, int | None]:
         raise NotImplementedError
 
     def _set_data(self, data: Mapping[str, np.ndarray] | None) -> None:
@@ -228,7 +229,7 @@ class NutpieBackend(Backend):
             text += f", ~{max(0.0, (target - drawn) / rate - (time.monotonic() - at)):.0f}s to it at this rate"
         return text
 
-    def _first_converged_blocks(self, running, coords) -> az.InferenceData:
+    def _first_converged_blocks(self, running, coords) -> Trace:
         """The first ``n`` draws of every chain, for the first ``n`` of the checks (``draws``, then as
         :func:`_next_check` says) whose draws :attr:`until` passes (or ``max_draws``); the chains are stopped
         once that is known."""
@@ -258,8 +259,8 @@ class NutpieBackend(Backend):
                 # Each look copies the whole trace, so look again about when the block should be complete.
                 wait = (kept - drawn) / rate if rate else self.poll_seconds
                 time.sleep(min(max(wait, self.poll_seconds), 10 * self.poll_seconds))
-            head = az.InferenceData(warmup_sample_stats=trace["warmup_sample_stats"],
-                                    **{g: trace[g].isel(draw=slice(0, kept)) for g in ("posterior", "sample_stats")})
+            head = Trace(warmup_sample_stats=trace["warmup_sample_stats"],
+                         **{g: trace[g].isel(draw=slice(0, kept)) for g in ("posterior", "sample_stats")})
             following = _next_check(self.until(head.posterior), kept, s, CHECK_UNIT)
             if following is None:
                 running.cancel()
@@ -288,7 +289,7 @@ def _draws_done(stats) -> int:
     return min((s.num_rows - _tuning_rows(s) for s in stats), default=0)
 
 
-def _nutpie_idata(trace, coords: Mapping[str, Sequence]) -> az.InferenceData:
+def _nutpie_idata(trace, coords: Mapping[str, Sequence]) -> Trace:
     """nutpie's raw trace (``return_raw_trace=True``) as ``posterior`` and ``sample_stats`` of the draws after
     tuning and, of tuning, the ``n_steps`` only (``warmup_sample_stats``, to count gradient evaluations).
 
@@ -300,14 +301,14 @@ def _nutpie_idata(trace, coords: Mapping[str, Sequence]) -> az.InferenceData:
     return _arrow_idata(*trace.get_arrow_trace(), coords)
 
 
-def _arrow_idata(draws, stats, coords: Mapping[str, Sequence]) -> az.InferenceData:
+def _arrow_idata(draws, stats, coords: Mapping[str, Sequence]) -> Trace:
     """:func:`_nutpie_idata` of the record batches a raw trace hands over (once: ``get_arrow_trace``)."""
     tuned = [_tuning_rows(s) for s in stats]
     kept = [d.num_rows - t for d, t in zip(draws, tuned, strict=True)]
     posterior = _arrow_dataset(draws, tuned, kept, lambda name: True, coords)
     sample_stats = _arrow_dataset(stats, tuned, kept, lambda name: name not in _NUTPIE_STATS_LEFT_OUT, coords)
     tuning = _arrow_dataset(stats, [0] * len(stats), tuned, lambda name: name == "n_steps", coords)
-    return az.InferenceData(posterior=posterior, sample_stats=sample_stats, warmup_sample_stats=tuning)
+    return Trace(posterior=posterior, sample_stats=sample_stats, warmup_sample_stats=tuning)
 
 
 def _arrow_dataset(batches, starts: Sequence[int], lengths: Sequence[int], keep, coords) -> xr.Dataset:
@@ -341,9 +342,12 @@ def _arrow_dataset(batches, starts: Sequence[int], lengths: Sequence[int], keep,
         coords={"chain": np.arange(len(batches)), "draw": np.arange(n_draws),
                 **{d: pd.Index(coords[d]) if d in coords else np.arange(n) for d, n in sizes.items()
                    if d not in ("chain", "draw")}},
-        attrs={"arviz_version": az.__version__},
+        attrs={"arviz_version": _ARVIZ_VERSION},
     )
 
+
+# nutpie's conversion stamps ArviZ's version on every group; read from the package's metadata, not its import
+_ARVIZ_VERSION = metadata.version("arviz")
 
 CHECK_UNIT = 100  # nutpie's run-length control looks again in whole multiples of this many draws per chain
 ESS_SPARE = 1.1  # ... aiming 10% past ESS_MIN, so that one look usually suffices
@@ -488,6 +492,7 @@ class NumpyroBackend(JaxBackend):
 
     def _extension(self):
         """``more(states)``: whether to draw another block, given NumPyro's states so far (chain, draw, ...)."""
+        import arviz
         import jax
         from pymc.backends.arviz import coords_and_dims_for_inferencedata
         from pymc.sampling.jax import get_jaxified_graph
@@ -501,7 +506,7 @@ class NumpyroBackend(JaxBackend):
         def more(states: dict) -> bool:
             drawn = states["diverging"].shape[1]
             values = constrain(*states["z"])
-            posterior = az.dict_to_dataset({v.name: np.asarray(x) for v, x in zip(outputs, values, strict=True)},
+            posterior = arviz.dict_to_dataset({v.name: np.asarray(x) for v, x in zip(outputs, values, strict=True)},
                                            coords=coords, dims=dims, library=None)
             return _next_check(until(posterior), drawn, s, s.draws) is not None
 
@@ -710,7 +715,7 @@ class Sampler:
         # Model variables only: nutpie also stores the unconstrained values (sd_in_log__, ...),
         # the other backends do not, and every backend must write the same layout.
         posterior = idata.posterior[[v for v in idata.posterior.data_vars if not str(v).endswith("__")]]
-        idata = az.InferenceData(posterior=posterior, sample_stats=idata.sample_stats)
+        idata = Trace(posterior=posterior, sample_stats=idata.sample_stats)
         return Fit(posterior=idata, seconds=seconds, loss=loss, grad_evals=grad_evals)
 
 
@@ -727,7 +732,7 @@ def _time_left(expected: float | None):
     return status
 
 
-def _check_complete(idata: az.InferenceData, s: SamplerParams) -> None:
+def _check_complete(idata: Trace, s: SamplerParams) -> None:
     """Every chain holds all ``draws`` finite draws (with ``max_draws``: at least ``draws`` and at most
     ``max_draws``, wherever the run-length control's last look was), else :class:`SamplingError`.
 
@@ -775,7 +780,7 @@ class _Advi:
         self.mean_start = self.mean.get_value(borrow=False).copy()
 
     def fit(self, seed: int, s: SamplerParams, progress: Iterations | None = None
-            ) -> tuple[az.InferenceData, np.ndarray]:
+            ) -> tuple[Trace, np.ndarray]:
         from pymc.pytensorf import reseed_rngs
 
         for var, value in zip(self.state, self.initial, strict=True):
@@ -807,7 +812,7 @@ class _Advi:
             coords={"chain": posterior["chain"], "draw": posterior["draw"],
                     "advi_iteration": np.arange(s.advi.iterations)},
         )
-        return az.InferenceData(posterior=posterior, sample_stats=stats), loss
+        return Trace(posterior=posterior, sample_stats=stats), loss
 
 
 def _as_chains(posterior: xr.Dataset, chains: int, draws: int) -> xr.Dataset:

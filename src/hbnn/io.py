@@ -30,6 +30,8 @@ from hbnn.errors import InputError, NonFiniteError, OutputError, interrupt_recei
 if TYPE_CHECKING:  # arviz takes ~2 s to import; hbnn predict reads traces without it
     import arviz as az
 
+    from hbnn.trace import Trace
+
 PACKAGES = ("hbnn", "pymc", "pytensor", "nutpie", "arviz", "numpy", "xarray", "scikit-learn")
 
 
@@ -119,8 +121,8 @@ class Outputs:
         with self.path(path) as tmp:
             tmp.write_bytes(data)
 
-    def write_netcdf(self, obj: az.InferenceData | xr.Dataset, path: str | Path) -> None:
-        """Save an ``InferenceData`` or ``Dataset``, uncompressed; non-finite values are refused (see
+    def write_netcdf(self, obj: Trace | xr.Dataset, path: str | Path) -> None:
+        """Save a :class:`~hbnn.trace.Trace` or ``Dataset``, uncompressed; non-finite values are refused (see
         :func:`check_finite`).
 
         ArviZ compresses every numeric variable by default: draws barely compress (86.5 against 92.1 MB for the
@@ -130,7 +132,7 @@ class Outputs:
         with self.path(path) as tmp:
             if isinstance(obj, xr.Dataset):
                 obj.to_netcdf(str(tmp))
-            else:  # InferenceData
+            else:  # a Trace (ArviZ's InferenceData writes the same way)
                 obj.to_netcdf(str(tmp), compress=False)
 
     def remove(self, path: str | Path) -> None:
@@ -195,8 +197,8 @@ def write_text(text: str, path: str | Path) -> None:
         outputs.write_text(text, path)
 
 
-def write_netcdf(obj: az.InferenceData | xr.Dataset, path: str | Path) -> None:
-    """Save an ``InferenceData`` or ``Dataset`` to NetCDF, atomically."""
+def write_netcdf(obj: Trace | xr.Dataset, path: str | Path) -> None:
+    """Save a :class:`~hbnn.trace.Trace` or ``Dataset`` to NetCDF, atomically."""
     with staged_outputs() as outputs:
         outputs.write_netcdf(obj, path)
 
@@ -205,12 +207,12 @@ def write_netcdf(obj: az.InferenceData | xr.Dataset, path: str | Path) -> None:
 UNCHECKED_GROUPS = ("sample_stats", "warmup_sample_stats")
 
 
-def check_finite(obj: az.InferenceData | xr.Dataset, what: str) -> None:
+def check_finite(obj: Trace | xr.Dataset, what: str) -> None:
     """Raise :class:`NonFiniteError` naming the variable if any float in ``obj`` is NaN or infinite.
 
-    For ``InferenceData`` the groups in :data:`UNCHECKED_GROUPS` are skipped.
+    For a trace the groups in :data:`UNCHECKED_GROUPS` are skipped.
     """
-    if not isinstance(obj, xr.Dataset):  # an InferenceData
+    if not isinstance(obj, xr.Dataset):  # a trace
         datasets = [(f"{what} group {g}", obj[g]) for g in obj.groups() if g not in UNCHECKED_GROUPS]
     else:
         datasets = [(what, obj)]
@@ -242,7 +244,7 @@ def provenance(stage: str, variant: str, params_hash: str, settings: dict[str, A
     }
 
 
-def stamp(idata: az.InferenceData, attrs: dict[str, str]) -> az.InferenceData:
+def stamp(idata: Trace, attrs: dict[str, str]) -> Trace:
     """Copy provenance attrs onto every group of ``idata`` (in place) and return it.
 
     Drops ArviZ's ``created_at`` timestamp, so the same params write a byte-identical trace: DVC then sees an

@@ -137,7 +137,7 @@ def report(
             else None)
     table = None
     if len(loo) == len(MODELS):
-        table = az.compare({LABELS[v]: loo[v] for v in MODELS})
+        table = az.compare({LABELS[v]: loo[v].to_arviz() for v in MODELS})
         figures["compare.png"] = compare_figure(table)
     bad_k = {LABELS[v]: (int(evaluation.high_k(loo[v]).sum()), int(np.size(loo[v].pareto_k)),
                          evaluation.bad_k_threshold(loo[v].n_samples)) for v in loo}

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import arviz as az
 import numpy as np
 import xarray as xr
 
@@ -19,6 +18,7 @@ from hbnn.inference import backend_class
 from hbnn.io import as_builtin, detail_path, provenance, staged_outputs, stamp
 from hbnn.logs import watch
 from hbnn.network import layer_specs
+from hbnn.trace import Trace
 from hbnn.variants import FITS, STAGE_KEYS, STAGE_PARAMS, derive_seed
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def finish_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, trace
 
 
 def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settings_extra: dict | None = None
-              ) -> tuple[az.InferenceData, dict, dict, dict[str, dict[str, list]]]:
+              ) -> tuple[Trace, dict, dict, dict[str, dict[str, list]]]:
     """The trace (stamped with the provenance of the DVC stage that runs ``stage``), the metrics of
     :func:`hbnn.evaluation.fit_metrics` (with PSIS-LOO), the timing of a fit and the predictions behind the
     metrics (:func:`hbnn.evaluation.evaluate_groups`); nothing is written.
@@ -117,7 +117,7 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
               "constant_data": constant}
     if params.trace.pointwise:
         groups.update(_pointwise_groups(stage, params, tasks, predictions["test"], log_lik, observed))
-    idata = az.InferenceData(**groups)
+    idata = Trace(**groups)
     settings = _settings(stage, params, tasks, **(settings_extra or {}))
     stamp(idata, provenance(dvc_stage, variant.name, params.section_hash(*STAGE_PARAMS[dvc_stage]), settings))
     metrics = evaluation.fit_metrics(

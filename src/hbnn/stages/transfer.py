@@ -25,7 +25,7 @@ from hbnn.io import (
     as_builtin,
     detail_path,
     load_dataset,
-    load_trace,
+    load_posterior,
     provenance,
     settings_from_attrs,
     staged_outputs,
@@ -113,7 +113,7 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     heldout = heldout_groups(prior_path, tasks)
     specs = layer_specs(tasks.n_features, m.hidden_layers, m.bias)
     layer_prior = load_prior(prior_path, specs, params)
-    hier = load_trace(hier_trace, "hierarchical", groups=("posterior",), params=params)
+    hier_posterior = load_posterior(hier_trace, "hierarchical", params=params)
     try:
         upstream = json.loads(prior_metrics.read_text())
     except (OSError, ValueError) as err:
@@ -139,7 +139,7 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
             traces[name], fit_metrics[name], timings[name], predictions = fitting.score_fit(
                 stage, params, refit, sampled, settings_extra={"prior_file": str(prior_path)})
             tests[name] = predictions["test"]
-    population = population_predictions(params, tasks, hier.posterior, heldout, specs)
+    population = population_predictions(params, tasks, hier_posterior, heldout, specs)
     metrics = transfer_metrics(tasks.likelihood, params, refits, fit_metrics, tests, population, upstream, skipped)
     headline = transfer_headline(metrics)
     csv = transfer_csv(metrics, tasks.likelihood)

@@ -1,0 +1,86 @@
+"""A fit's trace: its groups (``posterior``, ``sample_stats``, ...) as ArviZ's ``InferenceData`` lays them out.
+
+The fit stages build and write traces without importing ArviZ, whose import
+(matplotlib's pyplot, SciPy's stats, a numba ufunc compiled at import) costs
+every stage process ~2.5 s on a 2-core machine. :class:`Trace` holds the same
+groups in ArviZ's order and writes the same NetCDF file (one HDF5 group per
+trace group, h5netcdf), so ``az.from_netcdf`` reads it as ArviZ wrote it;
+:meth:`Trace.to_arviz` hands the groups to ArviZ where its functions are wanted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import xarray as xr
+
+# ArviZ 0.23's order of groups (``InferenceData``'s supported groups, then the warmup groups): a file lists them
+# in this order, whatever order they were given in.
+GROUP_ORDER = (
+    "posterior", "posterior_predictive", "predictions", "log_likelihood", "log_prior", "sample_stats", "prior",
+    "prior_predictive", "sample_stats_prior", "observed_data", "constant_data", "predictions_constant_data",
+    "unconstrained_posterior", "unconstrained_prior",
+)
+
+
+def _rank(name: str) -> tuple[int, int, str]:
+    warmup = name.startswith("warmup_")
+    base = name.removeprefix("warmup_")
+    return (int(warmup), GROUP_ORDER.index(base) if base in GROUP_ORDER else len(GROUP_ORDER), name)
+
+
+class Trace(Mapping):
+    """Named ``xarray.Dataset`` groups, read as items (``trace["posterior"]``) or attributes (``trace.posterior``);
+    :meth:`groups` lists them in ArviZ's order."""
+
+    def __init__(self, **groups: xr.Dataset):
+        for name, ds in groups.items():
+            if not isinstance(ds, xr.Dataset):
+                raise TypeError(f"trace group {name!r} is a {type(ds).__name__}, not an xarray.Dataset")
+        self._groups = {name: groups[name] for name in sorted(groups, key=_rank)}
+
+    def groups(self) -> list[str]:
+        return list(self._groups)
+
+    def __getitem__(self, name: str) -> xr.Dataset:
+        return self._groups[name]
+
+    def __getattr__(self, name: str) -> xr.Dataset:
+        groups = self.__dict__.get("_groups", {})
+        if name in groups:
+            return groups[name]
+        raise AttributeError(f"the trace has no group {name!r} (it has {', '.join(groups) or 'none'})")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._groups)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def __repr__(self) -> str:
+        return f"Trace({', '.join(f'{g}: {dict(ds.sizes)}' for g, ds in self._groups.items())})"
+
+    def to_netcdf(self, path: str | Path, compress: bool = False) -> None:
+        """Every group into one NetCDF file (h5netcdf, ArviZ's default engine), each as a group of its own;
+        ``compress``: zlib on the numeric variables, as ArviZ's default."""
+        mode = "w"
+        for name, ds in self._groups.items():
+            encoding = ({var: {"zlib": True} for var, values in ds.variables.items()
+                         if values.dtype.kind in "biufc"} if compress else None)
+            ds.to_netcdf(str(path), mode=mode, group=name, engine="h5netcdf", encoding=encoding)
+            mode = "a"
+
+    def to_arviz(self):
+        """The same groups as ArviZ's ``InferenceData``."""
+        import arviz as az
+
+        return az.InferenceData(**self._groups)
+
+
+def as_trace(obj) -> Trace:
+    """A :class:`Trace` of ``obj``: a trace as it is, or the groups of ArviZ's ``InferenceData`` (other backends
+    convert through ArviZ)."""
+    if isinstance(obj, Trace):
+        return obj
+    return Trace(**{name: obj[name] for name in obj.groups()})

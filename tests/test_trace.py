@@ -1,0 +1,65 @@
+"""hbnn.trace.Trace: what the fit stages write instead of ArviZ's InferenceData, read back by ArviZ unchanged."""
+
+import subprocess
+import sys
+
+import arviz as az
+import numpy as np
+import pytest
+import xarray as xr
+
+from hbnn.trace import Trace, as_trace
+
+
+def _groups():
+    rng = np.random.default_rng(0)
+    posterior = xr.Dataset({"w": (("chain", "draw", "k"), rng.normal(size=(2, 5, 3)))},
+                           coords={"chain": [0, 1], "draw": np.arange(5), "k": ["a", "b", "c"]}, attrs={"hbnn": "x"})
+    stats = xr.Dataset({"diverging": (("chain", "draw"), np.zeros((2, 5), dtype=bool)),
+                        "n_steps": (("chain", "draw"), np.full((2, 5), 7, dtype=np.uint64))})
+    observed = xr.Dataset({"y": ("obs", np.array([0, 1, 1]))})
+    return {"observed_data": observed, "warmup_sample_stats": stats[["n_steps"]], "sample_stats": stats,
+            "posterior": posterior}
+
+
+def test_groups_in_arviz_order_as_items_and_attributes():
+    trace = Trace(**_groups())
+    assert trace.groups() == ["posterior", "sample_stats", "observed_data", "warmup_sample_stats"]
+    assert trace.groups() == az.InferenceData(**_groups()).groups()
+    assert trace.posterior is trace["posterior"] and "sample_stats" in trace and len(trace) == 4
+    with pytest.raises(AttributeError, match="no group 'prior'"):
+        _ = trace.prior
+    with pytest.raises(TypeError, match="not an xarray.Dataset"):
+        Trace(posterior=np.zeros(3))
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_arviz_reads_the_file_as_if_it_had_written_it(tmp_path, compress):
+    ours, theirs = tmp_path / "ours.nc", tmp_path / "theirs.nc"
+    Trace(**_groups()).to_netcdf(ours, compress=compress)
+    az.InferenceData(**_groups()).to_netcdf(str(theirs), compress=compress)
+    a, b = az.from_netcdf(str(ours)), az.from_netcdf(str(theirs))
+    assert a.groups() == b.groups()
+    for group in a.groups():
+        xr.testing.assert_identical(a[group].load(), b[group].load())
+        assert a[group]["chain"].dtype == b[group]["chain"].dtype if "chain" in a[group].coords else True
+
+
+def test_as_trace_and_back():
+    idata = az.InferenceData(**_groups())
+    trace = as_trace(idata)
+    assert trace.groups() == idata.groups() and as_trace(trace) is trace
+    back = trace.to_arviz()
+    for group in idata.groups():
+        xr.testing.assert_identical(back[group], idata[group])
+
+
+def test_the_stages_before_the_report_do_not_import_arviz():
+    """ArviZ's import (pyplot, SciPy's stats, a numba ufunc compiled at import) costs a stage ~2.5 s; only the
+    report, which draws ArviZ's plots, should pay it."""
+    modules = ["hbnn.budget", "hbnn.stages.make_data", "hbnn.stages.fit_flat", "hbnn.stages.fit_hier",
+               "hbnn.stages.derive_prior", "hbnn.stages.fit_informed", "hbnn.stages.transfer", "hbnn.cli"]
+    code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('arviz', 'matplotlib', 'pymc')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

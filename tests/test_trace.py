@@ -59,7 +59,40 @@ def test_the_stages_before_the_report_do_not_import_arviz():
     report, which draws ArviZ's plots, should pay it."""
     modules = ["hbnn.budget", "hbnn.stages.make_data", "hbnn.stages.fit_flat", "hbnn.stages.fit_hier",
                "hbnn.stages.derive_prior", "hbnn.stages.fit_informed", "hbnn.stages.transfer", "hbnn.cli"]
-    code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('arviz', 'matplotlib', 'pymc')))")
+    code = f"""
+import sys
+import numpy as np
+for m in {modules!r}:
+    __import__(m)
+from hbnn import kernel
+from hbnn.inference import _nutpie_idata
+from hbnn.nutpie_loader import nutpie
+rng = np.random.default_rng(0)
+density = kernel.FlatDensity.on_rows(rng.normal(size=(20, 2)), rng.integers(0, 2, 20), (3,), False, "bernoulli", 1.0,
+                                     prior_sd=1.0)
+model = density.nutpie_model()
+trace = _nutpie_idata(nutpie().sample(model, draws=5, tune=5, chains=1, seed=1, progress_bar=False,
+                                      return_raw_trace=True), model.coords)
+assert trace.posterior.sizes["draw"] == 5
+print(sorted(m for m in sys.modules if m.split('.')[0] in ('arviz', 'matplotlib', 'pymc')))
+"""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_nutpie_uses_the_real_arviz_once_it_asks_for_it():
+    """The stand-in that keeps ArviZ out of nutpie's import forwards to the real package, imported on first use,
+    and leaves sys.modules to it."""
+    code = """
+import sys
+from hbnn.nutpie_loader import nutpie
+nutpie()
+assert "arviz" not in sys.modules
+sample = sys.modules["nutpie.sample"]  # (the package binds the name to its function)
+import arviz
+assert sample.arviz is not arviz and sample.arviz.from_dict is arviz.from_dict
+assert sample.arviz.InferenceData is arviz.InferenceData and sys.modules["arviz"] is arviz
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "ok"

@@ -184,8 +184,9 @@ class NutpieBackend(Backend):
         return replace(self.compiled, user_data=rows.pack(rows.offsets()))
 
     def run(self, seed, data):
-        import nutpie
+        from hbnn.nutpie_loader import nutpie as load_nutpie
 
+        nutpie = load_nutpie()
         s = self.settings
         compiled = self._with_data(data)
         blocks = s.max_draws > s.draws and self.until is not None

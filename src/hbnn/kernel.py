@@ -696,7 +696,9 @@ class Density:
         PyMC would start it (:meth:`initial_center` plus PyMC's jitter). :meth:`check` compares it with PyMC's
         model."""
         import pandas as pd
-        from nutpie.compile_pymc import CompiledPyMCModel
+        from hbnn.nutpie_loader import nutpie
+
+        CompiledPyMCModel = nutpie().compile_pymc.CompiledPyMCModel
 
         value = self.variables()
         expanded = value + self.derived()

@@ -30,75 +30,87 @@ def good_k(n_samples: int) -> float:
     return min(1 - 1 / math.log10(n_samples), 0.7)
 
 
-def _logsumexp(x: np.ndarray, axis=None) -> np.ndarray:
+def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
     top = np.max(x, axis=axis, keepdims=True)
     return np.log(np.exp(x - top).sum(axis=axis)) + np.squeeze(top, axis=axis)
 
 
-def _fit_gpd(tail: np.ndarray) -> tuple[float, float]:
-    """Shape ``k`` and scale ``sigma`` of a generalised Pareto distribution fitted to ``tail`` (sorted, positive
-    exceedances): the posterior mean of ``b = -k / sigma`` over a grid of candidates weighted by their profile
-    likelihood, then ``k`` shrunk towards 0.5 by a prior worth 10 observations."""
-    n = tail.size
+def _fit_gpd(tails: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Shape ``k`` and scale ``sigma`` of a generalised Pareto distribution fitted to each row of ``tails``
+    (sorted, positive exceedances; rows of one length): the posterior mean of ``b = -k / sigma`` over a grid of
+    candidates weighted by their profile likelihood, then ``k`` shrunk towards 0.5 by a prior worth 10
+    observations."""
+    n = tails.shape[1]
     m = 30 + int(n**0.5)
     b = 1 - np.sqrt(m / (np.arange(1, m + 1, dtype=float) - 0.5))
-    b /= 3 * tail[int(n / 4 + 0.5) - 1]
-    b += 1 / tail[-1]
-    k = np.log1p(-b[:, None] * tail).mean(axis=1)
+    b = b / (3 * tails[:, int(n / 4 + 0.5) - 1, None]) + 1 / tails[:, -1, None]  # (row, m)
+    k = np.log1p(-b[:, :, None] * tails[:, None, :]).mean(axis=2)
     profile = n * (np.log(-(b / k)) - k - 1)
-    weights = 1 / np.exp(profile - profile[:, None]).sum(axis=1)
-    keep = weights >= 10 * _EPS
-    if not keep.all():
-        weights, b = weights[keep], b[keep]
-    weights /= weights.sum()
-    b_mean = np.sum(b * weights)
-    k_mean = np.log1p(-b_mean * tail).mean()
+    weights = 1 / np.exp(profile[:, None, :] - profile[:, :, None]).sum(axis=2)
+    weights = np.where(weights >= 10 * _EPS, weights, 0.0)  # negligible candidates left out
+    weights /= weights.sum(axis=1, keepdims=True)
+    b_mean = np.sum(b * weights, axis=1)
+    k_mean = np.log1p(-b_mean[:, None] * tails).mean(axis=1)
     sigma = -k_mean / b_mean
     return (n * k_mean + 10 * 0.5) / (n + 10), sigma
 
 
-def _gpd_quantiles(probs: np.ndarray, k: float, sigma: float) -> np.ndarray:
-    """Quantiles of the generalised Pareto distribution at ``probs`` (all strictly inside (0, 1))."""
-    if sigma <= 0:
-        return np.full_like(probs, np.nan)
-    if abs(k) < _EPS:
-        return -np.log1p(-probs) * sigma
-    return np.expm1(-k * np.log1p(-probs)) / k * sigma
+def _gpd_quantiles(probs: np.ndarray, k: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """Quantiles of the generalised Pareto distributions of shapes ``k`` and scales ``sigma`` (per row) at
+    ``probs`` (all strictly inside (0, 1)); NaN where a scale is not positive."""
+    k, sigma = k[:, None], sigma[:, None]
+    tiny = np.abs(k) < _EPS
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.where(tiny, -np.log1p(-probs), np.expm1(-k * np.log1p(-probs)) / np.where(tiny, 1.0, k)) * sigma
+    return np.where(sigma > 0, x, np.nan)
 
 
-def _smooth_row(log_ratios: np.ndarray, cut: int) -> tuple[np.ndarray, float]:
-    """One row's normalised, Pareto-smoothed log weights and its ``k``; the largest ``cut`` ratios form the tail
-    (fewer where ties sit at the cut-off, and none when under 5 remain: then ``k`` is infinite and nothing is
-    smoothed)."""
-    x = log_ratios - log_ratios.max()
-    order = np.argsort(x)
-    threshold = max(x[order[-cut - 1]], _LOG_TINY)
-    (tail_at,) = np.nonzero(x > threshold)
-    k = math.inf
-    if tail_at.size > 4:
-        tail_order = np.argsort(x[tail_at])
-        base = np.exp(threshold)
-        exceed = np.exp(x[tail_at]) - base
-        k, sigma = _fit_gpd(exceed[tail_order])
-        if np.isfinite(k):
-            probs = np.arange(0.5, tail_at.size) / tail_at.size
-            x[tail_at[tail_order]] = np.log(_gpd_quantiles(probs, k, sigma) + base)
-            x[x > 0] = 0
-    return x - _logsumexp(x), k
+def _smooth_rows(x: np.ndarray, cut: int) -> np.ndarray:
+    """Pareto ``k`` of every row of ``x`` (log ratios less each row's maximum, smoothed in place): the largest
+    ``cut`` ratios of a row form its tail (fewer where ties sit at the cut-off, and none when under 5 remain:
+    then ``k`` is infinite and nothing is smoothed). Rows whose tail holds exactly ``cut`` ratios, nearly all of
+    them, are fitted together; the others one by one."""
+    order = np.argsort(x, axis=1)
+    sorted_x = np.take_along_axis(x, order, axis=1)
+    threshold = np.maximum(sorted_x[:, -cut - 1], _LOG_TINY)
+    sizes = (x > threshold[:, None]).sum(axis=1)
+    k = np.full(x.shape[0], math.inf)
+    regular = np.flatnonzero(sizes == cut) if cut > 4 else np.zeros(0, dtype=int)
+    for rows in np.array_split(regular, max(1, regular.size // 128)):  # (rows, m, cut) floats at a time
+        if rows.size:
+            k[rows] = _smooth_tails(x, rows, order[rows, -cut:], sorted_x[rows, -cut:], threshold[rows])
+    for r in np.flatnonzero((sizes != cut) & (sizes > 4)):
+        (at,) = np.nonzero(x[r] > threshold[r])
+        inner = np.argsort(x[r, at])
+        k[r] = _smooth_tails(x, np.array([r]), at[inner][None], x[r, at][inner][None], threshold[[r]])[0]
+    return k
+
+
+def _smooth_tails(x: np.ndarray, rows: np.ndarray, at: np.ndarray, tail: np.ndarray, threshold: np.ndarray
+                  ) -> np.ndarray:
+    """Fit the tails ``tail`` (sorted log ratios at columns ``at`` of ``rows``, above ``threshold``) and put their
+    smoothed values into ``x`` (capped at the largest raw ratio, 0) where the fit is finite; returns ``k``."""
+    base = np.exp(threshold)[:, None]
+    k, sigma = _fit_gpd(np.exp(tail) - base)
+    n = tail.shape[1]
+    smoothed = np.minimum(np.log(_gpd_quantiles(np.arange(0.5, n) / n, k, sigma) + base), 0.0)
+    ok = np.isfinite(k)
+    block = x[rows]
+    np.put_along_axis(block, at, np.where(ok[:, None], smoothed, np.take_along_axis(block, at, axis=1)), axis=1)
+    x[rows] = block
+    return k
 
 
 def smoothed_log_weights(log_ratios: np.ndarray, reff: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """PSIS of ``log_ratios`` ``(n, S)``: each row's normalised, smoothed log weights ``(n, S)`` and Pareto ``k``
     ``(n,)``. The tail holds the largest ``min(S / 5, 3 sqrt(S / reff))`` ratios (rounded up) of a row, where
     ``reff`` is the draws' relative efficiency (ESS / S)."""
-    log_ratios = np.asarray(log_ratios, dtype=float)
-    S = log_ratios.shape[-1]
+    x = np.array(log_ratios, dtype=float)
+    S = x.shape[-1]
     cut = int(np.ceil(min(S / 5.0, 3 * (S / reff) ** 0.5)))
-    weights = np.empty_like(log_ratios)
-    k = np.empty(log_ratios.shape[0])
-    for i, row in enumerate(log_ratios):
-        weights[i], k[i] = _smooth_row(row, cut)
-    return weights, k
+    x -= x.max(axis=1, keepdims=True)
+    k = _smooth_rows(x, cut)
+    return x - _logsumexp(x, axis=1)[:, None], k
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,8 @@
 """DVC stage `check_params`: validate all of params.yaml and the run's cost (see `hbnn.budget.check_params`)."""
 
-import sys
-
 import _checkout  # noqa: F401 - first: this checkout's src/ before any installed hbnn
 
-from hbnn.errors import interrupts_reported
+from hbnn.errors import exit_stage, interrupts_reported
 
 PATHS = []
 
@@ -13,4 +11,4 @@ if __name__ == "__main__":
         from hbnn.budget import check_params
         from hbnn.runner import run_stage
 
-        sys.exit(run_stage(__doc__, PATHS, check_params))
+        exit_stage(run_stage(__doc__, PATHS, check_params))

@@ -1,10 +1,8 @@
 """DVC stage `make_data`: see `hbnn.stages.make_data`."""
 
-import sys
-
 import _checkout  # noqa: F401 - first: this checkout's src/ before any installed hbnn
 
-from hbnn.errors import interrupts_reported
+from hbnn.errors import exit_stage, interrupts_reported
 
 PATHS = ["out"]
 
@@ -13,4 +11,4 @@ if __name__ == "__main__":
         from hbnn.runner import run_stage
         from hbnn.stages.make_data import make_data
 
-        sys.exit(run_stage(__doc__, PATHS, make_data))
+        exit_stage(run_stage(__doc__, PATHS, make_data))

@@ -1,10 +1,8 @@
 """DVC stage `report`: see `hbnn.report.stage`."""
 
-import sys
-
 import _checkout  # noqa: F401 - first: this checkout's src/ before any installed hbnn
 
-from hbnn.errors import interrupts_reported
+from hbnn.errors import exit_stage, interrupts_reported
 
 PATHS = [
     "tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "timings_dir", "out_dir",
@@ -15,4 +13,4 @@ if __name__ == "__main__":
         from hbnn.report.stage import report
         from hbnn.runner import run_stage
 
-        sys.exit(run_stage(__doc__, PATHS, report))
+        exit_stage(run_stage(__doc__, PATHS, report))

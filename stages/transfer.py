@@ -1,10 +1,8 @@
 """DVC stage `transfer`: see `hbnn.stages.transfer`."""
 
-import sys
-
 import _checkout  # noqa: F401 - first: this checkout's src/ before any installed hbnn
 
-from hbnn.errors import interrupts_reported
+from hbnn.errors import exit_stage, interrupts_reported
 
 PATHS = ["tasks_path", "hier_trace", "prior_path", "prior_metrics", "flat_trace_out", "informed_trace_out",
          "metrics_out", "plot_out", "timing_out"]
@@ -14,4 +12,4 @@ if __name__ == "__main__":
         from hbnn.runner import run_stage
         from hbnn.stages.transfer import run_transfer
 
-        sys.exit(run_stage(__doc__, PATHS, run_transfer))
+        exit_stage(run_stage(__doc__, PATHS, run_transfer))

@@ -1,10 +1,8 @@
 """DVC stage `transfer_prior`: see `hbnn.stages.transfer`."""
 
-import sys
-
 import _checkout  # noqa: F401 - first: this checkout's src/ before any installed hbnn
 
-from hbnn.errors import interrupts_reported
+from hbnn.errors import exit_stage, interrupts_reported
 
 PATHS = ["tasks_path", "trace_out", "prior_out", "metrics_out", "timing_out"]
 
@@ -13,4 +11,4 @@ if __name__ == "__main__":
         from hbnn.runner import run_stage
         from hbnn.stages.transfer import transfer_prior
 
-        sys.exit(run_stage(__doc__, PATHS, transfer_prior))
+        exit_stage(run_stage(__doc__, PATHS, transfer_prior))

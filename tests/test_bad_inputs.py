@@ -453,3 +453,47 @@ def test_an_error_raised_by_an_interrupt_is_reported_as_the_interrupt(capsys):
     assert capsys.readouterr().err == "interrupted: outputs unchanged\n"
     with pytest.raises(ImportError), interrupts_reported():  # without a signal, an error stays itself
         raise ImportError("initialization failed")
+
+
+def test_a_stage_exits_at_once_with_its_code_its_streams_flushed_and_exit_handlers_run(tmp_path):
+    """exit_stage skips the interpreter's teardown (~0.7 s a stage process), nothing else: exit handlers and
+    weakref finalizers run, buffered output reaches the pipe, and the status is the stage's."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "finalized"
+    code = f"""
+import atexit, sys, weakref
+from hbnn.errors import exit_stage, interrupts_reported
+class Held: pass
+held = Held()
+weakref.finalize(held, open, {str(marker)!r}, "w")
+atexit.register(lambda: print("atexit ran", file=sys.stderr))
+sys.stdout.write("buffered, no newline")
+with interrupts_reported():
+    exit_stage(3)
+print("not reached")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 3
+    assert run.stdout == "buffered, no newline" and "atexit ran" in run.stderr
+    assert marker.exists()
+
+
+def test_an_interrupt_before_a_stage_exits_still_ends_it_as_an_interrupt():
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, time
+from hbnn import errors
+with errors.interrupts_reported():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    except KeyboardInterrupt:
+        pass  # a library swallowed it
+    errors.exit_stage(0)
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 130 and run.stderr == "interrupted: outputs unchanged\n"

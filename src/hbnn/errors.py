@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Iterator
+from typing import NoReturn
 
 
 class InputError(RuntimeError):
@@ -57,6 +60,24 @@ def _raise_interrupt(signum, frame):
 def one_line(err: BaseException) -> str:
     """An exception's message on one line (library messages may span several)."""
     return " ".join(str(err).split())
+
+
+def exit_stage(code: int) -> NoReturn:
+    """End a stage's process with ``code`` now, inside :func:`interrupts_reported`'s block.
+
+    By then the stage has written and closed its outputs; what is left is the
+    interpreter's teardown of its modules and objects, ~0.7 s of a 2-core
+    machine per stage process, for nothing. The exit handlers still run
+    (logging's flush, ``weakref.finalize``), and the standard streams are
+    flushed. An interrupt that arrived meanwhile still ends the run with 130.
+    """
+    if _received:
+        raise KeyboardInterrupt
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 @contextlib.contextmanager

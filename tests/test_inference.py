@@ -134,3 +134,34 @@ def test_nutpie_trace_converts_as_nutpie_converts_it_finished_and_while_running(
     assert np.isfinite(looked.posterior["w_in"].values).all(axis=(2, 3)).sum(axis=1).tolist() == finite.tolist()
     # what a poll counts from the tuning flags alone: the slowest chain's draws after tuning
     assert _draws_done(stats) == finite.min()
+
+
+def test_fits_started_beside_each_other_draw_what_fits_one_at_a_time_draw():
+    """Sampler.sample_each starts the next group's nutpie fit before the current one ends: the draws must be each
+    seed's own, the seconds must add up to the loop's wall time, and an error ends the loop with the error."""
+    import time
+
+    import pytest
+
+    from hbnn import kernel
+    from hbnn.config import SamplerParams
+
+    rng = np.random.default_rng(2)
+    groups = [(rng.normal(size=(n, 2)), rng.integers(0, 2, n).astype(float)) for n in (10, 14, 10, 12)]
+    density = kernel.FlatDensity.on_rows(*groups[0], (3,), False, "bernoulli", 1.0, prior_sd=1.0, features=("a", "b"))
+    sampler = Sampler(lambda: build_flat_model(*groups[0], ["a", "b"], (3,)),
+                      SamplerParams(tune=40, draws=30, chains=2, cores=2), density)
+    jobs = [(11 + g, {"x": x, "y": y}) for g, (x, y) in enumerate(groups)]
+    start = time.perf_counter()
+    together = list(sampler.sample_each(jobs))
+    wall = time.perf_counter() - start
+    alone = [sampler.sample(seed, data, watch=False) for seed, data in jobs]
+    assert len(together) == len(jobs)
+    for a, b in zip(together, alone, strict=True):
+        np.testing.assert_array_equal(a.posterior.posterior["w_in"].values, b.posterior.posterior["w_in"].values)
+        assert a.grad_evals == b.grad_evals and a.seconds > 0
+    assert sum(f.seconds for f in together) <= wall
+    bad = [*jobs[:2], (99, {"x": groups[2][0], "y": groups[2][1], "z": groups[2][1]}), jobs[3]]
+    with pytest.raises(ValueError, match="new rows as x and y"):
+        list(sampler.sample_each(bad))
+    assert sampler.backend.density is density  # the hand-written density ran, not PyTensor's

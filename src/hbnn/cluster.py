@@ -117,7 +117,8 @@ _COMPILED: dict[str, object] = {}
 
 def fit_shard(key: str, model: Model, jobs: Sequence[GroupJob],
               on_done: Callable[[GroupResult], None] | None = None) -> tuple[list[GroupResult], float | None]:
-    """Fit ``jobs`` one after another with ``model`` compiled once per process and fit ``key``.
+    """Fit ``jobs`` in order (with nutpie, each beside the next: :meth:`hbnn.inference.Sampler.sample_each`) with
+    ``model`` compiled once per process and fit ``key``.
 
     Returns the results and the seconds this call spent compiling (0 when the
     process had already compiled this fit; ``None`` for backends that compile
@@ -134,23 +135,25 @@ def fit_shard(key: str, model: Model, jobs: Sequence[GroupJob],
         compile_seconds = sampler.compile_seconds
     elif sampler.compile_seconds is None:
         compile_seconds = None
-    results = []
-    for job in jobs:
-        fit = sampler.sample(job.seed, data={"x": job.x, "y": job.y}, watch=False)
-        stats = fit.posterior.sample_stats
-        result = GroupResult(
-            index=job.index,
-            name=job.name,
-            posterior=fit.posterior.posterior,
-            sample_stats=stats,
-            seconds=fit.seconds,
-            grad_evals=fit.grad_evals,
-            divergences=int(stats["diverging"].sum()) if "diverging" in stats else 0,
-        )
-        results.append(result)
-        if on_done is not None:
-            on_done(result)
+    with contextlib.closing(sampler.sample_each([(job.seed, {"x": job.x, "y": job.y}) for job in jobs])) as fits:
+        results = [_result(job, fit, on_done) for job, fit in zip(jobs, fits, strict=True)]
     return results, compile_seconds
+
+
+def _result(job: GroupJob, fit, on_done: Callable[[GroupResult], None] | None) -> GroupResult:
+    stats = fit.posterior.sample_stats
+    result = GroupResult(
+        index=job.index,
+        name=job.name,
+        posterior=fit.posterior.posterior,
+        sample_stats=stats,
+        seconds=fit.seconds,
+        grad_evals=fit.grad_evals,
+        divergences=int(stats["diverging"].sum()) if "diverging" in stats else 0,
+    )
+    if on_done is not None:
+        on_done(result)
+    return result
 
 
 def forget(key: str) -> None:

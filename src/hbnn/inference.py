@@ -10,14 +10,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
-from importlib import metadata
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from importlib import metadata
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,7 +27,7 @@ import xarray as xr
 from hbnn import logs
 from hbnn.config import ConfigError, SamplerParams
 from hbnn.errors import SamplingError
-from hbnn.trace import Trace, as_trace
+from hbnn.trace import Trace
 
 if TYPE_CHECKING:
     import pymc as pm
@@ -184,6 +184,11 @@ class NutpieBackend(Backend):
         return replace(self.compiled, user_data=rows.pack(rows.offsets()))
 
     def run(self, seed, data):
+        return self.finish(self.start(seed, data))
+
+    def start(self, seed: int, data: Mapping[str, np.ndarray] | None) -> _NutpieRun:
+        """Start a fit in nutpie's threads and return at once; :meth:`finish` waits for it (or cancel the
+        returned run's ``running``)."""
         from hbnn.nutpie_loader import nutpie as load_nutpie
 
         nutpie = load_nutpie()
@@ -205,6 +210,11 @@ class NutpieBackend(Backend):
             blocking=False,
             return_raw_trace=True,  # converted by _nutpie_idata
         )
+        return _NutpieRun(running, compiled, blocks)
+
+    def finish(self, run: _NutpieRun) -> tuple[Trace, None, int]:
+        """The trace of a fit :meth:`start` started, once it is over."""
+        running, compiled, blocks = run
         # nutpie's blocking call turns Ctrl-C into an early return with the draws so far;
         # here an interrupt stops the chains and propagates, so no partial trace is used.
         try:
@@ -389,6 +399,19 @@ def _next_check(missing, drawn: int, s: SamplerParams, unit: int) -> int | None:
     log.info("after %d draws per chain, %s; looking again at %d (up to max_draws=%d)",
              drawn, missing, following, s.max_draws)
     return following
+
+
+@dataclass(frozen=True)
+class _NutpieRun:
+    """A fit :meth:`NutpieBackend.start` started: nutpie's running sampler, the model it samples, and whether it
+    draws in blocks until the bar is met."""
+
+    running: object
+    compiled: object
+    blocks: bool
+
+    def __iter__(self):
+        return iter((self.running, self.compiled, self.blocks))
 
 
 def _finished(running) -> bool:
@@ -711,13 +734,49 @@ class Sampler:
                 idata, loss, grad_evals = self.backend.run(seed, data)
         finally:
             self.backend.until = None
-        seconds = time.perf_counter() - start
+        return self._fit(idata, loss, grad_evals, time.perf_counter() - start)
+
+    def _fit(self, idata, loss, grad_evals, seconds: float) -> Fit:
         _check_complete(idata, self.settings)
         # Model variables only: nutpie also stores the unconstrained values (sd_in_log__, ...),
         # the other backends do not, and every backend must write the same layout.
         posterior = idata.posterior[[v for v in idata.posterior.data_vars if not str(v).endswith("__")]]
         idata = Trace(posterior=posterior, sample_stats=idata.sample_stats)
         return Fit(posterior=idata, seconds=seconds, loss=loss, grad_evals=grad_evals)
+
+    def sample_each(self, jobs: Sequence[tuple[int, Mapping[str, np.ndarray]]]) -> Iterator[Fit]:
+        """:meth:`sample` of every ``(seed, data)`` in ``jobs``, in order, without a heartbeat (the caller
+        reports its groups' progress).
+
+        With nutpie, the next fit starts before this one is over: the chains of one fit end at different times,
+        and the core a finished chain leaves would otherwise wait for the slowest one. Each fit's draws are its
+        own seed's whatever runs beside it; its ``seconds`` are the wall time from its start, or the previous
+        fit's end if later, to its end, so they add up to the loop's."""
+        if not hasattr(self.backend, "start"):
+            for seed, data in jobs:
+                yield self.sample(seed, data, watch=False)
+            return
+        runs: list = []
+        last = time.perf_counter()
+        try:
+            for seed, data in jobs:
+                log.debug("%s", self.backend.describe(seed))
+                runs.append(self.backend.start(seed, data))
+                if len(runs) > 1:
+                    yield self._finish_first(runs, last)
+                    last = time.perf_counter()
+            while runs:
+                yield self._finish_first(runs, last)
+                last = time.perf_counter()
+        except BaseException:
+            for run in runs:  # an error or Ctrl-C: no chains left running
+                run.running.cancel()
+            raise
+
+    def _finish_first(self, runs: list, since: float) -> Fit:
+        idata, loss, grad_evals = self.backend.finish(runs[0])
+        runs.pop(0)
+        return self._fit(idata, loss, grad_evals, time.perf_counter() - since)
 
 
 def _time_left(expected: float | None):

@@ -15,7 +15,7 @@ import xarray as xr
 from hbnn import plots
 from hbnn.config import parse_params
 from hbnn.data import make_moons_tasks
-from hbnn.evaluation import predict_proba
+from hbnn.evaluation import predict_output, predict_proba
 from hbnn.io import InputError, detail_path, provenance, stamp, write_json, write_netcdf
 from hbnn.network import layer_coords, layer_specs
 from hbnn.report import numbers, outputs, sections
@@ -323,17 +323,23 @@ def test_stale_metrics_are_an_input_error(run, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_surface_stats_match_all_draws_at_once(monkeypatch):
+@pytest.mark.parametrize("features, hidden, bias", [(2, [4, 3], False), (2, [4, 3], True), (3, [5], True),
+                                                     (2, [], False), (2, [], True), (4, [2, 6, 3], False)])
+def test_surface_stats_match_all_draws_at_once(monkeypatch, features, hidden, bias):
     rng = np.random.default_rng(1)
-    specs = layer_specs(2, [4, 3])
+    specs = layer_specs(features, hidden, bias)
     weights = [rng.normal(size=(13, *s.shape)) for s in specs]
-    _, points = numbers.surface_points(2.0, 6)
-    monkeypatch.setattr(numbers, "CHUNK_VALUES", points.shape[0] * 4 * 3)  # 3 draws per chunk: 5 uneven chunks
+    points = rng.uniform(-3, 3, size=(37, features))
+    monkeypatch.setattr(numbers, "CHUNK_VALUES", points.shape[0] * 3)  # 3 draws per chunk: 5 uneven chunks
     mean, sd = numbers.surface_stats(weights, points)
     p = predict_proba([w[None] for w in weights], points)[0]
-    # surfaces are computed in float32: a few 1e-8 from float64, checked to 1e-6
+    # surfaces are computed in float32: ~1e-7 from float64, checked to 1e-6
     np.testing.assert_allclose(mean, p.mean(axis=0), atol=1e-6)
     np.testing.assert_allclose(sd, p.std(axis=0), atol=1e-6)
+    # another quantity of the outputs (a Poisson rate), against the float64 outputs
+    rate_mean, _ = numbers.surface_stats(weights, points, values=lambda out: np.exp(0.3 * out))
+    outputs = predict_output([w[None] for w in weights], points)[0]
+    np.testing.assert_allclose(rate_mean, np.exp(0.3 * outputs).mean(axis=0), rtol=2e-6)
 
 
 def test_surface_points_are_row_major_in_x2():

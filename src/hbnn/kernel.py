@@ -696,6 +696,7 @@ class Density:
         PyMC would start it (:meth:`initial_center` plus PyMC's jitter). :meth:`check` compares it with PyMC's
         model."""
         import pandas as pd
+
         from hbnn.nutpie_loader import nutpie
 
         CompiledPyMCModel = nutpie().compile_pymc.CompiledPyMCModel

@@ -478,6 +478,12 @@ print("not reached")
     assert run.returncode == 3
     assert run.stdout == "buffered, no newline" and "atexit ran" in run.stderr
     assert marker.exists()
+    # under a profiler the process ends as usual: cProfile writes its statistics
+    script, stats = tmp_path / "stage.py", tmp_path / "stats.prof"
+    script.write_text(code)
+    run = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(stats), str(script)], capture_output=True,
+                         text=True)
+    assert run.returncode == 3 and stats.stat().st_size > 0
 
 
 def test_an_interrupt_before_a_stage_exits_still_ends_it_as_an_interrupt():

@@ -70,9 +70,13 @@ def exit_stage(code: int) -> NoReturn:
     machine per stage process, for nothing. The exit handlers still run
     (logging's flush, ``weakref.finalize``), and the standard streams are
     flushed. An interrupt that arrived meanwhile still ends the run with 130.
+    Under a profiler, tracer or debugger (``python -m cProfile``, coverage) the
+    process ends as usual, so they can write what they gathered.
     """
     if _received:
         raise KeyboardInterrupt
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

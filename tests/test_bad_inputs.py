@@ -483,7 +483,7 @@ print("not reached")
     script.write_text(code)
     run = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(stats), str(script)], capture_output=True,
                          text=True)
-    assert run.returncode == 3 and stats.stat().st_size > 0
+    assert stats.stat().st_size > 0  # (cProfile itself ends with 0 whatever the script's status)
 
 
 def test_an_interrupt_before_a_stage_exits_still_ends_it_as_an_interrupt():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from hbnn.trace import Trace, as_trace
+from hbnn.trace import Trace
 
 
 def _groups():
@@ -45,10 +45,10 @@ def test_arviz_reads_the_file_as_if_it_had_written_it(tmp_path, compress):
         assert a[group]["chain"].dtype == b[group]["chain"].dtype if "chain" in a[group].coords else True
 
 
-def test_as_trace_and_back():
+def test_to_arviz_holds_the_same_groups():
     idata = az.InferenceData(**_groups())
-    trace = as_trace(idata)
-    assert trace.groups() == idata.groups() and as_trace(trace) is trace
+    trace = Trace(**_groups())
+    assert trace.groups() == idata.groups()
     back = trace.to_arviz()
     for group in idata.groups():
         xr.testing.assert_identical(back[group], idata[group])

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -401,17 +401,13 @@ def _next_check(missing, drawn: int, s: SamplerParams, unit: int) -> int | None:
     return following
 
 
-@dataclass(frozen=True)
-class _NutpieRun:
+class _NutpieRun(NamedTuple):
     """A fit :meth:`NutpieBackend.start` started: nutpie's running sampler, the model it samples, and whether it
     draws in blocks until the bar is met."""
 
     running: object
     compiled: object
     blocks: bool
-
-    def __iter__(self):
-        return iter((self.running, self.compiled, self.blocks))
 
 
 def _finished(running) -> bool:

@@ -77,10 +77,3 @@ class Trace(Mapping):
 
         return az.InferenceData(**self._groups)
 
-
-def as_trace(obj) -> Trace:
-    """A :class:`Trace` of ``obj``: a trace as it is, or the groups of ArviZ's ``InferenceData`` (other backends
-    convert through ArviZ)."""
-    if isinstance(obj, Trace):
-        return obj
-    return Trace(**{name: obj[name] for name in obj.groups()})

@@ -13,6 +13,7 @@ from hbnn.io import (
     NonFiniteError,
     OutputError,
     check_finite,
+    close_trace,
     load_dataset,
     load_posterior,
     load_trace,
@@ -127,20 +128,28 @@ def test_load_trace_checks_variant(tmp_path, load):
         load(path, "hierarchical")
 
 
-def test_load_posterior_reads_what_arviz_reads_without_importing_it(tmp_path):
+def test_load_posterior_and_load_trace_read_what_arviz_reads_without_importing_it(tmp_path):
     import subprocess
     import sys
 
     path = tmp_path / "t.nc"
     write_netcdf(_trace("flat"), path)
     xr.testing.assert_identical(load_posterior(path, "flat"), load_trace(path, "flat").posterior)
-    code = (f"import sys; from hbnn.io import load_posterior; load_posterior({str(path)!r}, 'flat'); "
-            "print('arviz' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+    trace, idata = load_trace(path, "flat"), az.from_netcdf(str(path))
+    assert trace.groups() == idata.groups()
+    for group in idata.groups():
+        xr.testing.assert_identical(trace[group].load(), idata[group].load())
+    close_trace(trace)
+    for load in ("load_posterior", "load_trace"):
+        code = (f"import sys; from hbnn.io import {load}; {load}({str(path)!r}, 'flat'); "
+                "print('arviz' in sys.modules)")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        assert out == "False\n", load
     ds_path = tmp_path / "d.nc"
     write_netcdf(xr.Dataset({"a": ("x", np.arange(3))}), ds_path)
-    with pytest.raises(InputError, match="has no 'posterior' group"):
-        load_posterior(ds_path, "flat")
+    for load in (load_posterior, load_trace):
+        with pytest.raises(InputError, match="has no 'posterior' group"):
+            load(ds_path, "flat")
 
 
 def test_the_same_trace_written_twice_is_byte_identical(tmp_path, monkeypatch):

@@ -54,6 +54,13 @@ def test_to_arviz_holds_the_same_groups():
         xr.testing.assert_identical(back[group], idata[group])
 
 
+def test_the_report_imports_arviz_only_once_its_workers_have_forked():
+    """The report's workers read their traces and draw their pages without ArviZ, so its import (~3 s) runs beside
+    them in the main process instead of before they start."""
+    code = "import sys, hbnn.report.stage, hbnn.report.figures; print('arviz' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
 def test_the_stages_before_the_report_do_not_import_arviz():
     """ArviZ's import (pyplot, SciPy's stats, a numba ufunc compiled at import) costs a stage ~2.5 s; only the
     report, which draws ArviZ's plots, should pay it."""
@@ -96,3 +103,41 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "ok"
+
+
+@pytest.mark.parametrize("engine", ["h5netcdf", "netcdf4"])
+def test_groups_written_through_one_store_read_back_as_to_netcdf_writes_them(tmp_path, engine):
+    """hbnn.trace.write_netcdf_groups against xarray's own Dataset.to_netcdf, group by group: the same variables,
+    dtypes (bools, strings, unsigned ints), coordinates and attributes, in a root group and in named ones."""
+    from hbnn.trace import write_netcdf_groups
+
+    groups = _groups()
+    groups["observed_data"] = groups["observed_data"].assign_coords(obs_group=("obs", ["g1", "g1", "g2"]))
+    groups["observed_data"].attrs = {"source": "moons", "n": 3, "scale": [0.5, 2.0]}
+    root = groups.pop("posterior")
+    ours, theirs = tmp_path / "ours.nc", tmp_path / "theirs.nc"
+    write_netcdf_groups({None: root, **groups}, ours, engine)
+    root.to_netcdf(theirs, engine=engine)
+    for name, ds in groups.items():
+        ds.to_netcdf(theirs, mode="a", group=name, engine=engine)
+    for name in [None, *groups]:
+        with xr.open_dataset(ours, group=name, engine=engine) as a, xr.open_dataset(theirs, group=name,
+                                                                                     engine=engine) as b:
+            xr.testing.assert_identical(a.load(), b.load())
+            for var in a.variables:
+                assert a[var].dtype == b[var].dtype, (name, var)
+    with pytest.raises(ValueError, match="h5netcdf or netcdf4"):
+        write_netcdf_groups({None: root}, tmp_path / "x.nc", "scipy")
+
+
+def test_writing_a_trace_does_not_import_dask_distributed(tmp_path):
+    """xarray's to_netcdf asks Dask which scheduler runs, and Dask imports distributed to answer (~0.3-0.4 s a
+    stage process); the stages' writer does not ask."""
+    code = (f"import sys, xarray as xr, numpy as np\nfrom hbnn import io\nfrom hbnn.trace import Trace\n"
+            f"ds = xr.Dataset({{'w': (('chain', 'draw'), np.zeros((2, 3)))}})\n"
+            f"io.write_netcdf(Trace(posterior=ds, sample_stats=ds), {str(tmp_path / 't.nc')!r})\n"
+            f"io.write_netcdf(ds, {str(tmp_path / 'd.nc')!r})\n"
+            "print(sorted(m for m in sys.modules if m == 'distributed' or m.startswith('distributed.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    assert xr.open_dataset(tmp_path / "t.nc", group="sample_stats")["w"].shape == (2, 3)

@@ -20,17 +20,13 @@ import tempfile
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from hbnn.errors import InputError, NonFiniteError, OutputError, interrupt_received
-
-if TYPE_CHECKING:  # arviz takes ~2 s to import; hbnn predict reads traces without it
-    import arviz as az
-
-    from hbnn.trace import Trace
+from hbnn.trace import Trace, write_netcdf_groups
 
 PACKAGES = ("hbnn", "pymc", "pytensor", "nutpie", "arviz", "numpy", "xarray", "scikit-learn")
 
@@ -130,8 +126,8 @@ class Outputs:
         """
         check_finite(obj, str(path))
         with self.path(path) as tmp:
-            if isinstance(obj, xr.Dataset):
-                obj.to_netcdf(str(tmp))
+            if isinstance(obj, xr.Dataset):  # netCDF4, xarray's default engine where it is installed
+                write_netcdf_groups({None: obj}, tmp, "netcdf4")
             else:  # a Trace (ArviZ's InferenceData writes the same way)
                 obj.to_netcdf(str(tmp), compress=False)
 
@@ -281,22 +277,46 @@ def load_trace(
     variant: str,
     groups: tuple[str, ...] = ("posterior", "sample_stats", "observed_data"),
     params=None,
-) -> az.InferenceData:
-    """Open a trace and check it came from the expected model variant (and, given ``params``, made with them)."""
-    import arviz as az
+) -> Trace:
+    """Open a trace and check it came from the expected model variant (and, given ``params``, made with them).
+
+    Every group of the file is opened as ``az.from_netcdf`` opens it (xarray, h5netcdf, lazily) and those in
+    ``groups`` are loaded; read without importing ArviZ (~3 s of a process: the report's workers, forked before
+    it is imported, read their traces this way). Close it with :func:`close_trace`."""
+    import h5netcdf
 
     path = Path(path)
     _check_exists(path, "trace")
+    opened: dict[str, xr.Dataset] = {}
     try:
-        idata = az.from_netcdf(str(path))
+        with h5netcdf.File(path, mode="r") as f:
+            names = list(f.groups)
+        for name in names:
+            opened[name] = xr.open_dataset(path, group=name, engine="h5netcdf")
         for name in groups:
-            idata[name].load()
+            opened[name].load()
+        trace = Trace(**opened)
     except KeyError as err:
+        close_trace(opened)
         raise InputError(f"trace {path} has no {err} group") from err
     except Exception as err:  # noqa: BLE001
+        close_trace(opened)
         raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
-    _check_trace(idata.posterior.attrs, variant, params, path)
-    return idata
+    if "posterior" not in trace:
+        close_trace(trace)
+        raise InputError(f"trace {path} has no 'posterior' group")
+    try:
+        _check_trace(trace.posterior.attrs, variant, params, path)
+    except InputError:
+        close_trace(trace)
+        raise
+    return trace
+
+
+def close_trace(trace) -> None:
+    """Close every group of a trace :func:`load_trace` opened (a :class:`~hbnn.trace.Trace` or a mapping)."""
+    for ds in trace.values():
+        ds.close()
 
 
 def load_posterior(path: str | Path, variant: str, params=None) -> xr.Dataset:

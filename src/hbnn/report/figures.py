@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import arviz as az
 import matplotlib
 import numpy as np
 import xarray as xr
@@ -22,9 +21,9 @@ from hbnn import evaluation, likelihoods, plots
 from hbnn.config import Params, ReportParams
 from hbnn.data import Split, Tasks
 from hbnn.evaluation import group_weights, predict_proba, reliability
-from hbnn.io import load_trace
+from hbnn.io import close_trace, load_trace
 from hbnn.network import LayerSpec
-from hbnn.report.inputs import close_trace, load_vars
+from hbnn.report.inputs import load_vars
 from hbnn.report.numbers import (
     ESS_OK,
     LABELS,
@@ -291,6 +290,8 @@ def group_sd_diagnostic_figures(sds: xr.Dataset, stats: xr.Dataset | None) -> di
     sample stats (``None`` or without ``energy``/``diverging`` for ADVI, which
     has neither: those plots are skipped).
     """
+    import arviz as az  # here, not at the top: the report's workers fork without it (their draws need no ArviZ)
+
     names = list(sds.data_vars)
     out = {}
     with matplotlib.rc_context({"font.size": plots.SMALL}):
@@ -315,6 +316,8 @@ def group_sd_diagnostic_figures(sds: xr.Dataset, stats: xr.Dataset | None) -> di
 
 def compare_figure(table) -> bytes:
     """ArviZ's ``az.plot_compare`` of an ``az.compare`` table."""
+    import arviz as az
+
     with matplotlib.rc_context({"font.size": plots.SMALL}):
         ax = az.plot_compare(table, figsize=(7.0, 1.2 + 0.7 * len(table)), textsize=plots.SMALL + 1,
                              legend=True, title=False, plot_ic_diff=True)

@@ -31,11 +31,6 @@ def open_traces(paths: dict[str, Path], params: Params) -> dict[str, Any]:
     return {v: load_trace(p, v, groups=(), params=params) for v, p in paths.items()}
 
 
-def close_trace(idata) -> None:
-    for name in idata.groups():
-        idata[name].close()
-
-
 def group_level_vars(specs: Sequence[LayerSpec]) -> list[str]:
     """The hierarchical fit's draws the report reads besides the weights: every ``sd_<layer>`` and the first
     layer's ``mu``."""

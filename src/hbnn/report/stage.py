@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import arviz as az
 import numpy as np
 
 from hbnn import evaluation, likelihoods, plots
 from hbnn.config import Params
 from hbnn.data import load_tasks
-from hbnn.io import detail_path, settings_from_attrs, staged_outputs
+from hbnn.io import close_trace, detail_path, settings_from_attrs, staged_outputs
 from hbnn.prior import load_prior
 from hbnn.report.document import render_html, render_markdown
 from hbnn.report.figures import (
@@ -28,7 +27,6 @@ from hbnn.report.figures import (
 from hbnn.report.inputs import (
     check_metrics,
     check_traces,
-    close_trace,
     data_settings,
     group_level_vars,
     load_vars,
@@ -119,8 +117,11 @@ def report(
     sd_vars = [f"sd_{s.name}" for s in specs]
     ref_chain = params.prior.reference_chain if params.prior.reference_chain < hier_extra.sizes["chain"] else 0
     corr_name = f"correlation_{first.name}.png"
-    # The models' surfaces, reliability and PSIS-LOO in worker processes; the rest here, beside them.
+    # The models' surfaces, reliability and PSIS-LOO in worker processes; the rest here, beside them. ArviZ is
+    # imported only once they have forked (~3 s of a core, which the workers, reading with xarray, do not need).
     with all_model_outputs(paths, specs, tasks, rp, params) as wait_for_models:
+        import arviz as az
+
         later = {corr_name: _correlation_figure(hier_extra, prior, first, tasks.features, ref_chain)}
         sd_draws = {var: hier_extra[var].transpose("chain", "draw").values for var in sd_vars}
         later["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from hbnn import evaluation
-from hbnn.evaluation import function_space_diagnostics, group_weights, predict_proba, reliability
+from hbnn import evaluation, forward
+from hbnn.evaluation import function_space_diagnostics, group_weights, predict_output, predict_proba, reliability
 from hbnn.likelihoods import Bernoulli, Gaussian, mixture_cdf, mixture_quantiles
 from hbnn.network import layer_specs, mlp_logit
 
@@ -27,16 +27,30 @@ def test_exactly_half_is_not_class_one():
     assert classification_scores(np.array([0.5]), np.array([1]))["accuracy"] == 0.0
 
 
-def test_predict_proba_uses_every_draw_and_is_chunk_invariant():
+@pytest.mark.parametrize("hidden, bias", [((), False), ((5,), True), ((5, 5), False), ((3, 4, 2), True)])
+def test_predict_proba_uses_every_draw_and_matches_numpys_forward_pass(hidden, bias):
+    """The compiled float64 pass (hbnn.forward) against hbnn.network.mlp_logit in NumPy, draw by draw, over more
+    rows than one block and weights large enough to reach tanh's tails."""
     rng = np.random.default_rng(0)
-    specs = layer_specs(2, (5, 5))
-    weights = [rng.normal(size=(2, 30, *s.shape)) for s in specs]
-    X = rng.normal(size=(11, 2))
-    p = predict_proba(weights, X, chunk=7)
-    assert p.shape == (2, 30, 11)
-    np.testing.assert_allclose(p, predict_proba(weights, X, chunk=1000))
-    manual = 1 / (1 + np.exp(-mlp_logit(X, [w[1, 4] for w in weights])))
-    np.testing.assert_allclose(p[1, 4], manual)
+    specs = layer_specs(2, hidden, bias)
+    weights = [rng.normal(scale=3.0, size=(2, 30, *s.shape)) for s in specs]
+    X = rng.normal(size=(forward.BLOCK + 13, 2))
+    p = predict_proba(weights, X)
+    assert p.shape == (2, 30, X.shape[0]) and p.dtype == np.float64
+    for c, d in [(0, 0), (1, 4), (1, 29)]:
+        logit = mlp_logit(X, [w[c, d] for w in weights])
+        np.testing.assert_allclose(predict_output(weights, X)[c, d], logit, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(p[c, d], 1 / (1 + np.exp(-logit)), rtol=1e-13, atol=1e-15)
+
+
+def test_float64_tanh_within_its_stated_error():
+    x = np.concatenate([np.linspace(-25, 25, 200_001), [0.0, -0.0, 1e-300, 19.0, 19.5, -40.0]])
+    a = x.copy()
+    forward._tanh64_inplace(a, a.size, np.empty_like(a), np.empty(a.size, dtype=np.int64))
+    assert np.max(np.abs(a - np.tanh(x))) <= 2.3e-16
+    b = -x
+    forward._tanh64_inplace(b, b.size, np.empty_like(b), np.empty(b.size, dtype=np.int64))
+    np.testing.assert_array_equal(b, -a)  # odd, exactly
 
 
 def test_group_weights_selects_group_and_orders_dims():

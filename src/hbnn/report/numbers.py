@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numba
 import numpy as np
 from scipy.special import expit
 
+from hbnn import forward
 from hbnn.evaluation import ESS_MIN, RHAT_MAX
-from hbnn.kernel import _tanh_inplace
 from hbnn.network import BIAS, BIAS_SUFFIX, LayerSpec
 from hbnn.variants import VARIANTS
 
@@ -91,73 +90,23 @@ def surface_stats(
     ``weights`` are per-layer ``(sample, *shape)`` draws (a layer's last input row its bias where it has one more
     row than inputs); ``values`` maps network outputs to the plotted quantity (the likelihood's
     :meth:`~hbnn.likelihoods.Likelihood.mean`). The network runs in float32 in a compiled loop over draws
-    (:func:`_network_outputs`, the log density's float32 tanh): 0.09-0.10 s a group against 0.25-0.37 s for
+    (:func:`hbnn.forward.outputs`, the log density's float32 tanh): 0.09-0.10 s a group against 0.25-0.37 s for
     NumPy's float32 on the default grid (500 draws, 100 x 100 points, an AVX2 machine); mean and sd differ from
     float64 by about 1e-7, far below what a plot shows. Draws are taken in chunks and only running float64 sums
     are kept, so memory is ``chunk * n`` values.
     """
     n_samples = weights[0].shape[0]
-    n_in = points.shape[1]
-    layout, at = [], 0
-    for i, w in enumerate(weights):
-        n_out = w.shape[-1] if i < len(weights) - 1 else 1
-        rows = w[0].size // n_out
-        layout.append((n_in, n_out, at, int(rows == n_in + 1)))
-        n_in, at = n_out, at + w[0].size
-    layout = np.array(layout, dtype=np.int64)
-    flat = np.ascontiguousarray(np.concatenate([np.reshape(w, (n_samples, -1)) for w in weights], axis=1),
-                                dtype=np.float32)
-    columns = np.ascontiguousarray(np.asarray(points, dtype=np.float32).T)
     chunk = max(1, CHUNK_VALUES // points.shape[0])
     s1 = np.zeros(points.shape[0])
     s2 = np.zeros(points.shape[0])
     out = np.empty((min(chunk, n_samples), points.shape[0]), dtype=np.float32)
     for lo in range(0, n_samples, chunk):
-        block = flat[lo : lo + chunk]
-        _network_outputs(columns, block, layout, out)
-        p = values(out[: block.shape[0]])
+        block = [w[lo : lo + chunk] for w in weights]
+        p = values(forward.outputs(points, block, np.float32, out)[: block[0].shape[0]])
         s1 += p.sum(axis=0, dtype=np.float64)
         s2 += np.square(p, dtype=np.float64).sum(axis=0)
     mean = s1 / n_samples
     return mean, np.sqrt(np.clip(s2 / n_samples - mean**2, 0.0, None))
-
-
-@numba.njit(fastmath=True, error_model="numpy", cache=True, nogil=True)
-def _network_outputs(columns, flat, layout, out):
-    """``out[s, i]``: the tanh MLP's output for draw ``s`` (``flat[s]``: its layers' weights, row-major, one after
-    another) at point ``i`` (``columns``: ``(feature, point)``, float32). ``layout`` holds each layer's inputs,
-    outputs, offset in ``flat[s]`` and whether its last input row is a bias. Points go through the whole network
-    in blocks of :data:`_BLOCK`, which stay in the L1 cache; every inner loop runs over a block's points, so it
-    vectorises; tanh is the log density's float32 one (:func:`hbnn.kernel._tanh_inplace`)."""
-    n = columns.shape[1]
-    width = max(columns.shape[0], layout[:, 1].max())
-    h = np.zeros((2, width, _BLOCK), dtype=np.float32)
-    e = np.empty(_BLOCK, dtype=np.float32)
-    bits = np.empty(_BLOCK, dtype=np.int32)
-    last = layout.shape[0] - 1
-    for lo in range(0, n, _BLOCK):
-        m = min(_BLOCK, n - lo)
-        for s in range(flat.shape[0]):
-            w = flat[s]
-            for layer in range(last + 1):
-                n_in, n_out, at, bias = layout[layer, 0], layout[layer, 1], layout[layer, 2], layout[layer, 3]
-                dst = h[layer % 2]
-                for j in range(n_out):
-                    acc = dst[j]
-                    b = w[at + n_in * n_out + j] if bias else np.float32(0.0)
-                    for i in range(m):
-                        acc[i] = b
-                    for k in range(n_in):
-                        wk = w[at + k * n_out + j]
-                        x = columns[k, lo:lo + m] if layer == 0 else h[(layer - 1) % 2, k]
-                        for i in range(m):
-                            acc[i] += wk * x[i]
-                    if layer < last:
-                        _tanh_inplace(acc, m, e, bits)
-            out[s, lo:lo + m] = h[last % 2, 0, :m]
-
-
-_BLOCK = 512  # points per pass through the network: 2 x width x 512 float32 stay in the L1 cache
 
 
 def correlation_from_cov(cov: np.ndarray) -> np.ndarray:

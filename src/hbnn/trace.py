@@ -3,8 +3,8 @@
 The fit stages build and write traces without importing ArviZ, whose import
 (matplotlib's pyplot, SciPy's stats, a numba ufunc compiled at import) costs
 every stage process ~2.5 s on a 2-core machine. :class:`Trace` holds the same
-groups in ArviZ's order and writes the same NetCDF file (one HDF5 group per
-trace group, h5netcdf), so ``az.from_netcdf`` reads it as ArviZ wrote it;
+groups in ArviZ's order and writes a NetCDF file as ArviZ lays it out (one HDF5 group per
+trace group), so ``az.from_netcdf`` reads the same groups as from ArviZ's own file;
 :meth:`Trace.to_arviz` hands the groups to ArviZ where its functions are wanted.
 """
 
@@ -62,11 +62,13 @@ class Trace(Mapping):
         return f"Trace({', '.join(f'{g}: {dict(ds.sizes)}' for g, ds in self._groups.items())})"
 
     def to_netcdf(self, path: str | Path, compress: bool = False) -> None:
-        """Every group into one NetCDF file (h5netcdf, ArviZ's default engine), each as a group of its own;
-        ``compress``: zlib on the numeric variables, as ArviZ's default."""
+        """Every group into one NetCDF file, each as a group of its own; ``compress``: zlib on the numeric
+        variables, as ArviZ's default. Written with netCDF-C (xarray's ``netcdf4`` engine), which wrote the
+        default hierarchical trace in 0.17-0.34 s against 0.75-0.79 s for ArviZ's ``h5netcdf``; ArviZ, which
+        reads with h5netcdf, reads the same groups from either (tested)."""
         encodings = {name: {var: {"zlib": True} for var, values in ds.variables.items() if values.dtype.kind in "biufc"}
                      for name, ds in self._groups.items()} if compress else {}
-        write_netcdf_groups(self._groups, path, "h5netcdf", encodings)
+        write_netcdf_groups(self._groups, path, "netcdf4", encodings)
 
     def to_arviz(self):
         """The same groups as ArviZ's ``InferenceData``."""

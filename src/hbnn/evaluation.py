@@ -31,9 +31,12 @@ def group_weights(posterior: xr.Dataset, specs: Sequence[LayerSpec], group: str 
     out = []
     for s in specs:
         da = posterior[s.var]
-        if group is not None:
-            da = da.sel(group=group)
-        out.append(da.transpose("chain", "draw", *s.dims).values)
+        values, dims = da.values, list(da.dims)
+        if group is not None:  # NumPy's indexing: xarray's sel and transpose took ~1.7 ms a layer and group
+            axis = dims.index("group")
+            values = np.take(values, da.indexes["group"].get_loc(group), axis=axis)
+            del dims[axis]
+        out.append(np.transpose(values, [dims.index(d) for d in ("chain", "draw", *s.dims)]))
     return out
 
 

@@ -1,3 +1,6 @@
+import dataclasses
+import json
+
 import numpy as np
 import nutpie
 
@@ -165,3 +168,52 @@ def test_fits_started_beside_each_other_draw_what_fits_one_at_a_time_draw():
     with pytest.raises(ValueError, match="new rows as x and y"):
         list(sampler.sample_each(bad))
     assert sampler.backend.density is density  # the hand-written density ran, not PyTensor's
+
+
+def test_groups_that_miss_the_bar_are_fitted_again_longer_and_thinned(ragged_tasks, caplog):
+    """sampler.max_draws in a per-group stage: tiny fits (20 draws) miss the bar, so every group is fitted again
+    from its own seed with 2, 3, ... x the draws up to max_draws and thinned back to 20; the thinned draws are
+    every k-th draw of a plain fit of k x 20 draws, divergences and steps count the whole run, and the stage's
+    metrics and trace say which groups, how far and why."""
+    import logging
+
+    from hbnn.kernel import FlatDensity
+    from hbnn.stages import fitting
+
+    raw = {"model": {"hidden_layers": [2]}, "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 60}}
+    params = parse_params(raw)
+
+    def build(X, y):
+        return build_flat_model(X, y, ragged_tasks.features, (2,))
+
+    def density(X, y):
+        return FlatDensity.on_rows(X, y, (2,), False, "bernoulli", 1.0, prior_sd=1.0, features=("x1", "x2"))
+
+    with caplog.at_level(logging.INFO):
+        sampled = fit_per_group("fit_flat", params, ragged_tasks, build, density)
+    assert sampled.posterior.sizes["draw"] == 20
+    assert set(sampled.thinned) == {"a", "b", "c"}
+    for info in sampled.thinned.values():
+        assert info["thinned_by"] == 3 and info["draws_per_chain"] == 60  # the ESS asked for more: capped
+        assert info["missed"]["draws_per_chain"] == 20 and info["missed"]["min_ess_bulk"] < 400
+    assert "still misses the bar at max_draws=60" in caplog.text
+    # group "b" thinned is every 3rd draw of a plain 60-draw fit from its seed
+    longer = parse_params({**raw, "sampler": {**raw["sampler"], "draws": 60, "max_draws": 0}})
+    plain = fit_per_group("fit_flat", longer, ragged_tasks, build, density)
+    np.testing.assert_array_equal(sampled.posterior["w_in"].sel(group="b").values,
+                                  plain.posterior["w_in"].sel(group="b").values[:, 2::3])
+    steps = plain.sample_stats["n_steps"].sel(group="b").values
+    np.testing.assert_array_equal(sampled.sample_stats["n_steps"].sel(group="b").values,
+                                  steps.reshape(2, 20, 3).sum(axis=2))
+    diverged = plain.sample_stats["diverging"].sel(group="b").values.reshape(2, 20, 3).any(axis=2)
+    np.testing.assert_array_equal(sampled.sample_stats["diverging"].sel(group="b").values, diverged)
+    assert sampled.cost.grad_evals > plain.cost.grad_evals  # the 20-, 40- and 60-draw runs all count
+    idata, metrics, _, _ = fitting.score_fit("fit_flat", params, ragged_tasks, sampled)
+    assert metrics["sampling"]["thinned_groups"] == sampled.thinned
+    # the diagnostics judged as the groups were fitted are the metrics' own, not computed twice
+    assert set(sampled.test_diagnostics) == {"a", "b", "c"}
+    assert fitting.score_fit("fit_flat", params, ragged_tasks,
+                             dataclasses.replace(sampled, test_diagnostics=None))[1] == metrics
+    assert json.loads(idata.sample_stats.attrs["hbnn_thinned_groups"]) == sampled.thinned
+    plain_metrics = fitting.score_fit("fit_flat", longer, ragged_tasks, plain)[1]
+    assert "thinned_groups" not in plain_metrics["sampling"]

@@ -147,13 +147,18 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
     else:
         steps = STEPS_PER_ITERATION_DIAG_STAN if s.mass_matrix == "diag_stan" else STEPS_PER_ITERATION[s.backend]
-        steps_per_fit = s.chains * (s.tune + s.draw_limit) * steps
+        iterations = s.tune + s.draw_limit
+        if not hierarchical and s.max_draws > s.draws:  # the first fit, then one at max_draws (the worst case)
+            iterations += s.tune + s.draws
+        steps_per_fit = s.chains * iterations * steps
         rows_per_step = n_train if hierarchical else n_train / n_groups
         stored_draws = s.chains * (s.tune + s.draw_limit)  # nutpie keeps the tuning draws too
         grad_us = KERNEL_GRAD_OVERHEAD_US if s.backend == "nutpie" else GRAD_OVERHEAD_US
         run = f"{s.chains} chains x {s.tune} + {s.draws} iterations" + (
-            f", counted as if it drew on to max_draws={s.max_draws} (it stops once the bar is met)"
-            if s.max_draws > s.draws else "")
+            "" if s.max_draws <= s.draws else
+            f", counted as if it drew on to max_draws={s.max_draws} (it stops once the bar is met)" if hierarchical
+            else f", counted as if every group were fitted again with max_draws={s.max_draws} (only those that miss "
+                 "the bar are)")
     per_row_weight = KERNEL_NS_PER_ROW_WEIGHT if s.backend == "nutpie" else NS_PER_ROW_WEIGHT
     grad_us += per_row_weight * 1e-3 * rows_per_step * per_group
     if informed:

@@ -380,6 +380,7 @@ def fit_metrics(
     group_divergences: Sequence[int] | None = None,
     loo: tuple[dict, dict[str, dict]] | None = None,
     advi_loss: np.ndarray | None = None,
+    test_diagnostics: dict[str, dict[str, float]] | None = None,
 ) -> dict:
     """Metrics dict for a fit stage (keys per DESIGN.md; the scores are the likelihood's).
 
@@ -391,7 +392,8 @@ def fit_metrics(
     ``advi_loss`` (ADVI fits): the loss per iteration, ``(groups, iterations)`` for per-group fits or
     ``(iterations,)`` for one joint fit; groups are then judged by :func:`group_converged`'s ADVI bar, each
     group's ``advi_loss`` says how its loss ended and ``sampling.advi_still_falling`` counts the curves
-    still falling.
+    still falling. ``test_diagnostics``: :func:`function_space_diagnostics` of groups' test draws computed
+    before (per-group fits judge each group as it is fitted), used instead of computing them again.
     ``sampling.groups_not_converged`` counts the groups that miss the bar of
     :func:`group_converged`; each group's ``converged`` says which. Of those,
     ``sampling.flagged_groups`` names the ones whose chains settled in distinct
@@ -410,7 +412,7 @@ def fit_metrics(
             if per_group[g] is not None:
                 metrics["per_group"][name][split] = per_group[g]
             if split == "test" and pred["y"][g].size:
-                diag = function_space_diagnostics(draws[g])
+                diag = (test_diagnostics or {}).get(name) or function_space_diagnostics(draws[g])
                 metrics["per_group"][name]["rhat_fn"] = diag["max_rhat"]
                 metrics["per_group"][name]["ess_bulk_fn"] = diag["min_ess_bulk"]
                 fs_rhat.append(diag["max_rhat"])

@@ -355,6 +355,14 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
             "relying on them."))
     blocks += [Para(sd_text, warn=bool(sd_bad))] if sd_text else []
     blocks.append(Para(flag_text, warn=bool(flags)))
+    thinned = [f"{LABELS[v]}, group {g}: {t['draws_per_chain']} draws per chain thinned by {t['thinned_by']} "
+               f"(at {t['missed']['draws_per_chain']}: function-space R-hat {fmt(t['missed'].get('max_rhat'))}, "
+               f"bulk ESS {fmt(t['missed'].get('min_ess_bulk'), '.0f')})" for v in MODELS
+               for g, t in sorted((lookup(metrics[v], "sampling", "thinned_groups") or {}).items())]
+    if thinned:
+        blocks.append(Para("Drawn longer and thinned (sampler.max_draws: a group whose draws missed the bar was "
+                           "fitted again from its seed with more draws per chain, every k-th kept, so that it "
+                           "holds as many as the others): " + "; ".join(thinned) + "."))
     if transfer_text:
         blocks.append(Para(transfer_text, warn=transfer_failing))
     return Section(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import xarray as xr
 from hbnn import budget, cluster, evaluation, likelihoods
 from hbnn.config import Params
 from hbnn.data import Tasks
-from hbnn.inference import backend_class
+from hbnn.inference import ESS_SPARE, backend_class
 from hbnn.io import as_builtin, detail_path, provenance, staged_outputs, stamp
 from hbnn.logs import watch
 from hbnn.network import layer_specs
@@ -129,7 +130,11 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
                            if "group" in sample_stats["diverging"].dims else None),
         loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),
         advi_loss=_advi_loss(sample_stats, tasks.group_names),
+        test_diagnostics=sampled.test_diagnostics,
     )
+    if sampled.thinned:  # groups drawn longer and thinned to the stage's draws (sampler.max_draws): why and how much
+        metrics["sampling"]["thinned_groups"] = sampled.thinned
+        idata.sample_stats.attrs["hbnn_thinned_groups"] = json.dumps(sampled.thinned, sort_keys=True)
     advi_iterations = sample_stats.sizes.get("advi_iteration")
     s = params.sampler_for(stage)
     timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
@@ -218,6 +223,10 @@ class Sampled:
     sample_stats: xr.Dataset
     cost: Cost
     extra_diagnostics: dict[str, dict[str, float]] | None = None
+    # per-group fits with sampler.max_draws: the groups drawn longer and thinned, {group: what and why}
+    thinned: dict[str, dict] | None = None
+    # ... and every group's function-space diagnostics on its test points, judged as it was fitted
+    test_diagnostics: dict[str, dict[str, float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +274,10 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
 
     with watch(log, stage, status=progress.status):
         fitted = cluster.fit_groups(stage, model, jobs, done)
+        results, thinned, diagnostics = fitted.results, {}, None
+        if settings.max_draws > settings.draws:
+            specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
+            results, thinned, diagnostics = _lengthen(stage, tasks, specs, model, jobs, results, progress)
     log.info("%s: %s", stage, progress.summary())
 
     def stack(parts):
@@ -272,8 +285,100 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
         order = ["chain", "draw", "group"]
         return ds.transpose(*order, ...)
 
-    posts = [r.posterior.expand_dims(group=[r.name]) for r in fitted.results]
-    stats = [r.sample_stats.expand_dims(group=[r.name]) for r in fitted.results]
-    grads = [r.grad_evals for r in fitted.results]
+    posts = [r.posterior.expand_dims(group=[r.name]) for r in results]
+    stats = [r.sample_stats.expand_dims(group=[r.name]) for r in results]
+    grads = [r.grad_evals for r in results]
     grad_evals = None if any(g is None for g in grads) else sum(grads)
-    return Sampled(stack(posts), stack(stats), Cost(progress.seconds, fitted.compile_seconds, grad_evals))
+    return Sampled(stack(posts), stack(stats), Cost(progress.seconds, fitted.compile_seconds, grad_evals),
+                   thinned=thinned or None, test_diagnostics=diagnostics)
+
+
+def _group_test_diagnostics(tasks: Tasks, g: int, posterior: xr.Dataset, specs) -> dict[str, float] | None:
+    """Function-space max R-hat and min bulk ESS of group ``g``'s test points at one per-group fit's draws (the
+    numbers the metrics judge it by); ``None`` for a group without test rows."""
+    test = tasks.split("test")
+    rows = test.rows(g)
+    if not rows.size:
+        return None
+    lik = likelihoods.get(tasks.likelihood)
+    draws = lik.mean(evaluation.predict_output(evaluation.group_weights(posterior, specs, None), test.X[rows]),
+                     tasks.y_mean, tasks.y_sd)
+    return evaluation.function_space_diagnostics(draws)
+
+
+def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Sequence[cluster.GroupJob],
+              results: Sequence[cluster.GroupResult], progress: GroupProgress
+              ) -> tuple[list[cluster.GroupResult], dict[str, dict], dict[str, dict[str, float]]]:
+    """With ``sampler.max_draws``: every group whose ``draws`` miss the convergence bar (function-space R-hat <=
+    1.01 and bulk ESS >= 400 on its test points) is fitted again from its own seed with ``k`` times the draws
+    per chain and each chain thinned to every ``k``-th draw, ``k`` growing (where the ESS extrapolates, at
+    least by one) until the thinned draws meet the bar or ``k * draws`` would pass ``max_draws``.
+
+    A stage's per-group traces share one ``draw`` dim, so a group cannot simply keep more draws; thinned,
+    it keeps ``draws`` draws of a longer chain (nutpie's longer run from the same seed starts with the same
+    draws). Its divergences are those of the whole run (a kept draw is marked divergent where any draw it stands
+    for diverged) and ``n_steps`` the steps they took; its seconds and gradients count every run. Returns the
+    results, per group drawn longer what it missed, ``thinned_by`` and the draws per chain drawn, and every
+    group's diagnostics at the draws it keeps (the metrics' own, so they are not computed twice)."""
+    s = model.settings
+    out = list(results)
+    thinned: dict[str, dict] = {}
+    diagnostics: dict[str, dict[str, float]] = {}
+    pending = {}
+    for r in out:
+        d = _group_test_diagnostics(tasks, r.index, r.posterior, specs)
+        if d is not None:
+            diagnostics[r.name] = d
+            if not evaluation.meets_bar(d["max_rhat"], d["min_ess_bulk"]):
+                pending[r.index] = (1, d)
+    limit = s.max_draws // s.draws
+    while pending:
+        by_factor: dict[int, list[int]] = {}
+        for g, (k, d) in pending.items():
+            ess = d["min_ess_bulk"]
+            grow = k + 1
+            if np.isfinite(ess) and 0 < ess < evaluation.ESS_MIN:
+                grow = max(grow, int(np.ceil(k * evaluation.ESS_MIN * ESS_SPARE / ess)))
+            k_next = min(grow, limit)
+            if k_next <= k:
+                log.warning("%s: group %s still misses the bar at max_draws=%d draws per chain (function-space "
+                            "R-hat %.3f, bulk ESS %.0f); the metrics and the report say so", stage,
+                            jobs[g].name, k * s.draws, d["max_rhat"], d["min_ess_bulk"])
+                continue
+            log.info("%s: group %s misses the bar at %d draws per chain (function-space R-hat %.3f, bulk ESS %.0f); "
+                     "fitting it again with %d draws per chain, thinned by %d", stage, jobs[g].name, k * s.draws,
+                     d["max_rhat"], d["min_ess_bulk"], k_next * s.draws, k_next)
+            by_factor.setdefault(k_next, []).append(g)
+        pending_next = {}
+        for k, groups in sorted(by_factor.items()):
+            longer = dataclasses.replace(model, settings=dataclasses.replace(s, draws=k * s.draws, max_draws=0))
+            refit = cluster.fit_groups(f"{stage}-x{k}", longer, [jobs[g] for g in groups])
+            for r in refit.results:
+                before = out[r.index]
+                progress.seconds += r.seconds
+                thin = _thinned(r, k, s.draws, before)
+                out[r.index] = thin
+                d = diagnostics[r.name] = _group_test_diagnostics(tasks, r.index, thin.posterior, specs)
+                first = thinned.get(r.name, {}).get("missed") or {
+                    "draws_per_chain": s.draws, **{key: float(v) for key, v in pending[r.index][1].items()}}
+                thinned[r.name] = {"thinned_by": k, "draws_per_chain": k * s.draws, "missed": first}
+                if d is not None and not evaluation.meets_bar(d["max_rhat"], d["min_ess_bulk"]):
+                    pending_next[r.index] = (k, d)
+        pending = pending_next
+    return out, dict(sorted(thinned.items())), diagnostics
+
+
+def _thinned(r: cluster.GroupResult, k: int, draws: int, before: cluster.GroupResult) -> cluster.GroupResult:
+    """A longer run's result with each chain thinned to every ``k``-th draw (``draws`` of them), divergences and
+    steps kept whole; seconds and gradients add those of the runs before it."""
+    keep = slice(k - 1, None, k)
+    post = r.posterior.isel(draw=keep).assign_coords(draw=np.arange(draws))
+    stats = r.sample_stats.isel(draw=keep).assign_coords(draw=np.arange(draws))
+    for name, reduce in (("diverging", np.any), ("n_steps", np.sum)):
+        if name in r.sample_stats:
+            da = r.sample_stats[name].transpose("chain", "draw", ...)
+            blocks = da.values.reshape(da.shape[0], draws, k, *da.shape[2:])
+            stats[name] = (da.dims, reduce(blocks, axis=2).astype(da.dtype))
+    grads = None if r.grad_evals is None or before.grad_evals is None else r.grad_evals + before.grad_evals
+    return dataclasses.replace(r, posterior=post, sample_stats=stats, seconds=r.seconds + before.seconds,
+                               grad_evals=grads, divergences=r.divergences)

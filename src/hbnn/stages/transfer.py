@@ -227,7 +227,10 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
         "stops_mattering": transfer.stops_mattering({k: v["difference"] for k, v in sizes.items()}),
         "skipped": skipped,
         "sampling": {**{name: {"fits": len(f), "fits_not_converged": sum(not x["converged"] for x in f),
-                               "divergences": sum(x["divergences"] for x in f)} for name, f in per_fit.items()},
+                               "divergences": sum(x["divergences"] for x in f),
+                               # fits drawn longer and thinned (sampler.max_draws), with why
+                               "thinned_fits": fits[name]["sampling"].get("thinned_groups", {})}
+                        for name, f in per_fit.items()},
                      "hierarchical": {k: upstream["hierarchical"]["sampling"][k]
                                       for k in (*evaluation.HEADLINE_SAMPLING, "advi_still_falling")
                                       if k in upstream["hierarchical"]["sampling"]}},

@@ -196,7 +196,7 @@ def test_groups_that_miss_the_bar_are_fitted_again_longer_and_thinned(ragged_tas
     for info in sampled.thinned.values():
         assert info["thinned_by"] == 3 and info["draws_per_chain"] == 60  # the ESS asked for more: capped
         assert info["missed"]["draws_per_chain"] == 20 and info["missed"]["min_ess_bulk"] < 400
-    assert "still misses the bar at max_draws=60" in caplog.text
+    assert "misses the bar at 60 draws per chain" in caplog.text and "max_draws=60 allows no longer fit" in caplog.text
     # group "b" thinned is every 3rd draw of a plain 60-draw fit from its seed
     longer = parse_params({**raw, "sampler": {**raw["sampler"], "draws": 60, "max_draws": 0}})
     plain = fit_per_group("fit_flat", longer, ragged_tasks, build, density)
@@ -208,8 +208,12 @@ def test_groups_that_miss_the_bar_are_fitted_again_longer_and_thinned(ragged_tas
     diverged = plain.sample_stats["diverging"].sel(group="b").values.reshape(2, 20, 3).any(axis=2)
     np.testing.assert_array_equal(sampled.sample_stats["diverging"].sel(group="b").values, diverged)
     assert sampled.cost.grad_evals > plain.cost.grad_evals  # the 20-, 40- and 60-draw runs all count
+    assert sampled.thinned["b"]["divergences"] == int(plain.sample_stats["diverging"].sel(group="b").sum())
     idata, metrics, _, _ = fitting.score_fit("fit_flat", params, ragged_tasks, sampled)
     assert metrics["sampling"]["thinned_groups"] == sampled.thinned
+    # divergences: each thinned group's whole run (judged against its k x draws transitions), not its kept draws
+    assert all(metrics["per_group"][g]["divergences"] == t["divergences"] for g, t in sampled.thinned.items())
+    assert metrics["sampling"]["divergences"] == sum(t["divergences"] for t in sampled.thinned.values())
     # the diagnostics judged as the groups were fitted are the metrics' own, not computed twice
     assert set(sampled.test_diagnostics) == {"a", "b", "c"}
     assert fitting.score_fit("fit_flat", params, ragged_tasks,

@@ -147,18 +147,20 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
     else:
         steps = STEPS_PER_ITERATION_DIAG_STAN if s.mass_matrix == "diag_stan" else STEPS_PER_ITERATION[s.backend]
-        iterations = s.tune + s.draw_limit
-        if not hierarchical and s.max_draws > s.draws:  # the first fit, then one at max_draws (the worst case)
-            iterations += s.tune + s.draws
+        kept = s.draw_limit if hierarchical else s.draws  # a per-group trace keeps draws (a longer fit is thinned)
+        if hierarchical or s.max_draws <= s.draws:
+            iterations = s.tune + s.draw_limit
+        else:  # the first fit, then every refit k = 2 .. max_draws // draws (the worst case: one step at a time)
+            iterations = sum(s.tune + k * s.draws for k in range(1, s.max_draws // s.draws + 1))
         steps_per_fit = s.chains * iterations * steps
         rows_per_step = n_train if hierarchical else n_train / n_groups
-        stored_draws = s.chains * (s.tune + s.draw_limit)  # nutpie keeps the tuning draws too
+        stored_draws = s.chains * (s.tune + kept)  # nutpie keeps the tuning draws too
         grad_us = KERNEL_GRAD_OVERHEAD_US if s.backend == "nutpie" else GRAD_OVERHEAD_US
         run = f"{s.chains} chains x {s.tune} + {s.draws} iterations" + (
             "" if s.max_draws <= s.draws else
             f", counted as if it drew on to max_draws={s.max_draws} (it stops once the bar is met)" if hierarchical
-            else f", counted as if every group were fitted again with max_draws={s.max_draws} (only those that miss "
-                 "the bar are)")
+            else f", counted as if every group were fitted again at every multiple of draws up to max_draws="
+                 f"{s.max_draws} (only those that miss the bar are)")
     per_row_weight = KERNEL_NS_PER_ROW_WEIGHT if s.backend == "nutpie" else NS_PER_ROW_WEIGHT
     grad_us += per_row_weight * 1e-3 * rows_per_step * per_group
     if informed:
@@ -167,8 +169,9 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     parallel = 1 if s.backend == "advi" else max(1, min(s.chains, s.cores))
     minutes = fits * steps_per_fit * grad_us * 1e-6 / parallel / 60
     trace = stored_draws * stored_params * BYTES * COPIES
-    predictions = s.chains * s.draw_limit * (n_train + n_test) * BYTES * COPIES
-    predictions += s.chains * s.draw_limit * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.evaluation.psis_loo)
+    kept = s.draw_limit if hierarchical else s.draws
+    predictions = s.chains * kept * (n_train + n_test) * BYTES * COPIES
+    predictions += s.chains * kept * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.evaluation.psis_loo)
     prior = sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
     first = minutes * (s.tune + s.draws) / (s.tune + s.draw_limit) if s.max_draws > s.draws else None

@@ -146,7 +146,8 @@ class SamplerParams:
 
     NUTS backends use chains/tune/draws/target_accept; ``advi`` fits the
     approximation with ``advi.*`` and then draws ``chains x draws`` from it.
-    ``max_draws`` (nutpie and numpyro; 0: off) lets a fit draw past ``draws`` per chain while its draws miss
+    ``max_draws`` (0: off; the hierarchical fit: nutpie and numpyro; the per-group fits: the NUTS backends, ADVI
+    ignores it) lets a fit draw past ``draws`` per chain while its draws miss
     the convergence bar, up to ``max_draws`` per chain. The hierarchical fit goes on: it looks again where its
     smallest ESS so far extrapolates to the bar, at most ``draws`` further (nutpie: in steps of 100 draws;
     numpyro: a block of ``draws`` at a time) (:meth:`hbnn.inference.Sampler.sample`,

@@ -381,6 +381,7 @@ def fit_metrics(
     loo: tuple[dict, dict[str, dict]] | None = None,
     advi_loss: np.ndarray | None = None,
     test_diagnostics: dict[str, dict[str, float]] | None = None,
+    thinned: dict[str, dict] | None = None,
 ) -> dict:
     """Metrics dict for a fit stage (keys per DESIGN.md; the scores are the likelihood's).
 
@@ -393,7 +394,9 @@ def fit_metrics(
     ``(iterations,)`` for one joint fit; groups are then judged by :func:`group_converged`'s ADVI bar, each
     group's ``advi_loss`` says how its loss ended and ``sampling.advi_still_falling`` counts the curves
     still falling. ``test_diagnostics``: :func:`function_space_diagnostics` of groups' test draws computed
-    before (per-group fits judge each group as it is fitted), used instead of computing them again.
+    before (per-group fits judge each group as it is fitted), used instead of computing them again;
+    ``thinned``: groups drawn longer and thinned by ``thinned_by`` (``sampler.max_draws``), whose divergences are
+    their whole run's and are judged against its ``thinned_by`` times as many transitions.
     ``sampling.groups_not_converged`` counts the groups that miss the bar of
     :func:`group_converged`; each group's ``converged`` says which. Of those,
     ``sampling.flagged_groups`` names the ones whose chains settled in distinct
@@ -425,12 +428,16 @@ def fit_metrics(
         group = metrics["per_group"][name]
         # Per-group fits: the group's own divergences. One joint fit: its divergences concern every group.
         div = int(divergences) if group_divergences is None else int(group_divergences[g])
+        longer = (thinned or {}).get(name)
+        if longer is not None:
+            div = int(longer["divergences"])
         if group_divergences is not None:
             group["divergences"] = div
         advi = None if trend is None else trend[g if len(trend) > 1 else 0]
         if advi is not None:
             group["advi_loss"] = advi
-        group["converged"] = group_converged(group.get("rhat_fn"), group.get("ess_bulk_fn"), div, n_draws, advi)
+        group["converged"] = group_converged(group.get("rhat_fn"), group.get("ess_bulk_fn"), div,
+                                             n_draws * (longer["thinned_by"] if longer else 1), advi)
         not_converged += not group["converged"]
         # ADVI's chains are one approximation's independent draws: distinct chains cannot happen
         evidence = (None if group["converged"] or not test["y"][g].size or advi is not None

@@ -124,13 +124,16 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
     metrics = evaluation.fit_metrics(
         tasks,
         predictions,
-        divergences=int(sample_stats["diverging"].sum()),
+        divergences=int(sample_stats["diverging"].sum()) + sum(  # a thinned group's whole run, not its kept draws
+            t["divergences"] - int(sample_stats["diverging"].sel(group=g).sum())
+            for g, t in (sampled.thinned or {}).items()),
         extra_diagnostics=sampled.extra_diagnostics,
         group_divergences=(sample_stats["diverging"].sum(("chain", "draw")).sel(group=tasks.group_names).values
                            if "group" in sample_stats["diverging"].dims else None),
         loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),
         advi_loss=_advi_loss(sample_stats, tasks.group_names),
         test_diagnostics=sampled.test_diagnostics,
+        thinned=sampled.thinned,
     )
     if sampled.thinned:  # groups drawn longer and thinned to the stage's draws (sampler.max_draws): why and how much
         metrics["sampling"]["thinned_groups"] = sampled.thinned
@@ -274,10 +277,13 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
 
     with watch(log, stage, status=progress.status):
         fitted = cluster.fit_groups(stage, model, jobs, done)
-        results, thinned, diagnostics = fitted.results, {}, None
-        if settings.max_draws > settings.draws:
+        results, thinned, diagnostics, compile_seconds = fitted.results, {}, None, fitted.compile_seconds
+        # ADVI's draws are one approximation's independent draws, judged by its loss: a refit from the same seed
+        # would give the same approximation
+        if settings.max_draws > settings.draws and settings.backend != "advi":
             specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
-            results, thinned, diagnostics = _lengthen(stage, tasks, specs, model, jobs, results, progress)
+            results, thinned, diagnostics, refits = _lengthen(stage, tasks, specs, model, jobs, results, progress)
+            compile_seconds = None if compile_seconds is None or None in refits else compile_seconds + sum(refits)
     log.info("%s: %s", stage, progress.summary())
 
     def stack(parts):
@@ -289,7 +295,7 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
     stats = [r.sample_stats.expand_dims(group=[r.name]) for r in results]
     grads = [r.grad_evals for r in results]
     grad_evals = None if any(g is None for g in grads) else sum(grads)
-    return Sampled(stack(posts), stack(stats), Cost(progress.seconds, fitted.compile_seconds, grad_evals),
+    return Sampled(stack(posts), stack(stats), Cost(progress.seconds, compile_seconds, grad_evals),
                    thinned=thinned or None, test_diagnostics=diagnostics)
 
 
@@ -308,7 +314,7 @@ def _group_test_diagnostics(tasks: Tasks, g: int, posterior: xr.Dataset, specs) 
 
 def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Sequence[cluster.GroupJob],
               results: Sequence[cluster.GroupResult], progress: GroupProgress
-              ) -> tuple[list[cluster.GroupResult], dict[str, dict], dict[str, dict[str, float]]]:
+              ) -> tuple[list[cluster.GroupResult], dict[str, dict], dict[str, dict[str, float]], list]:
     """With ``sampler.max_draws``: every group whose ``draws`` miss the convergence bar (function-space R-hat <=
     1.01 and bulk ESS >= 400 on its test points) is fitted again from its own seed with ``k`` times the draws
     per chain and each chain thinned to every ``k``-th draw, ``k`` growing (where the ESS extrapolates, at
@@ -318,8 +324,10 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
     it keeps ``draws`` draws of a longer chain (nutpie's longer run from the same seed starts with the same
     draws). Its divergences are those of the whole run (a kept draw is marked divergent where any draw it stands
     for diverged) and ``n_steps`` the steps they took; its seconds and gradients count every run. Returns the
-    results, per group drawn longer what it missed, ``thinned_by`` and the draws per chain drawn, and every
-    group's diagnostics at the draws it keeps (the metrics' own, so they are not computed twice)."""
+    results; per group drawn longer what it missed, ``thinned_by``, the draws per chain drawn and the whole
+    run's divergences (:func:`hbnn.evaluation.fit_metrics` judges them against its ``k * draws`` transitions);
+    every group's diagnostics at the draws it keeps (the metrics' own, so they are not computed twice); and the
+    refits' compile seconds."""
     s = model.settings
     out = list(results)
     thinned: dict[str, dict] = {}
@@ -332,6 +340,7 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
             if not evaluation.meets_bar(d["max_rhat"], d["min_ess_bulk"]):
                 pending[r.index] = (1, d)
     limit = s.max_draws // s.draws
+    compiles: list = []
     while pending:
         by_factor: dict[int, list[int]] = {}
         for g, (k, d) in pending.items():
@@ -341,9 +350,9 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
                 grow = max(grow, int(np.ceil(k * evaluation.ESS_MIN * ESS_SPARE / ess)))
             k_next = min(grow, limit)
             if k_next <= k:
-                log.warning("%s: group %s still misses the bar at max_draws=%d draws per chain (function-space "
-                            "R-hat %.3f, bulk ESS %.0f); the metrics and the report say so", stage,
-                            jobs[g].name, k * s.draws, d["max_rhat"], d["min_ess_bulk"])
+                log.warning("%s: group %s misses the bar at %d draws per chain (function-space R-hat %.3f, bulk ESS "
+                            "%.0f), and sampler.max_draws=%d allows no longer fit; the metrics and the report say "
+                            "so", stage, jobs[g].name, k * s.draws, d["max_rhat"], d["min_ess_bulk"], s.max_draws)
                 continue
             log.info("%s: group %s misses the bar at %d draws per chain (function-space R-hat %.3f, bulk ESS %.0f); "
                      "fitting it again with %d draws per chain, thinned by %d", stage, jobs[g].name, k * s.draws,
@@ -353,6 +362,7 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
         for k, groups in sorted(by_factor.items()):
             longer = dataclasses.replace(model, settings=dataclasses.replace(s, draws=k * s.draws, max_draws=0))
             refit = cluster.fit_groups(f"{stage}-x{k}", longer, [jobs[g] for g in groups])
+            compiles.append(refit.compile_seconds)
             for r in refit.results:
                 before = out[r.index]
                 progress.seconds += r.seconds
@@ -361,11 +371,12 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
                 d = diagnostics[r.name] = _group_test_diagnostics(tasks, r.index, thin.posterior, specs)
                 first = thinned.get(r.name, {}).get("missed") or {
                     "draws_per_chain": s.draws, **{key: float(v) for key, v in pending[r.index][1].items()}}
-                thinned[r.name] = {"thinned_by": k, "draws_per_chain": k * s.draws, "missed": first}
+                thinned[r.name] = {"thinned_by": k, "draws_per_chain": k * s.draws, "divergences": r.divergences,
+                                   "missed": first}
                 if d is not None and not evaluation.meets_bar(d["max_rhat"], d["min_ess_bulk"]):
                     pending_next[r.index] = (k, d)
         pending = pending_next
-    return out, dict(sorted(thinned.items())), diagnostics
+    return out, dict(sorted(thinned.items())), diagnostics, compiles
 
 
 def _thinned(r: cluster.GroupResult, k: int, draws: int, before: cluster.GroupResult) -> cluster.GroupResult:

@@ -139,15 +139,15 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     per_group = sum(layers)
     hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
     stored_params = n_groups * per_group + (per_group + len(layers) if hierarchical else 0)
+    kept = s.draw_limit if hierarchical else s.draws  # draws per chain a trace keeps (a per-group refit is thinned)
     if s.backend == "advi":
         steps_per_fit = s.advi.iterations
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
-        stored_draws = s.chains * s.draw_limit
+        stored_draws = s.chains * kept
         grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * (stored_params if hierarchical else per_group)
         run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
     else:
         steps = STEPS_PER_ITERATION_DIAG_STAN if s.mass_matrix == "diag_stan" else STEPS_PER_ITERATION[s.backend]
-        kept = s.draw_limit if hierarchical else s.draws  # a per-group trace keeps draws (a longer fit is thinned)
         if hierarchical or s.max_draws <= s.draws:
             iterations = s.tune + s.draw_limit
         else:  # the first fit, then every refit k = 2 .. max_draws // draws (the worst case: one step at a time)
@@ -169,12 +169,11 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     parallel = 1 if s.backend == "advi" else max(1, min(s.chains, s.cores))
     minutes = fits * steps_per_fit * grad_us * 1e-6 / parallel / 60
     trace = stored_draws * stored_params * BYTES * COPIES
-    kept = s.draw_limit if hierarchical else s.draws
     predictions = s.chains * kept * (n_train + n_test) * BYTES * COPIES
     predictions += s.chains * kept * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.evaluation.psis_loo)
     prior = sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
-    first = minutes * (s.tune + s.draws) / (s.tune + s.draw_limit) if s.max_draws > s.draws else None
+    first = minutes * (s.tune + s.draws) / (s.tune + s.draw_limit) if hierarchical and s.max_draws > s.draws else None
     return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes, first)
 
 

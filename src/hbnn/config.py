@@ -168,6 +168,9 @@ class SamplerParams:
     advi: AdviParams = field(default_factory=AdviParams)
 
     def check(self, key: str) -> None:
+        # sampler: the per-group fits, which meet max_draws by refitting and thinning (any block size, any
+        # backend); the joint fit goes on from its chains, in blocks, where its backend can
+        per_group = key == "sampler"
         _require(self.backend in BACKENDS, f"{key}.backend", self.backend, f"must be one of {list(BACKENDS)}")
         _require(self.chains >= 1, f"{key}.chains", self.chains, "must be >= 1")
         _require(self.tune >= 0, f"{key}.tune", self.tune, "must be >= 0")
@@ -182,13 +185,12 @@ class SamplerParams:
                  f"needs {key}.backend=nutpie (the other backends adapt a diagonal mass matrix)")
         _require(self.max_draws == 0 or self.max_draws >= self.draws, f"{key}.max_draws", self.max_draws,
                  f"must be 0 (off) or >= {key}.draws={self.draws}")
-        _require(self.max_draws == 0 or self.max_draws % self.draws == 0 or key == "sampler", f"{key}.max_draws",
+        _require(self.max_draws == 0 or self.max_draws % self.draws == 0 or per_group, f"{key}.max_draws",
                  self.max_draws,
                  f"must be a whole number of blocks of {key}.draws={self.draws} (the fit goes on a block at a time)")
         _require(self.max_draws == 0 or self.chains >= 2, f"{key}.max_draws", self.max_draws,
                  f"needs {key}.chains >= 2 (R-hat, part of the bar it draws until, needs 2 chains); set it to 0")
-        # (per-group fits are refitted and thinned, which every backend can; a joint fit goes on from its chains)
-        _require(self.max_draws == 0 or self.backend in ("numpyro", "nutpie") or key == "sampler", f"{key}.max_draws",
+        _require(self.max_draws == 0 or self.backend in ("numpyro", "nutpie") or per_group, f"{key}.max_draws",
                  self.max_draws,
                  f"needs {key}.backend=nutpie or numpyro (the backends here that can draw on until the draws meet "
                  "the bar); set it to 0")

@@ -122,6 +122,12 @@ def scalar_diagnostics(posterior: xr.Dataset, var_names: Sequence[str], tail: bo
             for i, v in enumerate(var_names)}
 
 
+def quantity_draws(tasks: Tasks, weights: Sequence[np.ndarray], X: np.ndarray) -> np.ndarray:
+    """The function-space quantity ``(chain, draw, n)`` (the likelihood's mean, in the label's original units) at
+    rows ``X`` of ``tasks``, for per-layer weight draws ``weights`` (:func:`group_weights`)."""
+    return likelihoods.get(tasks.likelihood).mean(predict_output(weights, X), tasks.y_mean, tasks.y_sd)
+
+
 def evaluate_groups(
     tasks: Tasks, weights_of, splits: Sequence[str] = ("train", "test"), noise_of=None
 ) -> dict[str, dict[str, list]]:
@@ -140,7 +146,7 @@ def evaluate_groups(
         draws, noise, ys = [], [], []
         for g in range(tasks.n_groups):
             rows = split.rows(g)
-            draws.append(lik.mean(predict_output(weights_of(g), split.X[rows]), tasks.y_mean, tasks.y_sd))
+            draws.append(quantity_draws(tasks, weights_of(g), split.X[rows]))
             if lik.has_noise:
                 noise.append(tasks.y_sd * noise_of(g))
             ys.append(lik.mean_label(split.y[rows], tasks.y_mean, tasks.y_sd))
@@ -395,8 +401,8 @@ def fit_metrics(
     group's ``advi_loss`` says how its loss ended and ``sampling.advi_still_falling`` counts the curves
     still falling. ``test_diagnostics``: :func:`function_space_diagnostics` of groups' test draws computed
     before (per-group fits judge each group as it is fitted), used instead of computing them again;
-    ``thinned``: groups drawn longer and thinned by ``thinned_by`` (``sampler.max_draws``), whose divergences are
-    their whole run's and are judged against its ``thinned_by`` times as many transitions.
+    ``thinned``: groups drawn longer and thinned by ``thinned_by`` (``sampler.max_draws``), whose divergences
+    (their whole run's, in ``group_divergences``) are judged against ``thinned_by`` times as many transitions.
     ``sampling.groups_not_converged`` counts the groups that miss the bar of
     :func:`group_converged`; each group's ``converged`` says which. Of those,
     ``sampling.flagged_groups`` names the ones whose chains settled in distinct
@@ -429,8 +435,6 @@ def fit_metrics(
         # Per-group fits: the group's own divergences. One joint fit: its divergences concern every group.
         div = int(divergences) if group_divergences is None else int(group_divergences[g])
         longer = (thinned or {}).get(name)
-        if longer is not None:
-            div = int(longer["divergences"])
         if group_divergences is not None:
             group["divergences"] = div
         advi = None if trend is None else trend[g if len(trend) > 1 else 0]

@@ -120,16 +120,19 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
         groups.update(_pointwise_groups(stage, params, tasks, predictions["test"], log_lik, observed))
     idata = Trace(**groups)
     settings = _settings(stage, params, tasks, **(settings_extra or {}))
+    diverging = sample_stats["diverging"]
+    group_divergences = None  # per-group fits: each group's own, a thinned group's over its whole run
+    if "group" in diverging.dims:
+        group_divergences = diverging.sum(("chain", "draw")).sel(group=tasks.group_names).values
+        for g, t in (sampled.thinned or {}).items():
+            group_divergences[tasks.group_names.index(g)] = t["divergences"]
     stamp(idata, provenance(dvc_stage, variant.name, params.section_hash(*STAGE_PARAMS[dvc_stage]), settings))
     metrics = evaluation.fit_metrics(
         tasks,
         predictions,
-        divergences=int(sample_stats["diverging"].sum()) + sum(  # a thinned group's whole run, not its kept draws
-            t["divergences"] - int(sample_stats["diverging"].sel(group=g).sum())
-            for g, t in (sampled.thinned or {}).items()),
+        divergences=int(sample_stats["diverging"].sum()) if group_divergences is None else int(group_divergences.sum()),
         extra_diagnostics=sampled.extra_diagnostics,
-        group_divergences=(sample_stats["diverging"].sum(("chain", "draw")).sel(group=tasks.group_names).values
-                           if "group" in sample_stats["diverging"].dims else None),
+        group_divergences=group_divergences,
         loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),
         advi_loss=_advi_loss(sample_stats, tasks.group_names),
         test_diagnostics=sampled.test_diagnostics,
@@ -306,9 +309,7 @@ def _group_test_diagnostics(tasks: Tasks, g: int, posterior: xr.Dataset, specs) 
     rows = test.rows(g)
     if not rows.size:
         return None
-    lik = likelihoods.get(tasks.likelihood)
-    draws = lik.mean(evaluation.predict_output(evaluation.group_weights(posterior, specs, None), test.X[rows]),
-                     tasks.y_mean, tasks.y_sd)
+    draws = evaluation.quantity_draws(tasks, evaluation.group_weights(posterior, specs, None), test.X[rows])
     return evaluation.function_space_diagnostics(draws)
 
 

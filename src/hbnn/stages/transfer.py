@@ -176,7 +176,7 @@ def population_predictions(params: Params, tasks: Tasks, posterior, heldout: lis
     out = {"draws": [], "noise": [] if lik.has_noise else None, "y": []}
     for name in heldout:
         rows = test.rows(tasks.group_names.index(name))
-        out["draws"].append(lik.mean(evaluation.predict_output(weights, test.X[rows]), tasks.y_mean, tasks.y_sd))
+        out["draws"].append(evaluation.quantity_draws(tasks, weights, test.X[rows]))
         if lik.has_noise:
             out["noise"].append(noise)
         out["y"].append(lik.mean_label(test.y[rows], tasks.y_mean, tasks.y_sd))

@@ -16,6 +16,7 @@ from hbnn.network import has_bias
 from hbnn.report.document import Figure, FigureLinks, Heading, Para, Section, Table
 from hbnn.report.numbers import ESS_OK, LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT_OK, fmt, lookup, pct
 from hbnn.transfer import in_size_order
+from hbnn.variants import BY_NAME
 
 
 def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int],
@@ -45,22 +46,26 @@ def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str,
     runs = []
     for v in MODELS:
         s = settings[v].get("sampler", {})
-        runs.append(f"{LABELS[v]}: {_run_description(s, (drawn or {}).get(v))}; "
+        runs.append(f"{LABELS[v]}: {_run_description(s, (drawn or {}).get(v), BY_NAME[v].has_group_distribution)}; "
                     + (f"surfaces use {used_draws[v]} draws" if used_draws[v] else "no surfaces"))
     out.append(Para("Sampling: " + "; ".join(runs) + "."))
     return out
 
 
-def _run_description(s: dict[str, Any], drawn: int | None = None) -> str:
+def _run_description(s: dict[str, Any], drawn: int | None = None, joint: bool = True) -> str:
     """A fit's inference settings as the intro states them (ADVI has no tuning: it has optimisation steps);
-    ``drawn``: the draws per chain the trace holds, which ``max_draws`` lets exceed ``draws``."""
+    ``drawn``: the draws per chain the trace holds, which ``max_draws`` lets a joint fit exceed (``joint``;
+    per-group fits refit a group that misses the bar and thin it to ``draws``)."""
     if s.get("backend") == "advi":
         a = s.get("advi", {})
         batch = f", minibatches of {a['minibatch_size']} rows" if a.get("minibatch_size") else ""
         return (f"mean-field ADVI, {a.get('iterations', '?')} Adam steps (learning rate {a.get('learning_rate', '?')}"
                 f"{batch}), then {s.get('chains', '?')} x {s.get('draws', '?')} draws from the approximation")
     blocks = ""
-    if s.get("max_draws", 0) > s.get("draws", 0):
+    if s.get("max_draws", 0) > s.get("draws", 0) and not joint:
+        blocks = (f"; a group whose draws missed the convergence bar is fitted again with up to {s['max_draws']} "
+                  f"draws per chain and thinned to {s['draws']}")
+    elif s.get("max_draws", 0) > s.get("draws", 0):
         how = (f"drawn in blocks of {s['draws']}" if s.get("backend") != "nutpie" else
                f"checked after {s['draws']} draws, then where the smallest ESS extrapolated to the bar,")
         blocks = f"; {how} until every group met the convergence bar or {s['max_draws']} were drawn"

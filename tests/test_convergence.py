@@ -55,3 +55,13 @@ def test_average_ranks_equal_scipy_with_ties():
     x = rng.integers(0, 5, size=(40, 6)).astype(float)
     x[:, 5] = rng.normal(size=40)
     np.testing.assert_array_equal(convergence.average_ranks(x), rankdata(x, axis=0, method="average"))
+
+
+def test_average_ranks_equal_scipy_without_ties_and_keep_the_callers_layout():
+    # the no-ties shortcut (continuous draws: the ranks are the sorted positions), and a C-contiguous result as the
+    # callers' sums and FFTs expect, whatever x's own layout
+    x = np.random.default_rng(4).normal(size=(300, 9))
+    for values in (x, np.asfortranarray(x), x[::2]):
+        ranks = convergence.average_ranks(values)
+        np.testing.assert_array_equal(ranks, rankdata(values, axis=0, method="average"))
+        assert ranks.flags["C_CONTIGUOUS"]

@@ -24,20 +24,27 @@ TAIL_PROBS = (0.05, 0.95)
 def average_ranks(x: np.ndarray) -> np.ndarray:
     """1-based ranks of each column of ``x (n, k)``, ties given their average rank (``rankdata(method="average")``)."""
     n = x.shape[0]
-    # Any sort will do: tied values are neighbours in every sorted order and share one average rank. numpy's
-    # default (vectorised) sort takes 2.3x less time than its stable one on (2600, 50) draws.
-    order = np.argsort(x, axis=0)
-    ordered = np.take_along_axis(x, order, axis=0)
+    # Each column's values contiguous (a row of the transpose): sorting and scattering them there took 75 ms
+    # against 337 ms for (2000, 900) draws, the hierarchical fit's look. Any sort will do: tied values are
+    # neighbours in every sorted order and share one average rank. numpy's default (vectorised) sort takes 2.3x
+    # less time than its stable one on (2600, 50) draws.
+    columns = np.ascontiguousarray(x.T)
+    order = np.argsort(columns, axis=1)
+    ordered = np.take_along_axis(columns, order, axis=1)
     new = np.ones(ordered.shape, dtype=bool)  # first position of each run of equal values
-    new[1:] = ordered[1:] != ordered[:-1]
-    last = np.ones(ordered.shape, dtype=bool)  # last position of each run
-    last[:-1] = new[1:]
-    pos = np.arange(n)[:, None]
-    first_pos = np.maximum.accumulate(np.where(new, pos, 0), axis=0)
-    last_pos = np.minimum.accumulate(np.where(last, pos, n)[::-1], axis=0)[::-1]
-    ranks = np.empty(x.shape)
-    np.put_along_axis(ranks, order, (first_pos + last_pos) / 2.0 + 1.0, axis=0)
-    return ranks
+    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    if new.all():  # no ties (continuous draws): the ranks are the positions
+        ranked = np.broadcast_to(np.arange(1.0, n + 1.0), ordered.shape)
+    else:
+        last = np.ones(ordered.shape, dtype=bool)  # last position of each run
+        last[:, :-1] = new[:, 1:]
+        pos = np.arange(n)
+        first_pos = np.maximum.accumulate(np.where(new, pos, 0), axis=1)
+        last_pos = np.minimum.accumulate(np.where(last, pos, n)[:, ::-1], axis=1)[:, ::-1]
+        ranked = (first_pos + last_pos) / 2.0 + 1.0
+    ranks = np.empty(columns.shape)
+    np.put_along_axis(ranks, order, ranked, axis=1)
+    return np.ascontiguousarray(ranks.T)  # the callers' layout, so their sums and FFTs add in the same order
 
 
 def _split_chains(x: np.ndarray) -> np.ndarray:

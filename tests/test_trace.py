@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import arviz as az
 import numpy as np
@@ -141,3 +142,19 @@ def test_writing_a_trace_does_not_import_dask_distributed(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     assert xr.open_dataset(tmp_path / "t.nc", group="sample_stats")["w"].shape == (2, 3)
+
+
+def test_a_stage_process_builds_its_datasets_without_importing_dask_array(tmp_path):
+    """xarray imports dask.array (~0.5 s) to ask whether each new variable is a Dask array; a stage process tells it
+    none is (hbnn.runner.skip_dask_array_lookup), and reads and writes the same values."""
+    out = tmp_path / "tasks.nc"
+    code = (f"import sys\nfrom hbnn.runner import run_stage\nfrom hbnn.stages.make_data import make_data\n"
+            f"assert run_stage('make_data', ['out'], make_data, ['--out', {str(out)!r}]) == 0\n"
+            f"from hbnn.data import load_tasks\nfrom hbnn.config import load_params\n"
+            f"tasks = load_tasks({str(out)!r}, params=load_params('params.yaml'))\n"
+            "print(tasks.n_groups, 'dask.array' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert run.stdout.split() == ["18", "False"]
+    with xr.open_dataset(out) as ds:  # this process imports dask.array as usual, and reads the same file
+        assert ds["X"].shape == (1800, 2) and "g00" in ds["group"].values

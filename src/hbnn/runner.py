@@ -41,6 +41,7 @@ def run_stage(
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=Path, required=True)
     args = parser.parse_args(argv)
     logs.configure()
+    skip_dask_array_lookup()
     try:
         with interrupts_reported():
             params: Params = load_params(args.params)
@@ -56,3 +57,27 @@ def run_stage(
         print(f"error: {one_line(err)}", file=sys.stderr)
         return EXIT_FAILED
     return 0
+
+
+def skip_dask_array_lookup() -> None:
+    """Tell xarray that no value is a Dask array, so that it does not import ``dask.array`` to check.
+
+    xarray asks of every variable it builds whether it is a Dask array (``array_type("dask")``, in
+    ``as_compatible_data``), and imports ``dask.array`` to answer the first time: ~0.5 s of every stage process,
+    which reads its inputs and builds its outputs with NumPy values only (no stage opens data in chunks; the
+    cluster path runs its fits in Dask's workers, not on Dask arrays). Where ``dask.array`` is already imported,
+    or this xarray keeps its duck-array modules another way, nothing changes and xarray checks as before.
+    """
+    if "dask.array" in sys.modules:
+        return
+    try:
+        from packaging.version import Version
+        from xarray.namedarray import pycompat
+
+        cache = pycompat._cached_duck_array_modules  # noqa: SLF001 - what array_type("dask") reads first
+        none = object.__new__(pycompat.DuckArrayModule)
+        none.module, none.version, none.type, none.available = None, Version("0.0.0"), (), False
+    except (ImportError, AttributeError):
+        return
+    if isinstance(cache, dict):
+        cache.setdefault("dask", none)

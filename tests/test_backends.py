@@ -224,13 +224,14 @@ def test_fit_stops_at_max_draws_even_while_the_bar_is_missed(tiny_tasks, backend
 def test_nutpie_keeps_the_draws_up_to_the_extrapolated_look_that_meets_the_bar(tiny_tasks, monkeypatch):
     from hbnn.evaluation import Shortfall
 
-    monkeypatch.setattr(inference, "CHECK_UNIT", 5)
+    monkeypatch.setattr(inference, "CHECK_UNIT", 1)
     fixed, _ = _blocks_fit(tiny_tasks, "nutpie", 0, [])
-    # ESS 300 after 25 draws: 25 x 440 / 300 = 36.7 draws needed, so it looks again at 40, and keeps those
-    fit, seen = _blocks_fit(tiny_tasks, "nutpie", 100, [Shortfall("g00 misses", 300.0), None])
-    assert seen == [25, 40]
+    # ESS 390 after 25 draws: 25 x 440 / 390 = 28.2 draws needed, so it looks again at 29 (within 20% of 25 further),
+    # and keeps those
+    fit, seen = _blocks_fit(tiny_tasks, "nutpie", 100, [Shortfall("g00 misses", 390.0), None])
+    assert seen == [25, 29]
     post = fit.posterior.posterior
-    assert post.sizes["draw"] == 40 and fit.posterior.sample_stats["diverging"].shape == (2, 40)
+    assert post.sizes["draw"] == 29 and fit.posterior.sample_stats["diverging"].shape == (2, 29)
     np.testing.assert_array_equal(post["w_in"].values[:, :25], fixed.posterior.posterior["w_in"].values)
 
 
@@ -245,12 +246,17 @@ def test_next_check_goes_where_the_smallest_ess_extrapolates_within_a_block(capl
     # ESS 388 at 1500: 1500 x 400 x 1.1 / 388 = 1701 draws needed, so look at 1800 (not at 2000)
     assert look(Shortfall("g02 misses", 388.0), 1500, s, 100) == 1800
     assert "after 1500 draws per chain, g02 misses; looking again at 1800" in caplog.text
-    assert look(Shortfall("g02 misses", 100.0), 500, s, 100) == 1000  # far short: one block, no further
+    # far short: at most 20% of the draws so far further (rounded up to whole steps, at least one), at most a block
+    assert look(Shortfall("g02 misses", 100.0), 500, s, 100) == 600
+    assert look(Shortfall("g02 misses", 206.0), 600, s, 100) == 800
+    assert look(Shortfall("g02 misses", 100.0), 2000, s, 100) == 2400
+    assert look(Shortfall("g02 misses", 100.0), 4000, s, 100) == 4500
     assert look(Shortfall("R-hat only", 900.0), 500, s, 100) == 600  # the ESS suffices: one step
     assert look(Shortfall("R-hat only", 900.0), 3000, s, 100) == 3300  # ... or 10% of the draws so far
     assert look(Shortfall("R-hat only", 900.0), 3050, s, 100) == 3450  # (rounded up to whole steps)
-    assert look(Shortfall("no ESS", float("nan")), 500, s, 100) == 1000  # nothing to extrapolate: one block
-    assert look("a plain message", 500, s, 100) == 1000
+    assert look(Shortfall("no ESS", float("nan")), 500, s, 100) == 600  # nothing to extrapolate: the most
+    assert look(Shortfall("no ESS", float("nan")), 3000, s, 100) == 3500
+    assert look("a plain message", 500, s, 100) == 600
     assert look(Shortfall("g02 misses", 388.0), 1500, s, 500) == 2000  # NumPyro's whole blocks
     assert look(Shortfall("g02 misses", 100.0), 4800, s, 100) == 5000  # never past max_draws
     assert look(Shortfall("g02 misses", 100.0), 5000, s, 100) is None

@@ -149,8 +149,8 @@ class SamplerParams:
     ``max_draws`` (0: off; the hierarchical fit: nutpie and numpyro; the per-group fits: the NUTS backends, ADVI
     ignores it) lets a fit draw past ``draws`` per chain while its draws miss
     the convergence bar, up to ``max_draws`` per chain. The hierarchical fit goes on: it looks again where its
-    smallest ESS so far extrapolates to the bar, at most ``draws`` further (nutpie: in steps of 100 draws;
-    numpyro: a block of ``draws`` at a time) (:meth:`hbnn.inference.Sampler.sample`,
+    smallest ESS so far extrapolates to the bar, at most 20% of the draws so far and at most ``draws`` further
+    (nutpie: in steps of 100 draws; numpyro: a block of ``draws`` at a time) (:meth:`hbnn.inference.Sampler.sample`,
     :func:`hbnn.inference._next_check`). A per-group fit that misses it is fitted again from its seed with ``k``
     times ``draws`` and its chains thinned by ``k``, since a stage's groups share one draw count
     (:func:`hbnn.stages.fitting.fit_per_group`).
@@ -212,9 +212,10 @@ SAMPLER = SamplerParams(draws=1000, max_draws=4000)
 # "A hand-written log density"): nutpie with the model's hand-written log density and a Stan-style diagonal mass
 # matrix runs NumPyro's trajectory lengths at about half its time per leapfrog step; the slowest groups'
 # test-point probabilities need 1000-4000 draws per chain for ESS 400 (by seed), so the fit draws 500, then
-# looks again where the smallest ESS extrapolates to the bar (at most 500 further) until every group meets it (at
-# most 5000): fixed blocks of 1000 kept 3000 draws of a default run where 2500 met it, on average half a block
-# (~35 s here) past the bar (benchmarks/FINDINGS.md, "Looking again where the ESS extrapolates"). At
+# looks again where the smallest ESS extrapolates to the bar (at most 20% of the draws so far or 500 further) until
+# every group meets it (at most 5000): fixed blocks of 1000 kept 3000 draws of a default run where 2500 met it, on
+# average half a block (~35 s here) past the bar (benchmarks/FINDINGS.md, "Looking again where the ESS
+# extrapolates" and "Looks at most 20% further"). At
 # target_accept 0.98 one run in five had a chain
 # with 8 divergences in 3000 draws (over the 0.1% of draws the bar allows), at 0.99 none of three.
 HIER_SAMPLER = SamplerParams(backend="nutpie", chains=2, tune=1000, draws=500, target_accept=0.99,

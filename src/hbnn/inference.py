@@ -367,6 +367,13 @@ ESS_SPARE = 1.1  # ... aiming 10% past ESS_MIN, so that one look usually suffice
 # chain on an AVX2 machine, 41 s over one fit's 20 looks; this way a fit stops at most ~10% past the first draws
 # that pass.
 LOOK_GROWTH = 0.1
+# ... and at most this share further (at least CHECK_UNIT): the ESS so far is a noisy estimate (g02's fell from 389 at
+# 500 draws to 206 at 600 in the default fit), and a look that overshoots the draws the bar needs costs whole draws
+# of both chains, while one more look costs ~0.5 s of one core at 1000-2000 draws. Replayed on six hierarchical fits
+# (fit_hier and transfer_prior at seeds 1-3), looks at most a block (500) further kept 8900 draws per chain in all,
+# at most 20% further 8000 (the first draws that pass: 7900), with 29 looks instead of 19
+# (benchmarks/FINDINGS.md, "Looks at most 20% further").
+LOOK_MAX_GROWTH = 0.2
 
 
 def _next_check(missing, drawn: int, s: SamplerParams, unit: int) -> int | None:
@@ -377,10 +384,10 @@ def _next_check(missing, drawn: int, s: SamplerParams, unit: int) -> int | None:
     A bulk ESS grows in proportion to the draws of a mixing chain, so the draws that the smallest ESS so far
     (``missing.min_ess``, :class:`hbnn.evaluation.Shortfall`) extrapolates to, times :data:`ESS_SPARE`, are
     what the fit needs: the next look is there, rounded up to whole ``unit`` draws, at least ``unit`` and
-    :data:`LOOK_GROWTH` of the draws so far and at most ``draws`` further, so never more than a block past the
-    last look (a ``missing`` without an ESS: a whole block; one whose ESS already suffices, where only R-hat
-    misses: one ``unit`` or that share), and never past ``max_draws``. NumPyro's compiled loop draws whole
-    blocks, so its ``unit`` is ``draws``.
+    :data:`LOOK_GROWTH` of the draws so far further, and at most ``unit`` or :data:`LOOK_MAX_GROWTH` of them
+    (rounded up to whole units) and at most ``draws`` (a ``missing`` without an ESS: that most; one whose ESS
+    already suffices, where only R-hat misses: the least), and never past ``max_draws``. NumPyro's compiled
+    loop draws whole blocks, so its ``unit`` is ``draws``.
     """
     if missing is None:
         return None
@@ -395,6 +402,7 @@ def _next_check(missing, drawn: int, s: SamplerParams, unit: int) -> int | None:
 
         short = max(drawn * ESS_MIN * ESS_SPARE / ess - drawn, LOOK_GROWTH * drawn)
         step = min(s.draws, max(unit, -(-short // unit) * unit))
+    step = min(step, max(unit, -(-(LOOK_MAX_GROWTH * drawn) // unit) * unit))
     following = min(drawn + int(step), s.max_draws)
     log.info("after %d draws per chain, %s; looking again at %d (up to max_draws=%d)",
              drawn, missing, following, s.max_draws)

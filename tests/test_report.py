@@ -514,7 +514,8 @@ def test_intro_states_each_fits_inference_as_run():
     looks = dict(blocks, backend="nutpie", draws=500)
     assert sections._run_description(looks, 1700) == (
         "2 chains x 1700 draws (1000 tuning, backend nutpie; checked after 500 draws, then where the smallest ESS "
-        "extrapolated to the bar, until every group met the convergence bar or 5000 were drawn)")
+        "extrapolated to the bar (at most 20% of the draws so far further), until every group met the convergence "
+        "bar or 5000 were drawn)")
     per_group = asdict(SamplerParams(chains=2, tune=300, draws=1000, max_draws=4000))
     assert sections._run_description(per_group, 1000, joint=False) == (
         "2 chains x 1000 draws (300 tuning, backend nutpie; a group whose draws missed the convergence bar is "

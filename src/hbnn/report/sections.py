@@ -66,8 +66,11 @@ def _run_description(s: dict[str, Any], drawn: int | None = None, joint: bool = 
         blocks = (f"; a group whose draws missed the convergence bar is fitted again with up to {s['max_draws']} "
                   f"draws per chain and thinned to {s['draws']}")
     elif s.get("max_draws", 0) > s.get("draws", 0):
+        from hbnn.inference import LOOK_MAX_GROWTH
+
         how = (f"drawn in blocks of {s['draws']}" if s.get("backend") != "nutpie" else
-               f"checked after {s['draws']} draws, then where the smallest ESS extrapolated to the bar,")
+               f"checked after {s['draws']} draws, then where the smallest ESS extrapolated to the bar (at most "
+               f"{LOOK_MAX_GROWTH:.0%} of the draws so far further),")
         blocks = f"; {how} until every group met the convergence bar or {s['max_draws']} were drawn"
     return (f"{s.get('chains', '?')} chains x {drawn or s.get('draws', '?')} draws "
             f"({s.get('tune', '?')} tuning, backend {s.get('backend', '?')}{blocks})")

@@ -130,7 +130,7 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
     metrics = evaluation.fit_metrics(
         tasks,
         predictions,
-        divergences=int(sample_stats["diverging"].sum()) if group_divergences is None else int(group_divergences.sum()),
+        divergences=int(diverging.sum() if group_divergences is None else group_divergences.sum()),
         extra_diagnostics=sampled.extra_diagnostics,
         group_divergences=group_divergences,
         loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),

@@ -8,6 +8,7 @@ import json
 import arviz as az
 import numpy as np
 import pytest
+import xarray as xr
 from conftest import TINY
 
 from hbnn import inference
@@ -16,6 +17,7 @@ from hbnn.data import make_moons_tasks
 from hbnn.io import write_netcdf
 from hbnn.models import build_flat_model
 from hbnn.stages.fit_hier import fit_hier
+from hbnn.trace import Trace
 
 ADVI = {"iterations": 300, "learning_rate": 0.02}
 
@@ -182,11 +184,12 @@ def test_numpyro_progress_reaches_the_heartbeat_in_a_log_and_leaves_the_draws_al
         np.testing.assert_array_equal(counted[var].values, plain[var].values)
 
 
-def _blocks_fit(tiny_tasks, backend, max_draws, answers):
-    """A ``backend`` fit of 25 draws per chain with ``max_draws``; ``until`` gives ``answers`` in turn."""
+def _blocks_fit(tiny_tasks, backend, max_draws, answers, **settings):
+    """A ``backend`` fit of 25 draws per chain with ``max_draws`` (and other ``settings``); ``until`` gives
+    ``answers`` in turn."""
     train = tiny_tasks.split("train")
     model = build_flat_model(train.X, train.y, tiny_tasks.features, (2,))
-    settings = dataclasses.replace(_params(backend).sampler, max_draws=max_draws)
+    settings = dataclasses.replace(_params(backend).sampler, max_draws=max_draws, **settings)
     seen = []
 
     def until(posterior):
@@ -233,6 +236,89 @@ def test_nutpie_keeps_the_draws_up_to_the_extrapolated_look_that_meets_the_bar(t
     post = fit.posterior.posterior
     assert post.sizes["draw"] == 29 and fit.posterior.sample_stats["diverging"].shape == (2, 29)
     np.testing.assert_array_equal(post["w_in"].values[:, :25], fixed.posterior.posterior["w_in"].values)
+
+
+def test_nutpie_starts_the_chains_again_from_the_best_chain_where_the_first_look_finds_them_failing(
+        tiny_tasks, monkeypatch, caplog):
+    judged = []
+
+    def reason(head, missing):
+        judged.append((head.posterior.sizes["draw"], missing))
+        return ("chain 0 is stuck", 1)
+
+    monkeypatch.setattr(inference, "restart_reason", reason)
+    fixed, _ = _blocks_fit(tiny_tasks, "nutpie", 100, ["g00 misses", None])
+    assert judged == []  # restarts 0: never judged
+    fit, seen = _blocks_fit(tiny_tasks, "nutpie", 100, ["g00 misses", "g00 misses", None], restarts=1)
+    assert seen == [25, 25, 50] and judged == [(25, "g00 misses")]  # judged at the first look; restarts used up
+    assert "restarting the chains from chain 1's draws (restart 1 of at most 1): chain 0 is stuck" in caplog.text
+    post, stats = fit.posterior.posterior, fit.posterior.sample_stats
+    assert post.sizes["draw"] == 50 and stats["diverging"].shape == (2, 50)
+    (record,) = json.loads(stats.attrs["hbnn_restarts"])
+    assert record["reason"] == "chain 0 is stuck" and record["restarted_from_chain"] == 1
+    assert record["draws_per_chain"] == 25 and [c["chain"] for c in record["chains"]] == [0, 1]
+    # the attempt left behind: the fixed fit's first look (same seed), its gradients counted in the fit's
+    first = fixed.posterior.sample_stats
+    assert record["chains"][1]["mean_log_density"] == pytest.approx(float(first["logp"].values[1, :25].mean()))
+    assert fit.grad_evals > record["leapfrog_steps"] > 0
+    # new chains, from draws of chain 1's second half, and the same ones on every run
+    assert not np.array_equal(post["w_in"].values[:, :25], fixed.posterior.posterior["w_in"].values[:, :25])
+    again, _ = _blocks_fit(tiny_tasks, "nutpie", 100, ["g00 misses", "g00 misses", None], restarts=1)
+    np.testing.assert_array_equal(again.posterior.posterior["w_in"].values, post["w_in"].values)
+
+
+def test_nutpie_chains_start_at_the_unconstrained_values_of_a_draw(tiny_tasks):
+    from hbnn import kernel
+
+    pad = tiny_tasks.padded("train")
+    density = kernel.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0,
+                                         features=tuple(tiny_tasks.features), groups=tuple(tiny_tasks.group_names))
+    compiled = density.nutpie_model()
+    names, slices, shapes = compiled.shape_info
+    thetas = np.random.default_rng(4).normal(size=(2, 6, compiled.n_dim))  # (chain, draw, unconstrained)
+    expanded = np.array([[kernel.call_expand(compiled, t) for t in chain] for chain in thetas])
+    posterior = xr.Dataset({name: (("chain", "draw", *(f"{name}_{i}" for i in range(len(shape)))),
+                                   expanded[:, :, where].reshape(2, 6, *shape))
+                            for name, where, shape in zip(names, slices, shapes, strict=True)})
+    start = inference.starting_from(compiled, posterior, 1).initial_point_func
+    points = [start(seed) for seed in range(20)]
+    assert any("_log__" in n for n in names)  # the sds' unconstrained values are read, not the sds
+    for point in points:  # each a draw of chain 1's second half
+        assert any(np.array_equal(point, thetas[1, d]) for d in (3, 4, 5))
+    assert np.array_equal(start(7), start(7))
+
+
+def _first_look(diverging, logp, step_size=(0.01, 0.01)) -> Trace:
+    chains, draws = np.shape(logp)
+    stats = xr.Dataset({"diverging": (("chain", "draw"), np.asarray(diverging, dtype=bool)),
+                        "logp": (("chain", "draw"), np.asarray(logp, dtype=float)),
+                        "step_size": (("chain", "draw"), np.repeat(np.asarray(step_size)[:, None], draws, axis=1))})
+    return Trace(posterior=xr.Dataset(), sample_stats=stats)
+
+
+def test_restart_reason_names_divergent_or_stuck_chains_and_the_chain_to_start_from():
+    from hbnn.evaluation import Shortfall
+
+    rng = np.random.default_rng(0)
+    logp = rng.normal(-2155.0, 25.0, (2, 500))
+    calm = np.zeros((2, 500), dtype=bool)
+    disagree = Shortfall("sd_in misses", 4.0, 1.45, "sd_in")
+    slow = Shortfall("g02 misses", 200.0, 1.08, "g02 test-point")
+    assert inference.restart_reason(_first_look(calm, logp), None) is None
+    assert inference.restart_reason(_first_look(calm, logp), disagree) is None  # similar log densities: no verdict
+    stuck = logp - np.array([[0.0], [25.0]])
+    reason, best = inference.restart_reason(_first_look(calm, stuck), disagree)
+    assert best == 0 and reason.startswith("the chains disagree (sd_in R-hat 1.45 after 500 draws per chain) and "
+                                           f"chain 1's mean log density, {stuck[1].mean():.1f}, lies ")
+    assert reason.endswith(f"standard errors below chain 0's, {stuck[0].mean():.1f}")
+    assert inference.restart_reason(_first_look(calm, stuck), slow) is None  # R-hat of slow mixing: no verdict
+    diverging = calm.copy()
+    diverging[0, ::50] = True  # 10 of 1000 draws: past the 0.1% the bar allows
+    reason, best = inference.restart_reason(_first_look(diverging, logp, (0.011, 0.0058)), None)
+    assert best == 1 and reason.startswith("10 divergences in the first 500 draws per chain (chain 0: 10 at step "
+                                           "size 0.011, chain 1: 0 at step size 0.0058)")
+    diverging[0, 1:] = False
+    assert inference.restart_reason(_first_look(diverging, logp), None) is None  # 1 of 1000: within the bar
 
 
 def test_next_check_goes_where_the_smallest_ess_extrapolates_within_a_block(caplog):

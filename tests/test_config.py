@@ -47,6 +47,8 @@ def test_types_are_coerced():
         ({"hier_sampler": {"backend": "pymc", "max_draws": 5000}}, "hier_sampler.max_draws=5000"),
         ({"sampler": {"chains": 1, "max_draws": 5000}}, "sampler.max_draws=5000"),
         ({"sampler": {"draws": 1000, "max_draws": 500}}, "sampler.max_draws=500"),
+        ({"sampler": {"restarts": 1}}, "sampler.restarts=1"),  # per-group fits refit instead
+        ({"hier_sampler": {"restarts": -1}}, "hier_sampler.restarts=-1"),
         ({"model": {"hidden_layers": [5, 0]}}, "model.hidden_layers[1]=0"),
         ({"model": {"hidden_layers": 5}}, "model.hidden_layers=5"),
         ({"prior": {"align": "sideways"}}, "prior.align='sideways'"),
@@ -70,6 +72,16 @@ def test_bad_values_name_key_and_value(raw, key):
     with pytest.raises(ConfigError) as err:
         parse_params(raw)
     assert key in str(err.value)
+
+
+def test_restarts_apply_only_where_a_fit_judges_its_chains_at_a_first_look():
+    hier = parse_params({}).hier_sampler
+    assert hier.restarts == 2 and hier.restarts_apply
+    # a quick look, another backend: accepted, and nothing to judge
+    on = {"restarts": 2, "draws": 500, "max_draws": 5000}
+    assert parse_params({"hier_sampler": on}).hier_sampler.restarts_apply
+    for off in ({"max_draws": 0}, {"max_draws": 500}, {"backend": "numpyro"}, {"restarts": 0}):
+        assert not parse_params({"hier_sampler": on | off}).hier_sampler.restarts_apply, off
 
 
 def test_missing_and_malformed_files(tmp_path):

@@ -449,6 +449,21 @@ def test_status_is_green_when_every_model_converged():
     assert sec.failing is True and "b (R-hat 1.030, ESS 97, 2 divergences)" in sec.blocks[1].rows[2]
 
 
+def test_status_lists_the_chains_started_again_with_their_reason():
+    names = ["a", "b"]
+    good = {"per_group": {g: {"converged": True, "rhat_fn": 1.0, "ess_bulk_fn": 900.0} for g in names},
+            "sampling": {"max_rhat_fn": 1.0, "min_ess_bulk_fn": 900.0, "divergences": 0}}
+    restarted = {**good, "sampling": {**good["sampling"], "restarts": 1, "restarted": [
+        {"reason": "87 divergences in the first 500 draws per chain", "restarted_from_chain": 1,
+         "draws_per_chain": 500, "leapfrog_steps": 1532869, "chains": []}]}}
+    sec = sections._status_section({**{v: good for v in numbers.MODELS}, "hierarchical": restarted}, names,
+                                   ["sd_in"])
+    (para,) = [b for b in sec.blocks if getattr(b, "text", "").startswith("Chains started again")]
+    assert sec.failing is False  # a restart is not a miss: the new chains are judged like any others
+    assert ("Hierarchical, after 500 draws per chain: 87 divergences in the first 500 draws per chain; started again "
+            "from chain 1's draws (1,532,869 gradient evaluations left behind)") in para.text
+
+
 def test_status_judges_advi_fits_by_their_loss_not_by_r_hat():
     names = [f"g{i}" for i in range(20)]
     good = {"per_group": {g: {"converged": True, "rhat_fn": 1.0, "ess_bulk_fn": 900.0} for g in names},

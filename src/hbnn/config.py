@@ -154,6 +154,10 @@ class SamplerParams:
     :func:`hbnn.inference._next_check`). A per-group fit that misses it is fitted again from its seed with ``k``
     times ``draws`` and its chains thinned by ``k``, since a stage's groups share one draw count
     (:func:`hbnn.stages.fitting.fit_per_group`).
+    ``restarts`` (the hierarchical fit, nutpie, with ``max_draws`` past ``draws``; ignored otherwise): at the first
+    look, chains that diverge past the bar's share or sit in a region of clearly lower log density while the chains
+    disagree are started again, up to this many times, from the best chain's draws
+    (:func:`hbnn.inference.restart_reason`); the metrics and the trace record each restart with its numbers.
     """
 
     backend: str = "nutpie"
@@ -165,6 +169,7 @@ class SamplerParams:
     cores: int = 2
     mass_matrix: str = "diag"
     max_draws: int = 0
+    restarts: int = 0
     advi: AdviParams = field(default_factory=AdviParams)
 
     def check(self, key: str) -> None:
@@ -194,7 +199,15 @@ class SamplerParams:
                  self.max_draws,
                  f"needs {key}.backend=nutpie or numpyro (the backends here that can draw on until the draws meet "
                  "the bar); set it to 0")
+        _require(self.restarts >= 0, f"{key}.restarts", self.restarts, "must be >= 0")
+        _require(self.restarts == 0 or not per_group, f"{key}.restarts", self.restarts,
+                 "must be 0: a per-group fit that misses the bar is fitted again longer instead (max_draws)")
         self.advi.check(f"{key}.advi")
+
+    @property
+    def restarts_apply(self) -> bool:
+        """Whether a fit with these settings judges its chains at its first look (``restarts``)."""
+        return self.restarts > 0 and self.backend == "nutpie" and self.max_draws > self.draws
 
     @property
     def draw_limit(self) -> int:
@@ -219,7 +232,7 @@ SAMPLER = SamplerParams(draws=1000, max_draws=4000)
 # target_accept 0.98 one run in five had a chain
 # with 8 divergences in 3000 draws (over the 0.1% of draws the bar allows), at 0.99 none of three.
 HIER_SAMPLER = SamplerParams(backend="nutpie", chains=2, tune=1000, draws=500, target_accept=0.99,
-                             mass_matrix="diag_stan", max_draws=5000)
+                             mass_matrix="diag_stan", max_draws=5000, restarts=2)
 
 
 @dataclass(frozen=True)

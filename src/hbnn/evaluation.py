@@ -201,10 +201,13 @@ def meets_bar(rhat: float | None, ess: float | None) -> bool:
 class Shortfall:
     """What in a fit's draws misses the bar, as a log line says it (``text``, worst first), and the smallest
     bulk ESS among the quantities that miss it (``min_ess``: past :data:`ESS_MIN` where only R-hat misses), from
-    which a fit drawn until the bar is met estimates the draws it still needs."""
+    which a fit drawn until the bar is met estimates the draws it still needs, and the largest R-hat among them
+    (``max_rhat``, of the quantity ``rhat_of``), which says whether the chains sit in different places."""
 
     text: str
     min_ess: float
+    max_rhat: float = float("nan")
+    rhat_of: str = ""
 
     def __str__(self) -> str:
         return self.text
@@ -267,7 +270,9 @@ def _shortfall(tasks: Tasks, test_draws: Sequence[np.ndarray], posterior: xr.Dat
     shown = ", ".join(f"{n} ({k + ' ' if k else ''}R-hat {r:.3f}, bulk ESS {e:.0f})" for n, k, r, e in misses[:3])
     more = f" and {len(misses) - 3} more" if len(misses) > 3 else ""
     what = "1 quantity misses" if len(misses) == 1 else f"{len(misses)} quantities miss"
-    return Shortfall(f"{what} R-hat <= {RHAT_MAX} and bulk ESS >= {ESS_MIN}: {shown}{more}", float(misses[0][3]))
+    worst = max(misses, key=lambda m: -np.inf if np.isnan(m[2]) else m[2])
+    return Shortfall(f"{what} R-hat <= {RHAT_MAX} and bulk ESS >= {ESS_MIN}: {shown}{more}", float(misses[0][3]),
+                     float(worst[2]), f"{worst[0]}{' ' + worst[1] if worst[1] else ''}")
 
 
 ADVI_FALSE_ALARM = 0.01  # chance that some curve of a flat set of ADVI loss curves is called still falling
@@ -497,7 +502,7 @@ def headline(metrics: dict, score: str) -> dict:
     out = {
         "train": {score: train[score]},
         "test": {k: v for k, v in test.items() if k != "n"},
-        "sampling": {k: metrics["sampling"][k] for k in (*HEADLINE_SAMPLING, "advi_still_falling")
+        "sampling": {k: metrics["sampling"][k] for k in (*HEADLINE_SAMPLING, "advi_still_falling", "restarts")
                      if k in metrics["sampling"]}
         | {"flagged_groups": {g: f["reason"] for g, f in metrics["sampling"]["flagged_groups"].items()}},
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import json
 import logging
 import os
 import sys
@@ -28,6 +29,7 @@ from hbnn import logs
 from hbnn.config import ConfigError, SamplerParams
 from hbnn.errors import SamplingError
 from hbnn.trace import Trace
+from hbnn.variants import derive_seed
 
 if TYPE_CHECKING:
     import pymc as pm
@@ -189,13 +191,17 @@ class NutpieBackend(Backend):
     def start(self, seed: int, data: Mapping[str, np.ndarray] | None) -> _NutpieRun:
         """Start a fit in nutpie's threads and return at once; :meth:`finish` waits for it (or cancel the
         returned run's ``running``)."""
-        from hbnn.nutpie_loader import nutpie as load_nutpie
-
-        nutpie = load_nutpie()
         s = self.settings
         compiled = self._with_data(data)
         blocks = s.max_draws > s.draws and self.until is not None
-        running = nutpie.sample(
+        return _NutpieRun(self._launch(compiled, seed, blocks), compiled, blocks, seed)
+
+    def _launch(self, compiled, seed: int, blocks: bool):
+        """nutpie's running sampler of ``compiled`` (non-blocking), with this backend's settings."""
+        from hbnn.nutpie_loader import nutpie as load_nutpie
+
+        s = self.settings
+        return load_nutpie().sample(
             compiled,
             draws=s.max_draws if blocks else s.draws,
             tune=s.tune,
@@ -210,23 +216,21 @@ class NutpieBackend(Backend):
             blocking=False,
             return_raw_trace=True,  # converted by _nutpie_idata
         )
-        return _NutpieRun(running, compiled, blocks)
 
     def finish(self, run: _NutpieRun) -> tuple[Trace, None, int]:
         """The trace of a fit :meth:`start` started, once it is over."""
-        running, compiled, blocks = run
         # nutpie's blocking call turns Ctrl-C into an early return with the draws so far;
         # here an interrupt stops the chains and propagates, so no partial trace is used.
+        if run.blocks:
+            try:
+                return self._first_converged_blocks(run)
+            finally:
+                self.towards = None
         try:
-            if blocks:
-                idata = self._first_converged_blocks(running, compiled.coords)
-            else:
-                idata = _nutpie_idata(running.wait(), compiled.coords)
+            idata = _nutpie_idata(run.running.wait(), run.compiled.coords)
         except BaseException:
-            running.cancel()
+            run.running.cancel()
             raise
-        finally:
-            self.towards = None
         return idata, None, _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
 
     def progress(self, elapsed: float) -> str | None:
@@ -240,43 +244,166 @@ class NutpieBackend(Backend):
             text += f", ~{max(0.0, (target - drawn) / rate - (time.monotonic() - at)):.0f}s to it at this rate"
         return text
 
-    def _first_converged_blocks(self, running, coords) -> Trace:
+    def _first_converged_blocks(self, run: _NutpieRun) -> tuple[Trace, None, int]:
         """The first ``n`` draws of every chain, for the first ``n`` of the checks (``draws``, then as
         :func:`_next_check` says) whose draws :attr:`until` passes (or ``max_draws``); the chains are stopped
-        once that is known."""
+        once that is known. At the first look, chains that :func:`restart_reason` finds failing start again from
+        the best chain's draws (up to ``restarts`` times), recorded in the trace's ``sample_stats`` attribute
+        ``hbnn_restarts``; the gradient evaluations returned count the attempts left behind too. Any error or
+        interrupt stops the chains running."""
         s = self.settings
-        kept = s.draws
-        final = None  # the whole trace, once the chains have finished (nutpie hands it over once)
-        rate = None  # draws per second of the slowest chain, from the last two looks
-        last = None
-        while True:
-            trace = final
-            while trace is None:
-                if _finished(running):
-                    trace = final = _nutpie_idata(running.wait(), coords)
-                    self.towards = None  # no more polls: the heartbeat's own estimate speaks again
+        running, restarts, spent = run.running, [], 0
+        try:
+            while True:
+                poll = _Poll(running, run.compiled.coords, self)
+                head = poll.first(s.draws)
+                missing = self.until(head.posterior)
+                why = restart_reason(head, missing) if len(restarts) < s.restarts else None
+                if why is None:
                     break
-                draws, stats = running.inspect().get_arrow_trace()
-                drawn = _draws_done(stats)
-                if drawn >= kept:
-                    trace = _arrow_idata(draws, stats, coords)
-                    break
-                now = time.monotonic()
-                if last is not None and drawn > last[1]:
-                    rate = (drawn - last[1]) / (now - last[0])
-                last = (now, drawn)
-                if kept > s.draws:
-                    self.towards = (drawn, kept, rate, now)
-                # Each look copies the whole trace, so look again about when the block should be complete.
-                wait = (kept - drawn) / rate if rate else self.poll_seconds
-                time.sleep(min(max(wait, self.poll_seconds), 10 * self.poll_seconds))
-            head = Trace(warmup_sample_stats=trace["warmup_sample_stats"],
-                         **{g: trace[g].isel(draw=slice(0, kept)) for g in ("posterior", "sample_stats")})
-            following = _next_check(self.until(head.posterior), kept, s, CHECK_UNIT)
-            if following is None:
+                reason, best = why
                 running.cancel()
-                return head
-            kept = following
+                steps = _leapfrog_steps(head, "warmup_sample_stats", "sample_stats")
+                spent += steps
+                restarts.append(_restart_record(head, reason, best, steps))
+                log.warning("restarting the chains from chain %d's draws (restart %d of at most %d): %s",
+                            best, len(restarts), s.restarts, reason)
+                running = self._launch(starting_from(run.compiled, head.posterior, best),
+                                       derive_seed(run.seed, RESTART_SEED_KEY, len(restarts)), True)
+            kept = s.draws
+            while (following := _next_check(missing, kept, s, CHECK_UNIT)) is not None:
+                kept = following
+                head = poll.first(kept)
+                missing = self.until(head.posterior)
+            running.cancel()
+        except BaseException:
+            running.cancel()
+            raise
+        if restarts:
+            head.sample_stats.attrs["hbnn_restarts"] = json.dumps(restarts, sort_keys=True)
+        return head, None, spent + _leapfrog_steps(head, "warmup_sample_stats", "sample_stats")
+
+
+class _Poll:
+    """The draws of a running nutpie fit as they arrive: :meth:`first` waits for a number of draws per chain
+    (polling, or once the chains have finished) and returns that prefix of every chain."""
+
+    def __init__(self, running, coords, backend: NutpieBackend):
+        self.running, self.coords, self.backend = running, coords, backend
+        self.final = None  # the whole trace, once the chains have finished (nutpie hands it over once)
+        self.rate = None  # draws per second of the slowest chain, from the last two polls
+        self.last = None
+
+    def first(self, kept: int) -> Trace:
+        backend, s = self.backend, self.backend.settings
+        trace = self.final
+        while trace is None:
+            if _finished(self.running):
+                trace = self.final = _nutpie_idata(self.running.wait(), self.coords)
+                backend.towards = None  # no more polls: the heartbeat's own estimate speaks again
+                break
+            draws, stats = self.running.inspect().get_arrow_trace()
+            drawn = _draws_done(stats)
+            if drawn >= kept:
+                trace = _arrow_idata(draws, stats, self.coords)
+                break
+            now = time.monotonic()
+            if self.last is not None and drawn > self.last[1]:
+                self.rate = (drawn - self.last[1]) / (now - self.last[0])
+            self.last = (now, drawn)
+            if kept > s.draws:
+                backend.towards = (drawn, kept, self.rate, now)
+            # Each look copies the whole trace, so look again about when the block should be complete.
+            wait = (kept - drawn) / self.rate if self.rate else backend.poll_seconds
+            time.sleep(min(max(wait, backend.poll_seconds), 10 * backend.poll_seconds))
+        return Trace(warmup_sample_stats=trace["warmup_sample_stats"],
+                     **{g: trace[g].isel(draw=slice(0, kept)) for g in ("posterior", "sample_stats")})
+
+
+RESTART_SEED_KEY = 7  # derive_seed(fit seed, RESTART_SEED_KEY, k): the k-th restart's chains
+# At a run-length-controlled fit's first look, an R-hat past this says the chains sit in different places, more than
+# slow mixing explains: on 30 groups, chains stuck where the input layer's group sd is ~0.3 (the rest: ~0.009) gave
+# 1.3-1.45 at 500 draws; slow but healthy chains of the default fit up to ~1.08 (benchmarks/FINDINGS.md, "Chains
+# started again")
+RESTART_RHAT = 1.2
+# ... and a chain is in a worse region where its mean log density lies this many standard errors (from each chain's
+# ESS of the mean) below the best chain's: the stuck chains above were 7-8 below
+RESTART_LOGP_Z = 4.0
+
+
+def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
+    """Why the chains of a fit's first look (``head``: ``posterior``, ``sample_stats``; ``missing``: its
+    :class:`hbnn.evaluation.Shortfall` or ``None``) should start again, and from which chain's draws, or ``None``.
+
+    - More divergences than the bar allows (:data:`hbnn.evaluation.DIVERGENT_SHARE_MAX` of the draws): a chain
+      whose warmup ended on too large a step size diverges at a steady rate, so drawing on does not dilute them.
+    - Chains that disagree (some quantity's R-hat past :data:`RESTART_RHAT`) while a chain's mean log density lies
+      :data:`RESTART_LOGP_Z` standard errors below the best chain's: a chain stuck in a worse region.
+
+    The chains restart from the best chain: the fewest divergences, then the highest mean log density. Where the
+    chains disagree at similar log densities nothing restarts: that may be the posterior's own shape, which the
+    metrics then report (R-hat).
+    """
+    from hbnn.convergence import ess_mean
+    from hbnn.evaluation import DIVERGENT_SHARE_MAX
+
+    stats = head.sample_stats
+    diverging = stats["diverging"].values.sum(axis=1)
+    logp = stats["logp"].values
+    mean = logp.mean(axis=1)
+    ess = np.array([ess_mean(chain[None, :, None])[0] for chain in logp])
+    se = logp.std(axis=1, ddof=1) / np.sqrt(np.maximum(ess, 1.0))
+    best = min(range(len(mean)), key=lambda c: (diverging[c], -mean[c]))
+    n = logp.shape[1]
+    if diverging.sum() > DIVERGENT_SHARE_MAX * logp.size:
+        each = ", ".join(f"chain {c}: {int(k)} at step size {float(stats['step_size'].values[c, 0]):.3g}"
+                         for c, k in enumerate(diverging))
+        return (f"{int(diverging.sum())} divergences in the first {n} draws per chain ({each}), past the "
+                f"{DIVERGENT_SHARE_MAX:.1%} of draws the bar allows"), best
+    rhat = getattr(missing, "max_rhat", float("nan"))
+    if not rhat > RESTART_RHAT:
+        return None
+    z = (mean[best] - mean) / np.hypot(se[best], se)
+    worse = [c for c in range(len(mean)) if c != best and z[c] > RESTART_LOGP_Z]
+    if not worse:
+        return None
+    each = ", ".join(f"chain {c}'s mean log density, {mean[c]:.1f}, lies {z[c]:.1f} standard errors below chain "
+                     f"{best}'s, {mean[best]:.1f}" for c in worse)
+    return f"the chains disagree ({missing.rhat_of} R-hat {rhat:.2f} after {n} draws per chain) and {each}", best
+
+
+def _restart_record(head: Trace, reason: str, best: int, steps: int) -> dict:
+    """What the trace and the metrics keep of an attempt left behind: why, its draws per chain and gradient
+    evaluations, and per chain its step size, divergences and mean log density."""
+    stats = head.sample_stats
+    return {
+        "reason": reason,
+        "restarted_from_chain": int(best),
+        "draws_per_chain": int(stats.sizes["draw"]),
+        "leapfrog_steps": int(steps),
+        "chains": [{"chain": c, "step_size": float(stats["step_size"].values[c, 0]),
+                    "divergences": int(stats["diverging"].values[c].sum()),
+                    "mean_log_density": float(stats["logp"].values[c].mean())}
+                   for c in range(stats.sizes["chain"])],
+    }
+
+
+def starting_from(compiled, posterior: xr.Dataset, chain: int):
+    """``compiled`` whose chains start at draws of ``posterior``'s ``chain`` (its second half: past where it came
+    from), one drawn for each chain from the seed nutpie gives its initial point, on the unconstrained scale
+    (the value variables of ``compiled.shape_info``, ``*_log__`` for the sds)."""
+    names, slices, _ = compiled.shape_info
+    draws = posterior.isel(chain=chain)
+    n = draws.sizes["draw"]
+    points = np.empty((n - n // 2, compiled.n_dim))
+    for name, where in zip(names, slices, strict=True):
+        if where.stop <= compiled.n_dim:
+            points[:, where] = draws[name].values[n // 2:].reshape(len(points), -1)
+
+    def initial_point(seed) -> np.ndarray:
+        return points[np.random.default_rng(seed).integers(len(points))].copy()
+
+    return replace(compiled, initial_point_func=initial_point)
 
 
 # nutpie's per-draw statistics that a trace leaves out: its own chain and draw numbers (the coordinates), and the
@@ -416,6 +543,7 @@ class _NutpieRun(NamedTuple):
     running: object
     compiled: object
     blocks: bool
+    seed: int
 
 
 def _finished(running) -> bool:

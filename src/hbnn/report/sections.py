@@ -371,6 +371,14 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
         blocks.append(Para("Drawn longer and thinned (sampler.max_draws: a group whose draws missed the bar was "
                            "fitted again from its seed with more draws per chain, every k-th kept, so that it "
                            "holds as many as the others): " + "; ".join(thinned) + "."))
+    restarted = [f"{LABELS[v]}, after {r['draws_per_chain']} draws per chain: {r['reason']}; started again from "
+                 f"chain {r['restarted_from_chain']}'s draws ({r['leapfrog_steps']:,} gradient evaluations left behind)"
+                 for v in MODELS for r in lookup(metrics[v], "sampling", "restarted") or []]
+    if restarted:
+        blocks.append(Para("Chains started again (hier_sampler.restarts: at the first look, chains that diverged past "
+                           "the bar or sat where the log density is lower were left behind and the fit started "
+                           "again, warmup included, from the best chain's draws; the results use the new chains "
+                           "only): " + "; ".join(restarted) + "."))
     if transfer_text:
         blocks.append(Para(transfer_text, warn=transfer_failing))
     return Section(
@@ -398,6 +406,9 @@ def _transfer_status(tm: dict) -> tuple[str, bool]:
     else:
         hier_text = (f"MISSES it ({h['groups_not_converged']} groups, max R-hat {fmt(h['max_rhat'])}, min ESS "
                      f"{fmt(h['min_ess_bulk'], '.0f')})")
+    if h.get("restarts"):
+        hier_text += (f" after {h['restarts']} restart(s) of its chains ("
+                      + "; ".join(r["reason"] for r in h.get("restarted", [])) + ")")
     refit_text = ", ".join(f"{n - bad}/{n} {m}" for m, (bad, n) in counts.items())
     text = (f"Transfer experiment (Transfer to new groups): the hierarchical fit of the {len(tm['training_groups'])} "
             f"training groups {hier_text}; refits of the held-out groups meeting it: {refit_text}.")

@@ -141,8 +141,13 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
     if sampled.thinned:  # groups drawn longer and thinned to the stage's draws (sampler.max_draws): why and how much
         metrics["sampling"]["thinned_groups"] = sampled.thinned
         idata.sample_stats.attrs["hbnn_thinned_groups"] = json.dumps(sampled.thinned, sort_keys=True)
-    advi_iterations = sample_stats.sizes.get("advi_iteration")
     s = params.sampler_for(stage)
+    if s.restarts_apply:  # a fit whose chains may start again at its first look: how often they did, why and from where
+        restarts = json.loads(sample_stats.attrs.get("hbnn_restarts", "[]"))
+        metrics["sampling"]["restarts"] = len(restarts)
+        if restarts:
+            metrics["sampling"]["restarted"] = restarts
+    advi_iterations = sample_stats.sizes.get("advi_iteration")
     timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
                                        backend_class(s).parallel_chains(s), advi_iterations)
     return idata, metrics, timing, predictions

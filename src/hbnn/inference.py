@@ -157,6 +157,7 @@ class NutpieBackend(Backend):
     # After a run-length-controlled fit's first look: (draws per chain so far, at the next look, draws per second
     # of the slowest chain or None, when), for the heartbeat; before it, the cost estimate speaks
     towards: tuple[int, int, float | None, float] | None = None
+    restarting: str | None = None  # while restarted chains warm up again, what the heartbeat says
 
     def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
         super().__init__(model, settings)
@@ -225,7 +226,7 @@ class NutpieBackend(Backend):
             try:
                 return self._first_converged_blocks(run)
             finally:
-                self.towards = None
+                self.towards = self.restarting = None
         try:
             idata = _nutpie_idata(run.running.wait(), run.compiled.coords)
         except BaseException:
@@ -237,7 +238,7 @@ class NutpieBackend(Backend):
         """Past the first look, how far the chains are from the next one (the cost estimate covers the first
         block only, so past it a heartbeat would otherwise say only that the fit runs over)."""
         if self.towards is None:
-            return None
+            return self.restarting
         drawn, target, rate, at = self.towards
         text = f"{drawn}/{target} draws per chain at the next look (up to max_draws={self.settings.max_draws})"
         if rate:
@@ -262,14 +263,17 @@ class NutpieBackend(Backend):
                 if why is None:
                     break
                 reason, best = why
+                steps = poll.steps_so_far()
                 running.cancel()
-                steps = _leapfrog_steps(head, "warmup_sample_stats", "sample_stats")
                 spent += steps
                 restarts.append(_restart_record(head, reason, best, steps))
                 log.warning("restarting the chains from chain %d's draws (restart %d of at most %d): %s",
                             best, len(restarts), s.restarts, reason)
+                self.restarting = (f"restart {len(restarts)} of at most {s.restarts}: warming up again from chain "
+                                   f"{best}'s draws")
                 running = self._launch(starting_from(run.compiled, head.posterior, best),
                                        derive_seed(run.seed, RESTART_SEED_KEY, len(restarts)), True)
+            self.restarting = None
             kept = s.draws
             while (following := _next_check(missing, kept, s, CHECK_UNIT)) is not None:
                 kept = following
@@ -293,6 +297,16 @@ class _Poll:
         self.final = None  # the whole trace, once the chains have finished (nutpie hands it over once)
         self.rate = None  # draws per second of the slowest chain, from the last two polls
         self.last = None
+
+    def steps_so_far(self) -> int:
+        """Leapfrog steps the chains have taken so far, warmup included (they run on past the last look)."""
+        import pyarrow
+
+        if self.final is not None:
+            return _leapfrog_steps(self.final, "warmup_sample_stats", "sample_stats")
+        _, stats = self.running.inspect().get_arrow_trace()
+        return int(sum(np.asarray(pyarrow.array(batch.column("n_steps")).to_numpy(zero_copy_only=False)).sum()
+                       for batch in stats))
 
     def first(self, kept: int) -> Trace:
         backend, s = self.backend, self.backend.settings
@@ -320,7 +334,10 @@ class _Poll:
                      **{g: trace[g].isel(draw=slice(0, kept)) for g in ("posterior", "sample_stats")})
 
 
-RESTART_SEED_KEY = 7  # derive_seed(fit seed, RESTART_SEED_KEY, k): the k-th restart's chains
+RESTART_SEED_KEY = 100  # derive_seed(fit seed, RESTART_SEED_KEY, k): the k-th restart's chains
+# At a run-length-controlled fit's first look, divergences restart the chains where a Poisson count at the bar's share
+# of the draws reaches them with less than this chance (one-sided): 5 or more at 2 x 500 draws, 87 in one chain seen
+RESTART_DIVERGENCE_P = 0.01
 # At a run-length-controlled fit's first look, an R-hat past this says the chains sit in different places, more than
 # slow mixing explains: on 30 groups, chains stuck where the input layer's group sd is ~0.3 (the rest: ~0.009) gave
 # 1.3-1.45 at 500 draws; slow but healthy chains of the default fit up to ~1.08 (benchmarks/FINDINGS.md, "Chains
@@ -335,41 +352,51 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
     """Why the chains of a fit's first look (``head``: ``posterior``, ``sample_stats``; ``missing``: its
     :class:`hbnn.evaluation.Shortfall` or ``None``) should start again, and from which chain's draws, or ``None``.
 
-    - More divergences than the bar allows (:data:`hbnn.evaluation.DIVERGENT_SHARE_MAX` of the draws): a chain
+    - More divergences than the bar's share (:data:`hbnn.evaluation.DIVERGENT_SHARE_MAX` of the draws) explains
+      by chance: a one-sided Poisson test at :data:`RESTART_DIVERGENCE_P` (at 2 x 500 draws: 5 or more). A chain
       whose warmup ended on too large a step size diverges at a steady rate, so drawing on does not dilute them.
+      The chains restart from the chain with the fewest divergences (then the highest mean log density).
     - Chains that disagree (some quantity's R-hat past :data:`RESTART_RHAT`) while a chain's mean log density lies
-      :data:`RESTART_LOGP_Z` standard errors below the best chain's: a chain stuck in a worse region.
+      :data:`RESTART_LOGP_Z` standard errors (each chain's, from its ESS of the mean) below the highest: a chain
+      stuck in a worse region. The chains restart from the chain with the highest mean log density.
 
-    The chains restart from the best chain: the fewest divergences, then the highest mean log density. Where the
-    chains disagree at similar log densities nothing restarts: that may be the posterior's own shape, which the
-    metrics then report (R-hat).
+    Where the chains disagree at similar log densities nothing restarts: that may be the posterior's own shape,
+    which the metrics then report (R-hat). A lower mean log density is evidence of a worse region, not proof: a
+    real mode that is wider but lower would be left behind too, which is why every restart is recorded with its
+    numbers.
     """
+    from scipy.special import pdtrc
+
     from hbnn.convergence import ess_mean
     from hbnn.evaluation import DIVERGENT_SHARE_MAX
 
     stats = head.sample_stats
     diverging = stats["diverging"].values.sum(axis=1)
     logp = stats["logp"].values
+    chains, n = logp.shape
     mean = logp.mean(axis=1)
-    ess = np.array([ess_mean(chain[None, :, None])[0] for chain in logp])
-    se = logp.std(axis=1, ddof=1) / np.sqrt(np.maximum(ess, 1.0))
-    best = min(range(len(mean)), key=lambda c: (diverging[c], -mean[c]))
-    n = logp.shape[1]
-    if diverging.sum() > DIVERGENT_SHARE_MAX * logp.size:
+    total = int(diverging.sum())
+    if total and pdtrc(total - 1, DIVERGENT_SHARE_MAX * logp.size) < RESTART_DIVERGENCE_P:  # P(X >= total)
+        best = min(range(chains), key=lambda c: (diverging[c], -mean[c]))
         each = ", ".join(f"chain {c}: {int(k)} at step size {float(stats['step_size'].values[c, 0]):.3g}"
                          for c, k in enumerate(diverging))
-        return (f"{int(diverging.sum())} divergences in the first {n} draws per chain ({each}), past the "
-                f"{DIVERGENT_SHARE_MAX:.1%} of draws the bar allows"), best
+        return (f"{total} divergences in the first {n} draws per chain ({each}), more than the "
+                f"{DIVERGENT_SHARE_MAX:.1%} of draws the bar allows explains by chance"), best
     rhat = getattr(missing, "max_rhat", float("nan"))
     if not rhat > RESTART_RHAT:
         return None
-    z = (mean[best] - mean) / np.hypot(se[best], se)
-    worse = [c for c in range(len(mean)) if c != best and z[c] > RESTART_LOGP_Z]
+    ess = np.array([ess_mean(chain[None, :, None])[0] for chain in logp])
+    se = logp.std(axis=1, ddof=1) / np.sqrt(ess)  # NaN where too few draws for an ESS: no verdict
+    best = int(np.argmax(mean))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (mean[best] - mean) / np.hypot(se[best], se)
+    worse = [c for c in range(chains) if c != best and z[c] > RESTART_LOGP_Z]
     if not worse:
         return None
     each = ", ".join(f"chain {c}'s mean log density, {mean[c]:.1f}, lies {z[c]:.1f} standard errors below chain "
                      f"{best}'s, {mean[best]:.1f}" for c in worse)
-    return f"the chains disagree ({missing.rhat_of} R-hat {rhat:.2f} after {n} draws per chain) and {each}", best
+    what = getattr(missing, "rhat_of", "") or "a quantity's"
+    return f"the chains disagree ({what} R-hat {rhat:.2f} after {n} draws per chain) and {each}", best
 
 
 def _restart_record(head: Trace, reason: str, best: int, steps: int) -> dict:
@@ -395,10 +422,12 @@ def starting_from(compiled, posterior: xr.Dataset, chain: int):
     names, slices, _ = compiled.shape_info
     draws = posterior.isel(chain=chain)
     n = draws.sizes["draw"]
-    points = np.empty((n - n // 2, compiled.n_dim))
+    points = np.full((n - n // 2, compiled.n_dim), np.nan)
     for name, where in zip(names, slices, strict=True):
         if where.stop <= compiled.n_dim:
             points[:, where] = draws[name].values[n // 2:].reshape(len(points), -1)
+    if not np.isfinite(points).all():
+        raise ValueError(f"chain {chain}'s draws do not fill every unconstrained coordinate with finite values")
 
     def initial_point(seed) -> np.ndarray:
         return points[np.random.default_rng(seed).integers(len(points))].copy()
@@ -901,7 +930,9 @@ class Sampler:
                 yield self._finish_first(runs, last)
                 last = time.perf_counter()
         except BaseException:
-            for run in runs:  # an error or Ctrl-C: no chains left running
+            # an error or Ctrl-C: no chains left running (per-group fits never restart, so a run's sampler is
+            # the one it started with: SamplerParams.check refuses sampler.restarts)
+            for run in runs:
                 run.running.cancel()
             raise
 

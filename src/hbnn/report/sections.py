@@ -375,10 +375,12 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
                  f"chain {r['restarted_from_chain']}'s draws ({r['leapfrog_steps']:,} gradient evaluations left behind)"
                  for v in MODELS for r in lookup(metrics[v], "sampling", "restarted") or []]
     if restarted:
-        blocks.append(Para("Chains started again (hier_sampler.restarts: at the first look, chains that diverged past "
-                           "the bar or sat where the log density is lower were left behind and the fit started "
-                           "again, warmup included, from the best chain's draws; the results use the new chains "
-                           "only): " + "; ".join(restarted) + "."))
+        blocks.append(Para("Chains started again (hier_sampler.restarts: at the first look, chains that diverged more "
+                           "than the bar's share explains by chance, or disagreed while one sat where the log "
+                           "density is clearly lower, were left behind and the fit started again, warmup included, "
+                           "from the best chain's draws; the results use the new chains only. A lower log density "
+                           "is evidence of a worse region, not proof: a wider real mode would be left behind too): "
+                           + "; ".join(restarted) + "."))
     if transfer_text:
         blocks.append(Para(transfer_text, warn=transfer_failing))
     return Section(

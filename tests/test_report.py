@@ -461,7 +461,8 @@ def test_status_lists_the_chains_started_again_with_their_reason():
     (para,) = [b for b in sec.blocks if getattr(b, "text", "").startswith("Chains started again")]
     assert sec.failing is False  # a restart is not a miss: the new chains are judged like any others
     assert ("Hierarchical, after 500 draws per chain: 87 divergences in the first 500 draws per chain; started again "
-            "from chain 1's draws (1,532,869 gradient evaluations left behind)") in para.text
+            "from chain 1's draws (the attempt left behind: 1,532,869 gradient evaluations to its first look)"
+            ) in para.text
 
 
 def test_status_judges_advi_fits_by_their_loss_not_by_r_hat():

@@ -250,8 +250,8 @@ class NutpieBackend(Backend):
         :func:`_next_check` says) whose draws :attr:`until` passes (or ``max_draws``); the chains are stopped
         once that is known. At the first look, chains that :func:`restart_reason` finds failing start again from
         the best chain's draws (up to ``restarts`` times), recorded in the trace's ``sample_stats`` attribute
-        ``hbnn_restarts``; the gradient evaluations returned count the attempts left behind too. Any error or
-        interrupt stops the chains running."""
+        ``hbnn_restarts``; the gradient evaluations returned count the attempts left behind too (up to their
+        cancel). Any error or interrupt stops the chains running."""
         s = self.settings
         running, restarts, spent = run.running, [], 0
         try:
@@ -263,10 +263,12 @@ class NutpieBackend(Backend):
                 if why is None:
                     break
                 reason, best = why
-                steps = poll.steps_so_far()
+                # the cost: every step until the cancel (timing-dependent, for the timings only); the record: the
+                # steps up to the first look, which the draws decide, so that the trace and metrics stay the same
+                spent += poll.steps_so_far()
                 running.cancel()
-                spent += steps
-                restarts.append(_restart_record(head, reason, best, steps))
+                restarts.append(_restart_record(head, reason, best,
+                                                _leapfrog_steps(head, "warmup_sample_stats", "sample_stats")))
                 log.warning("restarting the chains from chain %d's draws (restart %d of at most %d): %s",
                             best, len(restarts), s.restarts, reason)
                 self.restarting = (f"restart {len(restarts)} of at most {s.restarts}: warming up again from chain "
@@ -400,8 +402,10 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
 
 
 def _restart_record(head: Trace, reason: str, best: int, steps: int) -> dict:
-    """What the trace and the metrics keep of an attempt left behind: why, its draws per chain and gradient
-    evaluations, and per chain its step size, divergences and mean log density."""
+    """What the trace and the metrics keep of an attempt left behind: why, its draws per chain and its gradient
+    evaluations up to its first look (``steps``: warmup and those draws; its chains ran on a little until they were
+    cancelled, which the fit's timing counts but a record that must be the same on every run cannot), and per chain
+    its step size, divergences and mean log density."""
     stats = head.sample_stats
     return {
         "reason": reason,

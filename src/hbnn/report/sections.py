@@ -372,7 +372,8 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
                            "fitted again from its seed with more draws per chain, every k-th kept, so that it "
                            "holds as many as the others): " + "; ".join(thinned) + "."))
     restarted = [f"{LABELS[v]}, after {r['draws_per_chain']} draws per chain: {r['reason']}; started again from "
-                 f"chain {r['restarted_from_chain']}'s draws ({r['leapfrog_steps']:,} gradient evaluations left behind)"
+                 f"chain {r['restarted_from_chain']}'s draws (the attempt left behind: {r['leapfrog_steps']:,} "
+                 "gradient evaluations to its first look)"
                  for v in MODELS for r in lookup(metrics[v], "sampling", "restarted") or []]
     if restarted:
         blocks.append(Para("Chains started again (hier_sampler.restarts: at the first look, chains that diverged more "

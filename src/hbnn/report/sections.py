@@ -72,6 +72,10 @@ def _run_description(s: dict[str, Any], drawn: int | None = None, joint: bool = 
                f"checked after {s['draws']} draws, then where the smallest ESS extrapolated to the bar (at most "
                f"{LOOK_MAX_GROWTH:.0%} of the draws so far further),")
         blocks = f"; {how} until every group met the convergence bar or {s['max_draws']} were drawn"
+        if s.get("backend") == "nutpie" and s.get("restarts", 0) > 0:
+            blocks += (f"; chains found at the first check to have gone wrong in their warmup (divergences, or stuck "
+                       f"where the log density is lower) start again from the best chain's draws, at most "
+                       f"{s['restarts']} times; the status section lists any that did")
     return (f"{s.get('chains', '?')} chains x {drawn or s.get('draws', '?')} draws "
             f"({s.get('tune', '?')} tuning, backend {s.get('backend', '?')}{blocks})")
 
@@ -382,6 +386,9 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
                            "from the best chain's draws; the results use the new chains only. A lower log density "
                            "is evidence of a worse region, not proof: a wider real mode would be left behind too): "
                            + "; ".join(restarted) + "."))
+    elif any(lookup(metrics[v], "sampling", "restarts") == 0 for v in MODELS):
+        blocks.append(Para("No chains were started again: the hierarchical fit's chains passed its first check "
+                           "(hier_sampler.restarts)."))
     if transfer_text:
         blocks.append(Para(transfer_text, warn=transfer_failing))
     return Section(

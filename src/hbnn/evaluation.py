@@ -486,6 +486,7 @@ def fit_metrics(
 
 
 HEADLINE_SAMPLING = ("divergences", "max_rhat", "min_ess_bulk", "groups_not_converged")
+HEADLINE_SAMPLING_IF_PRESENT = ("advi_still_falling", "restarts")  # ADVI fits; fits whose chains may restart
 HEADLINE_LOO = ("elpd", "se", "p_loo", "n_bad_k")
 
 
@@ -502,7 +503,7 @@ def headline(metrics: dict, score: str) -> dict:
     out = {
         "train": {score: train[score]},
         "test": {k: v for k, v in test.items() if k != "n"},
-        "sampling": {k: metrics["sampling"][k] for k in (*HEADLINE_SAMPLING, "advi_still_falling", "restarts")
+        "sampling": {k: metrics["sampling"][k] for k in (*HEADLINE_SAMPLING, *HEADLINE_SAMPLING_IF_PRESENT)
                      if k in metrics["sampling"]}
         | {"flagged_groups": {g: f["reason"] for g, f in metrics["sampling"]["flagged_groups"].items()}},
     }

@@ -373,10 +373,9 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
     from hbnn.evaluation import DIVERGENT_SHARE_MAX
 
     stats = head.sample_stats
-    diverging = stats["diverging"].values.sum(axis=1)
+    diverging, mean = _chain_numbers(stats)
     logp = stats["logp"].values
     chains, n = logp.shape
-    mean = logp.mean(axis=1)
     total = int(diverging.sum())
     if total and pdtrc(total - 1, DIVERGENT_SHARE_MAX * logp.size) < RESTART_DIVERGENCE_P:  # P(X >= total)
         best = min(range(chains), key=lambda c: (diverging[c], -mean[c]))
@@ -407,16 +406,21 @@ def _restart_record(head: Trace, reason: str, best: int, steps: int) -> dict:
     cancelled, which the fit's timing counts but a record that must be the same on every run cannot), and per chain
     its step size, divergences and mean log density."""
     stats = head.sample_stats
+    diverging, mean = _chain_numbers(stats)
     return {
         "reason": reason,
         "restarted_from_chain": int(best),
         "draws_per_chain": int(stats.sizes["draw"]),
         "leapfrog_steps": int(steps),
         "chains": [{"chain": c, "step_size": float(stats["step_size"].values[c, 0]),
-                    "divergences": int(stats["diverging"].values[c].sum()),
-                    "mean_log_density": float(stats["logp"].values[c].mean())}
+                    "divergences": int(diverging[c]), "mean_log_density": float(mean[c])}
                    for c in range(stats.sizes["chain"])],
     }
+
+
+def _chain_numbers(stats: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """Per chain of a first look's ``sample_stats``: its divergences and its mean log density."""
+    return stats["diverging"].values.sum(axis=1), stats["logp"].values.mean(axis=1)
 
 
 def starting_from(compiled, posterior: xr.Dataset, chain: int):

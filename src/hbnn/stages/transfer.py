@@ -232,8 +232,8 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
                                "thinned_fits": fits[name]["sampling"].get("thinned_groups", {})}
                         for name, f in per_fit.items()},
                      "hierarchical": {k: upstream["hierarchical"]["sampling"][k]
-                                      for k in (*evaluation.HEADLINE_SAMPLING, "advi_still_falling", "restarts",
-                                                "restarted")
+                                      for k in (*evaluation.HEADLINE_SAMPLING,
+                                                *evaluation.HEADLINE_SAMPLING_IF_PRESENT, "restarted")
                                       if k in upstream["hierarchical"]["sampling"]}},
         "fits": {name: {r.name: {"group": r.group, "size": r.size, "rows": r.rows,
                                  **{k: v for k, v in fits[name]["per_group"][r.name].items() if k != "train"}}

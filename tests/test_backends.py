@@ -24,7 +24,7 @@ ADVI = {"iterations": 300, "learning_rate": 0.02}
 
 def _params(backend: str, **advi):
     sampler = dict(TINY["sampler"], backend=backend, advi={**ADVI, **advi})
-    return parse_params(dict(TINY, sampler=sampler, hier_sampler=sampler))
+    return parse_params(dict(TINY, sampler=sampler, hier_sampler={**TINY["hier_sampler"], **sampler}))
 
 
 @pytest.fixture(scope="module")

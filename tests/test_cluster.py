@@ -25,7 +25,8 @@ from hbnn.stages.fitting import fit_per_group
 # The builders below run in the workers' processes, which cannot import this test module: ship it by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-PARAMS = parse_params({"model": {"hidden_layers": [2]}, "sampler": {"tune": 30, "draws": 20, "chains": 2}})
+PARAMS = parse_params({"model": {"hidden_layers": [2]},
+                       "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 0}})
 
 
 def _builder(tasks):

@@ -13,6 +13,25 @@ def test_committed_params_equal_defaults():
     assert load_params(ROOT / "params.yaml") == Params()
 
 
+def test_a_partial_section_keeps_that_sections_defaults():
+    """A params file that sets only some keys of a section gets the documented defaults for the rest (those of
+    params.yaml and params.schema.json): hier_sampler's own, not the per-group sampler's."""
+    import dataclasses
+
+    from hbnn.config import HIER_SAMPLER, SAMPLER, params_schema
+
+    p = parse_params({"hier_sampler": {"draws": 800, "max_draws": 4000}, "sampler": {"seed": 7},
+                      "data": {"noise": 0.2}})
+    assert p.hier_sampler == dataclasses.replace(HIER_SAMPLER, draws=800, max_draws=4000)
+    assert p.sampler == dataclasses.replace(SAMPLER, seed=7)
+    assert p.data == dataclasses.replace(Params().data, noise=0.2)
+    schema = params_schema()["properties"]
+    for section in ("sampler", "hier_sampler"):
+        defaults = {k: v["default"] for k, v in schema[section]["properties"].items() if "default" in v}
+        built = dataclasses.asdict(getattr(parse_params({section: {"seed": 1}}), section))
+        assert defaults == {k: built[k] for k in defaults}, section
+
+
 def test_top_level_keys_for_dvc_overrides():
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert "n_groups" in raw and "seed" in raw
@@ -41,10 +60,13 @@ def test_types_are_coerced():
         ({"sampler": {"backend": "pymc", "mass_matrix": "low_rank"}}, "sampler.mass_matrix='low_rank'"),
         ({"sampler": {"target_accept": 1.5}}, "sampler.target_accept=1.5"),
         ({"hier_sampler": {"draws": 1000, "max_draws": 500}}, "hier_sampler.max_draws=500"),
-        ({"hier_sampler": {"backend": "numpyro", "draws": 1000, "max_draws": 2500}}, "hier_sampler.max_draws=2500"),
-        ({"hier_sampler": {"backend": "numpyro", "chains": 1, "max_draws": 5000}, "prior": {"reference_chain": 0}},
+        ({"hier_sampler": {"backend": "numpyro", "mass_matrix": "diag", "draws": 1000, "max_draws": 2500}},
+         "hier_sampler.max_draws=2500"),
+        ({"hier_sampler": {"backend": "numpyro", "mass_matrix": "diag", "chains": 1, "max_draws": 5000},
+          "prior": {"reference_chain": 0}},
          "hier_sampler.max_draws=5000"),
-        ({"hier_sampler": {"backend": "pymc", "max_draws": 5000}}, "hier_sampler.max_draws=5000"),
+        ({"hier_sampler": {"backend": "pymc", "mass_matrix": "diag", "max_draws": 5000}},
+         "hier_sampler.max_draws=5000"),
         ({"sampler": {"chains": 1, "max_draws": 5000}}, "sampler.max_draws=5000"),
         ({"sampler": {"draws": 1000, "max_draws": 500}}, "sampler.max_draws=500"),
         ({"sampler": {"restarts": 1}}, "sampler.restarts=1"),  # per-group fits refit instead
@@ -54,7 +76,7 @@ def test_types_are_coerced():
         ({"prior": {"align": "sideways"}}, "prior.align='sideways'"),
         ({"prior": {"jitter": 0}}, "prior.jitter=0"),
         ({"prior": {"reference_chain": 2}}, "prior.reference_chain=2"),
-        ({"hier_sampler": {"chains": 1}, "prior": {"reference_chain": 1}}, "prior.reference_chain=1"),
+        ({"hier_sampler": {"chains": 1, "max_draws": 0}, "prior": {"reference_chain": 1}}, "prior.reference_chain=1"),
         ({"sampler": {"drawz": 10}}, "sampler.drawz=10"),
         ({"n_group": 10}, "n_group=10"),
         ({"data": 3}, "data=3"),
@@ -80,7 +102,7 @@ def test_restarts_apply_only_where_a_fit_judges_its_chains_at_a_first_look():
     # a quick look, another backend: accepted, and nothing to judge
     on = {"restarts": 2, "draws": 500, "max_draws": 5000}
     assert parse_params({"hier_sampler": on}).hier_sampler.restarts_apply
-    for off in ({"max_draws": 0}, {"max_draws": 500}, {"backend": "numpyro"}, {"restarts": 0}):
+    for off in ({"max_draws": 0}, {"max_draws": 500}, {"backend": "numpyro", "mass_matrix": "diag"}, {"restarts": 0}):
         assert not parse_params({"hier_sampler": on | off}).hier_sampler.restarts_apply, off
 
 

@@ -28,7 +28,8 @@ def test_per_group_fit_compiles_once_and_handles_unequal_group_sizes(ragged_task
         return real(*args, **kwargs)
 
     monkeypatch.setattr(nutpie, "compile_pymc_model", counting)
-    params = parse_params({"model": {"hidden_layers": [2]}, "sampler": {"tune": 30, "draws": 20, "chains": 2}})
+    params = parse_params({"model": {"hidden_layers": [2]},
+                           "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 0}})
 
     def build(X, y):
         return build_flat_model(X, y, ragged_tasks.features, (2,))

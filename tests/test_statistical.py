@@ -63,7 +63,8 @@ def test_pymc_backend_writes_the_same_layout(tmp_path):
     out = {}
     for backend in ("nutpie", "pymc"):
         params = parse_params(
-            {"n_groups": 2, "data": {"n_samples": 30}, "sampler": {"backend": backend, "tune": 50, "draws": 30}}
+            {"n_groups": 2, "data": {"n_samples": 30},
+             "sampler": {"backend": backend, "tune": 50, "draws": 30, "max_draws": 0}}
         )
         make_data(params, tmp_path / "tasks.nc")
         metrics = fit_flat(params, tmp_path / "tasks.nc", tmp_path / f"{backend}.nc", tmp_path / f"{backend}.json",

@@ -410,11 +410,15 @@ def _check_seed(seed: int, key: str) -> None:
     _require(0 <= seed <= MAX_SEED, key, seed, f"must lie in [0, {MAX_SEED}] (2**32 - 1)")
 
 
-def _coerce(value: Any, hint: Any, key: str) -> Any:
-    """Check ``value`` against a type hint; ints are accepted where floats are."""
+def _coerce(value: Any, hint: Any, key: str, default: Any = None) -> Any:
+    """Check ``value`` against a type hint; ints are accepted where floats are.
+
+    A section (a dataclass) starts from ``default``, the value it has where it is left out, so keys a
+    partial section leaves out keep that section's defaults (``hier_sampler``'s, not :class:`SamplerParams`').
+    """
     origin = get_origin(hint)
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value, key)
+        return _build(hint, value, key, default)
     if origin is tuple:
         (item,) = {a for a in get_args(hint) if a is not Ellipsis}
         # A bare 0 means an empty list, so `hidden_layers: 0` reads as "no hidden layers".
@@ -448,9 +452,11 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     raise TypeError(f"unsupported type hint {hint!r} for {key}")  # pragma: no cover
 
 
-def _build(cls: type, raw: Any, prefix: str) -> Any:
+def _build(cls: type, raw: Any, prefix: str, default: Any = None) -> Any:
+    """``default`` (``cls()`` where None) with the keys ``raw`` gives, each checked and built the same way."""
     if not isinstance(raw, dict):
         raise ConfigError(f"invalid parameter {prefix or 'params'}={_show(raw)}: expected a mapping")
+    default = cls() if default is None else default
     hints = get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     for key in raw:
@@ -461,8 +467,8 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     for name in known:
         if name in raw:
             dotted = f"{prefix}.{name}" if prefix else name
-            kwargs[name] = _coerce(raw[name], hints[name], dotted)
-    return cls(**kwargs)
+            kwargs[name] = _coerce(raw[name], hints[name], dotted, getattr(default, name))
+    return dataclasses.replace(default, **kwargs)
 
 
 def parse_params(raw: dict[str, Any] | None) -> Params:

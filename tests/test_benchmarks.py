@@ -12,6 +12,8 @@ from pathlib import Path
 import yaml
 from dvc.utils.hydra import apply_overrides
 
+from hbnn.config import load_params
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks/ is a package at the repository root
 bench = importlib.import_module("benchmarks.run")
@@ -30,3 +32,4 @@ def test_the_readme_many_groups_command_sets_what_the_benchmark_measures(tmp_pat
     apply_overrides(str(tmp_path / "params.yaml"), overrides)
     committed = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert yaml.safe_load((tmp_path / "params.yaml").read_text()) == bench._overridden(committed, bench.MANY_GROUPS)
+    load_params(tmp_path / "params.yaml")  # valid as written: no key of the defaults it keeps conflicts with it

@@ -32,6 +32,17 @@ def test_a_partial_section_keeps_that_sections_defaults():
         assert defaults == {k: built[k] for k in defaults}, section
 
 
+def test_another_backend_on_the_committed_hier_sampler():
+    """`-S hier_sampler.backend=numpyro` (or pymc, blackjax, advi) alone is valid: their one diagonal adaptation is
+    Stan's, which the committed diag_stan names; only nutpie has a low-rank one."""
+    committed = load_params(ROOT / "params.yaml").to_dict()
+    for backend in ("pymc", "numpyro", "blackjax", "advi"):
+        raw = committed | {"hier_sampler": committed["hier_sampler"] | {"backend": backend, "max_draws": 0}}
+        assert parse_params(raw).hier_sampler.mass_matrix == "diag_stan"
+        with pytest.raises(ConfigError, match="hier_sampler.mass_matrix='low_rank'"):
+            parse_params(committed | {"hier_sampler": raw["hier_sampler"] | {"mass_matrix": "low_rank"}})
+
+
 def test_top_level_keys_for_dvc_overrides():
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert "n_groups" in raw and "seed" in raw

@@ -147,7 +147,8 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * (stored_params if hierarchical else per_group)
         run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
     else:
-        steps = STEPS_PER_ITERATION_DIAG_STAN if s.mass_matrix == "diag_stan" else STEPS_PER_ITERATION[s.backend]
+        stan_nutpie = s.backend == "nutpie" and s.mass_matrix == "diag_stan"  # the other backends' own figures
+        steps = STEPS_PER_ITERATION_DIAG_STAN if stan_nutpie else STEPS_PER_ITERATION[s.backend]
         if hierarchical or s.max_draws <= s.draws:
             iterations = s.tune + s.draw_limit
         else:  # the first fit, then every refit k = 2 .. max_draws // draws (the worst case: one step at a time)

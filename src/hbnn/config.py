@@ -186,7 +186,10 @@ class SamplerParams:
         _require(self.cores >= 1, f"{key}.cores", self.cores, "must be >= 1")
         _require(self.mass_matrix in MASS_MATRICES, f"{key}.mass_matrix", self.mass_matrix,
                  f"must be one of {list(MASS_MATRICES)}")
-        _require(self.mass_matrix == "diag" or self.backend == "nutpie", f"{key}.mass_matrix", self.mass_matrix,
+        # diag and diag_stan name nutpie's two diagonal adaptations; PyMC, NumPyro and BlackJAX have one, from the
+        # draws' variances as Stan's (diag_stan), so either word is theirs (and -S hier_sampler.backend=numpyro works
+        # on the committed diag_stan); ADVI has none
+        _require(self.mass_matrix != "low_rank" or self.backend == "nutpie", f"{key}.mass_matrix", self.mass_matrix,
                  f"needs {key}.backend=nutpie (the other backends adapt a diagonal mass matrix)")
         _require(self.max_draws == 0 or self.max_draws >= self.draws, f"{key}.max_draws", self.max_draws,
                  f"must be 0 (off) or >= {key}.draws={self.draws}")

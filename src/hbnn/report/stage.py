@@ -119,6 +119,12 @@ def report(
     corr_name = f"correlation_{first.name}.png"
     # The models' surfaces, reliability and PSIS-LOO in worker processes; the rest here, beside them. ArviZ is
     # imported only once they have forked (~3 s of a core, which the workers, reading with xarray, do not need).
+    # Said first: the next line comes once the first surface page is done, ~15 s into a default report.
+    work = [f"surfaces ({len(names)} groups, up to {rp.surface_draws} draws on a {rp.grid_size} x {rp.grid_size} "
+            "grid)"] if tasks.n_features >= 2 else []
+    work += (["reliability"] if lik.classifier else []) + (["PSIS-LOO"] if params.trace.pointwise else [])
+    log.info("report: computing %s, beside the group-sd figures",
+             f"each model's {', '.join(work)}" if work else "the figures")
     with all_model_outputs(paths, specs, tasks, rp, params) as wait_for_models:
         import arviz as az
 

@@ -81,6 +81,20 @@ def test_split_is_stratified_seeded_and_leaves_train_and_test_rows(csv):
     assert not np.array_equal(other["split"].values, split)
 
 
+def test_a_groups_split_depends_on_its_name_and_rows_not_on_other_groups(csv, tmp_path):
+    """Dropping a group (what an error about a too-small group asks) or reordering the groups leaves every
+    other group's split as it was: each group's stream is keyed by its name, not by its place in the file."""
+    path, df = csv
+    split = pd.Series(load_table_tasks(params(path))["split"].values, index=df.index)
+    other = df[df.shop != "north"].iloc[::-1]  # north dropped, the groups (and their rows) in reverse order
+    other = pd.concat([g.iloc[::-1] for _, g in other.groupby("shop", sort=False)])  # each group's rows as before
+    path2 = tmp_path / "other.csv"
+    other.to_csv(path2, index=False)
+    split2 = pd.Series(load_table_tasks(params(path2))["split"].values, index=other.index)
+    assert list(other.shop.unique()) == ["east", "south"]
+    pd.testing.assert_series_equal(split2.sort_index(), split[df.shop != "north"])
+
+
 def test_split_of_tiny_groups():
     codes = np.array([0, 0, 1, 2, 2, 2])
     strata = np.array([0, 1, 0, 0, 0, 1])

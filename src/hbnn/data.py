@@ -12,6 +12,7 @@ likelihood.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -233,22 +234,30 @@ def _split_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
     return values
 
 
+def group_key(name: str) -> int:
+    """A group's stream key: the first 128 bits of the SHA-256 of its name (UTF-8), so a group's random choices
+    depend on its name, not on where it sits in the file."""
+    return int.from_bytes(hashlib.sha256(str(name).encode()).digest()[:16], "little")
+
+
 def stratified_split(
-    group_codes: np.ndarray, strata: np.ndarray, train_fraction: float, seed: int
+    groups: np.ndarray, strata: np.ndarray, train_fraction: float, seed: int
 ) -> np.ndarray:
-    """``"train"``/``"test"`` per row: within each group and stratum, a seeded random share trains.
+    """``"train"``/``"test"`` per row: within each group (``groups``: its name per row) and stratum, a seeded
+    random share trains.
 
     Each (group, stratum) cell of ``n`` rows sends ``round(n * train_fraction)``
     rows, clipped to ``[1, n - 1]`` (``1`` when ``n == 1``), to training; the rest
     are test rows. A group that still has no test row although it has >= 2 rows
-    gives one training row of its largest cell to the test set. Group ``g`` draws
-    from its own stream ``SeedSequence(seed, spawn_key=(g,))``, so adding a group
-    never changes another group's split.
+    gives one training row of its largest cell to the test set. Each group draws
+    from its own stream ``SeedSequence(seed, spawn_key=(group_key(name),))``, so a
+    group's split depends only on ``seed``, its name and its own rows (in their
+    order): adding, dropping or reordering other groups never changes it.
     """
-    split = np.full(group_codes.size, "test", dtype=object)
-    for g in np.unique(group_codes):
-        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(int(g),)))
-        in_group = group_codes == g
+    split = np.full(groups.size, "test", dtype=object)
+    for name in pd.unique(groups):
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(group_key(name),)))
+        in_group = groups == name
         train_rows = []
         for s in np.unique(strata[in_group]):
             rows = rng.permutation(np.flatnonzero(in_group & (strata == s)))
@@ -333,12 +342,11 @@ def load_table_tasks(params: Params) -> xr.Dataset:
     X = numeric_features(df, features, where)
     y = _labels(df, d.label, likelihood, where)
     names = group_column(df, d.group, where)
-    codes = pd.factorize(names)[0]
     if d.split:
         split = _split_column(df, d.split, where)
     else:
         strata = likelihoods.get(likelihood).strata(y)
-        split = stratified_split(codes, strata, d.train_fraction, params.seed)
+        split = stratified_split(names, strata, d.train_fraction, params.seed)
     _check_groups(names, y, split, likelihood, where)
     train = split == "train"
     x_mean, x_sd = np.zeros(X.shape[1]), np.ones(X.shape[1])

@@ -33,6 +33,7 @@ from hbnn.data import Tasks
 from hbnn.errors import SamplingError
 from hbnn.inference import _check_complete
 from hbnn.runner import run_stage
+from hbnn.stages.fit_flat import fit_flat
 from hbnn.stages.fit_hier import fit_hier
 from hbnn.stages.make_data import make_data
 
@@ -81,6 +82,8 @@ STAGES = {  # stage: (body, arguments), as dvc.yaml runs it
     "check_params": (check_params, []),
     "make_data": (make_data, ["--out", "data/tasks.nc"]),
     "fit_hier": (fit_hier, HIER_ARGS),
+    "fit_flat": (fit_flat, ["--tasks-path", "data/tasks.nc", "--trace-out", "traces/flat.nc", "--metrics-out",
+                            "metrics/flat.json", "--timing-out", "timings/flat.json"]),
 }
 
 
@@ -174,7 +177,7 @@ def test_advi_time_estimates_follow_the_measured_fits(stage, n_groups, sampler, 
 
     key = "sampler" if stage == "fit_flat" else "hier_sampler"
     params = parse_params({**yaml.safe_load(Path("params.yaml").read_text()), "n_groups": n_groups,
-                           key: {"backend": "advi", "draws": 500, "advi": sampler}})
+                           key: {"backend": "advi", "draws": 500, "max_draws": 0, "advi": sampler}})
     estimate = fit_estimate(stage, params, n_groups, 50 * n_groups, 50 * n_groups, n_features=2)
     assert measured_s <= 60 * estimate.minutes <= 2 * measured_s
     assert f"{sampler['iterations']} ADVI steps, 2 x 500 draws (advi)" in estimate.sizes
@@ -278,6 +281,83 @@ def test_bad_tables_end_in_one_error_and_change_nothing(workspace, capsys, tmp_p
     assert workspace() == before
 
 
+def _split_column(df, all_train: str):
+    """A ``part`` column: rows alternate train/test, and every row of group ``all_train`` is a training row."""
+    df = df.assign(part=np.where(np.arange(len(df)) % 2 == 0, "train", "test"))
+    df.loc[df.site == all_train, "part"] = "train"
+    return df
+
+
+@pytest.mark.parametrize("edit, data, expected", [
+    # each group is scored, and its convergence judged, on its own test rows
+    (lambda df: _split_column(df, "S02"), {"split": "part"}, "group 'S02' has no test rows (all 10 of its rows"),
+    # the transfer stages hold one group out and fit another: refused before any stage samples
+    (lambda df: df[df.site == "S03"], {}, "the transfer stages need at least 2 groups"),
+])
+def test_tables_the_pipeline_cannot_use_are_refused_by_make_data(workspace, capsys, tmp_path, edit, data, expected):
+    path = _sites(tmp_path, edit)
+    before = workspace()
+    code, err = _run("make_data", _table_params(path, **data), capsys)
+    _assert_one_error(code, err, expected)
+    assert workspace() == before
+
+
+@pytest.mark.parametrize("section, key, value, expected", [
+    ("", "n_groups", 1, "the transfer stages need at least 2 groups (one to fit, one to hold out); the tasks have 1"),
+    ("transfer", "sizes", [1000], "no held-out group has more training rows than transfer.sizes=[1000] and "
+                                  "transfer.all_rows is false; nothing to fit"),
+])
+def test_check_params_refuses_what_a_later_stage_would(workspace, capsys, section, key, value, expected):
+    """Refused by the pipeline's first stage, not after four fit stages have sampled (or with a traceback)."""
+    text = _with(section, key, value)
+    if section == "transfer":
+        text = text.replace("transfer:\n", "transfer:\n  all_rows: false\n")
+    before = workspace()
+    code, err = _run("check_params", text, capsys)
+    _assert_one_error(code, err, expected)
+    assert workspace() == before
+
+
+@pytest.mark.parametrize("section, key, value", [("report", "grid_size", 100_000),
+                                                ("prior", "draws_per_sample", 10_000_000)])
+def test_check_params_refuses_a_prior_or_report_past_the_limits(workspace, capsys, section, key, value):
+    """Legal values whose arrays would not fit (a MemoryError traceback in derive_prior or report, after the fits
+    had sampled): refused by the first stage, naming the key."""
+    before = workspace()
+    code, err = _run("check_params", _with(section, key, value), capsys)
+    _assert_one_error(code, err, f"{section}.{key}={value}")
+    assert "over limits.max_memory_gib" in err and workspace() == before
+
+
+def test_moons_noise_too_large_to_standardise_is_refused(workspace, capsys):
+    """data.noise=1e200 is finite, but the moons' variance overflows: every feature became 0, written as a success."""
+    before = workspace()
+    code, err = _run("make_data", _with("data", "noise", 1e200), capsys)
+    _assert_one_error(code, err, "invalid parameter data.noise=1e+200: the moons' coordinates cannot be standardised")
+    assert workspace() == before
+
+
+def test_a_model_whose_density_overflows_is_one_error_line(workspace, capsys):
+    """model.prior_sd=1e-300 passes the params' checks, but 1/sd^2 overflows: PyMC's own log density is NaN, so no
+    sampler can start (nutpie's refusal was a traceback with a Rust backtrace)."""
+    before = workspace()
+    code, err = _run("fit_flat", _with("model", "prior_sd", 1e-300), capsys)
+    _assert_one_error(code, err, "the model's own log density (PyMC's) is nan near its initial point", exit_code=1)
+    assert workspace() == before
+
+
+def test_nutpies_refusal_to_start_is_one_sampling_error():
+    from hbnn.inference import _no_start_refused
+
+    rust = "All initialization points failed\n\nCaused by:\n    Logp function returned error: ErrorCode(3)\n\nStack"
+    with pytest.raises(SamplingError, match=r"no initial point .* \(Logp function returned error: ErrorCode\(3\)\)"):
+        with _no_start_refused():
+            raise RuntimeError(rust)
+    with pytest.raises(RuntimeError, match="something else"):  # any other error is left as it is
+        with _no_start_refused():
+            raise RuntimeError("something else")
+
+
 @pytest.mark.parametrize("likelihood, label, expected", [
     ("poisson", -1, "must hold counts (0, 1, 2, ... up to 2**53) for model.likelihood=poisson; found [-1.0]"),
     ("poisson", 1e20, "found [1e+20]"),
@@ -335,6 +415,19 @@ def test_predict_never_overwrites_its_inputs(scored_inputs, capsys, output, expe
     code = cli.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", output])
     _assert_one_error(code, capsys.readouterr().err, expected)
     assert {p: Path(p).read_bytes() for p in scored_inputs} == scored_inputs
+
+
+def test_predict_writes_through_a_link_and_never_replaces_a_pipe(scored_inputs, capsys):
+    """The output is written atomically (a rename): through a symbolic link to the file it names, the link kept;
+    a FIFO (or a device) is refused rather than replaced by a regular file."""
+    Path("out/scored.csv").write_text("earlier")
+    Path("link.csv").symlink_to("out/scored.csv")
+    assert cli.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", "link.csv"]) == 0
+    assert Path("link.csv").is_symlink() and Path("out/scored.csv").read_text().startswith("shop,a,b,note,mean")
+    os.mkfifo("pipe.csv")
+    code = cli.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", "pipe.csv"])
+    _assert_one_error(code, capsys.readouterr().err, "--output pipe.csv is not a regular file")
+    assert Path("pipe.csv").is_fifo()
 
 
 def test_predict_refuses_to_write_overflowing_predictions(tmp_path, monkeypatch, capsys):
@@ -434,6 +527,7 @@ def test_an_interrupt_writes_nothing_and_says_so(workspace, sig, when):
     err = "".join(lines)
     assert proc.returncode == 130, err
     assert err.splitlines()[-1] == "interrupted: outputs unchanged"
+    assert err.count("interrupted") == 1, err  # once, though the stage script's and run_stage's blocks both see it
     assert "Traceback" not in err
     assert workspace() == before
 

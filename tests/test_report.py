@@ -323,6 +323,20 @@ def test_stale_metrics_are_an_input_error(run, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_grid_past_the_memory_limit_is_refused_before_any_surface(run, tmp_path):
+    """report.grid_size=100000 is a legal integer: 10^10 grid points a panel ended in a NumPy MemoryError."""
+    import dataclasses
+
+    from hbnn.config import ConfigError
+
+    d, params = run["dir"], run["params"]
+    huge = dataclasses.replace(params, report=dataclasses.replace(params.report, grid_size=100_000))
+    with pytest.raises(ConfigError, match=r"report: estimated .* \(report.grid_size=100000\).*over limits"):
+        report(huge, d / "tasks.nc", d / "traces" / "flat.nc", d / "traces" / "hierarchical.nc",
+               d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", d / "timings", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("features, hidden, bias", [(2, [4, 3], False), (2, [4, 3], True), (3, [5], True),
                                                      (2, [], False), (2, [], True), (4, [2, 6, 3], False)])
 def test_surface_stats_match_all_draws_at_once(monkeypatch, features, hidden, bias):

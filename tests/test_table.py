@@ -95,6 +95,20 @@ def test_a_groups_split_depends_on_its_name_and_rows_not_on_other_groups(csv, tm
     pd.testing.assert_series_equal(split2.sort_index(), split[df.shop != "north"])
 
 
+@pytest.mark.parametrize("part", ["train", "test"])
+def test_a_value_too_large_is_named_in_training_and_test_rows(tmp_path, part):
+    """In a training row 1e308 overflows the column's sd (every scaled value then 0, finite but wrong); in a test
+    row the scaled value is too large: both are the same error, naming the column and the value."""
+    df = table(np.random.default_rng(1), {"a": 8, "b": 8})
+    df["part"] = np.where(np.arange(16) % 4 == 0, "test", "train")
+    row = int(np.flatnonzero(df["part"].to_numpy() == part)[1])
+    df.loc[row, "price"] = 1e308
+    path = tmp_path / "t.csv"
+    df.to_csv(path, index=False)
+    with pytest.raises(InputError, match=r"feature column 'price' has values too large to use \(e.g. 1e\+308 in row"):
+        load_table_tasks(params(path, split="part"))
+
+
 def test_split_of_tiny_groups():
     codes = np.array([0, 0, 1, 2, 2, 2])
     strata = np.array([0, 1, 0, 0, 0, 1])

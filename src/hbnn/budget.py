@@ -103,13 +103,13 @@ def enforce(estimate: Estimate, params: Params) -> None:
     log.info("%s", estimate.describe())
     memory = memory_limit_gib(params)
     if estimate.memory_gib > memory:
-        raise ConfigError(f"{estimate.describe()}: over limits.max_memory_gib={memory:.3g}. Use fewer groups, "
-                          "draws (or a lower max_draws) or hidden units, or raise limits.max_memory_gib if this "
-                          "machine has the memory")
+        raise ConfigError(f"{estimate.describe()}: over limits.max_memory_gib={memory:.3g}. Lower the sizes above "
+                          "(groups, draws or max_draws, hidden units, the named keys), or raise limits.max_memory_gib "
+                          "if this machine has the memory")
     if estimate.minutes > params.limits.max_minutes:
-        raise ConfigError(f"{estimate.describe()}: over limits.max_minutes={params.limits.max_minutes:g}. Use fewer "
-                          "groups, draws (or a lower max_draws) or hidden units, or raise limits.max_minutes to run "
-                          "it anyway")
+        raise ConfigError(f"{estimate.describe()}: over limits.max_minutes={params.limits.max_minutes:g}. Lower the "
+                          "sizes above (groups, draws or max_draws, hidden units, the named keys), or raise "
+                          "limits.max_minutes to run it anyway")
 
 
 def n_weights(n_features: int, hidden_layers, bias: bool = False) -> list[int]:
@@ -178,6 +178,54 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes, first)
 
 
+# derive_prior: the new-group draws of each layer, their noise and the fit's centred copy (hbnn.prior); measured
+# (default run, 2000 x 10 draws of 40 weights) well under a second
+PRIOR_COPIES = 3
+NS_PER_PRIOR_VALUE = 5.0
+# report: each model's worker holds the grid's points, one page's surfaces (mean and sd) and matplotlib's images of
+# them (its float64 copy, the colour-mapped RGBA: ~6 values a grid point a panel), besides a fixed chunk of network
+# outputs (hbnn.report.numbers.CHUNK_VALUES); the three workers run at once. Time: the network over every kept draw
+# at every grid point (measured 20 ns a draw and point for the default 40-weight network: 0.5 ns a weight) on the
+# cores, plus ~1.3 s of matplotlib a page, plus ~10 s of reading, ArviZ's figures and writing.
+REPORT_WORKERS = 3
+SURFACE_VALUES_PER_PANEL_POINT = 6
+SURFACE_CHUNK_BYTES = 2**21 * 12
+NS_PER_SURFACE_WEIGHT = 0.5
+SECONDS_PER_SURFACE_PAGE = 1.3
+REPORT_FIXED_SECONDS = 10.0
+
+
+def prior_estimate(stage: str, params: Params, posterior_draws: int, n_features: int) -> Estimate:
+    """Cost of deriving the informed prior (``derive_prior``, and ``transfer_prior`` after its fit) from
+    ``posterior_draws`` draws (all chains) of the hierarchical posterior: ``prior.draws_per_sample`` new-group
+    draws of every layer's weights for each."""
+    layers = n_weights(n_features, params.model.hidden_layers, params.model.bias)
+    values = posterior_draws * params.prior.draws_per_sample * sum(layers)
+    covariances = sum(w * w for w in layers) * BYTES * 4
+    memory, minutes = (values * BYTES * PRIOR_COPIES + covariances) / 2**30, values * NS_PER_PRIOR_VALUE * 1e-9 / 60
+    return Estimate(stage, memory, minutes,
+                    f"{posterior_draws} posterior draws x prior.draws_per_sample={params.prior.draws_per_sample} "
+                    f"new-group draws of {sum(layers)} weights")
+
+
+def report_estimate(params: Params, n_groups: int, n_features: int, posterior_draws: int, models: int = 3) -> Estimate:
+    """Cost of the report's decision surfaces (``report.grid_size`` squared points, ``report.surface_draws`` draws,
+    ``report.panels_per_page`` groups a page) for ``models`` models of ``n_groups`` groups."""
+    r = params.report
+    points = r.grid_size**2 if n_features >= 2 else 0
+    panels = min(n_groups, r.panels_per_page)
+    per_worker = points * BYTES * (2 * n_features + 2 * panels * SURFACE_VALUES_PER_PANEL_POINT) + SURFACE_CHUNK_BYTES
+    draws = min(r.surface_draws, posterior_draws)
+    weights = sum(n_weights(n_features, params.model.hidden_layers, params.model.bias))
+    surface_s = models * n_groups * draws * points * weights * NS_PER_SURFACE_WEIGHT * 1e-9
+    pages = models * 2 * -(-n_groups // r.panels_per_page) if points else 0
+    cores = max(1, min(REPORT_WORKERS, os.cpu_count() or 1))
+    minutes = (REPORT_FIXED_SECONDS + (surface_s + pages * SECONDS_PER_SURFACE_PAGE) / cores) / 60
+    return Estimate("report", REPORT_WORKERS * per_worker / 2**30, minutes,
+                    f"{models} models x {n_groups} groups, {draws} draws on {points} grid points "
+                    f"(report.grid_size={r.grid_size}), {panels} panels a page")
+
+
 def check_params(params: Params) -> None:
     """Body of the ``check_params`` stage, which depends on the whole ``params.yaml``.
 
@@ -196,13 +244,18 @@ def check_params(params: Params) -> None:
     for stage in ("fit_flat", "fit_hier", "fit_informed"):
         enforce(fit_estimate(stage, params, params.n_groups, params.n_groups * n_train,
                              params.n_groups * n_test, n_features=2), params)  # moons: x1, x2
-    if params.n_groups >= 2:  # the transfer stages (hbnn.transfer): fewer groups are refused there, with the reason
-        from hbnn.transfer import holdout_count  # here: it loads xarray and pandas, which moons data need not
+    h, s = params.hier_sampler, params.sampler
+    enforce(prior_estimate("derive_prior", params, h.chains * h.draw_limit, n_features=2), params)
+    enforce(report_estimate(params, params.n_groups, 2, max(h.chains * h.draw_limit, s.chains * s.draws)), params)
+    # the transfer stages (hbnn.transfer), whose refusals come here too, before the other stages sample
+    from hbnn.transfer import holdout_count, nothing_to_refit  # here: loads xarray and pandas, which moons need not
 
-        held = holdout_count(params.n_groups, params.transfer)
-        kept = params.n_groups - held
-        enforce(fit_estimate("transfer_hier", params, kept, kept * n_train, kept * n_test, n_features=2), params)
-        sizes = [n for n in params.transfer.sizes if n < n_train] + ([n_train] if params.transfer.all_rows else [])
-        for stage in ("transfer_flat", "transfer_informed"):
-            enforce(fit_estimate(stage, params, held * len(sizes), held * sum(sizes), held * len(sizes) * n_test,
-                                 n_features=2), params)
+    held = holdout_count(params.n_groups, params.transfer)  # at least 2 groups
+    kept = params.n_groups - held
+    enforce(fit_estimate("transfer_hier", params, kept, kept * n_train, kept * n_test, n_features=2), params)
+    sizes = [n for n in params.transfer.sizes if n < n_train] + ([n_train] if params.transfer.all_rows else [])
+    if not sizes:
+        raise nothing_to_refit(params.transfer)
+    for stage in ("transfer_flat", "transfer_informed"):
+        enforce(fit_estimate(stage, params, held * len(sizes), held * sum(sizes), held * len(sizes) * n_test,
+                             n_features=2), params)

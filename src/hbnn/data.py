@@ -97,6 +97,11 @@ def make_moons_tasks(params: Params) -> xr.Dataset:
     xs, ys, angles = [], [], []
     for _ in names:
         x, y = two_moons(d.n_samples, d.noise, rng)
+        with np.errstate(over="ignore", invalid="ignore"):  # refused just below, by name
+            scaled = bool(np.isfinite(np.nanstd(x, axis=0)).all())
+        if not scaled:  # past ~1e154 the squares overflow: the sd is inf and every feature would become 0
+            raise InputError(f"invalid parameter data.noise={d.noise!r}: the moons' coordinates cannot be "
+                             "standardised (their variance overflows float64); use a smaller noise")
         x = standardise_columns(x)
         angle = rng.randn() * d.rotation_deg
         xs.append(x @ rotation_matrix(angle))
@@ -272,7 +277,8 @@ def stratified_split(
 
 
 def _check_groups(names: np.ndarray, y: np.ndarray, split: np.ndarray, likelihood: str, where: str) -> None:
-    """Every group has >= MIN_TRAIN_ROWS training rows and training labels its likelihood can fit."""
+    """Every group has >= MIN_TRAIN_ROWS training rows, training labels its likelihood can fit, and a test row:
+    each group's scores and its convergence bar (R-hat and ESS of its test-point predictions) are its test rows'."""
     lik = likelihoods.get(likelihood)
     for name in pd.unique(names):
         train = (names == name) & (split == "train")
@@ -280,6 +286,10 @@ def _check_groups(names: np.ndarray, y: np.ndarray, split: np.ndarray, likelihoo
         if n < MIN_TRAIN_ROWS:
             raise InputError(f"{where}: group {name!r} has {n} training rows (of {int((names == name).sum())}); "
                              f"each group needs at least {MIN_TRAIN_ROWS}. Drop the group or add rows")
+        if n == int((names == name).sum()):
+            raise InputError(f"{where}: group {name!r} has no test rows (all {n} of its rows are training rows); "
+                             "each group needs at least 1, on which it is scored and its convergence judged. "
+                             "Drop the group, add rows or change the split (data.split, or data.train_fraction)")
         lik.check_group(name, y[train], where)
 
 
@@ -308,10 +318,16 @@ def _model_scale(values, mean, sd, names: list[str], role: str, where: str) -> n
     with np.errstate(all="ignore"):
         scaled = (values - mean) / sd
     bad = ~(np.isfinite(scaled) & (np.abs(scaled) <= MAX_MODEL_SCALE))
+    # a training value whose square overflows makes the sd inf and every value of the column 0: finite, but wrong
+    overflowed = ~(np.isfinite(mean) & np.isfinite(sd))
+    if overflowed.any():
+        column = int(np.flatnonzero(overflowed)[0])
+        bad = np.zeros_like(bad)
+        bad[int(np.argmax(np.abs(values[:, column]))), column] = True
     if bad.any():
         column, rows = int(np.flatnonzero(bad.any(axis=0))[0]), np.flatnonzero(bad.any(axis=1))
         raise InputError(f"{where}: {role} column {names[column]!r} has values too large to use (e.g. "
-                         f"{values[rows[0], column]!r} in row {rows_text(rows, 1)}); rescale the column first")
+                         f"{float(values[rows[0], column])!r} in row {rows_text(rows, 1)}); rescale the column first")
     return scaled
 
 

@@ -40,6 +40,7 @@ EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 
 
 _received: list[int] = []  # signals received while interrupts_reported() is active
+_reported: list[bool] = []  # whether a block has said so already (the blocks nest: stage script, run_stage)
 
 
 def interrupt_received() -> bool:
@@ -96,6 +97,7 @@ def interrupts_reported() -> Iterator[None]:
     """
     if signal.getsignal(signal.SIGINT) is not _raise_interrupt:  # outermost block: forget earlier runs' signals
         _received.clear()
+        _reported.clear()
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     previous_hook = sys.unraisablehook
     sys.unraisablehook = _quiet_about_interrupts(previous_hook)
@@ -104,19 +106,25 @@ def interrupts_reported() -> Iterator[None]:
         if _received:
             raise KeyboardInterrupt
     except KeyboardInterrupt:
-        print("interrupted: outputs unchanged", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        _report_interrupt()
     except Exception:
         # An interrupt inside a C extension's initialisation surfaces as another error (matplotlib's
         # ft2font: "ImportError: initialization failed"); after a signal, that error is the interrupt.
         if not _received:
             raise
-        print("interrupted: outputs unchanged", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        _report_interrupt()
     finally:
         sys.unraisablehook = previous_hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _report_interrupt() -> NoReturn:
+    """Say ``interrupted: outputs unchanged`` once, however many blocks the interrupt passes, and exit 130."""
+    if not _reported:
+        print("interrupted: outputs unchanged", file=sys.stderr)
+        _reported.append(True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def _quiet_about_interrupts(hook):

@@ -222,16 +222,17 @@ class NutpieBackend(Backend):
         """The trace of a fit :meth:`start` started, once it is over."""
         # nutpie's blocking call turns Ctrl-C into an early return with the draws so far;
         # here an interrupt stops the chains and propagates, so no partial trace is used.
-        if run.blocks:
+        with _no_start_refused():
+            if run.blocks:
+                try:
+                    return self._first_converged_blocks(run)
+                finally:
+                    self.towards = self.restarting = None
             try:
-                return self._first_converged_blocks(run)
-            finally:
-                self.towards = self.restarting = None
-        try:
-            idata = _nutpie_idata(run.running.wait(), run.compiled.coords)
-        except BaseException:
-            run.running.cancel()
-            raise
+                idata = _nutpie_idata(run.running.wait(), run.compiled.coords)
+            except BaseException:
+                run.running.cancel()
+                raise
         return idata, None, _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
 
     def progress(self, elapsed: float) -> str | None:
@@ -449,6 +450,21 @@ _NUTPIE_STATS_LEFT_OUT = frozenset({
     "chain", "draw", "unconstrained_draw", "gradient", "mass_matrix_inv", "mass_matrix_eigvals", "mass_matrix_stds",
     "divergence_start", "divergence_start_gradient", "divergence_end", "divergence_momentum",
 })
+
+
+@contextlib.contextmanager
+def _no_start_refused():
+    """nutpie's refusal to start (no initial point with a finite log density and gradient: a Rust error with its
+    backtrace) as one :class:`SamplingError` line; any other error as it is."""
+    try:
+        yield
+    except RuntimeError as err:
+        if not str(err).startswith("All initialization points failed"):
+            raise
+        cause = next((line.strip() for line in str(err).splitlines()[1:] if "error" in line.lower()), "")
+        raise SamplingError("nutpie found no initial point where the log density and its gradient are finite"
+                            f"{f' ({cause})' if cause else ''}: the model's settings or data overflow it "
+                            "(model.prior_sd, model.noise_sd, the data's scale)") from None
 
 
 def _tuning_rows(stats) -> int:

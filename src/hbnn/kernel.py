@@ -71,6 +71,8 @@ from typing import ClassVar
 import numba
 import numpy as np
 
+from hbnn.errors import SamplingError
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).read_text()  # as imported: hbnn.kernel_unrolled compiles its functions from this text
@@ -801,6 +803,10 @@ class Density:
         rng = np.random.default_rng(0)
         for point in (np.zeros(compiled.n_dim), rng.normal(0.0, 0.5, compiled.n_dim)):
             want_value, want_grad = compiled.logp_func(point)
+            if not (np.isfinite(want_value) and np.isfinite(want_grad).all()):  # no density could agree with it
+                raise SamplingError(f"the model's own log density (PyMC's) is {want_value} near its initial point, so "
+                                    "no sampler can start: its settings or data overflow it (model.prior_sd, "
+                                    "model.noise_sd, the data's scale)")
             value, grad = call(ours, point)
             scale = max(1.0, float(np.abs(want_grad).max()))
             off = float(np.abs(grad - want_grad).max())

@@ -161,16 +161,22 @@ def predict_table(trace, table: pd.DataFrame, where: str, seed: int = 0) -> pd.D
 STDOUT = Path("-")
 
 
-def _check_output(output: Path, trace: Path, input_path: Path) -> None:
-    """``output`` must be a file path that is neither the trace nor the input (``-`` is standard output)."""
+def _check_output(output: Path, trace: Path, input_path: Path) -> Path:
+    """Where to write ``output``: a file path that is neither the trace nor the input (``-`` is standard output),
+    through any symbolic link (the file is replaced atomically, so a link must name it: the link stays)."""
     if output == STDOUT:
-        return
+        return output
     for role, path in (("--trace", trace), ("--input", input_path)):
         if output.resolve() == path.resolve():
             raise InputError(f"--output {output} is the {role} file; writing there would destroy it. "
                              "Choose another path (or - for standard output)")
     if output.is_dir():
         raise InputError(f"--output {output} is a directory; give a file path such as {output / 'scored.csv'}")
+    target = output.resolve()
+    if target.exists() and not target.is_file():  # a pipe, a device, a socket: a rename would replace it
+        raise InputError(f"--output {output} is not a regular file ({target}); give a file path, or - for "
+                         "standard output")
+    return target
 
 
 def predict(trace: Path, input_path: Path, output: Path, seed: int = 0) -> pd.DataFrame:
@@ -180,7 +186,7 @@ def predict(trace: Path, input_path: Path, output: Path, seed: int = 0) -> pd.Da
     """
     if input_path.suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise InputError(f"input {input_path} must be a .csv or .parquet file")
-    _check_output(output, trace, input_path)
+    target = _check_output(output, trace, input_path)
     idata = load_fitted(trace)
     group_col = settings_from_attrs(idata.posterior.attrs).get("group_column", "group")
     table = read_table(input_path, what="input", text_columns=(group_col,))
@@ -190,7 +196,7 @@ def predict(trace: Path, input_path: Path, output: Path, seed: int = 0) -> pd.Da
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        write_text(text, output)
+        write_text(text, target)
     log.info("predict: wrote %s (%d rows, %d unseen-group rows)", "standard output" if output == STDOUT else output,
              len(scored), int(scored["unseen_group"].sum()))
     return scored

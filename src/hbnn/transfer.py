@@ -36,14 +36,27 @@ ALL = "all"  # the size label of "every training row of the group"
 POPULATION = "n0"  # the size label of the population's prediction (no rows of the group)
 
 
-def holdout_count(n_groups: int, t: TransferParams) -> int:
-    """``max(min_holdout, round(holdout_fraction * n_groups))``, leaving at least 2 groups (1 with 2 groups).
-
-    Raises :class:`InputError` with fewer than 2 groups: nothing could be held out and fitted.
-    """
+def require_groups(n_groups: int) -> None:
+    """:class:`InputError` with fewer than 2 groups: nothing could be held out and fitted. The pipeline's
+    ``check_params`` (moons) and ``make_data`` (tables) check it too, before any stage samples."""
     if n_groups < 2:
         raise InputError(f"the transfer stages need at least 2 groups (one to fit, one to hold out); the tasks have "
                          f"{n_groups}")
+
+
+def nothing_to_refit(t: TransferParams) -> InputError:
+    """The refusal where every held-out group has at most ``max(sizes)`` training rows and ``all_rows`` is off (the
+    transfer stage's, and ``check_params``' for moons)."""
+    return InputError(f"transfer: no held-out group has more training rows than transfer.sizes={list(t.sizes)} "
+                      "and transfer.all_rows is false; nothing to fit")
+
+
+def holdout_count(n_groups: int, t: TransferParams) -> int:
+    """``max(min_holdout, round(holdout_fraction * n_groups))``, leaving at least 2 groups (1 with 2 groups).
+
+    Raises :class:`InputError` with fewer than 2 groups (:func:`require_groups`).
+    """
+    require_groups(n_groups)
     k = max(t.min_holdout, round(t.holdout_fraction * n_groups))
     return max(1, min(k, n_groups - 2))
 
@@ -136,8 +149,7 @@ def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tupl
             pieces.append(piece.assign_coords(source_obs=("obs", piece["obs"].values)))
             refits.append(refit)
     if not refits:
-        raise InputError(f"transfer: no held-out group has more training rows than transfer.sizes={list(t.sizes)} "
-                         "and transfer.all_rows is false; nothing to fit")
+        raise nothing_to_refit(t)
     out = xr.concat(pieces, dim="obs", data_vars="minimal", coords="minimal", compat="override",
                     combine_attrs="override")
     return Tasks(out.assign_coords(obs=np.arange(out.sizes["obs"]))), refits, skipped

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hbnn import evaluation, likelihoods, plots
+from hbnn import budget, evaluation, likelihoods, plots
 from hbnn.config import Params
 from hbnn.data import load_tasks
 from hbnn.io import close_trace, detail_path, settings_from_attrs, staged_outputs
@@ -102,6 +102,8 @@ def report(
         check_traces(traces, paths, specs, names)
         settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
         drawn = {v: int(traces[v].posterior.sizes["draw"]) for v in MODELS}
+        budget.enforce(budget.report_estimate(params, len(names), tasks.n_features, max(
+            int(traces[v].posterior.sizes["chain"]) * drawn[v] for v in MODELS)), params)
         losses = {v: advi_loss(traces[v]) for v in MODELS
                   if "sample_stats" in traces[v].groups() and "loss" in traces[v].sample_stats}
         grouped = next(v for v in MODELS if BY_NAME[v].has_group_distribution)

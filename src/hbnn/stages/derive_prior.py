@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hbnn import prior
+from hbnn import budget, prior
 from hbnn.config import Params, PriorParams
 from hbnn.io import (
     InputError,
@@ -41,6 +41,8 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
     bias = bool(settings.get("bias", False))
     features = settings.get("features") or [str(f) for f in posterior["feature"].values]
     specs = layer_specs(len(features), hidden, bias)
+    budget.enforce(budget.prior_estimate("derive_prior", params, posterior.sizes["chain"] * posterior.sizes["draw"],
+                                         len(features)), params)
     fitted, metrics = derive(p, posterior, specs, STAGE_KEYS["derive_prior"], hier_trace)
     ds = prior.prior_dataset(specs, fitted)
     ds.attrs.update(provenance("derive_prior", "informed_prior",

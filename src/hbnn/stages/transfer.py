@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hbnn import evaluation, likelihoods, transfer
+from hbnn import budget, evaluation, likelihoods, transfer
 from hbnn.config import Params
 from hbnn.data import Tasks, load_tasks
 from hbnn.io import (
@@ -60,6 +60,8 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
     log.info("transfer_prior: holding out %d of %d groups (%s); fitting the hierarchical model on the other %d",
              len(heldout), tasks.n_groups, ", ".join(heldout), len(kept))
     train_tasks = tasks.subset(kept)
+    s = params.hier_sampler  # the prior is derived after the fit: its cost is refused before it
+    budget.enforce(budget.prior_estimate("transfer_prior", params, s.chains * s.draw_limit, tasks.n_features), params)
     sampled = sample_hierarchical("transfer_hier", params, train_tasks)
     what = "transfer_prior: scoring the draws, PSIS-LOO and deriving the prior"
     log.info("%s (sampling took %.1fs)", what, sampled.cost.seconds)

@@ -95,7 +95,9 @@ def _params(workdir: Path, n_groups: int, sampler: dict | None, **extra) -> Path
     raw["n_groups"] = n_groups
     if sampler is not None:
         raw["sampler"].update(sampler)
-        raw["hier_sampler"] = dict(raw["sampler"])
+        # every fit at the same settings, the hierarchical one of fixed length (no run-length control: max_draws is
+        # the per-group refit's there, which PyMC, BlackJAX and ADVI do not take for the joint fit)
+        raw["hier_sampler"] = dict(raw["sampler"], max_draws=0)
     for key, value in extra.items():
         raw[key].update(value)
     path = workdir / "params.yaml"

@@ -183,6 +183,23 @@ def test_advi_time_estimates_follow_the_measured_fits(stage, n_groups, sampler, 
     assert f"{sampler['iterations']} ADVI steps, 2 x 500 draws (advi)" in estimate.sizes
 
 
+@pytest.mark.parametrize("many, measured_s, measured_gib", [(False, 21.0, None), (True, 613.0, 1.0)])
+def test_report_estimates_follow_the_measured_reports(many, measured_s, measured_gib):
+    """The report's estimate against the default report (17-21 s on 2 cores) and the README's 1000-group one
+    (613 s, 1.0 GiB peak): high rather than low, the time within 2x."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # benchmarks/ is a package at the repository root
+    from benchmarks.run import MANY_GROUPS, _overridden
+    from hbnn.budget import report_estimate
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = parse_params(_overridden(raw, MANY_GROUPS) if many else raw)
+    n, draws = (1000, 2 * 500) if many else (18, 2 * 1000)
+    estimate = report_estimate(params, n, 2, draws, 50 * n)
+    assert measured_s <= 60 * estimate.minutes <= 2 * measured_s
+    assert measured_gib is None or estimate.memory_gib >= measured_gib
+
+
 @pytest.fixture
 def full_disk(tmp_path):
     """An 8 KiB tmpfs (needs root, as CI and the dev machines have); skipped where mounting is not allowed."""
@@ -303,7 +320,7 @@ def test_tables_the_pipeline_cannot_use_are_refused_by_make_data(workspace, caps
 
 
 @pytest.mark.parametrize("section, key, value, expected", [
-    ("", "n_groups", 1, "the transfer stages need at least 2 groups (one to fit, one to hold out); the tasks have 1"),
+    ("", "n_groups", 1, "invalid parameter n_groups=1: the transfer stages need at least 2 groups (one to fit, one"),
     ("transfer", "sizes", [1000], "no held-out group has more training rows than transfer.sizes=[1000] and "
                                   "transfer.all_rows is false; nothing to fit"),
 ])
@@ -428,6 +445,9 @@ def test_predict_writes_through_a_link_and_never_replaces_a_pipe(scored_inputs, 
     code = cli.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", "pipe.csv"])
     _assert_one_error(code, capsys.readouterr().err, "--output pipe.csv is not a regular file")
     assert Path("pipe.csv").is_fifo()
+    Path("loop.csv").symlink_to("loop.csv")
+    code = cli.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", "loop.csv"])
+    _assert_one_error(code, capsys.readouterr().err, "--output loop.csv cannot be followed to a file")
 
 
 def test_predict_refuses_to_write_overflowing_predictions(tmp_path, monkeypatch, capsys):

@@ -87,6 +87,25 @@ def test_refit_tasks_with_nothing_to_fit_is_a_clear_error():
         transfer.refit_tasks(_tasks(), ["g01"], TransferParams(sizes=(64,), all_rows=False))
 
 
+def test_transfer_prior_refuses_before_its_fit_when_no_size_can_be_fitted(tmp_path, monkeypatch):
+    """A table's sizes are only known to the stages: transfer_prior says what `transfer` would, before sampling."""
+    from conftest import TINY
+
+    from hbnn.io import write_netcdf
+    from hbnn.stages import transfer as transfer_stage
+
+    params = parse_params({**TINY, "transfer": {"sizes": [1000], "all_rows": False}})
+    write_netcdf(make_moons_tasks(params), tmp_path / "tasks.nc")
+
+    def never(*args, **kwargs):
+        raise AssertionError("sampled")
+
+    monkeypatch.setattr(transfer_stage, "sample_hierarchical", never)
+    with pytest.raises(InputError, match=r"transfer.sizes=\[1000\] and transfer.all_rows is false; nothing to fit"):
+        transfer_stage.transfer_prior(params, tmp_path / "tasks.nc", *(tmp_path / n for n in ("h.nc", "p.nc", "m.json",
+                                                                                             "t.json")))
+
+
 def test_paired_difference_and_where_the_prior_stops_mattering():
     d = transfer.paired_difference(np.array([1.0, 2.0, 3.0]), np.array([0.0, 2.0, 2.0]))
     assert d["mean"] == pytest.approx(2 / 3) and d["se"] == pytest.approx(np.std([1, 0, 1], ddof=1) / np.sqrt(3))

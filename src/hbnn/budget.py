@@ -37,7 +37,9 @@ schedule.
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import os
 from dataclasses import dataclass
 
@@ -88,6 +90,35 @@ class Estimate:
         return f"{self.stage}: estimated {self.memory_gib:.2g} GiB and {self.minutes:.2g} min for {self.sizes}"
 
 
+def _past_counting(stage: str):
+    """An estimate of sizes too large for a float (``report.grid_size: 1e200`` as an integer) as infinite, naming
+    the values past 2**53 in the params, instead of an ``OverflowError`` traceback."""
+
+    def decorate(estimate):
+        @functools.wraps(estimate)
+        def counted(*args, **kwargs):
+            try:
+                return estimate(*args, **kwargs)
+            except OverflowError:
+                params = next(a for a in (*args, *kwargs.values()) if isinstance(a, Params))
+                huge = [f"{key}={value:.3g}" for key, value in _numbers(params.to_dict()) if abs(value) > 2**53]
+                return Estimate(stage or args[0], math.inf, math.inf,
+                                f"sizes past counting ({', '.join(huge) or 'the data'})")
+
+        return counted
+
+    return decorate
+
+
+def _numbers(node, prefix: str = ""):
+    """(dotted key, value) of every number in a nested dict of params."""
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from _numbers(value, f"{prefix}{key}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield f"{prefix}{key}", value
+
+
 def machine_memory_gib() -> float:
     """Physical memory of this machine in GiB."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -118,6 +149,7 @@ def n_weights(n_features: int, hidden_layers, bias: bool = False) -> list[int]:
     return [(a + int(bias)) * b for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
 
 
+@_past_counting("make_data")
 def data_estimate(params: Params) -> Estimate | None:
     """``make_data``'s cost for moons (rows it generates); ``None`` for a table, whose size is the file's."""
     if params.data.source != "moons":
@@ -127,6 +159,7 @@ def data_estimate(params: Params) -> Estimate | None:
                     f"{params.n_groups} groups x {params.data.n_samples} rows")
 
 
+@_past_counting("")
 def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test: int, n_features: int) -> Estimate:
     """Cost of a fit (:data:`hbnn.variants.FITS`: ``fit_flat``, ``fit_hier``, ..., ``transfer_informed``) on tasks
     of these sizes.
@@ -178,52 +211,74 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes, first)
 
 
-# derive_prior: the new-group draws of each layer, their noise and the fit's centred copy (hbnn.prior); measured
-# (default run, 2000 x 10 draws of 40 weights) well under a second
+# derive_prior: the hierarchical posterior as read (every stored weight), the new-group draws of each layer, their noise
+# and the fit's centred copy (hbnn.prior); reading counted at 50 MB/s (the 1000-group posterior, 0.3 GiB, took 8 s
+# in all, process start included)
 PRIOR_COPIES = 3
 NS_PER_PRIOR_VALUE = 5.0
-# report: each model's worker holds the grid's points, one page's surfaces (mean and sd) and matplotlib's images of
-# them (its float64 copy, the colour-mapped RGBA: ~6 values a grid point a panel), besides a fixed chunk of network
-# outputs (hbnn.report.numbers.CHUNK_VALUES); the three workers run at once. Time: the network over every kept draw
-# at every grid point (measured 20 ns a draw and point for the default 40-weight network: 0.5 ns a weight) on the
-# cores, plus ~1.3 s of matplotlib a page, plus ~10 s of reading, ArviZ's figures and writing.
+READ_BYTES_PER_S = 5e7
+# report: each model's worker (three at once) reads its model's posterior and, with trace.pointwise, the training
+# rows' log-likelihood for PSIS-LOO (LOO_COPIES), and holds the grid's points, one page's surfaces (mean and sd) and
+# matplotlib's images of them (its float64 copy, the colour-mapped RGBA: ~6 values a grid point a panel), besides a
+# fixed chunk of network outputs (hbnn.report.numbers.CHUNK_VALUES). Time, on the cores: the network over every kept
+# draw at every grid point (measured 20 ns a draw and point for the default 40-weight network, 0.5 ns a weight,
+# counted twice), ~0.06 s of matplotlib a surface panel (counted 0.1), PSIS-LOO (0.21 us a value), plus ~10 s of
+# reading, ArviZ's figures and writing (counted 15): 26 s for the default run (measured 17-21 s), 615 s for the
+# README's 1000-group configuration (measured 613 s; its report held 1.0 GiB, estimated 2.9 GiB).
 REPORT_WORKERS = 3
 SURFACE_VALUES_PER_PANEL_POINT = 6
 SURFACE_CHUNK_BYTES = 2**21 * 12
-NS_PER_SURFACE_WEIGHT = 0.5
-SECONDS_PER_SURFACE_PAGE = 1.3
-REPORT_FIXED_SECONDS = 10.0
+NS_PER_SURFACE_WEIGHT = 1.0
+SECONDS_PER_SURFACE_PANEL = 0.1
+NS_PER_LOO_VALUE = 250.0
+REPORT_FIXED_SECONDS = 15.0
 
 
-def prior_estimate(stage: str, params: Params, posterior_draws: int, n_features: int) -> Estimate:
+def _hierarchical_weights(n_groups: int, layers: list[int]) -> int:
+    """Weights a hierarchical posterior draw stores: every group's, and each layer's mean and sd."""
+    return n_groups * sum(layers) + sum(layers) + len(layers)
+
+
+@_past_counting("")
+def prior_estimate(stage: str, params: Params, posterior_draws: int, n_groups: int, n_features: int) -> Estimate:
     """Cost of deriving the informed prior (``derive_prior``, and ``transfer_prior`` after its fit) from
-    ``posterior_draws`` draws (all chains) of the hierarchical posterior: ``prior.draws_per_sample`` new-group
-    draws of every layer's weights for each."""
+    ``posterior_draws`` draws (all chains) of a hierarchical posterior of ``n_groups`` groups: reading it, and
+    ``prior.draws_per_sample`` new-group draws of every layer's weights for each draw."""
     layers = n_weights(n_features, params.model.hidden_layers, params.model.bias)
+    read = posterior_draws * _hierarchical_weights(n_groups, layers) * BYTES
     values = posterior_draws * params.prior.draws_per_sample * sum(layers)
     covariances = sum(w * w for w in layers) * BYTES * 4
-    memory, minutes = (values * BYTES * PRIOR_COPIES + covariances) / 2**30, values * NS_PER_PRIOR_VALUE * 1e-9 / 60
+    memory = (read * COPIES + values * BYTES * PRIOR_COPIES + covariances) / 2**30
+    minutes = (read / READ_BYTES_PER_S + values * NS_PER_PRIOR_VALUE * 1e-9) / 60
     return Estimate(stage, memory, minutes,
-                    f"{posterior_draws} posterior draws x prior.draws_per_sample={params.prior.draws_per_sample} "
-                    f"new-group draws of {sum(layers)} weights")
+                    f"{posterior_draws} posterior draws of {n_groups} groups x prior.draws_per_sample="
+                    f"{params.prior.draws_per_sample} new-group draws of {sum(layers)} weights")
 
 
-def report_estimate(params: Params, n_groups: int, n_features: int, posterior_draws: int, models: int = 3) -> Estimate:
-    """Cost of the report's decision surfaces (``report.grid_size`` squared points, ``report.surface_draws`` draws,
-    ``report.panels_per_page`` groups a page) for ``models`` models of ``n_groups`` groups."""
+@_past_counting("report")
+def report_estimate(params: Params, n_groups: int, n_features: int, posterior_draws: int, n_train: int,
+                    models: int = 3) -> Estimate:
+    """Cost of the report for ``models`` models of ``n_groups`` groups (``posterior_draws`` draws each, all chains;
+    ``n_train`` training rows): each model's posterior and PSIS-LOO, and its decision surfaces
+    (``report.grid_size`` squared points, ``report.surface_draws`` draws, ``report.panels_per_page`` groups a page)."""
     r = params.report
+    layers = n_weights(n_features, params.model.hidden_layers, params.model.bias)
     points = r.grid_size**2 if n_features >= 2 else 0
     panels = min(n_groups, r.panels_per_page)
-    per_worker = points * BYTES * (2 * n_features + 2 * panels * SURFACE_VALUES_PER_PANEL_POINT) + SURFACE_CHUNK_BYTES
+    loo_values = posterior_draws * n_train if params.trace.pointwise else 0
+    per_worker = (posterior_draws * _hierarchical_weights(n_groups, layers) * BYTES * COPIES
+                  + loo_values * BYTES * LOO_COPIES
+                  + points * BYTES * (2 * n_features + 2 * panels * SURFACE_VALUES_PER_PANEL_POINT)
+                  + SURFACE_CHUNK_BYTES)
     draws = min(r.surface_draws, posterior_draws)
-    weights = sum(n_weights(n_features, params.model.hidden_layers, params.model.bias))
-    surface_s = models * n_groups * draws * points * weights * NS_PER_SURFACE_WEIGHT * 1e-9
-    pages = models * 2 * -(-n_groups // r.panels_per_page) if points else 0
+    surface_s = models * n_groups * draws * points * sum(layers) * NS_PER_SURFACE_WEIGHT * 1e-9
+    panels_s = models * 2 * n_groups * SECONDS_PER_SURFACE_PANEL if points else 0.0
+    loo_s = models * loo_values * NS_PER_LOO_VALUE * 1e-9
     cores = max(1, min(REPORT_WORKERS, os.cpu_count() or 1))
-    minutes = (REPORT_FIXED_SECONDS + (surface_s + pages * SECONDS_PER_SURFACE_PAGE) / cores) / 60
+    minutes = (REPORT_FIXED_SECONDS + (surface_s + panels_s + loo_s) / cores) / 60
     return Estimate("report", REPORT_WORKERS * per_worker / 2**30, minutes,
-                    f"{models} models x {n_groups} groups, {draws} draws on {points} grid points "
-                    f"(report.grid_size={r.grid_size}), {panels} panels a page")
+                    f"{models} models x {n_groups} groups, {posterior_draws} draws, {draws} of them on {points} grid "
+                    f"points (report.grid_size={r.grid_size}), {panels} panels a page")
 
 
 def check_params(params: Params) -> None:
@@ -245,12 +300,16 @@ def check_params(params: Params) -> None:
         enforce(fit_estimate(stage, params, params.n_groups, params.n_groups * n_train,
                              params.n_groups * n_test, n_features=2), params)  # moons: x1, x2
     h, s = params.hier_sampler, params.sampler
-    enforce(prior_estimate("derive_prior", params, h.chains * h.draw_limit, n_features=2), params)
-    enforce(report_estimate(params, params.n_groups, 2, max(h.chains * h.draw_limit, s.chains * s.draws)), params)
+    enforce(prior_estimate("derive_prior", params, h.chains * h.draw_limit, params.n_groups, n_features=2), params)
+    enforce(report_estimate(params, params.n_groups, 2, max(h.chains * h.draw_limit, s.chains * s.draws),
+                            params.n_groups * n_train), params)
     # the transfer stages (hbnn.transfer), whose refusals come here too, before the other stages sample
     from hbnn.transfer import holdout_count, nothing_to_refit  # here: loads xarray and pandas, which moons need not
 
-    held = holdout_count(params.n_groups, params.transfer)  # at least 2 groups
+    if params.n_groups < 2:  # as hbnn.transfer.require_groups says it for a table's groups, naming the key here
+        raise ConfigError(f"invalid parameter n_groups={params.n_groups}: the transfer stages need at least 2 groups "
+                          "(one to fit, one to hold out)")
+    held = holdout_count(params.n_groups, params.transfer)
     kept = params.n_groups - held
     enforce(fit_estimate("transfer_hier", params, kept, kept * n_train, kept * n_test, n_features=2), params)
     sizes = [n for n in params.transfer.sizes if n < n_train] + ([n_train] if params.transfer.all_rows else [])

@@ -20,8 +20,9 @@ from hbnn import likelihoods
 
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
 BACKENDS = (*NUTS_BACKENDS, "advi")
-# nutpie only, other than diag: nutpie's low-rank modified mass matrix; a diagonal one from the draws' variances,
-# as Stan, PyMC and NumPyro adapt it (nutpie's diag also uses the gradients')
+# nutpie's adaptations: diag (from the draws' and the gradients' variances), low_rank (its low-rank modified mass
+# matrix: nutpie only) and diag_stan (from the draws' variances, as Stan, PyMC, NumPyro and BlackJAX adapt it: the
+# other backends' one adaptation, which either diag word gives them)
 MASS_MATRICES = ("diag", "low_rank", "diag_stan")
 ALIGN_METHODS = ("chains", "reference_chain")
 SOURCES = ("moons", "table")

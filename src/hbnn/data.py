@@ -289,7 +289,7 @@ def _check_groups(names: np.ndarray, y: np.ndarray, split: np.ndarray, likelihoo
         if n == int((names == name).sum()):
             raise InputError(f"{where}: group {name!r} has no test rows (all {n} of its rows are training rows); "
                              "each group needs at least 1, on which it is scored and its convergence judged. "
-                             "Drop the group, add rows or change the split (data.split, or data.train_fraction)")
+                             "Drop the group or mark some of its rows test in the split column (data.split)")
         lik.check_group(name, y[train], where)
 
 

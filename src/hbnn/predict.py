@@ -166,16 +166,20 @@ def _check_output(output: Path, trace: Path, input_path: Path) -> Path:
     through any symbolic link (the file is replaced atomically, so a link must name it: the link stays)."""
     if output == STDOUT:
         return output
+    try:
+        target = output.resolve()
+    except (OSError, RuntimeError) as err:  # a loop of links (RuntimeError before Python 3.13)
+        raise InputError(f"--output {output} cannot be followed to a file ({err})") from None
     for role, path in (("--trace", trace), ("--input", input_path)):
-        if output.resolve() == path.resolve():
+        if target == path.resolve():
             raise InputError(f"--output {output} is the {role} file; writing there would destroy it. "
                              "Choose another path (or - for standard output)")
     if output.is_dir():
         raise InputError(f"--output {output} is a directory; give a file path such as {output / 'scored.csv'}")
-    target = output.resolve()
-    if target.exists() and not target.is_file():  # a pipe, a device, a socket: a rename would replace it
-        raise InputError(f"--output {output} is not a regular file ({target}); give a file path, or - for "
-                         "standard output")
+    # a pipe, a device, a socket (checked through the link as given: /dev/stdout's target has no path of its own):
+    # the atomic rename would replace it with a regular file
+    if output.exists() and not output.is_file():
+        raise InputError(f"--output {output} is not a regular file; give a file path, or - for standard output")
     return target
 
 

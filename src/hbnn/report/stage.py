@@ -103,7 +103,7 @@ def report(
         settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
         drawn = {v: int(traces[v].posterior.sizes["draw"]) for v in MODELS}
         budget.enforce(budget.report_estimate(params, len(names), tasks.n_features, max(
-            int(traces[v].posterior.sizes["chain"]) * drawn[v] for v in MODELS)), params)
+            int(traces[v].posterior.sizes["chain"]) * drawn[v] for v in MODELS), tasks.split("train").y.size), params)
         losses = {v: advi_loss(traces[v]) for v in MODELS
                   if "sample_stats" in traces[v].groups() and "loss" in traces[v].sample_stats}
         grouped = next(v for v in MODELS if BY_NAME[v].has_group_distribution)

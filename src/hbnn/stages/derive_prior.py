@@ -42,7 +42,7 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
     features = settings.get("features") or [str(f) for f in posterior["feature"].values]
     specs = layer_specs(len(features), hidden, bias)
     budget.enforce(budget.prior_estimate("derive_prior", params, posterior.sizes["chain"] * posterior.sizes["draw"],
-                                         len(features)), params)
+                                         posterior.sizes.get("group", 1), len(features)), params)
     fitted, metrics = derive(p, posterior, specs, STAGE_KEYS["derive_prior"], hier_trace)
     ds = prior.prior_dataset(specs, fitted)
     ds.attrs.update(provenance("derive_prior", "informed_prior",

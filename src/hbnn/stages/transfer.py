@@ -60,8 +60,12 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
     log.info("transfer_prior: holding out %d of %d groups (%s); fitting the hierarchical model on the other %d",
              len(heldout), tasks.n_groups, ", ".join(heldout), len(kept))
     train_tasks = tasks.subset(kept)
+    # Refused before the fit rather than by `transfer` after it: no held-out group with more training rows than a
+    # size (transfer.sizes, all_rows; check_params does it for moons, whose sizes the params fix)
+    transfer.refit_tasks(tasks, heldout, params.transfer)
     s = params.hier_sampler  # the prior is derived after the fit: its cost is refused before it
-    budget.enforce(budget.prior_estimate("transfer_prior", params, s.chains * s.draw_limit, tasks.n_features), params)
+    budget.enforce(budget.prior_estimate("transfer_prior", params, s.chains * s.draw_limit, len(kept),
+                                         tasks.n_features), params)
     sampled = sample_hierarchical("transfer_hier", params, train_tasks)
     what = "transfer_prior: scoring the draws, PSIS-LOO and deriving the prior"
     log.info("%s (sampling took %.1fs)", what, sampled.cost.seconds)

@@ -159,6 +159,11 @@ def data_estimate(params: Params) -> Estimate | None:
                     f"{params.n_groups} groups x {params.data.n_samples} rows")
 
 
+def _hierarchical_weights(n_groups: int, layers: list[int]) -> int:
+    """Weights a hierarchical posterior draw stores: every group's, and each layer's mean and sd."""
+    return n_groups * sum(layers) + sum(layers) + len(layers)
+
+
 @_past_counting("")
 def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test: int, n_features: int) -> Estimate:
     """Cost of a fit (:data:`hbnn.variants.FITS`: ``fit_flat``, ``fit_hier``, ..., ``transfer_informed``) on tasks
@@ -171,7 +176,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     layers = n_weights(n_features, params.model.hidden_layers, params.model.bias)
     per_group = sum(layers)
     hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
-    stored_params = n_groups * per_group + (per_group + len(layers) if hierarchical else 0)
+    stored_params = _hierarchical_weights(n_groups, layers) if hierarchical else n_groups * per_group
     kept = s.draw_limit if hierarchical else s.draws  # draws per chain a trace keeps (a per-group refit is thinned)
     if s.backend == "advi":
         steps_per_fit = s.advi.iterations
@@ -232,11 +237,6 @@ NS_PER_SURFACE_WEIGHT = 1.0
 SECONDS_PER_SURFACE_PANEL = 0.1
 NS_PER_LOO_VALUE = 250.0
 REPORT_FIXED_SECONDS = 15.0
-
-
-def _hierarchical_weights(n_groups: int, layers: list[int]) -> int:
-    """Weights a hierarchical posterior draw stores: every group's, and each layer's mean and sd."""
-    return n_groups * sum(layers) + sum(layers) + len(layers)
 
 
 @_past_counting("")
@@ -304,7 +304,7 @@ def check_params(params: Params) -> None:
     enforce(report_estimate(params, params.n_groups, 2, max(h.chains * h.draw_limit, s.chains * s.draws),
                             params.n_groups * n_train), params)
     # the transfer stages (hbnn.transfer), whose refusals come here too, before the other stages sample
-    from hbnn.transfer import holdout_count, nothing_to_refit  # here: loads xarray and pandas, which moons need not
+    from hbnn.transfer import check_refits, holdout_count, refit_sizes  # here: loads xarray and pandas (moons need not)
 
     if params.n_groups < 2:  # as hbnn.transfer.require_groups says it for a table's groups, naming the key here
         raise ConfigError(f"invalid parameter n_groups={params.n_groups}: the transfer stages need at least 2 groups "
@@ -312,9 +312,8 @@ def check_params(params: Params) -> None:
     held = holdout_count(params.n_groups, params.transfer)
     kept = params.n_groups - held
     enforce(fit_estimate("transfer_hier", params, kept, kept * n_train, kept * n_test, n_features=2), params)
-    sizes = [n for n in params.transfer.sizes if n < n_train] + ([n_train] if params.transfer.all_rows else [])
-    if not sizes:
-        raise nothing_to_refit(params.transfer)
+    check_refits([n_train], params.transfer)
+    sizes = [n for _, n in refit_sizes(n_train, params.transfer)]
     for stage in ("transfer_flat", "transfer_informed"):
         enforce(fit_estimate(stage, params, held * len(sizes), held * sum(sizes), held * len(sizes) * n_test,
                              n_features=2), params)

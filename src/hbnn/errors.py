@@ -28,6 +28,10 @@ class SamplingError(RuntimeError):
     """Sampling ended early or produced non-finite draws; nothing may be written from it."""
 
 
+# why a model's log density can be non-finite where sampling starts (hbnn.kernel's check, nutpie's refusal)
+DENSITY_OVERFLOW = "the model's settings or data overflow it (model.prior_sd, model.noise_sd, the data's scale)"
+
+
 def rows_text(idx, limit: int = 5) -> str:
     """Human row numbers (1 = first data row of the file) of some offending rows, for messages."""
     shown = ", ".join(str(int(i) + 1) for i in idx[:limit])

@@ -27,7 +27,7 @@ import xarray as xr
 
 from hbnn import logs
 from hbnn.config import ConfigError, SamplerParams
-from hbnn.errors import SamplingError
+from hbnn.errors import DENSITY_OVERFLOW, SamplingError
 from hbnn.trace import Trace
 from hbnn.variants import derive_seed
 
@@ -463,8 +463,7 @@ def _no_start_refused():
             raise
         cause = next((line.strip() for line in str(err).splitlines()[1:] if "error" in line.lower()), "")
         raise SamplingError("nutpie found no initial point where the log density and its gradient are finite"
-                            f"{f' ({cause})' if cause else ''}: the model's settings or data overflow it "
-                            "(model.prior_sd, model.noise_sd, the data's scale)") from None
+                            f"{f' ({cause})' if cause else ''}: {DENSITY_OVERFLOW}") from None
 
 
 def _tuning_rows(stats) -> int:

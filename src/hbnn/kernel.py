@@ -71,7 +71,7 @@ from typing import ClassVar
 import numba
 import numpy as np
 
-from hbnn.errors import SamplingError
+from hbnn.errors import DENSITY_OVERFLOW, SamplingError
 
 log = logging.getLogger(__name__)
 
@@ -805,8 +805,7 @@ class Density:
             want_value, want_grad = compiled.logp_func(point)
             if not (np.isfinite(want_value) and np.isfinite(want_grad).all()):  # no density could agree with it
                 raise SamplingError(f"the model's own log density (PyMC's) is {want_value} near its initial point, so "
-                                    "no sampler can start: its settings or data overflow it (model.prior_sd, "
-                                    "model.noise_sd, the data's scale)")
+                                    f"no sampler can start: {DENSITY_OVERFLOW}")
             value, grad = call(ours, point)
             scale = max(1.0, float(np.abs(want_grad).max()))
             off = float(np.abs(grad - want_grad).max())

@@ -44,11 +44,19 @@ def require_groups(n_groups: int) -> None:
                          f"{n_groups}")
 
 
-def nothing_to_refit(t: TransferParams) -> InputError:
-    """The refusal where every held-out group has at most ``max(sizes)`` training rows and ``all_rows`` is off (the
-    transfer stage's, and ``check_params``' for moons)."""
-    return InputError(f"transfer: no held-out group has more training rows than transfer.sizes={list(t.sizes)} "
-                      "and transfer.all_rows is false; nothing to fit")
+def refit_sizes(n_train: int, t: TransferParams) -> list[tuple[str, int]]:
+    """The fits of a held-out group with ``n_train`` training rows, as ``(label, rows)``: each of ``transfer.sizes``
+    below ``n_train`` (with as many or more it would be the group's ``all`` fit, or repeat a smaller size), then
+    every row (``all``) where ``transfer.all_rows``."""
+    return [(f"n{n}", n) for n in t.sizes if n < n_train] + ([(ALL, n_train)] if t.all_rows else [])
+
+
+def check_refits(train_rows: Sequence[int], t: TransferParams) -> None:
+    """:class:`InputError` where held-out groups of these training rows leave nothing to fit: what ``transfer``
+    would find, said by ``transfer_prior`` before its fit and by ``check_params`` for moons."""
+    if not any(refit_sizes(n, t) for n in train_rows):
+        raise InputError(f"transfer: no held-out group has more training rows than transfer.sizes={list(t.sizes)} "
+                         "and transfer.all_rows is false; nothing to fit")
 
 
 def holdout_count(n_groups: int, t: TransferParams) -> int:
@@ -119,9 +127,8 @@ def in_size_order(by_size: dict) -> dict:
 def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tuple[Tasks, list[Refit], list[str]]:
     """Tasks with one pseudo-group per (held-out group, size) and what each is; plus the skipped pairs.
 
-    A size ``n`` is fitted for a group with more than ``n`` training rows (with
-    ``n`` or fewer it would be the group's ``all`` fit, or repeat a smaller size);
-    every skipped pair is returned as ``"<group>/n<size> (<rows> training rows)"``.
+    A group's fits are :func:`refit_sizes`; every skipped pair is returned as
+    ``"<group>/n<size> (<rows> training rows)"``.
     The nested row order of each group comes from ``transfer.seed`` and the
     group's position in the tasks, so it is the same for every size and model.
     """
@@ -129,6 +136,7 @@ def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tupl
     ds = tasks.ds
     labels = ds["group"].values.astype(str)
     split = ds["split"].values.astype(str)
+    check_refits([int(((labels == name) & (split == "train")).sum()) for name in heldout], t)
     pieces, refits, skipped = [], [], []
     for name in heldout:
         g = tasks.group_names.index(name)
@@ -136,11 +144,8 @@ def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tupl
         test = np.flatnonzero((labels == name) & (split == "test"))
         rng = np.random.default_rng(derive_seed(t.seed, STAGE_KEYS["transfer_split"], 1, g))
         order = train[nested_order(ds["y"].values[train], lik.classifier, rng)]
-        sizes = [(f"n{n}", n) for n in t.sizes] + ([(ALL, train.size)] if t.all_rows else [])
-        for label, n in sizes:
-            if label != ALL and n >= train.size:
-                skipped.append(f"{name}/{label} ({train.size} training rows)")
-                continue
+        skipped += [f"{name}/n{n} ({train.size} training rows)" for n in t.sizes if n >= train.size]
+        for label, n in refit_sizes(train.size, t):
             refit = Refit(name, label, int(n))
             # Rows in stored order: the subset is a set; its order came from the nested draw.
             rows = np.concatenate([np.sort(order[:n]), test])
@@ -148,8 +153,6 @@ def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tupl
             piece["group"] = ("obs", np.full(rows.size, refit.name))
             pieces.append(piece.assign_coords(source_obs=("obs", piece["obs"].values)))
             refits.append(refit)
-    if not refits:
-        raise nothing_to_refit(t)
     out = xr.concat(pieces, dim="obs", data_vars="minimal", coords="minimal", compat="override",
                     combine_attrs="override")
     return Tasks(out.assign_coords(obs=np.arange(out.sizes["obs"]))), refits, skipped

@@ -11,6 +11,7 @@ import arviz as az
 import numpy as np
 import pytest
 import xarray as xr
+from scipy.special import expit
 
 from hbnn import plots
 from hbnn.config import parse_params
@@ -354,6 +355,21 @@ def test_surface_stats_match_all_draws_at_once(monkeypatch, features, hidden, bi
     rate_mean, _ = numbers.surface_stats(weights, points, values=lambda out: np.exp(0.3 * out))
     outputs = predict_output([w[None] for w in weights], points)[0]
     np.testing.assert_allclose(rate_mean, np.exp(0.3 * outputs).mean(axis=0), rtol=2e-6)
+
+
+def test_surface_stats_fused_expit_matches_numpy_path_including_saturated_outputs():
+    """The classifier's compiled pass (``values`` is SciPy's ``expit``) gives what the generic NumPy path gives, also
+    where outputs pass float32's exp range (|output| > 87)."""
+    rng = np.random.default_rng(2)
+    specs = layer_specs(2, [4], False)
+    weights = [rng.normal(size=(11, *s.shape)) for s in specs]
+    weights[-1] = weights[-1] * np.linspace(0.1, 60.0, 11)[:, None]  # outputs from ~0.1 to ~200 in size
+    points = rng.uniform(-3, 3, size=(29, 2))
+    fused = numbers.surface_stats(weights, points)
+    generic = numbers.surface_stats(weights, points, values=lambda out: expit(out))
+    assert all(np.isfinite(a).all() for a in (*fused, *generic))
+    np.testing.assert_allclose(fused[0], generic[0], atol=1e-6)
+    np.testing.assert_allclose(fused[1], generic[1], atol=1e-6)
 
 
 def test_surface_points_are_row_major_in_x2():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import multiprocessing
 import os
@@ -16,6 +17,7 @@ from typing import Any
 import matplotlib
 import numpy as np
 import xarray as xr
+from scipy.special import expit
 
 from hbnn import evaluation, likelihoods, plots
 from hbnn.config import Params, ReportParams
@@ -74,9 +76,12 @@ class SurfaceSetup:
         return SurfaceSetup(centre, tuple(tasks.features), lik, scale,
                             (float(np.quantile(y, 0.01)), float(np.quantile(y, 0.99))), labels)
 
-    def values(self, output: np.ndarray) -> np.ndarray:
-        """The plotted quantity from network outputs."""
-        return self.likelihood.mean(output, *self.scale)
+    def values(self) -> Callable[[np.ndarray], np.ndarray]:
+        """The plotted quantity as a function of network outputs: SciPy's ``expit`` itself for a classifier (whose
+        mean it is), which :func:`surface_stats` computes in one compiled pass with its sums."""
+        if self.likelihood.classifier:
+            return expit
+        return functools.partial(self.likelihood.mean, y_mean=self.scale[0], y_sd=self.scale[1])
 
 
 def model_surfaces(
@@ -101,7 +106,7 @@ def model_surfaces(
         means, sds, points_on_page = [], [], []
         for g in page:
             w = [x.reshape(n_chain * n_draw, *x.shape[2:])[keep] for x in group_weights(post, specs, names[g])]
-            mean, sd = surface_stats(w, points, setup.values)
+            mean, sd = surface_stats(w, points, setup.values())
             means.append(mean.reshape(axis.size, axis.size))
             sds.append(sd.reshape(axis.size, axis.size))
             rows = train.rows(g)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numba
 import numpy as np
 from scipy.special import expit
 
 from hbnn import forward
 from hbnn.evaluation import ESS_MIN, RHAT_MAX
+from hbnn.kernel import _exp_reduced
 from hbnn.network import BIAS, BIAS_SUFFIX, LayerSpec
 from hbnn.variants import VARIANTS
 
@@ -93,7 +95,9 @@ def surface_stats(
     (:func:`hbnn.forward.outputs`, the log density's float32 tanh): 0.09-0.10 s a group against 0.25-0.37 s for
     NumPy's float32 on the default grid (500 draws, 100 x 100 points, an AVX2 machine); mean and sd differ from
     float64 by about 1e-7, far below what a plot shows. Draws are taken in chunks and only running float64 sums
-    are kept, so memory is ``chunk * n`` values.
+    are kept, so memory is ``chunk * n`` values. With ``values`` SciPy's ``expit`` (a classifier's), the
+    probabilities and their sums are one compiled pass over the outputs (:func:`_add_expit_moments`, the
+    kernel's float32 ``exp``) instead of three NumPy passes: ~40% of a group's time before.
     """
     n_samples = weights[0].shape[0]
     chunk = max(1, CHUNK_VALUES // points.shape[0])
@@ -102,11 +106,48 @@ def surface_stats(
     out = np.empty((min(chunk, n_samples), points.shape[0]), dtype=np.float32)
     for lo in range(0, n_samples, chunk):
         block = [w[lo : lo + chunk] for w in weights]
-        p = values(forward.outputs(points, block, np.float32, out)[: block[0].shape[0]])
-        s1 += p.sum(axis=0, dtype=np.float64)
-        s2 += np.square(p, dtype=np.float64).sum(axis=0)
+        outputs = forward.outputs(points, block, np.float32, out)[: block[0].shape[0]]
+        if values is expit:
+            _add_expit_moments(outputs, s1, s2)
+        else:
+            _add_moments(values(outputs), s1, s2)
     mean = s1 / n_samples
     return mean, np.sqrt(np.clip(s2 / n_samples - mean**2, 0.0, None))
+
+
+@numba.njit(fastmath=True, error_model="numpy", cache=True, nogil=True)
+def _add_expit_moments(outputs: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> None:
+    """``s1 += sum(p)`` and ``s2 += sum(p**2)`` over the draws (rows) of ``outputs (draw, point)`` (float32), with
+    ``p = expit(output)`` in float32 from ``exp(-|output|)`` (the kernel's, within 3e-7 relative, so ``p`` is within
+    ~2e-7), summed in float64."""
+    n = outputs.shape[1]
+    e = np.empty(n, dtype=np.float32)
+    shifted = np.empty(n, dtype=np.float32)
+    bits = shifted.view(np.int32)
+    one = np.float32(1.0)
+    for s in range(outputs.shape[0]):
+        o = outputs[s]
+        for i in range(n):
+            e[i], shifted[i] = _exp_reduced(-min(abs(o[i]), np.float32(87.0)))
+        for i in range(n):
+            bits[i] = (bits[i] & 0xFF) << 23
+        for i in range(n):
+            x = e[i] * shifted[i]
+            inv = one / (one + x)
+            p = np.float64(inv if o[i] >= 0 else x * inv)
+            s1[i] += p
+            s2[i] += p * p
+
+
+@numba.njit(fastmath=True, error_model="numpy", cache=True, nogil=True)
+def _add_moments(values: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> None:
+    """``s1 += sum(v)`` and ``s2 += sum(v**2)`` over the rows of ``values (draw, point)``, in float64."""
+    for s in range(values.shape[0]):
+        v = values[s]
+        for i in range(values.shape[1]):
+            x = np.float64(v[i])
+            s1[i] += x
+            s2[i] += x * x
 
 
 def correlation_from_cov(cov: np.ndarray) -> np.ndarray:

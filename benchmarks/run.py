@@ -257,11 +257,29 @@ def backends(work: Path, variants=VARIANTS, seeds=SEEDS) -> dict:
                      "grad_evals": int(np.median([r["grad_evals"] for r in runs])),
                      "compile_s": runs[0]["compile_s"]}
         print(f"bench: {name}: {json.dumps({k: out[name][k] for k in MEDIAN_KEYS})}", flush=True)
-    if "pymc" in out:
-        for b in out.values():
+    return with_speedups(out)
+
+
+def _kept_rows(previous: dict, fresh: dict) -> dict:
+    """The backends table after ``--variants``: ``fresh`` rows and the ``previous`` ones not run; a kept row of a
+    backend just measured gets its new ``us_per_grad`` (the gradient does not depend on the row's settings, and
+    :func:`backends` times it once per backend)."""
+    timed = {row["runs"][0]["backend"]: row["us_per_grad"] for row in fresh.values() if row.get("runs")}
+    kept = {}
+    for name, row in previous.items():
+        if name not in fresh:
+            backend = row["runs"][0]["backend"] if row.get("runs") else None
+            kept[name] = {**row, "us_per_grad": timed[backend]} if backend in timed else row
+    return {**kept, **fresh}
+
+
+def with_speedups(rows: dict) -> dict:
+    """``rows`` with every row's ESS/s figures divided by PyMC's row's (where it has one), as ``speedup_vs_pymc*``."""
+    if "pymc" in rows:
+        for b in rows.values():
             for key in ("ess_per_s", "ess_per_s_fn", "ess_per_s_group_sd"):
-                b[f"speedup_vs_pymc{key[len('ess_per_s'):]}"] = b[key] / out["pymc"][key]
-    return out
+                b[f"speedup_vs_pymc{key[len('ess_per_s'):]}"] = b[key] / rows["pymc"][key]
+    return rows
 
 
 def repro(work: Path) -> dict:
@@ -476,7 +494,7 @@ def main(argv=None) -> int:
                         help="sections to run (backends floor repro scaling cluster many_groups); default all")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--variants", nargs="*", default=None, choices=list(VARIANTS),
-                        help="backends-section rows to run (default all)")
+                        help="backends-section rows to run (default all); the others keep their last values")
     args = parser.parse_args(argv)
     sections = set(args.only or ("backends", "floor", "repro", "scaling", "cluster", "many_groups"))
     work = args.workdir or Path(tempfile.mkdtemp(prefix="hbnn-bench-"))
@@ -489,6 +507,8 @@ def main(argv=None) -> int:
         if "backends" in sections:
             chosen = {k: v for k, v in VARIANTS.items() if args.variants is None or k in args.variants}
             result["backends"] = backends(work / "backends", chosen)
+            if args.variants is not None:  # the rows not run keep their last values; ratios to PyMC's row anew
+                result["backends"] = with_speedups(_kept_rows(previous.get("backends", {}), result["backends"]))
         if "floor" in sections:
             result["numpy_floor_us_per_grad"] = numpy_floor_us_per_grad()
         if "repro" in sections:

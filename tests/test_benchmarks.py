@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import shlex
 import shutil
@@ -33,3 +34,28 @@ def test_the_readme_many_groups_command_sets_what_the_benchmark_measures(tmp_pat
     committed = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert yaml.safe_load((tmp_path / "params.yaml").read_text()) == bench._overridden(committed, bench.MANY_GROUPS)
     load_params(tmp_path / "params.yaml")  # valid as written: no key of the defaults it keeps conflicts with it
+
+
+def test_bench_variants_keep_the_other_rows_and_recompute_the_ratios_to_pymc(tmp_path, monkeypatch):
+    out = tmp_path / "benchmark.json"
+    rates = ("ess_per_s", "ess_per_s_fn", "ess_per_s_group_sd")
+
+    def row(backend, us, *values):
+        return {**dict(zip(rates, values, strict=True)), "us_per_grad": us, "runs": [{"backend": backend}]}
+
+    out.write_text(json.dumps({"backends": {"pymc": row("pymc", 400.0, 1.0, 1.0, 2.0),
+                                            "numpyro": row("numpyro", 100.0, 3.0, 3.0, 4.0),
+                                            "nutpie": row("nutpie", 40.0, 9.0, 9.0, 9.0),
+                                            "default": row("nutpie", 40.0, 1.0, 1.0, 1.0)},
+                               "repro_s": 5.0}))
+    monkeypatch.setattr(bench, "backends",
+                        lambda work, chosen: {name: row("nutpie", 24.0, 8.0, 8.0, 10.0) for name in chosen})
+    bench.main(["--out", str(out), "--only", "backends", "--variants", "default", "--workdir", str(tmp_path / "w")])
+    got = json.loads(out.read_text())
+    assert set(got["backends"]) == {"pymc", "numpyro", "nutpie", "default"}
+    assert got["backends"]["default"]["speedup_vs_pymc_fn"] == 8.0
+    assert got["backends"]["default"]["speedup_vs_pymc_group_sd"] == 5.0
+    assert got["backends"]["numpyro"]["speedup_vs_pymc_group_sd"] == 2.0
+    # the gradient was timed again with the row run: the kept row of the same backend shows it, the others not
+    assert [got["backends"][name]["us_per_grad"] for name in ("nutpie", "numpyro")] == [24.0, 100.0]
+    assert got["repro_s"] == 5.0  # sections not run keep their values too

@@ -370,6 +370,14 @@ def test_surface_stats_fused_expit_matches_numpy_path_including_saturated_output
     assert all(np.isfinite(a).all() for a in (*fused, *generic))
     np.testing.assert_allclose(fused[0], generic[0], atol=1e-6)
     np.testing.assert_allclose(fused[1], generic[1], atol=1e-6)
+    # a non-finite draw stays visible in the sums (NaN), on both paths, rather than being summed as a number
+    weights[1][3, 0] = np.nan
+    for values in (expit, lambda out: expit(out), lambda out: np.exp(0.01 * out)):
+        assert np.isnan(numbers.surface_stats(weights, points, values=values)[0]).all()
+    # an overflowing value (a Poisson rate past float32's range) stays infinite in the mean
+    weights[1][3, 0] = 1.0
+    with np.errstate(over="ignore", invalid="ignore"):  # inf - inf in the variance, as before
+        assert np.isinf(numbers.surface_stats(weights, points, values=lambda out: np.exp(out) * 1e38)[0]).any()
 
 
 def test_surface_points_are_row_major_in_x2():

@@ -115,7 +115,12 @@ def surface_stats(
     return mean, np.sqrt(np.clip(s2 / n_samples - mean**2, 0.0, None))
 
 
-@numba.njit(fastmath=True, error_model="numpy", cache=True, nogil=True)
+# fastmath without its no-NaN and no-inf assumptions: a non-finite output or value stays non-finite in the sums, as
+# NumPy's did, for the report's checks to refuse
+_FINITE_UNASSUMED = {"contract", "arcp", "afn", "nsz", "reassoc"}
+
+
+@numba.njit(fastmath=_FINITE_UNASSUMED, error_model="numpy", cache=True, nogil=True)
 def _add_expit_moments(outputs: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> None:
     """``s1 += sum(p)`` and ``s2 += sum(p**2)`` over the draws (rows) of ``outputs (draw, point)`` (float32), with
     ``p = expit(output)`` in float32 from ``exp(-|output|)`` (the kernel's, within 3e-7 relative, so ``p`` is within
@@ -139,7 +144,7 @@ def _add_expit_moments(outputs: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> N
             s2[i] += p * p
 
 
-@numba.njit(fastmath=True, error_model="numpy", cache=True, nogil=True)
+@numba.njit(fastmath=_FINITE_UNASSUMED, error_model="numpy", cache=True, nogil=True)
 def _add_moments(values: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> None:
     """``s1 += sum(v)`` and ``s2 += sum(v**2)`` over the rows of ``values (draw, point)``, in float64."""
     for s in range(values.shape[0]):

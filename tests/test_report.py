@@ -380,6 +380,22 @@ def test_surface_stats_fused_expit_matches_numpy_path_including_saturated_output
         assert np.isinf(numbers.surface_stats(weights, points, values=lambda out: np.exp(out) * 1e38)[0]).any()
 
 
+def test_surface_values_take_the_compiled_path_only_for_the_logistic_mean():
+    from hbnn import likelihoods
+    from hbnn.report.figures import SurfaceSetup
+
+    bernoulli = SurfaceSetup(np.zeros(2), ("a", "b"), likelihoods.LIKELIHOODS["bernoulli"])
+    assert bernoulli.values() is expit
+
+    class Probit(likelihoods.Bernoulli):  # a classifier of another link must not be plotted as logistic
+        def mean(self, output, y_mean=0.0, y_sd=1.0):
+            return 0.5 * (1.0 + np.tanh(output))
+
+    assert SurfaceSetup(np.zeros(2), ("a", "b"), Probit()).values() is not expit
+    gaussian = SurfaceSetup(np.zeros(2), ("a", "b"), likelihoods.LIKELIHOODS["gaussian"], (10.0, 2.0))
+    np.testing.assert_allclose(gaussian.values()(np.array([0.0, 1.0])), [10.0, 12.0])
+
+
 def test_surface_points_are_row_major_in_x2():
     axis, points = numbers.surface_points(1.0, 3)
     assert points.shape == (9, 2)

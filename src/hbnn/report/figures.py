@@ -77,9 +77,10 @@ class SurfaceSetup:
                             (float(np.quantile(y, 0.01)), float(np.quantile(y, 0.99))), labels)
 
     def values(self) -> Callable[[np.ndarray], np.ndarray]:
-        """The plotted quantity as a function of network outputs: SciPy's ``expit`` itself for a classifier (whose
-        mean it is), which :func:`surface_stats` computes in one compiled pass with its sums."""
-        if self.likelihood.classifier:
+        """The plotted quantity as a function of network outputs: SciPy's ``expit`` itself where the likelihood's
+        mean is the Bernoulli's (the logistic link), which :func:`surface_stats` computes in one compiled pass with
+        its sums."""
+        if type(self.likelihood).mean is likelihoods.Bernoulli.mean:
             return expit
         return functools.partial(self.likelihood.mean, y_mean=self.scale[0], y_sd=self.scale[1])
 

@@ -267,7 +267,7 @@ def _kept_rows(previous: dict, fresh: dict) -> dict:
     timed = {row["runs"][0]["backend"]: row["us_per_grad"] for row in fresh.values() if row.get("runs")}
     kept = {}
     for name, row in previous.items():
-        if name not in fresh:
+        if name not in fresh and name in VARIANTS:  # a row of a variant since removed or renamed goes
             backend = row["runs"][0]["backend"] if row.get("runs") else None
             kept[name] = {**row, "us_per_grad": timed[backend]} if backend in timed else row
     return {**kept, **fresh}
@@ -301,8 +301,9 @@ def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200), mi
     out: dict = {"hier_nutpie": {}, "hier_advi": {}, "hier_advi_minibatch": {}, "report": {}}
     for n in nuts_groups:
         if n == 18 and backend_results and "nutpie" in backend_results:
-            b = backend_results["nutpie"]
-            out["hier_nutpie"][str(n)] = {"seconds": b["wall_s"], "peak_rss_mib": b["peak_rss_mib"]}
+            b = backend_results["nutpie"]  # a row holds medians of its runs; peak memory is each run's
+            out["hier_nutpie"][str(n)] = {"seconds": b["wall_s"],
+                                          "peak_rss_mib": float(np.median([r["peak_rss_mib"] for r in b["runs"]]))}
             continue
         params = _params(work / f"nutpie_{n}", n, {**COMMON, "backend": "nutpie"})
         _stage("make_data", params, "--out", "data/tasks.nc")
@@ -503,18 +504,20 @@ def main(argv=None) -> int:
                     "definitions": DEFINITIONS}
     previous = json.loads(args.out.read_text()) if args.out.exists() else {}
     start = time.perf_counter()
+    ran = None  # the backends rows this run measured
     try:
         if "backends" in sections:
             chosen = {k: v for k, v in VARIANTS.items() if args.variants is None or k in args.variants}
-            result["backends"] = backends(work / "backends", chosen)
+            ran = result["backends"] = backends(work / "backends", chosen)
             if args.variants is not None:  # the rows not run keep their last values; ratios to PyMC's row anew
-                result["backends"] = with_speedups(_kept_rows(previous.get("backends", {}), result["backends"]))
+                result["backends"] = with_speedups(_kept_rows(previous.get("backends", {}), ran))
         if "floor" in sections:
             result["numpy_floor_us_per_grad"] = numpy_floor_us_per_grad()
         if "repro" in sections:
             result.update(repro(work))
         if "scaling" in sections:
-            result["scaling"] = scaling(work / "scaling", backend_results=result.get("backends"))
+            # the 18-group NUTS point from the nutpie row if this run measured it, never from a row kept from before
+            result["scaling"] = scaling(work / "scaling", backend_results=ran)
             result["scaling"]["linearity"] = {k: _linearity(v) for k, v in result["scaling"].items()
                                               if k != "report" and v}
         if "cluster" in sections:

@@ -59,3 +59,31 @@ def test_bench_variants_keep_the_other_rows_and_recompute_the_ratios_to_pymc(tmp
     # the gradient was timed again with the row run: the kept row of the same backend shows it, the others not
     assert [got["backends"][name]["us_per_grad"] for name in ("nutpie", "numpyro")] == [24.0, 100.0]
     assert got["repro_s"] == 5.0  # sections not run keep their values too
+
+
+def test_bench_scaling_takes_its_18_group_point_from_the_nutpie_row_just_run(tmp_path, monkeypatch):
+    runs = [{"backend": "nutpie", "peak_rss_mib": m} for m in (600.0, 610.0, 640.0)]
+    rows = {"nutpie": {"wall_s": 7.0, "runs": runs}}
+    seen = {}
+
+    def scaling(work, backend_results=None):
+        seen["rows"] = backend_results
+        return {}
+
+    out = tmp_path / "benchmark.json"
+    out.write_text(json.dumps({"backends": {"pymc": {"ess_per_s": 1.0, "ess_per_s_fn": 1.0, "ess_per_s_group_sd": 1.0,
+                                                     "runs": [{"backend": "pymc"}], "us_per_grad": 1.0}}}))
+    monkeypatch.setattr(bench, "backends", lambda work, chosen: {"nutpie": dict(rows["nutpie"], us_per_grad=1.0,
+                                                                                ess_per_s=1.0, ess_per_s_fn=1.0,
+                                                                                ess_per_s_group_sd=1.0)})
+    monkeypatch.setattr(bench, "scaling", scaling)
+    bench.main(["--out", str(out), "--only", "backends", "scaling", "--variants", "nutpie",
+                "--workdir", str(tmp_path / "w")])
+    assert set(seen["rows"]) == {"nutpie"}  # the rows measured, not those kept from the previous file
+    # and the point itself: the row's wall and its runs' median peak memory (a row holds no peak of its own)
+    monkeypatch.undo()
+    monkeypatch.setattr(bench, "_params", lambda *a, **k: tmp_path / "params.yaml")
+    monkeypatch.setattr(bench, "_stage", lambda *a, **k: {"seconds": 1.0, "peak_rss_mib": 1.0})
+    monkeypatch.setattr(bench, "_fit", lambda *a, **k: None)
+    point = bench.scaling(tmp_path, nuts_groups=(18,), advi_groups=(), minibatch_groups=(), backend_results=rows)
+    assert point["hier_nutpie"]["18"] == {"seconds": 7.0, "peak_rss_mib": 610.0}

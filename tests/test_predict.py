@@ -152,6 +152,18 @@ def test_cli_writes_csv_and_reports_errors(tmp_path, capsys):
                      "--output", str(out)]) == 2
 
 
+def test_cli_writes_parquet_where_the_output_name_says_so(tmp_path):
+    write_trace(tmp_path / "hier.nc", "hierarchical")
+    NEW.to_csv(tmp_path / "new.csv", index=False)
+    args = ["predict", "--trace", str(tmp_path / "hier.nc"), "--input", str(tmp_path / "new.csv"), "--output"]
+    assert cli.main([*args, str(tmp_path / "scored.csv")]) == 0
+    for name in ("scored.parquet", "scored.PQ"):
+        assert cli.main([*args, str(tmp_path / name)]) == 0
+        assert (tmp_path / name).read_bytes()[:4] == b"PAR1"  # Parquet, not CSV text under a .parquet name
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / name), pd.read_csv(tmp_path / "scored.csv"),
+                                      check_exact=False, rtol=1e-12)
+
+
 def test_hbnn_predict_loads_no_sampler_plotting_or_arviz():
     """`hbnn predict` on a few rows takes ~1 s, most of it pandas and xarray; arviz (~2 s), matplotlib,
     scikit-learn and the samplers are not imported on its path."""

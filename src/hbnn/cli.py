@@ -41,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--trace", type=Path, required=True, help="trace file, e.g. traces/hier.nc")
     p.add_argument("--input", type=Path, required=True, help="rows to score (.csv or .parquet)")
-    p.add_argument("--output", type=Path, required=True, help="scored rows (.csv); - for standard output")
+    p.add_argument("--output", type=Path, required=True,
+                   help="scored rows: .csv, or .parquet/.pq for Parquet; - for standard output")
     p.add_argument("--seed", type=int, default=0, help="seed of the new-group weight draws (default 0)")
     s = commands.add_parser(
         "summarise",

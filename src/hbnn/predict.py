@@ -36,7 +36,7 @@ from hbnn import likelihoods
 from hbnn.data import check_columns, group_column, numeric_features, read_table
 from hbnn.errors import rows_text
 from hbnn.evaluation import group_noise, group_weights, predict_output
-from hbnn.io import InputError, settings_from_attrs, write_text
+from hbnn.io import InputError, settings_from_attrs, staged_outputs, write_text
 from hbnn.network import LayerSpec, layer_specs
 from hbnn.prior import layer_arrays
 from hbnn.variants import BY_NAME
@@ -183,24 +183,30 @@ def _check_output(output: Path, trace: Path, input_path: Path) -> Path:
     return target
 
 
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
 def predict(trace: Path, input_path: Path, output: Path, seed: int = 0) -> pd.DataFrame:
-    """Read ``input_path`` (CSV or Parquet), score it with ``trace`` and write ``output`` (CSV) atomically.
+    """Read ``input_path`` (CSV or Parquet), score it with ``trace`` and write ``output`` atomically: Parquet where
+    its name ends in ``.parquet`` or ``.pq``, else CSV.
 
     ``output`` ``-`` writes the CSV to standard output.
     """
-    if input_path.suffix.lower() not in (".csv", ".parquet", ".pq"):
+    if input_path.suffix.lower() not in (".csv", *PARQUET_SUFFIXES):
         raise InputError(f"input {input_path} must be a .csv or .parquet file")
     target = _check_output(output, trace, input_path)
     idata = load_fitted(trace)
     group_col = settings_from_attrs(idata.posterior.attrs).get("group_column", "group")
     table = read_table(input_path, what="input", text_columns=(group_col,))
     scored = predict_table(idata, table, f"input {input_path}", seed)
-    text = scored.to_csv(index=False)
     if output == STDOUT:
-        sys.stdout.write(text)
+        sys.stdout.write(scored.to_csv(index=False))
         sys.stdout.flush()
+    elif output.suffix.lower() in PARQUET_SUFFIXES:
+        with staged_outputs() as outputs:
+            outputs.write_bytes(scored.to_parquet(index=False), target)
     else:
-        write_text(text, target)
+        write_text(scored.to_csv(index=False), target)
     log.info("predict: wrote %s (%d rows, %d unseen-group rows)", "standard output" if output == STDOUT else output,
              len(scored), int(scored["unseen_group"].sum()))
     return scored

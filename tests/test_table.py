@@ -205,6 +205,16 @@ def test_bad_data_stops_with_a_named_error(tmp_path, edit, data, expected):
     assert expected in _bad(tmp_path, edit, **data)
 
 
+def test_a_label_that_is_text_or_not_finite_is_named_for_what_it_is(tmp_path):
+    assert "label column 'bought' is not numeric (e.g. 'yes' in row 6)" in _bad(
+        tmp_path, lambda df: df.astype({"bought": object}).pipe(_set("bought", 5, "yes")), "gaussian")
+    for value in (np.inf, "1e310"):  # a number, only not finite (the second overflows when read)
+        message = _bad(tmp_path, lambda df, v=value: df.astype({"bought": object}).pipe(_set("bought", 5, v)),
+                       "gaussian")
+        assert "label column 'bought' has a non-finite value in row 6" in message
+        assert "not numeric" not in message and "np.float64" not in message
+
+
 def test_small_group_is_a_named_error(tmp_path):
     def edit(df):
         return pd.concat([df, df.iloc[:2].assign(shop="gamma")], ignore_index=True)

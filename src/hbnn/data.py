@@ -221,10 +221,13 @@ def _labels(df: pd.DataFrame, name: str, likelihood: str, where: str) -> np.ndar
         raise InputError(f"{where}: label column {name!r} has {missing.size} missing values "
                          f"(rows {rows_text(missing)})")
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(values))
+    bad = np.flatnonzero(np.isnan(values))  # not missing (checked above): not a number
     if bad.size:
         raise InputError(f"{where}: label column {name!r} is not numeric (e.g. {col.iloc[bad[0]]!r} in row "
                          f"{rows_text(bad, 1)})")
+    infinite = np.flatnonzero(np.isinf(values))
+    if infinite.size:
+        raise InputError(f"{where}: label column {name!r} has a non-finite value in row {rows_text(infinite, 1)}")
     return likelihoods.get(likelihood).check_labels(values, name, where)
 
 

@@ -640,3 +640,16 @@ def test_surface_pages_past_embedded_pages_are_linked_files_not_embedded():
     first_linked = files[numbers.MODELS[0]][2]
     assert f'<a href="figures/{first_linked}">3</a>' in page
     assert f"[3](figures/{first_linked})" in render_markdown("t", [], [Section("s", "h", blocks)])
+
+
+def test_report_wording_follows_the_likelihood():
+    from hbnn import likelihoods
+
+    for name, words in (("bernoulli", "predicted test probabilities"), ("gaussian", "predicted test means"),
+                        ("poisson", "predicted test rates")):
+        text = sections._diagnostics_section({v: {} for v in numbers.MODELS}, ["g0"], [], [], None,
+                                             likelihoods.LIKELIHOODS[name]).how_to_read
+        assert f"on the {words} of each group" in text
+    # the transfer's row subsets are stratified by label for a classifier only (hbnn.transfer.nested_order)
+    assert "rows, stratified by label, and all" in sections._transfer_section(None, "accuracy", True).how_to_read
+    assert "stratified" not in sections._transfer_section(None, "rmse", False).how_to_read

@@ -51,6 +51,7 @@ class Likelihood:
     surface_titles: ClassVar[tuple[str, str]]  # the report's titles of mean and sd surfaces
     quantity: ClassVar[str]  # name of the function-space quantity in a trace's ``predictions`` group
     description: ClassVar[str]  # the report's one-phrase account of the likelihood
+    quantity_words: ClassVar[str]  # the report's name for the function-space quantity at test rows, plural
 
     def check_labels(self, values: np.ndarray, column: str, where: str) -> np.ndarray:
         """Finite label values as read; return them in ``label_dtype`` or raise :class:`InputError`."""
@@ -114,6 +115,7 @@ class Bernoulli(Likelihood):
     label_dtype = np.int64
     surface_titles = ("posterior mean P(y=1)", "posterior sd of P(y=1)")
     description = "Bernoulli likelihood on the logit"
+    quantity_words = "predicted test probabilities"
     quantity = "p"
 
     def check_labels(self, values, column, where):
@@ -237,6 +239,7 @@ class Gaussian(Predictive):
     has_noise = True
     surface_titles = ("posterior mean prediction", "posterior sd of the mean prediction")
     description = "gaussian likelihood with noise sd sigma"
+    quantity_words = "predicted test means"
     noise_words = "the noise sd"
     quantity = "mu"
 
@@ -295,6 +298,7 @@ class Poisson(Predictive):
     label_dtype = np.int64
     surface_titles = ("posterior mean rate", "posterior sd of the rate")
     description = "Poisson likelihood on the log rate"
+    quantity_words = "predicted test rates"
     noise_words = "the Poisson counting noise"
     quantity = "rate"
 

@@ -467,7 +467,8 @@ def _comparison_section(table, bad_k: dict[str, tuple[int, int, float]], scores:
 
 
 def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Sequence[str],
-                         figures: Sequence[str], bfmi: Sequence[float] | None) -> Section:
+                         figures: Sequence[str], bfmi: Sequence[float] | None,
+                         lik: likelihoods.Likelihood = likelihoods.LIKELIHOODS["bernoulli"]) -> Section:
     header = ["Model", "Sampling s", "Compile s", "Divergences", "Max R-hat (fn)", "Min bulk ESS (fn)",
               "Max R-hat (all)", "Min bulk ESS (all)"]
     rows, flagged = [], []
@@ -505,7 +506,7 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
     return Section(
         "Sampler diagnostics",
         "R-hat (want <= 1.01) and effective sample size (ESS, want >= 400) are computed in function space, on "
-        "the predicted test probabilities of each group, because weight space has exact symmetries (hidden-unit "
+        f"the {lik.quantity_words} of each group, because weight space has exact symmetries (hidden-unit "
         "permutations and sign flips) that make weight-space R-hat meaningless. 'all' adds the hierarchical "
         "group sds, which are scalars free of those symmetries. Compile s is n/a for PyMC's and the JAX "
         "samplers, which compile inside every sampling call (counted in Sampling s). Divergences should be 0 "
@@ -517,16 +518,18 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
     )
 
 
-def _transfer_section(tm: dict | None, score: str) -> Section:
+def _transfer_section(tm: dict | None, score: str, stratified: bool = True) -> Section:
     """The transfer experiment (``metrics/detail/transfer.json``): held-out groups refit on few rows of their own.
 
-    ``score`` is the likelihood's headline score (accuracy, rmse).
+    ``score`` is the likelihood's headline score (accuracy, rmse); ``stratified``: whether the row subsets are
+    stratified by label (a classifier's).
     """
     title = "Transfer to new groups"
     how = ("The informed prior exists to help a group the hierarchy has not seen. Here that is measured, not assumed:"
            " the stage transfer_prior holds some groups out, fits the hierarchical model on the others and derives "
            "the informed prior from that fit alone; the stage transfer then fits each held-out group on nested "
-           "subsets of its own training rows (2, 4, ... rows, stratified by label, and all of them), once with the "
+           f"subsets of its own training rows (2, 4, ... rows{', stratified by label,' if stratified else ''} and all "
+           "of them), once with the "
            "flat N(0, sd) prior and once with the informed prior, and scores both on the group's own test rows. The "
            "dashed line is the hierarchical population's prediction for an unseen group (no rows of its own, as "
            "hbnn predict scores one). The right panel is the informed-minus-flat difference in log predictive "

@@ -651,5 +651,6 @@ def test_report_wording_follows_the_likelihood():
                                              likelihoods.LIKELIHOODS[name]).how_to_read
         assert f"on the {words} of each group" in text
     # the transfer's row subsets are stratified by label for a classifier only (hbnn.transfer.nested_order)
-    assert "rows, stratified by label, and all" in sections._transfer_section(None, "accuracy", True).how_to_read
-    assert "stratified" not in sections._transfer_section(None, "rmse", False).how_to_read
+    bernoulli, gaussian = likelihoods.LIKELIHOODS["bernoulli"], likelihoods.LIKELIHOODS["gaussian"]
+    assert "rows, stratified by label, and all" in sections._transfer_section(None, bernoulli).how_to_read
+    assert "stratified" not in sections._transfer_section(None, gaussian).how_to_read

@@ -33,6 +33,7 @@ import pandas as pd
 import xarray as xr
 
 from hbnn import likelihoods
+from hbnn.config import PARQUET_SUFFIXES, TABLE_SUFFIXES
 from hbnn.data import check_columns, group_column, numeric_features, read_table
 from hbnn.errors import rows_text
 from hbnn.evaluation import group_noise, group_weights, predict_output
@@ -183,16 +184,13 @@ def _check_output(output: Path, trace: Path, input_path: Path) -> Path:
     return target
 
 
-PARQUET_SUFFIXES = (".parquet", ".pq")
-
-
 def predict(trace: Path, input_path: Path, output: Path, seed: int = 0) -> pd.DataFrame:
     """Read ``input_path`` (CSV or Parquet), score it with ``trace`` and write ``output`` atomically: Parquet where
     its name ends in ``.parquet`` or ``.pq``, else CSV.
 
     ``output`` ``-`` writes the CSV to standard output.
     """
-    if input_path.suffix.lower() not in (".csv", *PARQUET_SUFFIXES):
+    if input_path.suffix.lower() not in TABLE_SUFFIXES:
         raise InputError(f"input {input_path} must be a .csv or .parquet file")
     target = _check_output(output, trace, input_path)
     idata = load_fitted(trace)

@@ -11,7 +11,7 @@ from scipy.special import expit
 
 from hbnn import forward
 from hbnn.evaluation import ESS_MIN, RHAT_MAX
-from hbnn.kernel import _exp_reduced
+from hbnn.kernel import _exp_nonpositive
 from hbnn.network import BIAS, BIAS_SUFFIX, LayerSpec
 from hbnn.variants import VARIANTS
 
@@ -126,20 +126,18 @@ def _add_expit_moments(outputs: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> N
     ``p = expit(output)`` in float32 from ``exp(-|output|)`` (the kernel's, within 3e-7 relative, so ``p`` is within
     ~2e-7), summed in float64."""
     n = outputs.shape[1]
+    neg = np.empty(n, dtype=np.float32)
     e = np.empty(n, dtype=np.float32)
-    shifted = np.empty(n, dtype=np.float32)
-    bits = shifted.view(np.int32)
+    bits = np.empty(n, dtype=np.int32)
     one = np.float32(1.0)
     for s in range(outputs.shape[0]):
         o = outputs[s]
         for i in range(n):
-            e[i], shifted[i] = _exp_reduced(-min(abs(o[i]), np.float32(87.0)))
+            neg[i] = -abs(o[i])
+        _exp_nonpositive(neg, e, n, bits)  # exp(-|o|), held at exp(-87) below -87
         for i in range(n):
-            bits[i] = (bits[i] & 0xFF) << 23
-        for i in range(n):
-            x = e[i] * shifted[i]
-            inv = one / (one + x)
-            p = np.float64(inv if o[i] >= 0 else x * inv)
+            inv = one / (one + e[i])
+            p = np.float64(inv if o[i] >= 0 else e[i] * inv)
             s1[i] += p
             s2[i] += p * p
 

@@ -467,8 +467,8 @@ def _comparison_section(table, bad_k: dict[str, tuple[int, int, float]], scores:
 
 
 def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Sequence[str],
-                         figures: Sequence[str], bfmi: Sequence[float] | None,
-                         lik: likelihoods.Likelihood = likelihoods.LIKELIHOODS["bernoulli"]) -> Section:
+                         figures: Sequence[str], bfmi: Sequence[float] | None, lik: likelihoods.Likelihood
+                         ) -> Section:
     header = ["Model", "Sampling s", "Compile s", "Divergences", "Max R-hat (fn)", "Min bulk ESS (fn)",
               "Max R-hat (all)", "Min bulk ESS (all)"]
     rows, flagged = [], []
@@ -518,18 +518,19 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
     )
 
 
-def _transfer_section(tm: dict | None, score: str, stratified: bool = True) -> Section:
+def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
     """The transfer experiment (``metrics/detail/transfer.json``): held-out groups refit on few rows of their own.
 
-    ``score`` is the likelihood's headline score (accuracy, rmse); ``stratified``: whether the row subsets are
-    stratified by label (a classifier's).
+    ``lik``: the likelihood, whose headline score (accuracy, rmse) it shows; a classifier's row subsets are stratified
+    by label (:func:`hbnn.transfer.nested_order`).
     """
+    score = lik.score
     title = "Transfer to new groups"
     how = ("The informed prior exists to help a group the hierarchy has not seen. Here that is measured, not assumed:"
            " the stage transfer_prior holds some groups out, fits the hierarchical model on the others and derives "
            "the informed prior from that fit alone; the stage transfer then fits each held-out group on nested "
-           f"subsets of its own training rows (2, 4, ... rows{', stratified by label,' if stratified else ''} and all "
-           "of them), once with the "
+           f"subsets of its own training rows (2, 4, ... rows{', stratified by label,' if lik.classifier else ''} "
+           "and all of them), once with the "
            "flat N(0, sd) prior and once with the informed prior, and scores both on the group's own test rows. The "
            "dashed line is the hierarchical population's prediction for an unseen group (no rows of its own, as "
            "hbnn predict scores one). The right panel is the informed-minus-flat difference in log predictive "

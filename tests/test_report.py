@@ -235,6 +235,44 @@ def test_ctrl_c_while_the_workers_draw_ends_the_report_in_one_line(run, tmp_path
         os.killpg(proc.pid, 0)
 
 
+def test_a_killed_report_leaves_no_worker_behind(run, tmp_path):
+    """``kill -9`` of the report's own process (its workers busy): the workers end with it, instead of waiting for
+    ever to send their results down pipes that no one reads."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    (run["dir"] / "params.yaml").write_text(yaml.safe_dump(RAW))
+    started, out = tmp_path / "started", tmp_path / "reports"
+    with subprocess.Popen([sys.executable, "-c", _REPORT_INTERRUPTED, str(run["dir"]), str(out), str(started)],
+                          stderr=subprocess.DEVNULL, start_new_session=True) as proc:
+        try:
+            deadline = time.monotonic() + 120
+            while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.1)
+            assert started.exists()
+            os.kill(proc.pid, signal.SIGKILL)  # the report alone, not its process group
+            proc.wait(timeout=60)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(proc.pid, 0)  # a worker still alive in the report's process group
+                except ProcessLookupError:
+                    break
+                time.sleep(0.1)
+            with pytest.raises(ProcessLookupError):
+                os.killpg(proc.pid, 0)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # a failed test leaves no process either
+            except ProcessLookupError:
+                pass
+
+
 def test_stale_figures_are_removed(run):
     assert not (run["dir"] / "reports" / "figures" / "surface_flat_p09.png").exists()
 
@@ -568,8 +606,12 @@ def test_transfer_status_names_why_the_hierarchical_fit_misses_the_bar():
     text, failing = status(groups_not_converged=2, max_rhat=1.02)
     assert failing and "MISSES it (2 groups, max R-hat 1.020, min ESS 900)" in text
     text, failing = status(groups_not_converged=990, max_rhat=1.015, advi_still_falling=1)
-    assert failing and "ADVI: its loss was still falling, so all 990 groups miss" in text and "R-hat" not in text
+    assert failing and "ADVI: its loss was still falling, so every group misses (990 groups)" in text
+    assert "R-hat" not in text
     assert status(max_rhat=1.015, advi_still_falling=0)[1] is False  # ADVI's R-hat is not judged
+    one = sections._transfer_status({"training_groups": ["g1"], "sampling": {
+        "hierarchical": {"groups_not_converged": 1, "max_rhat": 1.02, "min_ess_bulk": 90.0}, **refits}})[0]
+    assert "the hierarchical fit of the 1 training group MISSES it (1 group, max R-hat" in one
 
 
 def test_intro_states_each_fits_inference_as_run():
@@ -654,3 +696,11 @@ def test_report_wording_follows_the_likelihood():
     bernoulli, gaussian = likelihoods.LIKELIHOODS["bernoulli"], likelihoods.LIKELIHOODS["gaussian"]
     assert "rows, stratified by label, and all" in sections._transfer_section(None, bernoulli).how_to_read
     assert "stratified" not in sections._transfer_section(None, gaussian).how_to_read
+
+
+def test_a_linear_models_weight_correlations_name_the_output_not_hidden_units():
+    prior = {"alignment": {}}
+    net = sections._correlation_section("in", "corr.png", 0, prior)
+    linear = sections._correlation_section("out", "corr.png", 0, prior, hidden=False)
+    assert "feature->hidden unit" in net.how_to_read and "label the hidden units" in net.how_to_read
+    assert "feature->output" in linear.how_to_read and "hidden" not in linear.how_to_read

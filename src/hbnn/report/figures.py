@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import logging
 import multiprocessing
@@ -190,12 +191,29 @@ def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], tasks:
 
 
 _STOPS = {signal.SIGINT, signal.SIGTERM}
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _worker(conn, variant: str, path: Path, specs, tasks, rp, params) -> None:
+def _end_with(parent: int) -> None:
+    """End this forked process when ``parent`` (the process that forked it) ends, however it ends: on Linux the
+    kernel sends it SIGKILL then (``prctl(PR_SET_PDEATHSIG)``), so a ``kill -9`` of the report leaves no worker
+    blocked for ever on a pipe that no one reads. Where that is not available, nothing; a parent already gone
+    (before the request took effect) ends this process at once."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl in this libc: the parent's own cleanup still applies
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _worker(conn, parent: int, variant: str, path: Path, specs, tasks, rp, params) -> None:
     """A forked worker: :func:`model_outputs` of one model, sent back through ``conn`` as ``("ok", outputs)`` or
     ``("error", exception)``. It ignores Ctrl-C (sent to the whole process group): the parent reports the
-    interrupt once and stops the workers with SIGTERM, which ends them quietly."""
+    interrupt once and stops the workers with SIGTERM, which ends them quietly; if the parent is killed
+    outright, the worker ends with it (:func:`_end_with`)."""
+    _end_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
@@ -228,6 +246,7 @@ def _forked(paths, specs, tasks, rp, params):
     it, so a worker that dies reads as the end of its pipe, never as a wait; Ctrl-C and SIGTERM are held back
     while the workers start, so none is forked still holding this process's handler."""
     context = multiprocessing.get_context("fork")
+    parent = os.getpid()
     workers = {}
     finished = False
     try:
@@ -235,7 +254,8 @@ def _forked(paths, specs, tasks, rp, params):
         try:
             for v, p in paths.items():
                 receive, send = context.Pipe(duplex=False)
-                process = context.Process(target=_worker, args=(send, v, p, specs, tasks, rp, params), daemon=True)
+                process = context.Process(target=_worker, args=(send, parent, v, p, specs, tasks, rp, params),
+                                          daemon=True)
                 workers[v] = (process, receive)
                 process.start()
                 send.close()

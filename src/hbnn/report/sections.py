@@ -258,17 +258,25 @@ def _group_sd_section(sd_vars: Sequence[str], specs, prior_metrics: dict) -> Sec
     )
 
 
-def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: dict) -> Section:
+def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: dict, hidden: bool = True) -> Section:
+    """``hidden``: whether the first layer feeds hidden units (false for a linear model, whose only layer is the
+    output's and has no units to relabel)."""
     align = lookup(prior_metrics, "alignment") or {}
     moved = [c for c, a in align.items() if lookup(a, "relabelled")]
     note = (f"derive_prior relabelled hidden units of {', '.join(moved)} to match the reference chain."
             if moved else "derive_prior did not need to relabel any chain.")
+    if hidden:
+        cells = "feature->hidden unit"
+        chain = (f"chain {ref_chain} only, because different chains may label the hidden units differently "
+                 "(permutations and sign flips leave the network unchanged)")
+    else:
+        cells = "feature->output (a linear model: its only layer)"
+        chain = f"chain {ref_chain} (the reference chain, prior.reference_chain)"
     return Section(
         f"Correlation of the first-layer weights (w_{layer})",
-        "each cell is the correlation of two weights feature->hidden unit. Left: the informed prior's covariance "
+        f"each cell is the correlation of two weights {cells}. Left: the informed prior's covariance "
         "(fitted to aligned new-group draws of the hierarchical posterior). Right: the posterior draws of the "
-        f"hierarchical group mean mu_{layer}, chain {ref_chain} only, because different chains may label the hidden "
-        "units differently (permutations and sign flips leave the network unchanged). Strong off-diagonal cells are "
+        f"hierarchical group mean mu_{layer}, {chain}. Strong off-diagonal cells are "
         "structure the informed prior passes on to new groups.",
         [Figure(name, f"Correlations of w_{layer}: informed prior vs hierarchical mu_{layer} (chain {ref_chain})."),
          Para(note)],
@@ -411,18 +419,25 @@ def _transfer_status(tm: dict) -> tuple[str, bool]:
     if hier_ok:
         hier_text = "meets the bar"
     elif h.get("advi_still_falling"):  # ADVI: one joint fit, its loss curve the reason
-        hier_text = (f"MISSES it (ADVI: its loss was still falling, so all {h['groups_not_converged']} groups miss; "
-                     f"raise hier_sampler.advi.iterations; min ESS {fmt(h['min_ess_bulk'], '.0f')})")
+        hier_text = (f"MISSES it (ADVI: its loss was still falling, so every group misses "
+                     f"({_groups(h['groups_not_converged'])}); raise hier_sampler.advi.iterations; min ESS "
+                     f"{fmt(h['min_ess_bulk'], '.0f')})")
     else:
-        hier_text = (f"MISSES it ({h['groups_not_converged']} groups, max R-hat {fmt(h['max_rhat'])}, min ESS "
+        hier_text = (f"MISSES it ({_groups(h['groups_not_converged'])}, max R-hat {fmt(h['max_rhat'])}, min ESS "
                      f"{fmt(h['min_ess_bulk'], '.0f')})")
     if h.get("restarts"):
         hier_text += (f" after {h['restarts']} restart(s) of its chains ("
                       + "; ".join(r["reason"] for r in h.get("restarted", [])) + ")")
     refit_text = ", ".join(f"{n - bad}/{n} {m}" for m, (bad, n) in counts.items())
-    text = (f"Transfer experiment (Transfer to new groups): the hierarchical fit of the {len(tm['training_groups'])} "
-            f"training groups {hier_text}; refits of the held-out groups meeting it: {refit_text}.")
+    text = (f"Transfer experiment (Transfer to new groups): the hierarchical fit of the "
+            f"{_groups(len(tm['training_groups']), 'training group')} {hier_text}; refits of the held-out groups "
+            f"meeting it: {refit_text}.")
     return text, not (hier_ok and refits_ok)
+
+
+def _groups(n: int, noun: str = "group") -> str:
+    """``"1 group"``, ``"2 groups"``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _comparison_section(table, bad_k: dict[str, tuple[int, int, float]], scores: str = "Accuracy") -> Section:
@@ -553,8 +568,11 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
                      fmt(-r["informed"]["test"]["lpd_mean"], ".4f"), f"{d['mean']:+.3f} ({d['se']:.3f})",
                      f"{r['flat']['fits_not_converged']} / {r['informed']['fits_not_converged']}"])
     reading = _transfer_reading(sizes, tm["stops_mattering"])
-    groups = (f"Held out: {', '.join(tm['heldout_groups'])} ({len(tm['heldout_groups'])} groups); the hierarchy and "
+    groups = (f"Held out: {', '.join(tm['heldout_groups'])} ({_groups(len(tm['heldout_groups']))}); the hierarchy and "
               f"the prior were fitted on the other {len(tm['training_groups'])}.")
+    if len(tm["training_groups"]) == 1:  # 2 groups: one held out, one left
+        groups += (" With one group to fit, the hierarchy cannot tell how much groups differ (its group sds rest on "
+                   "their prior), so this prior says little about new groups: the experiment needs more groups.")
     blocks: list = [Para(reading), Para(groups), Figure("transfer.png", "Left and middle: test scores pooled over "
                     "the held-out groups' test rows (log loss with +-2 se); right: informed minus flat log "
                     "predictive density per test row, +-2 se (paired). x: training rows per group (all: every "

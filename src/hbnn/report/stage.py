@@ -180,7 +180,7 @@ def report(
         sections.append(_loss_section(losses))
     sections += [
         _group_sd_section(sd_vars, specs, prior_metrics),
-        _correlation_section(first.name, corr_name, ref_chain, prior_metrics),
+        _correlation_section(first.name, corr_name, ref_chain, prior_metrics, hidden=len(specs) > 1),
         _comparison_section(table, bad_k, "Accuracy" if lik.classifier else "Scores"),
         _transfer_section(transfer_metrics, lik),
         _diagnostics_section(metrics, names, sd_vars, list(figures), bfmi, lik),

@@ -123,3 +123,25 @@ def test_stage_scripts_import_the_hbnn_of_their_own_checkout(tmp_path):
         lines = script.read_text().splitlines()
         first_hbnn = next(i for i, line in enumerate(lines) if "from hbnn" in line or "import hbnn" in line)
         assert any(line.startswith("import _checkout") for line in lines[:first_hbnn]), script.name
+
+
+def test_params_yaml_survives_the_overrides_the_readme_shows(tmp_path):
+    """``dvc exp run -S`` rewrites params.yaml whole (every list in block style, comments kept); a list with a
+    comment beside it then came out broken when set to ``[]`` (ruamel.yaml), and ``sampler.advi.*`` could not be
+    set where params.yaml had no ``advi`` block. Applied one after another, as a workspace's experiments are."""
+    from dvc.utils.hydra import apply_overrides
+
+    from hbnn.config import load_params
+
+    path = tmp_path / "params.yaml"
+    path.write_text((ROOT / "params.yaml").read_text())
+    for overrides in (["n_groups=40"], ["model.hidden_layers=[]"], ["transfer.sizes=[]"], ["data.features=[a]"],
+                      ["model.hidden_layers=[3]"], ["sampler.advi.iterations=5000"],
+                      ["hier_sampler.advi.minibatch_size=500"], ["transfer.sizes=[2,4]"], ["model.hidden_layers=[]"]):
+        apply_overrides(str(path), overrides)
+    raw = yaml.safe_load(path.read_text())
+    assert raw["n_groups"] == 40 and raw["model"]["hidden_layers"] == [] and raw["transfer"]["sizes"] == [2, 4]
+    for key in ("chains", "tune"):  # the lines ruamel.yaml ran together
+        assert raw["sampler"][key] == PARAMS["sampler"][key]
+    params = load_params(path)
+    assert params.sampler.advi.iterations == 5000 and params.hier_sampler.advi.minibatch_size == 500

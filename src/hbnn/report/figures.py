@@ -198,10 +198,16 @@ def _end_with(parent: int) -> None:
     """End this forked process when ``parent`` (the process that forked it) ends, however it ends: on Linux the
     kernel sends it SIGKILL then (``prctl(PR_SET_PDEATHSIG)``), so a ``kill -9`` of the report leaves no worker
     blocked for ever on a pipe that no one reads. Where that is not available, nothing; a parent already gone
-    (before the request took effect) ends this process at once."""
+    (before the request took effect) ends this process at once. (Linux sends the signal when the *thread* that
+    forked ends: :func:`_forked` forks and joins its workers in one thread, so that is never before the parent
+    is done with them.)"""
     if sys.platform.startswith("linux"):
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            libc = ctypes.CDLL(None, use_errno=True)
+            unsigned = ctypes.c_ulong
+            if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), unsigned(signal.SIGKILL), unsigned(0), unsigned(0),
+                          unsigned(0)) != 0:
+                log.debug("report worker: prctl(PR_SET_PDEATHSIG) failed: %s", os.strerror(ctypes.get_errno()))
         except (OSError, AttributeError):  # no prctl in this libc: the parent's own cleanup still applies
             pass
     if os.getppid() != parent:

@@ -270,8 +270,8 @@ def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: d
         chain = (f"chain {ref_chain} only, because different chains may label the hidden units differently "
                  "(permutations and sign flips leave the network unchanged)")
     else:
-        cells = "feature->output (a linear model: its only layer)"
-        chain = f"chain {ref_chain} (the reference chain, prior.reference_chain)"
+        cells = "feature (or bias)->output (a linear model: its only layer)"
+        chain = f"chain {ref_chain}"
     return Section(
         f"Correlation of the first-layer weights (w_{layer})",
         f"each cell is the correlation of two weights {cells}. Left: the informed prior's covariance "
@@ -419,8 +419,8 @@ def _transfer_status(tm: dict) -> tuple[str, bool]:
     if hier_ok:
         hier_text = "meets the bar"
     elif h.get("advi_still_falling"):  # ADVI: one joint fit, its loss curve the reason
-        hier_text = (f"MISSES it (ADVI: its loss was still falling, so every group misses "
-                     f"({_groups(h['groups_not_converged'])}); raise hier_sampler.advi.iterations; min ESS "
+        hier_text = (f"MISSES it (ADVI: its loss was still falling, so every group misses: "
+                     f"{_groups(h['groups_not_converged'])}; raise hier_sampler.advi.iterations; min ESS "
                      f"{fmt(h['min_ess_bulk'], '.0f')})")
     else:
         hier_text = (f"MISSES it ({_groups(h['groups_not_converged'])}, max R-hat {fmt(h['max_rhat'])}, min ESS "

@@ -14,7 +14,7 @@ from conftest import TINY
 from hbnn import inference
 from hbnn.config import ConfigError, parse_params
 from hbnn.data import make_moons_tasks
-from hbnn.io import write_netcdf
+from hbnn.io import RUN_TIME_ATTRS, RUN_TIME_STATS, write_netcdf
 from hbnn.models import build_flat_model
 from hbnn.stages.fit_hier import fit_hier
 from hbnn.trace import Trace
@@ -78,8 +78,8 @@ def test_backend_writes_the_same_layout_and_keys(backend, advi, tasks_path, refe
     # No wall-clock times in the trace (PyMC's per-draw timers and sampling time): the same params write the same
     # bytes, so DVC does not rerun the stages after it
     for name in idata.groups():
-        assert not set(inference._WALL_CLOCK_STATS) & set(idata[name].data_vars), name
-        assert not set(inference._WALL_CLOCK_ATTRS) & set(idata[name].attrs), name
+        assert not set(RUN_TIME_STATS) & set(idata[name].data_vars), name
+        assert not set(RUN_TIME_ATTRS) & set(idata[name].attrs), name
     if backend == "advi":
         assert idata.sample_stats["loss"].sizes["advi_iteration"] == ADVI["iterations"]
         assert timing["sampling"]["advi_iterations"] == ADVI["iterations"]

@@ -638,29 +638,10 @@ class PymcBackend(Backend):
                 nuts_sampler=self.name,
                 **self._sample_kwargs(),
             )
-        return _without_wall_clock(idata), None, self._grad_evals(idata)
+        return idata, None, self._grad_evals(idata)
 
     def _grad_evals(self, idata) -> int | None:
         return _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
-
-
-# What PyMC's traces record of the wall clock: times differ run to run, so a trace holding them would not be
-# byte-identical for the same params (DVC would then rerun every stage after it); the stage's timings/*.json
-# hold its seconds instead.
-_WALL_CLOCK_STATS = ("perf_counter_start", "perf_counter_diff", "process_time_diff")
-_WALL_CLOCK_ATTRS = ("sampling_time",)
-
-
-def _without_wall_clock(idata):
-    """``idata`` (PyMC's, changed in place) without its wall-clock sample stats and attrs."""
-    for name in idata.groups():
-        group = idata[name]
-        for var in _WALL_CLOCK_STATS:
-            if var in group.data_vars:
-                del group[var]
-        for attr in _WALL_CLOCK_ATTRS:
-            group.attrs.pop(attr, None)
-    return idata
 
 
 def _chain_process_context() -> str | None:

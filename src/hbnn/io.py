@@ -240,15 +240,27 @@ def provenance(stage: str, variant: str, params_hash: str, settings: dict[str, A
     }
 
 
+# What a trace records of the clock: ArviZ's creation time, and PyMC's (also NumPyro's and BlackJAX's, through
+# pm.sample) sampling time and per-draw timers. The stage's timings/*.json hold its seconds instead.
+RUN_TIME_ATTRS = ("created_at", "sampling_time")
+RUN_TIME_STATS = ("perf_counter_start", "perf_counter_diff", "process_time_diff")
+
+
 def stamp(idata: Trace, attrs: dict[str, str]) -> Trace:
     """Copy provenance attrs onto every group of ``idata`` (in place) and return it.
 
-    Drops ArviZ's ``created_at`` timestamp, so the same params write a byte-identical trace: DVC then sees an
-    unchanged output, and a rerun of a stage upstream that changes nothing does not rerun the stages after it.
+    Drops what records the clock (:data:`RUN_TIME_ATTRS`, :data:`RUN_TIME_STATS`), so the same params write a
+    byte-identical trace whatever the backend: DVC then sees an unchanged output, and a rerun of a stage upstream
+    that changes nothing does not rerun the stages after it.
     """
     for name in idata.groups():
-        idata[name].attrs.pop("created_at", None)
-        idata[name].attrs.update(attrs)
+        group = idata[name]
+        for var in RUN_TIME_STATS:
+            if var in group.data_vars:
+                del group[var]
+        for attr in RUN_TIME_ATTRS:
+            group.attrs.pop(attr, None)
+        group.attrs.update(attrs)
     return idata
 
 

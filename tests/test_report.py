@@ -519,8 +519,11 @@ def test_advi_loss_curve_and_csv(run):
     assert "ADVI loss" in (run["dir"] / "reports" / "report.md").read_text()
 
 
-def test_loss_csv_is_header_only_without_advi():
-    assert outputs.loss_csv({}) == "iteration,flat,hierarchical,informed\n"
+def test_plots_csvs_without_values_keep_one_empty_row():
+    """Without ADVI (or class probabilities) a plots CSV has one row whose values are empty: with a header only,
+    DVC's plots page shows "Invalid specification {}" in that plot's place."""
+    assert outputs.loss_csv({}) == "iteration,flat,hierarchical,informed\n0,,,\n"
+    assert outputs.calibration_csv({}) == "bin,flat,hierarchical,informed\n0.5,,,\n"
 
 
 def test_the_report_opens_with_whether_the_inference_can_be_trusted(run):
@@ -713,3 +716,14 @@ def test_a_linear_models_weight_correlations_name_the_output_not_hidden_units():
     linear = sections._correlation_section("out", "corr.png", 0, prior, hidden=False)
     assert "feature->hidden unit" in net.how_to_read and "label the hidden units" in net.how_to_read
     assert "->output" in linear.how_to_read and "hidden" not in linear.how_to_read
+
+
+def test_calibration_plot_leaves_out_empty_bins():
+    """A bin without test rows is an empty cell of calibration.csv; DVC hands it to Vega-Lite as "", which a
+    quantitative scale draws at 0, a point no model predicted. The template's data layer filters those cells out."""
+    from pathlib import Path
+
+    template = json.loads((Path(__file__).parents[1] / ".dvc" / "plots" / "calibration_models.json").read_text())
+    data_layer = next(layer for layer in template["layer"] if layer["data"]["values"] == "<DVC_METRIC_DATA>")
+    assert {"filter": {"not": {"field": "<DVC_METRIC_Y>", "equal": ""}}} in data_layer["transform"]
+    assert data_layer["encoding"]["y"]["field"] == "<DVC_METRIC_Y>"

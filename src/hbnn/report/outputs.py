@@ -61,7 +61,8 @@ def advi_loss(idata, points: int = LOSS_POINTS) -> tuple[np.ndarray, np.ndarray]
 
 
 def loss_csv(losses: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
-    """``iteration,<model>...`` rows of the ADVI loss (header only when no model used ADVI)."""
+    """``iteration,<model>...`` rows of the ADVI loss (one row without values when no model used ADVI:
+    :func:`_nothing_to_plot`)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["iteration", *MODELS])
@@ -71,16 +72,27 @@ def loss_csv(losses: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
             table.setdefault(int(i), {})[v] = as_builtin(float(x))
     for i in sorted(table):
         writer.writerow([i, *(table[i].get(v, "") for v in MODELS)])
+    if not table:
+        _nothing_to_plot(writer, 0)
     return buf.getvalue()
 
 
+def _nothing_to_plot(writer, x) -> None:
+    """One row at ``x`` whose values are all empty. A plots CSV with a header only makes DVC hand its page an empty
+    specification, which the page shows as an error ("Invalid specification {}"); with this row it shows the plot's
+    title and axes with nothing drawn (Vega-Lite leaves out empty values), which is what there is to show."""
+    writer.writerow([x, *[""] * len(MODELS)])
+
+
 def calibration_csv(tables: dict[str, dict[str, np.ndarray]]) -> str:
-    """``bin,<model>...`` rows: observed fraction of ``y = 1`` per probability bin (empty where no rows)."""
+    """``bin,<model>...`` rows: observed fraction of ``y = 1`` per probability bin (empty where no rows; one row
+    without values for likelihoods that are not classifiers: :func:`_nothing_to_plot`)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     models = list(tables)
     writer.writerow(["bin", *(models or MODELS)])
     if not tables:  # likelihoods that are not classifiers: no class probabilities to calibrate
+        _nothing_to_plot(writer, 0.5)
         return buf.getvalue()
     mids = next(iter(tables.values()))["bin_mid"]
     for b, mid in enumerate(mids):

@@ -118,6 +118,19 @@ def test_headline_is_one_row_per_run_with_each_models_headline_numbers():
     assert header[1:5] == ["flat:rmse", "flat:lpd", "flat:elpd", "flat:nc"] and "informed:elpd" not in header
 
 
+def test_headline_keeps_each_rows_own_scores_when_likelihoods_are_mixed():
+    """A classifier and a regression experiment side by side: each row shows its own scores (before, the
+    regression's RMSE and lpd had no column and the row showed '-' under acc and logloss)."""
+    runs = [{**_models("a" * 40, "main", 31, 18), "experiments": [
+        {"revs": [_models("b" * 40, "gauss", 31, 18, regression=True)]}]}]
+    header, rows = summarise.headline(summarise.replicates(runs)[0])
+    assert header[1:7] == ["flat:acc", "flat:rmse", "flat:logloss", "flat:lpd", "flat:elpd", "flat:nc"]
+    by_name = {r[0]: dict(zip(header, r, strict=True)) for r in rows}
+    assert by_name["main"]["flat:acc"] == "0.9" and by_name["main"]["flat:rmse"] == "-"
+    assert by_name["gauss"]["flat:rmse"] == "0.5" and by_name["gauss"]["flat:lpd"] == "-1.25"
+    assert by_name["gauss"]["flat:acc"] == "-"
+
+
 def test_the_headline_command_reads_dvc_exp_show_json():
     cmd = [sys.executable, "-m", "hbnn", "headline"]
     runs = json.dumps([_models("a" * 40, "main", 31, 18)])

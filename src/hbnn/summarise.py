@@ -169,7 +169,9 @@ def _cell(value: Any) -> str:
 def headline(reps: Sequence[Replicate]) -> tuple[list[str], list[list[str]]]:
     """One row per replicate with the few numbers ``dvc exp show`` cannot fit in a terminal: per model
     (flat, hier, informed) the test score, log loss (or lpd), LOO elpd and groups not converged, the sampling
-    seconds of every fit in the timings files summed, and the params in which the rows differ (``key=value``)."""
+    seconds of every fit in the timings files summed, and the params in which the rows differ (``key=value``).
+    Rows of different likelihoods (classifiers and regressions) each keep their own scores: every score that
+    some row has gets a column."""
     columns: list[tuple[str, str]] = []  # (column label, "file:key" of its metric)
     for model in MODELS:
         for choices in SCORES:
@@ -177,7 +179,6 @@ def headline(reps: Sequence[Replicate]) -> tuple[list[str], list[list[str]]]:
                 name = f"metrics/{model}.json:{key}"
                 if any(name in r.metrics for r in reps):
                     columns.append((f"{model}:{label}", name))
-                    break
     varied = differing_params(reps)
     header = ["experiment", *[label for label, _ in columns], "sampling_s", "params that differ"]
     rows = []

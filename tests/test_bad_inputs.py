@@ -288,13 +288,37 @@ TABLE_CASES = {
 }
 
 
+@pytest.mark.parametrize("stage", ["check_params", "make_data"])
 @pytest.mark.parametrize("case", sorted(TABLE_CASES))
-def test_bad_tables_end_in_one_error_and_change_nothing(workspace, capsys, tmp_path, case):
+def test_bad_tables_end_in_one_error_and_change_nothing(workspace, capsys, tmp_path, case, stage):
+    """check_params (the pipeline's first stage, rerun by any change of params.yaml) reads the table as make_data
+    does (rerun by any change of the table) and refuses what make_data would."""
     edit, expected = TABLE_CASES[case]
     path = _sites(tmp_path, edit)
     before = workspace()
-    code, err = _run("make_data", _table_params(path), capsys)
+    code, err = _run(stage, _table_params(path), capsys)
     _assert_one_error(code, err, expected)
+    assert workspace() == before
+
+
+def test_a_missing_table_is_refused_by_check_params_naming_data_path(workspace, capsys, tmp_path):
+    """Before, DVC's own check of make_data's dependencies said "[Errno 2] No such file or directory", naming no key;
+    a table that is in the workspace but not in git is missing in `dvc exp run --temp`'s copy too."""
+    before = workspace()
+    code, err = _run("check_params", _table_params(tmp_path / "nope.csv"), capsys)
+    _assert_one_error(code, err, f"table {tmp_path / 'nope.csv'} (data.path; `dvc exp run --temp` and `--queue` see "
+                                 "only files that git or DVC tracks")
+    assert workspace() == before
+
+
+def test_check_params_refuses_a_tables_transfer_sizes_before_any_fit(workspace, capsys, tmp_path):
+    """No held-out group of the table has more training rows than a size: before, `transfer_prior` said so after
+    fit_flat, fit_hier and fit_informed had sampled."""
+    path = _sites(tmp_path, None)
+    text = _table_params(path) + _yaml({"transfer": {"all_rows": False, "sizes": [500]}})
+    before = workspace()
+    code, err = _run("check_params", text, capsys)
+    _assert_one_error(code, err, "no held-out group has more training rows than transfer.sizes=[500]")
     assert workspace() == before
 
 
@@ -309,12 +333,15 @@ def _split_column(df, all_train: str):
     # each group is scored, and its convergence judged, on its own test rows
     (lambda df: _split_column(df, "S02"), {"split": "part"}, "group 'S02' has no test rows (all 10 of its rows"),
     # the transfer stages hold one group out and fit another: refused before any stage samples
-    (lambda df: df[df.site == "S03"], {}, "the transfer stages need at least 2 groups"),
+    (lambda df: df[df.site == "S03"], {}, "the transfer stages need at least 2 groups (one to fit, one to hold out); "
+                                          "table "),
 ])
-def test_tables_the_pipeline_cannot_use_are_refused_by_make_data(workspace, capsys, tmp_path, edit, data, expected):
+@pytest.mark.parametrize("stage", ["check_params", "make_data"])
+def test_tables_the_pipeline_cannot_use_are_refused_by_make_data(workspace, capsys, tmp_path, edit, data, expected,
+                                                                 stage):
     path = _sites(tmp_path, edit)
     before = workspace()
-    code, err = _run("make_data", _table_params(path, **data), capsys)
+    code, err = _run(stage, _table_params(path, **data), capsys)
     _assert_one_error(code, err, expected)
     assert workspace() == before
 

@@ -286,34 +286,65 @@ def check_params(params: Params) -> None:
 
     Loading already validated every key, including keys no other stage reads
     (a typo there would otherwise change nothing and be accepted silently).
-    For moons, whose sizes the params fix, every stage's cost is checked here
-    too, before any stage starts; a table's sizes are checked by the stages.
+    Then the data's sizes: for moons the params fix them; a table (``data.source:
+    table``) is read and checked as ``make_data`` checks it, so a missing file, a bad
+    column or a group the pipeline cannot use is refused here, naming it. With
+    those sizes every stage's cost and the transfer stages' refusals are checked,
+    before any stage starts (else they would come after the fit stages had sampled).
+    A table edited with the params unchanged does not rerun this stage: ``make_data``
+    checks the table again, and ``transfer_prior`` its held-out groups before its fit.
     """
-    data = data_estimate(params)
-    if data is None:
-        return
-    enforce(data, params)
-    d = params.data
-    n_train = round(d.n_samples * d.train_fraction)
-    n_test = d.n_samples - n_train
-    for stage in ("fit_flat", "fit_hier", "fit_informed"):
-        enforce(fit_estimate(stage, params, params.n_groups, params.n_groups * n_train,
-                             params.n_groups * n_test, n_features=2), params)  # moons: x1, x2
-    h, s = params.hier_sampler, params.sampler
-    enforce(prior_estimate("derive_prior", params, h.chains * h.draw_limit, params.n_groups, n_features=2), params)
-    enforce(report_estimate(params, params.n_groups, 2, max(h.chains * h.draw_limit, s.chains * s.draws),
-                            params.n_groups * n_train), params)
-    # the transfer stages (hbnn.transfer), whose refusals come here too, before the other stages sample
-    from hbnn.transfer import check_refits, holdout_count, refit_sizes  # here: loads xarray and pandas (moons need not)
+    if params.data.source == "table":
+        names, train, test, n_features = _table_sizes(params)
+    else:
+        enforce(data_estimate(params), params)
+        if params.n_groups < 2:  # as hbnn.transfer.require_groups says it for a table's groups, naming the key here
+            raise ConfigError(f"invalid parameter n_groups={params.n_groups}: the transfer stages need at least 2 "
+                              "groups (one to fit, one to hold out)")
+        d = params.data
+        n_train = round(d.n_samples * d.train_fraction)
+        names = [f"g{g}" for g in range(params.n_groups)]  # only their count and order matter here
+        train = [n_train] * params.n_groups
+        test = [d.n_samples - n_train] * params.n_groups
+        n_features = 2  # moons: x1, x2
+    _check_stages(params, names, train, test, n_features)
 
-    if params.n_groups < 2:  # as hbnn.transfer.require_groups says it for a table's groups, naming the key here
-        raise ConfigError(f"invalid parameter n_groups={params.n_groups}: the transfer stages need at least 2 groups "
-                          "(one to fit, one to hold out)")
-    held = holdout_count(params.n_groups, params.transfer)
-    kept = params.n_groups - held
-    enforce(fit_estimate("transfer_hier", params, kept, kept * n_train, kept * n_test, n_features=2), params)
-    check_refits([n_train], params.transfer)
-    sizes = [n for _, n in refit_sizes(n_train, params.transfer)]
+
+def _table_sizes(params: Params) -> tuple[list[str], list[int], list[int], int]:
+    """A table's group names, training and test rows per group and features, read and checked as ``make_data``
+    reads and checks it (:func:`hbnn.data.make_tasks`)."""
+    import numpy as np
+
+    from hbnn.data import Tasks, make_tasks  # here: loads xarray and pandas (moons need not)
+    from hbnn.transfer import data_name, require_groups
+
+    tasks = Tasks(make_tasks(params))
+    require_groups(tasks.n_groups, data_name(params))
+    count = functools.partial(np.bincount, minlength=tasks.n_groups)
+    train, test = (count(tasks.split(part).group).tolist() for part in ("train", "test"))
+    return list(tasks.group_names), train, test, tasks.n_features
+
+
+def _check_stages(params: Params, names: list[str], train: list[int], test: list[int], n_features: int) -> None:
+    """Every stage's cost and the transfer stages' refusals, for groups ``names`` with ``train`` and ``test`` rows
+    each."""
+    from hbnn.transfer import check_refits, holdout, refit_sizes  # here: loads xarray and pandas (moons need not)
+
+    n = len(names)
+    h, s = params.hier_sampler, params.sampler
+    for stage in ("fit_flat", "fit_hier", "fit_informed"):
+        enforce(fit_estimate(stage, params, n, sum(train), sum(test), n_features), params)
+    enforce(prior_estimate("derive_prior", params, h.chains * h.draw_limit, n, n_features), params)
+    enforce(report_estimate(params, n, n_features, max(h.chains * h.draw_limit, s.chains * s.draws), sum(train)),
+            params)
+    # the transfer stages (hbnn.transfer): the groups they hold out, as transfer_prior chooses them
+    held = [names.index(g) for g in holdout(names, params.transfer)]
+    kept = [g for g in range(n) if g not in held]
+    enforce(fit_estimate("transfer_hier", params, len(kept), sum(train[g] for g in kept), sum(test[g] for g in kept),
+                         n_features), params)
+    enforce(prior_estimate("transfer_prior", params, h.chains * h.draw_limit, len(kept), n_features), params)
+    check_refits([train[g] for g in held], params.transfer)
+    refits = [(g, rows) for g in held for _, rows in refit_sizes(train[g], params.transfer)]
     for stage in ("transfer_flat", "transfer_informed"):
-        enforce(fit_estimate(stage, params, held * len(sizes), held * sum(sizes), held * len(sizes) * n_test,
-                             n_features=2), params)
+        enforce(fit_estimate(stage, params, len(refits), sum(rows for _, rows in refits),
+                             sum(test[g] for g, _ in refits), n_features), params)

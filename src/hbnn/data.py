@@ -160,7 +160,10 @@ def read_table(path: str | Path, what: str = "table", text_columns: tuple[str, .
     """
     path = Path(path)
     if not path.is_file():
-        hint = " (data.path)" if what == "table" else ""
+        # `dvc exp run --temp` (and --queue) runs in a copy of what git or DVC tracks: a table that is neither is
+        # missing there though it is in the workspace
+        hint = (" (data.path; `dvc exp run --temp` and `--queue` see only files that git or DVC tracks: commit the "
+                "table or `dvc add` it)") if what == "table" else ""
         raise InputError(f"{what} {path}{hint} does not exist")
     try:
         if path.suffix.lower() != ".csv":

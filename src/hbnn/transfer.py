@@ -36,12 +36,18 @@ ALL = "all"  # the size label of "every training row of the group"
 POPULATION = "n0"  # the size label of the population's prediction (no rows of the group)
 
 
-def require_groups(n_groups: int) -> None:
+def require_groups(n_groups: int, what: str = "the data") -> None:
     """:class:`InputError` with fewer than 2 groups: nothing could be held out and fitted. The pipeline's
-    ``check_params`` (moons) and ``make_data`` (tables) check it too, before any stage samples."""
+    ``check_params`` and ``make_data`` check it too, before any stage samples; ``what`` names the data."""
     if n_groups < 2:
-        raise InputError(f"the transfer stages need at least 2 groups (one to fit, one to hold out); the tasks have "
+        raise InputError(f"the transfer stages need at least 2 groups (one to fit, one to hold out); {what} has "
                          f"{n_groups}")
+
+
+def data_name(params) -> str:
+    """What :func:`require_groups` calls the data of ``params``: a table by its file and group column."""
+    d = params.data
+    return f"table {d.path} (groups: data.group={d.group!r})" if d.source == "table" else "the data"
 
 
 def refit_sizes(n_train: int, t: TransferParams) -> list[tuple[str, int]]:

@@ -10,7 +10,7 @@ from hbnn import budget
 from hbnn.config import Params
 from hbnn.data import Tasks, make_tasks
 from hbnn.io import provenance, staged_outputs
-from hbnn.transfer import require_groups
+from hbnn.transfer import data_name, require_groups
 from hbnn.variants import STAGE_PARAMS
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def make_data(params: Params, out: Path) -> None:
     if estimate is not None:
         budget.enforce(estimate, params)
     ds = make_tasks(params)
-    require_groups(Tasks(ds).n_groups)  # a table's groups are counted here, before the fit stages sample
+    require_groups(Tasks(ds).n_groups, data_name(params))  # a table's, before the fit stages sample
     ds.attrs.update(provenance("make_data", params.data.source, params.section_hash(*STAGE_PARAMS["make_data"]),
                                {"n_groups": params.n_groups, "seed": params.seed,
                                 "data": dataclasses.asdict(params.data),

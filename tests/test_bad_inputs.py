@@ -306,8 +306,8 @@ def test_a_missing_table_is_refused_by_check_params_naming_data_path(workspace, 
     a table that is in the workspace but not in git is missing in `dvc exp run --temp`'s copy too."""
     before = workspace()
     code, err = _run("check_params", _table_params(tmp_path / "nope.csv"), capsys)
-    _assert_one_error(code, err, f"table {tmp_path / 'nope.csv'} (data.path; `dvc exp run --temp` and `--queue` see "
-                                 "only files that git or DVC tracks")
+    _assert_one_error(code, err, f"table {tmp_path / 'nope.csv'} (data.path) does not exist (`dvc exp run --temp` "
+                                 "and `--queue` see only files that git or DVC tracks")
     assert workspace() == before
 
 

@@ -162,9 +162,10 @@ def read_table(path: str | Path, what: str = "table", text_columns: tuple[str, .
     if not path.is_file():
         # `dvc exp run --temp` (and --queue) runs in a copy of what git or DVC tracks: a table that is neither is
         # missing there though it is in the workspace
-        hint = (" (data.path; `dvc exp run --temp` and `--queue` see only files that git or DVC tracks: commit the "
-                "table or `dvc add` it)") if what == "table" else ""
-        raise InputError(f"{what} {path}{hint} does not exist")
+        if what == "table":
+            raise InputError(f"table {path} (data.path) does not exist (`dvc exp run --temp` and `--queue` see only "
+                             "files that git or DVC tracks: commit the table or `dvc add` it)")
+        raise InputError(f"{what} {path} does not exist")
     try:
         if path.suffix.lower() != ".csv":
             return pd.read_parquet(path)

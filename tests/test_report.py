@@ -727,3 +727,27 @@ def test_calibration_plot_leaves_out_empty_bins():
     data_layer = next(layer for layer in template["layer"] if layer["data"]["values"] == "<DVC_METRIC_DATA>")
     assert {"filter": {"not": {"field": "<DVC_METRIC_Y>", "equal": ""}}} in data_layer["transform"]
     assert data_layer["encoding"]["y"]["field"] == "<DVC_METRIC_Y>"
+
+
+def test_transfer_sizes_that_pool_different_groups_are_flagged():
+    """Groups of unequal sizes: a larger size is fitted on fewer held-out groups, so a change of score from one size
+    to the next is partly a change of groups (found on a table with 8- to 60-row groups)."""
+    from hbnn.transfer import groups_by_size
+
+    fits = {name: {} for name in ("A/n2", "A/all", "F/n2", "F/n16", "F/all", "C/n2", "C/all")}
+    by_size = groups_by_size(fits)
+    assert by_size == {"n2": ["A", "F", "C"], "n16": ["F"], "all": ["A", "F", "C"]}
+    text = sections._uneven_groups(by_size)
+    assert "scored on different held-out groups" in text and "n16: F;" in text
+    assert sections._uneven_groups(groups_by_size({"A/n2": {}, "A/all": {}, "B/n2": {}, "B/all": {}})) == ""
+    # the figure writes each size's group count under its tick where they differ
+    series = {m: {"score": [0.7, 0.8, 0.9], "log_loss": [0.5, 0.4, 0.3], "lpd_se": [0.1] * 3}
+              for m in ("flat", "informed")}
+    diff = [{"mean": 0.1, "se": 0.05}] * 3
+    fig, axes = plots.plot_transfer([2, 16, 30], ["n2", "n16", "all"], "accuracy", series,
+                                    {"score": 0.5, "log_loss": 0.7}, diff, [3, 1, 3])
+    ticks = [t.get_text() for t in axes[0].get_xticklabels()]
+    assert ticks == ["2\n3 groups", "16\n1 group", "all\n(mean 30)\n3 groups"]
+    fig, axes = plots.plot_transfer([2, 16, 30], ["n2", "n16", "all"], "accuracy", series,
+                                    {"score": 0.5, "log_loss": 0.7}, diff, [3, 3, 3])
+    assert [t.get_text() for t in axes[0].get_xticklabels()] == ["2", "16", "all\n(mean 30)"]

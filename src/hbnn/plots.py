@@ -375,13 +375,14 @@ def plot_correlations(matrices: Mapping[str, np.ndarray], labels: Sequence[str])
 
 
 def plot_transfer(rows: Sequence[float], labels: Sequence[str], score_name: str, series: Mapping[str, Mapping],
-                  population: Mapping, difference: Sequence[Mapping]):
+                  population: Mapping, difference: Sequence[Mapping], groups: Sequence[int] | None = None):
     """The transfer curve: test score, test log loss and the informed-minus-flat log density against the held-out
     groups' training rows (the sizes at even steps, "all" last).
 
     ``rows``/``labels``: each size's mean training rows and its label; ``series[model]`` has ``score``,
     ``log_loss`` and ``lpd_se`` per size; ``population`` the same scalars (drawn as a dashed line: no rows);
-    ``difference`` per size ``mean`` and ``se``. Bars are +-2 standard errors over test rows.
+    ``difference`` per size ``mean`` and ``se``. Bars are +-2 standard errors over test rows. ``groups``: the
+    held-out groups each size pools, written under its tick where they are not the same at every size.
     """
     fig, axes = plt.subplots(1, 3, figsize=(11.0, 3.3), layout="constrained")
     # Sizes at even steps (2, 4, 8, ... are log-spaced already); "all" last, whatever its mean row count.
@@ -402,6 +403,8 @@ def plot_transfer(rows: Sequence[float], labels: Sequence[str], score_name: str,
     axes[2].set_title("informed - flat, log density per test row", fontsize=TITLE)
     ticks = [f"{lab}\n(mean {r:.3g})" if not lab.startswith("n") else lab[1:] for lab, r in zip(labels, rows,
                                                                                                   strict=True)]
+    if groups is not None and len(set(groups)) > 1:
+        ticks = [f"{t}\n{k} group{'s' if k != 1 else ''}" for t, k in zip(ticks, groups, strict=True)]
     for ax in axes:
         ax.set_xticks(x, ticks)
         ax.set_xlabel("training rows of each held-out group", fontsize=SMALL)

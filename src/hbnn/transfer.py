@@ -125,6 +125,17 @@ def size_labels(t: TransferParams) -> list[str]:
     return [f"n{n}" for n in t.sizes] + ([ALL] if t.all_rows else [])
 
 
+def groups_by_size(fits: dict[str, dict]) -> dict[str, list[str]]:
+    """The held-out groups fitted at each size, from a ``fits.<model>`` section of the transfer metrics (keyed
+    ``<group>/<size>``), in increasing size. A group with fewer training rows than a size is not fitted at it,
+    so with groups of unequal sizes the larger sizes pool fewer groups."""
+    out: dict[str, list[str]] = {}
+    for name in fits:
+        group, _, size = name.rpartition("/")
+        out.setdefault(size, []).append(group)
+    return in_size_order(out)
+
+
 def in_size_order(by_size: dict) -> dict:
     """``by_size`` (keyed ``n2``, ``n16``, ``all``; JSON files hold them sorted as text) in increasing size."""
     return dict(sorted(by_size.items(), key=lambda kv: float("inf") if kv[0] == ALL else int(kv[0][1:])))

@@ -380,5 +380,5 @@ def transfer_figure(tm: dict, score: str) -> bytes:
     pop = tm["population"]
     population = {"score": pop["test"][score], "log_loss": -pop["test"]["lpd_mean"]}
     fig, _ = plots.plot_transfer([r["rows_mean"] for r in sizes.values()], list(sizes), score, series, population,
-                                 [r["difference"] for r in sizes.values()])
+                                 [r["difference"] for r in sizes.values()], [r["groups"] for r in sizes.values()])
     return plots.png_bytes(fig)

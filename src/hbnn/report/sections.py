@@ -15,7 +15,7 @@ from hbnn.evaluation import ADVI_MIN_DROP
 from hbnn.network import has_bias
 from hbnn.report.document import Figure, FigureLinks, Heading, Para, Section, Table
 from hbnn.report.numbers import ESS_OK, LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT_OK, fmt, lookup, pct
-from hbnn.transfer import in_size_order
+from hbnn.transfer import groups_by_size, in_size_order
 from hbnn.variants import BY_NAME
 
 
@@ -585,7 +585,21 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
     if tm["skipped"]:
         blocks.append(Para("Skipped (a size must be smaller than the group's training rows): "
                            + ", ".join(tm["skipped"]) + "."))
+    uneven = _uneven_groups(groups_by_size(tm["fits"]["flat"]))
+    if uneven:
+        blocks.insert(0, Para(uneven, warn=True))
     return Section(title, how, blocks, anchor="transfer")
+
+
+def _uneven_groups(by_size: dict[str, list[str]]) -> str:
+    """A caution where the sizes pool different held-out groups ("" where every size has the same ones)."""
+    if len({tuple(groups) for groups in by_size.values()}) <= 1:
+        return ""
+    listed = "; ".join(f"{size}: {', '.join(groups)}" for size, groups in by_size.items())
+    return ("The sizes are scored on different held-out groups (a group is fitted only at sizes below its training "
+            f"rows, and at all): {listed}. Part of any change of score from one size to another is then a change of "
+            "groups, not of rows; the informed-minus-flat difference at each size is paired on the same rows and "
+            "stays comparable.")
 
 
 def _transfer_reading(sizes: dict[str, dict], stop: str | None) -> str:

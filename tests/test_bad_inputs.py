@@ -278,12 +278,12 @@ def _set(df, column, row, value):
 TABLE_CASES = {
     "huge feature values": (lambda df: _set(df, "pressure", 3, 1e308), "'pressure' has values too large"),
     "infinite feature": (lambda df: _set(df, "humidity", 0, "inf"), "'humidity' has a non-finite value"),
-    "missing feature": (lambda df: _set(df, "temperature", 2, None), "'temperature' has 1 missing values"),
+    "missing feature": (lambda df: _set(df, "temperature", 2, None), "'temperature' has 1 missing value ("),
     "text in a feature": (lambda df: _set(df, "pressure", 1, "high"), "'pressure' is not numeric"),
     "label not 0/1": (lambda df: _set(df, "failed", 0, 2), "must hold 0 or 1"),
     "no such column": (lambda df: df.drop(columns="humidity"), "no column 'humidity'"),
     "one class in a group": (lambda df: df[~((df.site == "S02") & (df.failed == 1))], "group 'S02' has only class"),
-    "missing group": (lambda df: _set(df, "site", 5, ""), "group column 'site' has 1 missing values"),
+    "missing group": (lambda df: _set(df, "site", 5, ""), "group column 'site' has 1 missing value (row 6)"),
     "no rows": (lambda df: df.iloc[:0], "has no rows"),
 }
 
@@ -485,7 +485,7 @@ def test_predict_refuses_to_write_overflowing_predictions(tmp_path, monkeypatch,
     table.loc[1, "a"] = 1e6
     table.to_csv(tmp_path / "new.csv", index=False)
     code = cli.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", "scored.csv"])
-    _assert_one_error(code, capsys.readouterr().err, "the predictions of group 'g2' overflow at rows 2")
+    _assert_one_error(code, capsys.readouterr().err, "the predictions of group 'g2' overflow at row 2")
     assert not (tmp_path / "scored.csv").exists()
 
 

@@ -163,6 +163,7 @@ def test_table_and_model_keys_are_coerced():
         (_table(label="a"), "data.label='a'"),
         (_table(group="y"), "data.group='y'"),
         (_table(split="a"), "data.split='a'"),
+        (_table(split="y"), "data.split='y': names the same column as data.label"),  # the later key, not data.group
         (_table(standardize="yes"), "data.standardize='yes'"),
         ({"model": {"likelihood": "poisson"}}, "model.likelihood='poisson'"),
         ({"model": {"noise_sd": 0}}, "model.noise_sd=0"),
@@ -174,6 +175,15 @@ def test_bad_table_and_model_values_name_key_and_value(raw, key):
     with pytest.raises(ConfigError) as err:
         parse_params(raw)
     assert key in str(err.value)
+
+
+def test_a_list_of_columns_is_not_offered_0_for_none():
+    """A bare 0 reads as an empty list, which a list of columns may not be: only lists of numbers mention it."""
+    with pytest.raises(ConfigError) as err:
+        parse_params(_table(features="temp"))
+    assert "expected a list of str" in str(err.value) and "0 for none" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"expected a list of int \(or 0 for none\)"):
+        parse_params({"model": {"hidden_layers": "five"}})
 
 
 def test_published_schema_is_current_and_describes_params_yaml():

@@ -120,7 +120,7 @@ def test_gaussian_predictions_include_noise_in_label_units(tmp_path):
     [
         (NEW.drop(columns="b"), "no column 'b' (feature)"),
         (NEW.drop(columns="shop"), "no column 'shop' (group column)"),
-        (NEW.assign(a=[1.0, None, 2.0, 3.0]), "feature column 'a' has 1 missing values (rows 2)"),
+        (NEW.assign(a=[1.0, None, 2.0, 3.0]), "feature column 'a' has 1 missing value (row 2)"),
         (NEW.assign(a=["1", "2", "x", "3"]), "feature column 'a' is not numeric"),
         (NEW.assign(mean=1.0), "already has columns ['mean']"),
         (NEW.iloc[:0].astype(object), "input has no rows to score"),  # a header-only CSV

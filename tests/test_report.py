@@ -524,6 +524,7 @@ def test_plots_csvs_without_values_keep_one_empty_row():
     DVC's plots page shows "Invalid specification {}" in that plot's place."""
     assert outputs.loss_csv({}) == "iteration,flat,hierarchical,informed\n0,,,\n"
     assert outputs.calibration_csv({}) == "bin,flat,hierarchical,informed\n0.5,,,\n"
+    assert outputs.per_group_csv({}, []) == "group,flat,hierarchical,informed\n,,,\n"
 
 
 def test_the_report_opens_with_whether_the_inference_can_be_trusted(run):
@@ -716,17 +717,24 @@ def test_a_linear_models_weight_correlations_name_the_output_not_hidden_units():
     linear = sections._correlation_section("out", "corr.png", 0, prior, hidden=False)
     assert "feature->hidden unit" in net.how_to_read and "label the hidden units" in net.how_to_read
     assert "->output" in linear.how_to_read and "hidden" not in linear.how_to_read
+    assert "(or bias)" not in linear.how_to_read  # no bias row: model.bias false
+    assert "feature (or bias)->output" in sections._correlation_section("out", "c.png", 0, prior, hidden=False,
+                                                                       bias=True).how_to_read
 
 
-def test_calibration_plot_leaves_out_empty_bins():
-    """A bin without test rows is an empty cell of calibration.csv; DVC hands it to Vega-Lite as "", which a
-    quantitative scale draws at 0, a point no model predicted. The template's data layer filters those cells out."""
+def test_plot_templates_leave_out_empty_cells():
+    """An empty cell of a plots CSV (a calibration bin without test rows, the row of a plot with nothing to show)
+    reaches Vega-Lite as "", which a quantitative scale draws at 0: a point or bar no model predicted. The custom
+    templates filter those cells out."""
     from pathlib import Path
 
-    template = json.loads((Path(__file__).parents[1] / ".dvc" / "plots" / "calibration_models.json").read_text())
+    plots_dir = Path(__file__).parents[1] / ".dvc" / "plots"
+    empty_out = {"filter": {"not": {"field": "<DVC_METRIC_Y>", "equal": ""}}}
+    template = json.loads((plots_dir / "calibration_models.json").read_text())
     data_layer = next(layer for layer in template["layer"] if layer["data"]["values"] == "<DVC_METRIC_DATA>")
-    assert {"filter": {"not": {"field": "<DVC_METRIC_Y>", "equal": ""}}} in data_layer["transform"]
-    assert data_layer["encoding"]["y"]["field"] == "<DVC_METRIC_Y>"
+    assert empty_out in data_layer["transform"] and data_layer["encoding"]["y"]["field"] == "<DVC_METRIC_Y>"
+    template = json.loads((plots_dir / "per_group_bars.json").read_text())
+    assert empty_out in template["transform"] and template["encoding"]["x"]["field"] == "<DVC_METRIC_Y>"
 
 
 def test_transfer_sizes_that_pool_different_groups_are_flagged():
@@ -751,3 +759,34 @@ def test_transfer_sizes_that_pool_different_groups_are_flagged():
     fig, axes = plots.plot_transfer([2, 16, 30], ["n2", "n16", "all"], "accuracy", series,
                                     {"score": 0.5, "log_loss": 0.7}, diff, [3, 3, 3])
     assert [t.get_text() for t in axes[0].get_xticklabels()] == ["2", "16", "all\n(mean 30)"]
+
+
+def test_transfer_reading_where_only_the_last_size_stops_mattering():
+    """stops_mattering == the last size ("all"): "From all on ... at every larger size" read as if there were one."""
+    sizes = {"n2": {"difference": {"mean": 0.2, "se": 0.05}, "rows_mean": 2},
+             "all": {"difference": {"mean": 0.01, "se": 0.05}, "rows_mean": 30}}
+    text = sections._transfer_reading(sizes, "all")
+    assert "Only at the largest size (all) is the difference within 2 standard errors" in text
+    assert "every larger size" not in text
+    sizes["n8"] = {"difference": {"mean": 0.0, "se": 0.05}, "rows_mean": 8}
+    ordered = {k: sizes[k] for k in ("n2", "n8", "all")}
+    assert "From n8 on the difference stays within" in sections._transfer_reading(ordered, "n8")
+
+
+def test_a_transfer_hierarchy_of_few_groups_is_cautioned():
+    """A 6-group table with transfer.min_holdout 4 fits the transfer hierarchy on 2 groups: its group sds rest
+    mostly on their prior, which the section says (it did only for 1 group)."""
+    from pathlib import Path
+
+    from hbnn import likelihoods
+
+    tm = json.loads((Path(__file__).parents[1] / "metrics" / "detail" / "transfer.json").read_text())
+    bernoulli = likelihoods.LIKELIHOODS["bernoulli"]
+
+    def text(n):
+        section = sections._transfer_section({**tm, "training_groups": tm["training_groups"][:n]}, bernoulli)
+        return " ".join(b.text for b in section.blocks if isinstance(b, sections.Para))
+
+    assert "With 2 groups to fit, the hierarchy can tell little" in text(2)
+    assert "With one group to fit" in text(1)
+    assert "groups to fit" not in text(12)

@@ -95,9 +95,11 @@ class DataParams:
                 _require(bool(column), f"{key}.{field_name}", column, "must be a column name")
             _require(column not in self.features, f"{key}.{field_name}", column, "is also listed in data.features")
         roles = {"label": self.label, "group": self.group, "split": self.split}
-        used = [c for c in roles.values() if c]
-        _require(len(set(used)) == len(used), f"{key}.group", self.group,
-                 f"data.label, data.group and data.split must name different columns, got {roles}")
+        for i, (role, column) in enumerate(roles.items()):  # the later of two keys naming one column is the bad one
+            earlier = [r for r, c in list(roles.items())[:i] if c and c == column]
+            _require(not earlier, f"{key}.{role}", column,
+                     f"names the same column as data.{earlier[0] if earlier else ''}; data.label, data.group and "
+                     "data.split must name different columns")
 
 
 @dataclass(frozen=True)
@@ -430,8 +432,8 @@ def _coerce(value: Any, hint: Any, key: str, default: Any = None) -> Any:
         if isinstance(value, int) and not isinstance(value, bool) and value == 0:
             return ()
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected a list of {item.__name__} "
-                              "(or 0 for none)")
+            none = " (or 0 for none)" if item is int else ""  # hidden_layers, sizes (an empty column list is refused)
+            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected a list of {item.__name__}{none}")
         return tuple(_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value))
     if hint is bool:
         if not isinstance(value, bool):

@@ -24,7 +24,7 @@ import xarray as xr
 
 from hbnn import likelihoods
 from hbnn.config import Params
-from hbnn.errors import rows_text
+from hbnn.errors import counted, rows_phrase, rows_text
 from hbnn.io import InputError, check_made_with, load_dataset
 
 log = logging.getLogger(__name__)
@@ -198,8 +198,8 @@ def numeric_features(df: pd.DataFrame, features: list[str], where: str) -> np.nd
                              f"{rows_text(bad, 1) if bad.size else '?'}); encode it as numbers first")
         missing = np.flatnonzero(col.isna().to_numpy())
         if missing.size:
-            raise InputError(f"{where}: feature column {name!r} has {missing.size} missing values (rows "
-                             f"{rows_text(missing)}); drop or impute those rows first")
+            raise InputError(f"{where}: feature column {name!r} has {counted(missing.size, 'missing value')} "
+                             f"({rows_phrase(missing)}); drop or impute those rows first")
     X = df[features].to_numpy(dtype=np.float64)
     inf = np.argwhere(~np.isfinite(X))
     if inf.size:
@@ -213,8 +213,8 @@ def group_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
     col = df[name]
     missing = np.flatnonzero(col.isna().to_numpy())
     if missing.size:
-        raise InputError(f"{where}: group column {name!r} has {missing.size} missing values "
-                         f"(rows {rows_text(missing)})")
+        raise InputError(f"{where}: group column {name!r} has {counted(missing.size, 'missing value')} "
+                         f"({rows_phrase(missing)})")
     return col.astype(str).to_numpy()
 
 
@@ -222,8 +222,8 @@ def _labels(df: pd.DataFrame, name: str, likelihood: str, where: str) -> np.ndar
     col = df[name]
     missing = np.flatnonzero(col.isna().to_numpy())
     if missing.size:
-        raise InputError(f"{where}: label column {name!r} has {missing.size} missing values "
-                         f"(rows {rows_text(missing)})")
+        raise InputError(f"{where}: label column {name!r} has {counted(missing.size, 'missing value')} "
+                         f"({rows_phrase(missing)})")
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(np.isnan(values))  # not missing (checked above): not a number
     if bad.size:
@@ -241,8 +241,8 @@ def _split_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
     bad = np.flatnonzero(~np.isin(values, SPLITS) | col.isna().to_numpy())
     if bad.size:
         shown = sorted({str(v) for v in col.iloc[bad]})[:5]
-        raise InputError(f"{where}: split column {name!r} must hold 'train' or 'test'; found {shown} in rows "
-                         f"{rows_text(bad)}")
+        raise InputError(f"{where}: split column {name!r} must hold 'train' or 'test'; found {shown} in "
+                         f"{rows_phrase(bad)}")
     return values
 
 

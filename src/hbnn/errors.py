@@ -38,6 +38,16 @@ def rows_text(idx, limit: int = 5) -> str:
     return shown + (f" (and {len(idx) - limit} more)" if len(idx) > limit else "")
 
 
+def rows_phrase(idx, limit: int = 5) -> str:
+    """``row 4`` or ``rows 4, 9``: :func:`rows_text` after the noun it takes."""
+    return f"row{'s' if len(idx) != 1 else ''} {rows_text(idx, limit)}"
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 missing value``, ``3 missing values``."""
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT

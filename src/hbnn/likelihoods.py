@@ -31,7 +31,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit, logsumexp, ndtr
 
-from hbnn.errors import InputError, rows_text
+from hbnn.errors import InputError, rows_phrase
 
 EPS = 1e-12
 INTERVAL = 0.94  # central posterior (predictive) interval reported by metrics and predictions
@@ -123,7 +123,7 @@ class Bernoulli(Likelihood):
         if bad.size:
             shown = sorted({float(v) for v in values[bad]})[:5]
             raise InputError(f"{where}: label column {column!r} must hold 0 or 1 for model.likelihood=bernoulli; "
-                             f"found {shown} in rows {rows_text(bad)}")
+                             f"found {shown} in {rows_phrase(bad)}")
         return values.astype(np.int64)
 
     def check_group(self, name, y_train, where):
@@ -309,7 +309,7 @@ class Poisson(Predictive):
         if bad.size:
             shown = sorted({float(v) for v in values[bad]})[:5]
             raise InputError(f"{where}: label column {column!r} must hold counts (0, 1, 2, ... up to 2**53) for "
-                             f"model.likelihood=poisson; found {shown} in rows {rows_text(bad)}")
+                             f"model.likelihood=poisson; found {shown} in {rows_phrase(bad)}")
         return values.astype(np.int64)
 
     def add_observed(self, output, y, noise_sd, total_size=None):

@@ -35,7 +35,7 @@ import xarray as xr
 from hbnn import likelihoods
 from hbnn.config import PARQUET_SUFFIXES, TABLE_SUFFIXES
 from hbnn.data import check_columns, group_column, numeric_features, read_table
-from hbnn.errors import rows_text
+from hbnn.errors import counted, rows_phrase
 from hbnn.evaluation import group_noise, group_weights, predict_output
 from hbnn.io import InputError, settings_from_attrs, staged_outputs, write_text
 from hbnn.network import LayerSpec, layer_specs
@@ -145,12 +145,12 @@ def predict_table(trace, table: pd.DataFrame, where: str, seed: int = 0) -> pd.D
             result = lik.summarise(draws.reshape(-1, rows.size), noise)
         bad = ~np.all([np.isfinite(v) for v in result.values()], axis=0)
         if bad.any():
-            raise InputError(f"{where}: the predictions of group {name!r} overflow at rows "
-                             f"{rows_text(rows[bad])} (features far outside the training range?); nothing was "
+            raise InputError(f"{where}: the predictions of group {name!r} overflow at "
+                             f"{rows_phrase(rows[bad])} (features far outside the training range?); nothing was "
                              "written")
         for c, values in result.items():
             columns[c][rows] = values
-        log.info("predict: group %s, %d rows, %s", name, rows.size,
+        log.info("predict: group %s, %s, %s", name, counted(rows.size, "row"),
                  "population (unseen)" if is_new else "own posterior")
     out = table.copy()
     for c, values in columns.items():

@@ -356,12 +356,14 @@ def compare_figure(table) -> bytes:
     return plots.png_bytes(plots.readable(np.ravel(ax)[0].figure), tight=True)
 
 
-def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: dict[str, np.ndarray]) -> dict:
-    """Accuracy and per-group accuracy figures, from the metrics files."""
+def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: dict[str, np.ndarray],
+                     references: bool = True) -> dict:
+    """Accuracy and per-group accuracy figures, from the metrics files; ``references``: the seed notebooks' numbers
+    beside this run's (moons, not a table)."""
     # Start the axis at chance (or lower if needed) so differences between models stay visible.
     low = min(0.5, np.floor(np.nanmin([*np.concatenate(list(accuracy.values())), 1.0]) * 10) / 10)
     refs = {r: tuple(np.array([np.nan if vals[v] is None else vals[v][i] / 100 for v in MODELS]) for i in (0, 1))
-            for r, vals in REFERENCES.items()}
+            for r, vals in REFERENCES.items()} if references else {}
     train = np.array([lookup(metrics[v], "train", "accuracy") for v in MODELS], dtype=float)
     test = np.array([lookup(metrics[v], "test", "accuracy") for v in MODELS], dtype=float)
     return {

@@ -33,13 +33,17 @@ def summary(metrics: dict[str, dict], n_groups: int, lik: likelihoods.Likelihood
 
 
 def per_group_csv(per_group: dict[str, np.ndarray], names: Sequence[str]) -> str:
-    """``group,flat,hierarchical,informed`` rows of test accuracy (empty where a group has no test rows)."""
+    """``group,flat,hierarchical,informed`` rows of test accuracy (empty where a group has no test rows; one row
+    without values where there are no groups to show, as for likelihoods that are not classifiers:
+    :func:`_nothing_to_plot`)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["group", *MODELS])
     for g, name in enumerate(names):
         vals = [per_group[v][g] for v in MODELS]
         writer.writerow([name, *("" if not np.isfinite(x) else as_builtin(float(x)) for x in vals)])
+    if not names:
+        _nothing_to_plot(writer, "")
     return buf.getvalue()
 
 

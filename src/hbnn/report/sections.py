@@ -37,11 +37,12 @@ def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str,
     source = tasks.ds.attrs.get("table")
     data = f"table {source}, " if source else ""
     rows = f"{sizes.min()}" if sizes.min() == sizes.max() else f"{sizes.min()} to {sizes.max()}"
+    unit = "net" if hidden else "linear model"
     out = [Para(f"{data}{tasks.n_groups} groups ({rows} training rows per group), "
                 f"features {', '.join(tasks.features)}, {net}. "
-                "Flat: an independent net per group with iid Normal(0, model.prior_sd) weights. "
+                f"Flat: an independent {unit} per group with iid Normal(0, model.prior_sd) weights. "
                 "Hierarchical: one model over all groups, w[g] = mu + sd * z[g] per layer (non-centred). "
-                "Informed prior: an independent net per group with a multivariate-normal prior per layer fitted "
+                f"Informed prior: an independent {unit} per group with a multivariate-normal prior per layer fitted "
                 "to new-group draws of the hierarchical posterior.")]
     runs = []
     for v in MODELS:
@@ -83,8 +84,8 @@ def _run_description(s: dict[str, Any], drawn: int | None = None, joint: bool = 
 def _reference_note(data: dict[str, Any]) -> Para:
     defaults = ", ".join(f"{k} {v}" for k, v in REFERENCE_DATA.items())
     if data.get("data.source") == "table":
-        return Para(f"The reference numbers below are NOT comparable with this run: they were obtained on the moons "
-                    f"data ({defaults}) but this run uses the table {data.get('data.path')}.", warn=True)
+        return Para(f"The seed notebooks' reference numbers are not shown: they were obtained on the moons data "
+                    f"({defaults}), and this run uses the table {data.get('data.path')}.")
     diff = [f"{k} = {data[k]} (reference {ref})" for k, ref in REFERENCE_DATA.items() if data[k] != ref]
     if diff:
         return Para("The reference numbers below are NOT comparable with this run: they were obtained on the default "
@@ -93,23 +94,31 @@ def _reference_note(data: dict[str, Any]) -> Para:
                 "numbers, up to sampler randomness and the reference runs' own sampler settings.")
 
 
+def shows_references(data: dict[str, Any]) -> bool:
+    """Whether the report sets this run beside the seed notebooks' numbers: on moons (with a caution where its data
+    differ from theirs), not on a table."""
+    return data.get("data.source") != "table"
+
+
 def _accuracy_section(metrics: dict[str, dict], data: dict[str, Any]) -> Section:
+    references = REFERENCES if shows_references(data) else {}
     header = ["Model", "Train %", "Test %", "Test log loss", "Test Brier",
-              *[f"{r} (train / test %)" for r in REFERENCES]]
+              *[f"{r} (train / test %)" for r in references]]
     rows = []
     for v in MODELS:
         m = metrics[v]
-        refs = [f"{r[v][0]:.2f} / {r[v][1]:.2f}" if r[v] else "not done" for r in REFERENCES.values()]
+        refs = [f"{r[v][0]:.2f} / {r[v][1]:.2f}" if r[v] else "not done" for r in references.values()]
         rows.append([LABELS[v], pct(lookup(m, "train", "accuracy")), pct(lookup(m, "test", "accuracy")),
                      fmt(lookup(m, "test", "log_loss")), fmt(lookup(m, "test", "brier")), *refs])
     return Section(
         "Accuracy",
         "accuracy thresholds the posterior-mean probability at 0.5, pooled over all groups' rows; log loss and Brier "
         "score (lower is better) use the same mean probability. Train accuracy is on the rows each model was fit "
-        "to, test accuracy on held-out rows of the same groups. The last columns are the numbers printed by the "
-        "seed notebooks.",
+        "to, test accuracy on held-out rows of the same groups."
+        + (" The last columns are the numbers printed by the seed notebooks." if references else ""),
         [_reference_note(data), Table(header, rows),
-         Figure("accuracy.png", "Train and test accuracy of this run (filled) and the reference runs (hollow).")],
+         Figure("accuracy.png", "Train and test accuracy of this run (filled)"
+                + (" and the reference runs (hollow)." if references else "."))],
     )
 
 
@@ -216,7 +225,7 @@ def _regression_surface_sections(surface_files: dict[str, list[str]], rp: Report
 
 
 def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int],
-                      tasks: Tasks | None = None) -> list[Section]:
+                      tasks: Tasks | None = None, moons: bool = True) -> list[Section]:
     grid = f"a {rp.grid_size} x {rp.grid_size} grid over [-{rp.grid_limit:g}, {rp.grid_limit:g}]^2"
     if tasks is not None and tasks.n_features > 2:
         grid += (f" of the first two (standardised) features, with {', '.join(tasks.features[2:])} held at their "
@@ -226,7 +235,8 @@ def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, use
             "Decision surfaces",
             f"each panel is one group: colour is the posterior-mean probability of class 1 on {grid}, the black "
             "line the 0.5 boundary, markers the group's training rows (white circles ringed in black: class 0; black "
-            "triangles ringed in white: class 1). A good surface separates the two moons with a smooth boundary; "
+            f"triangles ringed in white: class 1). A good surface separates the {'two moons' if moons else 'classes'} "
+            "with a smooth boundary; "
             "the hierarchical and informed models should give groups with awkward data boundaries shaped like "
             "their neighbours'.",
             _page_blocks(surface_files, used, "surface", "posterior mean P(y=1)", rp.embedded_pages),
@@ -258,9 +268,10 @@ def _group_sd_section(sd_vars: Sequence[str], specs, prior_metrics: dict) -> Sec
     )
 
 
-def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: dict, hidden: bool = True) -> Section:
+def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: dict, hidden: bool = True,
+                         bias: bool = False) -> Section:
     """``hidden``: whether the first layer feeds hidden units (false for a linear model, whose only layer is the
-    output's and has no units to relabel)."""
+    output's and has no units to relabel); ``bias``: whether the layer has a bias row."""
     align = lookup(prior_metrics, "alignment") or {}
     moved = [c for c, a in align.items() if lookup(a, "relabelled")]
     note = (f"derive_prior relabelled hidden units of {', '.join(moved)} to match the reference chain."
@@ -270,7 +281,7 @@ def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: d
         chain = (f"chain {ref_chain} only, because different chains may label the hidden units differently "
                  "(permutations and sign flips leave the network unchanged)")
     else:
-        cells = "feature (or bias)->output (a linear model: its only layer)"
+        cells = f"feature{' (or bias)' if bias else ''}->output (a linear model: its only layer)"
         chain = f"chain {ref_chain}"
     return Section(
         f"Correlation of the first-layer weights (w_{layer})",
@@ -533,6 +544,9 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
     )
 
 
+FEW_GROUPS = 4  # a hierarchy fitted on fewer groups than this learns little about how groups differ
+
+
 def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
     """The transfer experiment (``metrics/detail/transfer.json``): held-out groups refit on few rows of their own.
 
@@ -570,9 +584,14 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
     reading = _transfer_reading(sizes, tm["stops_mattering"])
     groups = (f"Held out: {', '.join(tm['heldout_groups'])} ({_groups(len(tm['heldout_groups']))}); the hierarchy and "
               f"the prior were fitted on the other {len(tm['training_groups'])}.")
-    if len(tm["training_groups"]) == 1:  # 2 groups: one held out, one left
+    fitted = len(tm["training_groups"])
+    if fitted == 1:  # 2 groups: one held out, one left
         groups += (" With one group to fit, the hierarchy cannot tell how much groups differ (its group sds rest on "
                    "their prior), so this prior says little about new groups: the experiment needs more groups.")
+    elif fitted < FEW_GROUPS:
+        groups += (f" With {fitted} groups to fit, the hierarchy can tell little about how much groups differ (its "
+                   "group sds rest mostly on their prior), so this prior says little about new groups: the experiment "
+                   "needs more groups (or a smaller transfer.min_holdout).")
     blocks: list = [Para(reading), Para(groups), Figure("transfer.png", "Left and middle: test scores pooled over "
                     "the held-out groups' test rows (log loss with +-2 se); right: informed minus flat log "
                     "predictive density per test row, +-2 se (paired). x: training rows per group (all: every "
@@ -632,6 +651,9 @@ def _transfer_reading(sizes: dict[str, dict], stop: str | None) -> str:
     elif stop == first:
         out.append("No size shows a difference beyond 2 standard errors: on these held-out groups the informed prior "
                    "makes no measurable difference.")
+    elif stop == labels[-1]:
+        out.append(f"Only at the largest size ({stop}) is the difference within 2 standard errors: that is where the "
+                   "informed prior stops mattering.")
     else:
         out.append(f"From {stop} on the difference stays within 2 standard errors at every larger size: that is where "
                    "the informed prior stops mattering.")

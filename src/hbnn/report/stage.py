@@ -11,6 +11,7 @@ from hbnn import budget, evaluation, likelihoods, plots
 from hbnn.config import Params
 from hbnn.data import load_tasks
 from hbnn.io import close_trace, detail_path, settings_from_attrs, staged_outputs
+from hbnn.network import has_bias
 from hbnn.prior import load_prior
 from hbnn.report.document import render_html, render_markdown
 from hbnn.report.figures import (
@@ -53,6 +54,7 @@ from hbnn.report.sections import (
     _status_section,
     _surface_sections,
     _transfer_section,
+    shows_references,
 )
 from hbnn.variants import BY_NAME
 
@@ -162,7 +164,7 @@ def report(
                     _per_group_rmse_section(len(names))]
     else:
         accuracy = _per_group_values(metrics, names, "test", "accuracy")
-        figures.update(_metrics_figures(metrics, names, accuracy))
+        figures.update(_metrics_figures(metrics, names, accuracy, shows_references(data)))
         figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
         sections = [_status_section(metrics, names, sd_vars, transfer_metrics), _accuracy_section(metrics, data),
                     _per_group_section(len(names)),
@@ -172,7 +174,7 @@ def report(
     elif not lik.classifier:
         sections += _regression_surface_sections(surface_files, rp, used_draws, tasks)
     else:
-        sections += _surface_sections(surface_files, rp, used_draws, tasks)
+        sections += _surface_sections(surface_files, rp, used_draws, tasks, moons=params.data.source == "moons")
 
     title = "Hierarchical Bayesian neural networks: report"
     intro = _intro(tasks, specs, settings, used_draws, drawn)
@@ -180,7 +182,8 @@ def report(
         sections.append(_loss_section(losses))
     sections += [
         _group_sd_section(sd_vars, specs, prior_metrics),
-        _correlation_section(first.name, corr_name, ref_chain, prior_metrics, hidden=len(specs) > 1),
+        _correlation_section(first.name, corr_name, ref_chain, prior_metrics, hidden=len(specs) > 1,
+                             bias=has_bias(specs)),
         _comparison_section(table, bad_k, "Accuracy" if lik.classifier else "Scores"),
         _transfer_section(transfer_metrics, lik),
         _diagnostics_section(metrics, names, sd_vars, list(figures), bfmi, lik),

@@ -169,7 +169,8 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     stop = metrics["stops_mattering"]
     log.info("transfer: population (no rows of the group) test %s %.4f; %s", score,
              metrics["population"]["test"][score],
-             f"the informed prior stops mattering at {stop}" if stop else
+             (f"the informed prior stops mattering from size {stop}"
+              + (" (every training row)" if stop == transfer.ALL else "")) if stop else
              "the informed prior still matters at the largest size (beyond 2 standard errors)")
     return metrics
 

@@ -746,7 +746,10 @@ def test_transfer_sizes_that_pool_different_groups_are_flagged():
     by_size = groups_by_size(fits)
     assert by_size == {"n2": ["A", "F", "C"], "n16": ["F"], "all": ["A", "F", "C"]}
     text = sections._uneven_groups(by_size)
-    assert "scored on different held-out groups" in text and "n16: F;" in text
+    assert "scored on different held-out groups" in text and "n16: F;" in text and "and at all" in text
+    assert "and at all" not in sections._uneven_groups({"n2": ["A", "B"], "n16": ["B"]})  # transfer.all_rows false
+    many = sections._uneven_groups({"n2": [f"G{i}" for i in range(25)], "n16": ["G1"]})
+    assert "G9 and 15 more" in many and "G10" not in many
     assert sections._uneven_groups(groups_by_size({"A/n2": {}, "A/all": {}, "B/n2": {}, "B/all": {}})) == ""
     # the figure writes each size's group count under its tick where they differ
     series = {m: {"score": [0.7, 0.8, 0.9], "log_loss": [0.5, 0.4, 0.3], "lpd_se": [0.1] * 3}
@@ -766,8 +769,14 @@ def test_transfer_reading_where_only_the_last_size_stops_mattering():
     sizes = {"n2": {"difference": {"mean": 0.2, "se": 0.05}, "rows_mean": 2},
              "all": {"difference": {"mean": 0.01, "se": 0.05}, "rows_mean": 30}}
     text = sections._transfer_reading(sizes, "all")
-    assert "Only at the largest size (all) is the difference within 2 standard errors" in text
+    assert "At the largest size (all) the difference is within 2 standard errors; at n2 it is not." in text
     assert "every larger size" not in text
+    # a smaller size within, the one before the last beyond: the sentence must not say "only at the largest"
+    within_beyond = {"n2": {"difference": {"mean": 0.0, "se": 0.05}, "rows_mean": 2},
+                     "n8": {"difference": {"mean": 0.3, "se": 0.05}, "rows_mean": 8},
+                     "all": {"difference": {"mean": 0.0, "se": 0.05}, "rows_mean": 30}}
+    text = sections._transfer_reading(within_beyond, "all")
+    assert "within 2 standard errors at n2 (+0.000, se 0.050), all" in text and "at n8 it is not" in text
     sizes["n8"] = {"difference": {"mean": 0.0, "se": 0.05}, "rows_mean": 8}
     ordered = {k: sizes[k] for k in ("n2", "n8", "all")}
     assert "From n8 on the difference stays within" in sections._transfer_reading(ordered, "n8")
@@ -788,5 +797,11 @@ def test_a_transfer_hierarchy_of_few_groups_is_cautioned():
         return " ".join(b.text for b in section.blocks if isinstance(b, sections.Para))
 
     assert "With 2 groups to fit, the hierarchy can tell little" in text(2)
+    assert "fewer held out: transfer.min_holdout, transfer.holdout_fraction" in text(2)  # 8 groups: 7 could be fitted
     assert "With one group to fit" in text(1)
     assert "groups to fit" not in text(12)
+    # 4 groups in all: at most 3 can be fitted, so holding fewer out cannot reach 4
+    few = sections._transfer_section({**tm, "training_groups": tm["training_groups"][:2],
+                                      "heldout_groups": tm["heldout_groups"][:2]}, bernoulli)
+    words = " ".join(b.text for b in few.blocks if isinstance(b, sections.Para))
+    assert "With 2 groups to fit" in words and "fewer held out" not in words

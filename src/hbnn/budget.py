@@ -338,8 +338,10 @@ def _check_stages(params: Params, names: list[str], train: list[int], test: list
     enforce(report_estimate(params, n, n_features, max(h.chains * h.draw_limit, s.chains * s.draws), sum(train)),
             params)
     # the transfer stages (hbnn.transfer): the groups they hold out, as transfer_prior chooses them
-    held = [names.index(g) for g in holdout(names, params.transfer)]
-    kept = [g for g in range(n) if g not in held]
+    position = {name: g for g, name in enumerate(names)}
+    held = [position[name] for name in holdout(names, params.transfer)]
+    out = set(held)
+    kept = [g for g in range(n) if g not in out]
     enforce(fit_estimate("transfer_hier", params, len(kept), sum(train[g] for g in kept), sum(test[g] for g in kept),
                          n_features), params)
     enforce(prior_estimate("transfer_prior", params, h.chains * h.draw_limit, len(kept), n_features), params)

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
+from hbnn.errors import counted  # noqa: E402
 from hbnn.variants import VARIANTS  # noqa: E402
 
 # The report shows one figure inch per CSS inch (hbnn.report.document), so a figure up to
@@ -404,7 +405,7 @@ def plot_transfer(rows: Sequence[float], labels: Sequence[str], score_name: str,
     ticks = [f"{lab}\n(mean {r:.3g})" if not lab.startswith("n") else lab[1:] for lab, r in zip(labels, rows,
                                                                                                   strict=True)]
     if groups is not None and len(set(groups)) > 1:
-        ticks = [f"{t}\n{k} group{'s' if k != 1 else ''}" for t, k in zip(ticks, groups, strict=True)]
+        ticks = [f"{t}\n{counted(k, 'group')}" for t, k in zip(ticks, groups, strict=True)]
     for ax in axes:
         ax.set_xticks(x, ticks)
         ax.set_xlabel("training rows of each held-out group", fontsize=SMALL)

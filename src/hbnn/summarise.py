@@ -151,7 +151,8 @@ def csv(rows: Sequence[Row]) -> str:
 
 # ----------------------------------------------------------------------------- hbnn headline
 MODELS = tuple(v.stem for v in VARIANTS)  # metrics/<stem>.json of the three fit stages
-# (column label, metrics key): the first key a model's metrics file has is shown (classification, then regression)
+# (column label, metrics key) per kind of number (classification's, then regression's): each that some row has gets a
+# column, so classifiers and regressions side by side keep their own scores
 SCORES = ((("acc", "test.accuracy"), ("rmse", "test.rmse")),
           (("logloss", "test.log_loss"), ("lpd", "test.lpd")),
           (("elpd", "loo.elpd"),),

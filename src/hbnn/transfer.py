@@ -59,7 +59,7 @@ def refit_sizes(n_train: int, t: TransferParams) -> list[tuple[str, int]]:
 
 def check_refits(train_rows: Sequence[int], t: TransferParams) -> None:
     """:class:`InputError` where held-out groups of these training rows leave nothing to fit: what ``transfer``
-    would find, said by ``transfer_prior`` before its fit and by ``check_params`` for moons."""
+    would find, said by ``check_params`` before any stage samples and by ``transfer_prior`` before its fit."""
     if not any(refit_sizes(n, t) for n in train_rows):
         raise InputError(f"transfer: no held-out group has more training rows than transfer.sizes={list(t.sizes)} "
                          "and transfer.all_rows is false; nothing to fit")

@@ -11,11 +11,12 @@ import numpy as np
 from hbnn import likelihoods
 from hbnn.config import ReportParams
 from hbnn.data import Tasks
+from hbnn.errors import counted
 from hbnn.evaluation import ADVI_MIN_DROP
 from hbnn.network import has_bias
 from hbnn.report.document import Figure, FigureLinks, Heading, Para, Section, Table
 from hbnn.report.numbers import ESS_OK, LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT_OK, fmt, lookup, pct
-from hbnn.transfer import groups_by_size, in_size_order
+from hbnn.transfer import ALL, groups_by_size, in_size_order
 from hbnn.variants import BY_NAME
 
 
@@ -94,14 +95,14 @@ def _reference_note(data: dict[str, Any]) -> Para:
                 "numbers, up to sampler randomness and the reference runs' own sampler settings.")
 
 
-def shows_references(data: dict[str, Any]) -> bool:
-    """Whether the report sets this run beside the seed notebooks' numbers: on moons (with a caution where its data
-    differ from theirs), not on a table."""
+def on_moons(data: dict[str, Any]) -> bool:
+    """Whether the run's data are the moons, so that the report sets it beside the seed notebooks' numbers (with a
+    caution where its data differ from theirs) and speaks of moons; not for a table."""
     return data.get("data.source") != "table"
 
 
 def _accuracy_section(metrics: dict[str, dict], data: dict[str, Any]) -> Section:
-    references = REFERENCES if shows_references(data) else {}
+    references = REFERENCES if on_moons(data) else {}
     header = ["Model", "Train %", "Test %", "Test log loss", "Test Brier",
               *[f"{r} (train / test %)" for r in references]]
     rows = []
@@ -431,24 +432,19 @@ def _transfer_status(tm: dict) -> tuple[str, bool]:
         hier_text = "meets the bar"
     elif h.get("advi_still_falling"):  # ADVI: one joint fit, its loss curve the reason
         hier_text = (f"MISSES it (ADVI: its loss was still falling, so every group misses: "
-                     f"{_groups(h['groups_not_converged'])}; raise hier_sampler.advi.iterations; min ESS "
+                     f"{counted(h['groups_not_converged'], 'group')}; raise hier_sampler.advi.iterations; min ESS "
                      f"{fmt(h['min_ess_bulk'], '.0f')})")
     else:
-        hier_text = (f"MISSES it ({_groups(h['groups_not_converged'])}, max R-hat {fmt(h['max_rhat'])}, min ESS "
-                     f"{fmt(h['min_ess_bulk'], '.0f')})")
+        hier_text = (f"MISSES it ({counted(h['groups_not_converged'], 'group')}, max R-hat {fmt(h['max_rhat'])}, "
+                     f"min ESS {fmt(h['min_ess_bulk'], '.0f')})")
     if h.get("restarts"):
         hier_text += (f" after {h['restarts']} restart(s) of its chains ("
                       + "; ".join(r["reason"] for r in h.get("restarted", [])) + ")")
     refit_text = ", ".join(f"{n - bad}/{n} {m}" for m, (bad, n) in counts.items())
     text = (f"Transfer experiment (Transfer to new groups): the hierarchical fit of the "
-            f"{_groups(len(tm['training_groups']), 'training group')} {hier_text}; refits of the held-out groups "
+            f"{counted(len(tm['training_groups']), 'training group')} {hier_text}; refits of the held-out groups "
             f"meeting it: {refit_text}.")
     return text, not (hier_ok and refits_ok)
-
-
-def _groups(n: int, noun: str = "group") -> str:
-    """``"1 group"``, ``"2 groups"``."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _comparison_section(table, bad_k: dict[str, tuple[int, int, float]], scores: str = "Accuracy") -> Section:
@@ -545,6 +541,7 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
 
 
 FEW_GROUPS = 4  # a hierarchy fitted on fewer groups than this learns little about how groups differ
+SHOWN_GROUPS = 10  # groups named per size where the sizes pool different groups
 
 
 def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
@@ -582,16 +579,19 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
                      fmt(-r["informed"]["test"]["lpd_mean"], ".4f"), f"{d['mean']:+.3f} ({d['se']:.3f})",
                      f"{r['flat']['fits_not_converged']} / {r['informed']['fits_not_converged']}"])
     reading = _transfer_reading(sizes, tm["stops_mattering"])
-    groups = (f"Held out: {', '.join(tm['heldout_groups'])} ({_groups(len(tm['heldout_groups']))}); the hierarchy and "
-              f"the prior were fitted on the other {len(tm['training_groups'])}.")
+    groups = (f"Held out: {', '.join(tm['heldout_groups'])} ({counted(len(tm['heldout_groups']), 'group')}); the "
+              f"hierarchy and the prior were fitted on the other {len(tm['training_groups'])}.")
     fitted = len(tm["training_groups"])
     if fitted == 1:  # 2 groups: one held out, one left
         groups += (" With one group to fit, the hierarchy cannot tell how much groups differ (its group sds rest on "
                    "their prior), so this prior says little about new groups: the experiment needs more groups.")
     elif fitted < FEW_GROUPS:
+        total = fitted + len(tm["heldout_groups"])  # at most total - 1 can be fitted (one is held out)
+        fewer = (" (or fewer held out: transfer.min_holdout, transfer.holdout_fraction)" if total - 1 >= FEW_GROUPS
+                 else "")
         groups += (f" With {fitted} groups to fit, the hierarchy can tell little about how much groups differ (its "
                    "group sds rest mostly on their prior), so this prior says little about new groups: the experiment "
-                   "needs more groups (or a smaller transfer.min_holdout).")
+                   f"needs more groups{fewer}.")
     blocks: list = [Para(reading), Para(groups), Figure("transfer.png", "Left and middle: test scores pooled over "
                     "the held-out groups' test rows (log loss with +-2 se); right: informed minus flat log "
                     "predictive density per test row, +-2 se (paired). x: training rows per group (all: every "
@@ -614,9 +614,14 @@ def _uneven_groups(by_size: dict[str, list[str]]) -> str:
     """A caution where the sizes pool different held-out groups ("" where every size has the same ones)."""
     if len({tuple(groups) for groups in by_size.values()}) <= 1:
         return ""
-    listed = "; ".join(f"{size}: {', '.join(groups)}" for size, groups in by_size.items())
+    def names(groups: list[str]) -> str:
+        return ", ".join(groups[:SHOWN_GROUPS]) + (f" and {len(groups) - SHOWN_GROUPS} more"
+                                                   if len(groups) > SHOWN_GROUPS else "")
+
+    listed = "; ".join(f"{size}: {names(groups)}" for size, groups in by_size.items())
+    at_all = f", and at {ALL}" if ALL in by_size else ""
     return ("The sizes are scored on different held-out groups (a group is fitted only at sizes below its training "
-            f"rows, and at all): {listed}. Part of any change of score from one size to another is then a change of "
+            f"rows{at_all}): {listed}. Part of any change of score from one size to another is then a change of "
             "groups, not of rows; the informed-minus-flat difference at each size is paired on the same rows and "
             "stays comparable.")
 
@@ -651,9 +656,9 @@ def _transfer_reading(sizes: dict[str, dict], stop: str | None) -> str:
     elif stop == first:
         out.append("No size shows a difference beyond 2 standard errors: on these held-out groups the informed prior "
                    "makes no measurable difference.")
-    elif stop == labels[-1]:
-        out.append(f"Only at the largest size ({stop}) is the difference within 2 standard errors: that is where the "
-                   "informed prior stops mattering.")
+    elif stop == labels[-1]:  # the size before it is beyond 2 standard errors (smaller ones may be within)
+        out.append(f"At the largest size ({stop}) the difference is within 2 standard errors; at {labels[-2]} it is "
+                   "not.")
     else:
         out.append(f"From {stop} on the difference stays within 2 standard errors at every larger size: that is where "
                    "the informed prior stops mattering.")

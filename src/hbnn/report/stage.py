@@ -54,7 +54,7 @@ from hbnn.report.sections import (
     _status_section,
     _surface_sections,
     _transfer_section,
-    shows_references,
+    on_moons,
 )
 from hbnn.variants import BY_NAME
 
@@ -164,7 +164,7 @@ def report(
                     _per_group_rmse_section(len(names))]
     else:
         accuracy = _per_group_values(metrics, names, "test", "accuracy")
-        figures.update(_metrics_figures(metrics, names, accuracy, shows_references(data)))
+        figures.update(_metrics_figures(metrics, names, accuracy, on_moons(data)))
         figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
         sections = [_status_section(metrics, names, sd_vars, transfer_metrics), _accuracy_section(metrics, data),
                     _per_group_section(len(names)),
@@ -174,7 +174,7 @@ def report(
     elif not lik.classifier:
         sections += _regression_surface_sections(surface_files, rp, used_draws, tasks)
     else:
-        sections += _surface_sections(surface_files, rp, used_draws, tasks, moons=params.data.source == "moons")
+        sections += _surface_sections(surface_files, rp, used_draws, tasks, moons=on_moons(data))
 
     title = "Hierarchical Bayesian neural networks: report"
     intro = _intro(tasks, specs, settings, used_draws, drawn)

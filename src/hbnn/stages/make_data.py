@@ -33,10 +33,3 @@ def make_data(params: Params, out: Path) -> None:
     with staged_outputs() as outputs:
         outputs.write_netcdf(ds, out)
     log.info("wrote %s: %d groups, %d rows", out, Tasks(ds).n_groups, ds.sizes["obs"])
-
-
-def _enforce_budget(stage: str, params: Params, tasks: Tasks) -> None:
-    """Refuse (before any compile or sampling) a fit estimated past ``params.limits``."""
-    n_train = tasks.split("train").y.size
-    budget.enforce(budget.fit_estimate(stage, params, tasks.n_groups, n_train, tasks.ds.sizes["obs"] - n_train,
-                                       tasks.n_features), params)

@@ -61,7 +61,7 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
              len(heldout), tasks.n_groups, ", ".join(heldout), len(kept))
     train_tasks = tasks.subset(kept)
     # Refused before the fit rather than by `transfer` after it: no held-out group with more training rows than a
-    # size (transfer.sizes, all_rows; check_params does it for moons, whose sizes the params fix)
+    # size (transfer.sizes, all_rows; check_params did it with the params' data, this checks the tasks as they are)
     train_rows = np.bincount(tasks.split("train").group, minlength=tasks.n_groups)
     transfer.check_refits([int(train_rows[tasks.group_names.index(g)]) for g in heldout], params.transfer)
     s = params.hier_sampler  # the prior is derived after the fit: its cost is refused before it

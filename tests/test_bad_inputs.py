@@ -644,3 +644,20 @@ with errors.interrupts_reported():
 """
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 130 and run.stderr == "interrupted: outputs unchanged\n"
+
+
+def test_check_params_refuses_an_informed_prior_from_too_few_draws(workspace, capsys):
+    """2 chains x 10 draws x 1 new-group draw = 20 draws for the 25 weights of TINY's 5 x 5 layer: the fitted
+    covariance was singular and the informed nets silently pinned to prior.jitter in 6 directions."""
+    raw = json.loads(json.dumps(TINY))
+    raw["model"] = {"hidden_layers": [5, 5]}
+    raw["hier_sampler"] = {**raw["hier_sampler"], "draws": 10}
+    raw["prior"] = {"draws_per_sample": 1}
+    before = workspace()
+    code, err = _run("check_params", _yaml(raw), capsys)
+    _assert_one_error(code, err, "invalid parameter prior.draws_per_sample=1: the informed prior's widest layer has 25 "
+                                 "weights, and its covariance would be fitted from 20 draws")
+    assert workspace() == before
+    raw["prior"] = {"draws_per_sample": 2}  # 40 draws: enough
+    code, err = _run("check_params", _yaml(raw), capsys)
+    assert code == 0, err

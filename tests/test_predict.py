@@ -152,6 +152,25 @@ def test_cli_writes_csv_and_reports_errors(tmp_path, capsys):
                      "--output", str(out)]) == 2
 
 
+def test_cli_refuses_a_column_named_twice_and_a_prior_file(tmp_path, capsys):
+    """A header 'shop,a,a,b': pandas renamed the second 'a' to 'a.1', scored the first and wrote 'a.1' back; and
+    priors/informed.nc passed as --trace said 'OSError: [Errno group not found: posterior]'."""
+    write_trace(tmp_path / "hier.nc", "hierarchical")
+    (tmp_path / "dup.csv").write_text("shop,a,a,b\ng1,1,2,3\n")
+    args = ["predict", "--trace", str(tmp_path / "hier.nc"), "--input", str(tmp_path / "dup.csv"), "--output",
+            str(tmp_path / "o.csv")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "has the column 'a' more than once" in err and not (tmp_path / "o.csv").exists()
+    prior = xr.Dataset({"mean_in": ("k", np.zeros(2))}, attrs={"hbnn_stage": "derive_prior",
+                                                               "hbnn_variant": "informed_prior"})
+    prior.to_netcdf(tmp_path / "informed.nc")
+    NEW.to_csv(tmp_path / "new.csv", index=False)
+    assert cli.main(["predict", "--trace", str(tmp_path / "informed.nc"), "--input", str(tmp_path / "new.csv"),
+                     "--output", str(tmp_path / "o.csv")]) == 2
+    assert "is an informed prior, not a trace" in capsys.readouterr().err
+
+
 def test_cli_writes_parquet_where_the_output_name_says_so(tmp_path):
     write_trace(tmp_path / "hier.nc", "hierarchical")
     NEW.to_csv(tmp_path / "new.csv", index=False)

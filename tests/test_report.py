@@ -594,9 +594,12 @@ def test_status_judges_advi_fits_by_their_loss_not_by_r_hat():
     cell = sec.blocks[1].rows[1][6]
     assert sec.failing is True and cell == ("all 20 (one joint fit, its loss still falling: 2.0% over the last "
                                             "quarter of the iterations, 8.1 standard errors)")
-    assert "sample longer or with more chains (NUTS), or run more ADVI iterations (ADVI)," in sec.blocks[0].text
+    assert ("sample longer or with more chains (NUTS), or, for ADVI, run more iterations (advi.iterations) where the "
+            "loss was still falling or draw more (draws) where only the ESS misses," in sec.blocks[0].text)
     sec = sections._status_section({**metrics, "hierarchical": joint, "informed": advi}, names, ["sd_in"])
-    assert "diagnostics; run more ADVI iterations (advi.iterations) before relying" in sec.blocks[0].text
+    # every model ADVI: the remedy names both of its causes (a loss still falling; too few draws for the ESS)
+    assert ("diagnostics; run more ADVI iterations (advi.iterations) where the loss was still falling, or draw more "
+            "from the approximation (draws) where only the ESS misses, before relying" in sec.blocks[0].text)
     one = {**advi, "per_group": {**advi["per_group"], "g3": {**advi["per_group"]["g3"], "converged": False,
                                                               "advi_loss": falling}},
            "sampling": {**advi["sampling"], "advi_still_falling": 1}}
@@ -735,6 +738,15 @@ def test_plot_templates_leave_out_empty_cells():
     assert empty_out in data_layer["transform"] and data_layer["encoding"]["y"]["field"] == "<DVC_METRIC_Y>"
     template = json.loads((plots_dir / "per_group_bars.json").read_text())
     assert empty_out in template["transform"] and template["encoding"]["x"]["field"] == "<DVC_METRIC_Y>"
+    # ADVI loss with a model fitted by NUTS beside ADVI ones: its empty column was a line at loss 0 (DVC's linear
+    # template draws "" as 0), which also pulled the axis down to 0
+    template = json.loads((plots_dir / "advi_loss_models.json").read_text())
+    assert empty_out in template["transform"] and template["encoding"]["y"]["field"] == "<DVC_METRIC_Y>"
+    import yaml
+
+    dvc = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())
+    advi = next(p["advi_loss"] for p in dvc["plots"] if isinstance(p, dict) and "advi_loss" in p)
+    assert advi["template"] == "advi_loss_models"
 
 
 def test_transfer_sizes_that_pool_different_groups_are_flagged():
@@ -805,3 +817,13 @@ def test_a_transfer_hierarchy_of_few_groups_is_cautioned():
                                       "heldout_groups": tm["heldout_groups"][:2]}, bernoulli)
     words = " ".join(b.text for b in few.blocks if isinstance(b, sections.Para))
     assert "With 2 groups to fit" in words and "fewer held out" not in words
+
+
+def test_the_advi_loss_axis_is_labelled_within_one_decade():
+    """A loss between ~150 and ~700 on a symlog axis had no labelled tick: no power of ten lies in the range."""
+    it = np.arange(1, 101)
+    fig, ax = plots.plot_loss({"flat": (it, 150 + 550 * np.exp(-it / 20.0))})
+    fig.canvas.draw()
+    assert ax.get_yscale() == "linear" and [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    fig, ax = plots.plot_loss({"flat": (it, 1e5 * np.exp(-it / 10.0) + 100)})
+    assert ax.get_yscale() == "log"  # falling by orders of magnitude

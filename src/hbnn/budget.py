@@ -332,6 +332,7 @@ def _check_stages(params: Params, names: list[str], train: list[int], test: list
 
     n = len(names)
     h, s = params.hier_sampler, params.sampler
+    _check_prior_draws(params, n_features)
     for stage in ("fit_flat", "fit_hier", "fit_informed"):
         enforce(fit_estimate(stage, params, n, sum(train), sum(test), n_features), params)
     enforce(prior_estimate("derive_prior", params, h.chains * h.draw_limit, n, n_features), params)
@@ -350,3 +351,20 @@ def _check_stages(params: Params, names: list[str], train: list[int], test: list
     for stage in ("transfer_flat", "transfer_informed"):
         enforce(fit_estimate(stage, params, len(refits), sum(rows for _, rows in refits),
                              sum(test[g] for g, _ in refits), n_features), params)
+
+
+def _check_prior_draws(params: Params, n_features: int) -> None:
+    """Refuse an informed prior whose widest layer's covariance would be fitted from no more draws than the layer
+    has weights: the fitted covariance is then singular, and the informed nets are pinned to ``prior.jitter`` in
+    the directions the draws miss (nothing else would say so). The draws are at least ``hier_sampler.draws`` per
+    chain (one chain with ``prior.align: reference_chain``) times ``prior.draws_per_sample``."""
+    h, p = params.hier_sampler, params.prior
+    chains = h.chains if p.align == "chains" else 1
+    draws = chains * h.draws * p.draws_per_sample
+    widest = max(n_weights(n_features, params.model.hidden_layers, params.model.bias))
+    if draws <= widest:
+        used = "hier_sampler.chains x " if chains > 1 else ""
+        raise ConfigError(f"invalid parameter prior.draws_per_sample={p.draws_per_sample}: the informed prior's "
+                          f"widest layer has {widest} weights, and its covariance would be fitted from {draws} draws "
+                          f"({used}hier_sampler.draws x prior.draws_per_sample), which leaves it singular; raise "
+                          f"prior.draws_per_sample or hier_sampler.draws so that there are more than {widest}")

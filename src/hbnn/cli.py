@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Score the rows of a CSV or Parquet file with a fitted trace (flat, hierarchical or informed). "
         "Known groups use their own posterior; unseen groups need a hierarchical trace and use new-group "
         "weights drawn from its group distribution. Writes the input columns plus mean, sd, lower_94, "
-        "upper_94 and unseen_group as CSV.",
+        "upper_94 and unseen_group as CSV or Parquet (by --output's suffix).",
     )
     p.add_argument("--trace", type=Path, required=True, help="trace file, e.g. traces/hier.nc")
     p.add_argument("--input", type=Path, required=True, help="rows to score (.csv or .parquet)")

@@ -169,6 +169,12 @@ def read_table(path: str | Path, what: str = "table", text_columns: tuple[str, .
     try:
         if path.suffix.lower() != ".csv":
             return pd.read_parquet(path)
+        header = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False)
+        names = header.iloc[0].tolist() if len(header) else []
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # pandas would rename the second to 'name.1' and go on with the first
+            raise InputError(f"{what} {path} has the column{'s' if len(twice) > 1 else ''} "
+                             f"{', '.join(map(repr, twice))} more than once; each column needs its own name")
         df = pd.read_csv(path)
         text = [c for c in text_columns if c in df.columns]
         if text:
@@ -176,6 +182,8 @@ def read_table(path: str | Path, what: str = "table", text_columns: tuple[str, .
             for c in text:
                 df[c] = raw[c].where(raw[c] != "", None)
         return df
+    except InputError:
+        raise
     except Exception as err:  # noqa: BLE001 - any parse failure means a bad file
         raise InputError(f"{what} {path} is not a readable {path.suffix} file ({type(err).__name__}: {err})") from err
 

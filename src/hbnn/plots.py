@@ -311,13 +311,17 @@ def plot_reliability(tables: Mapping[str, Mapping[str, np.ndarray]]):
 def plot_loss(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]):
     """ADVI loss (negative ELBO) against iteration, one line per model fitted with ADVI.
 
-    ``curves[model] = (iteration, loss)``; the y axis is symlog because the loss
-    falls by orders of magnitude early on. Returns ``(fig, ax)``.
+    ``curves[model] = (iteration, loss)``; the y axis is logarithmic where the (positive) loss falls by more than
+    a factor of 10, as it often does early on, else linear: within one decade a log axis may hold no labelled tick
+    (a symlog axis over 150-700 held none). Returns ``(fig, ax)``.
     """
     fig, ax = plt.subplots(figsize=(6.0, 3.6), layout="constrained")
     for i, (name, (it, loss)) in enumerate(curves.items()):
         ax.plot(it, loss, lw=1.0, color=_model_color(name, i), label=name)
-    ax.set(xlabel="iteration", ylabel="loss (negative ELBO)", yscale="symlog")
+    values = np.concatenate([np.asarray(loss, dtype=float) for _, loss in curves.values()] or [np.ones(1)])
+    values = values[np.isfinite(values)]
+    wide = values.size and values.min() > 0 and values.max() > 10 * values.min()
+    ax.set(xlabel="iteration", ylabel="loss (negative ELBO)", yscale="log" if wide else "linear")
     ax.tick_params(labelsize=SMALL)
     ax.legend(fontsize=SMALL, loc="upper right")
     return fig, ax

@@ -63,6 +63,11 @@ def load_fitted(path: Path) -> Fitted:
     if not path.is_file():
         raise InputError(f"trace {path} does not exist; run the fit stages first (dvc repro)")
     try:
+        with xr.open_dataset(path) as ds:  # the file's root: a prior (priors/*.nc) holds its layers there
+            if ds.attrs.get("hbnn_stage") in ("derive_prior", "transfer_prior") and ds.attrs.get("hbnn_variant") == \
+                    "informed_prior":
+                raise InputError(f"{path} is an informed prior, not a trace: pass a fit's trace (traces/*.nc, e.g. "
+                                 "traces/hier.nc)")
         with xr.open_dataset(path, group="posterior") as ds:
             posterior = ds.load()
         try:
@@ -70,6 +75,8 @@ def load_fitted(path: Path) -> Fitted:
                 constant = ds.load()
         except OSError:  # no such group: a trace written before constant_data existed
             constant = None
+    except InputError:
+        raise
     except Exception as err:  # noqa: BLE001 - any decode failure means a bad file
         raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
     variant = posterior.attrs.get("hbnn_variant")
@@ -205,6 +212,6 @@ def predict(trace: Path, input_path: Path, output: Path, seed: int = 0) -> pd.Da
             outputs.write_bytes(scored.to_parquet(index=False), target)
     else:
         write_text(scored.to_csv(index=False), target)
-    log.info("predict: wrote %s (%d rows, %d unseen-group rows)", "standard output" if output == STDOUT else output,
-             len(scored), int(scored["unseen_group"].sum()))
+    log.info("predict: wrote %s (%s, %s)", "standard output" if output == STDOUT else output,
+             counted(len(scored), "row"), counted(int(scored["unseen_group"].sum()), "unseen-group row"))
     return scored

@@ -360,9 +360,11 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
     if not advi_models:
         remedy = "sample longer or with more chains"
     elif len(advi_models) == len(MODELS):
-        remedy = "run more ADVI iterations (advi.iterations)"
+        remedy = ("run more ADVI iterations (advi.iterations) where the loss was still falling, or draw more from "
+                  "the approximation (draws) where only the ESS misses,")
     else:
-        remedy = "sample longer or with more chains (NUTS), or run more ADVI iterations (ADVI),"
+        remedy = ("sample longer or with more chains (NUTS), or, for ADVI, run more iterations (advi.iterations) "
+                  "where the loss was still falling or draw more (draws) where only the ESS misses,")
     verdict = ("NOT CONVERGED: the numbers in this report for the groups or fits listed are not backed by their "
                f"diagnostics; {remedy} before relying on them." if failing else
                "CONVERGED: every model meets the bar in every group" + (", and so does every fit of the transfer "

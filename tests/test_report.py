@@ -827,3 +827,20 @@ def test_the_advi_loss_axis_is_labelled_within_one_decade():
     assert ax.get_yscale() == "linear" and [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     fig, ax = plots.plot_loss({"flat": (it, 1e5 * np.exp(-it / 10.0) + 100)})
     assert ax.get_yscale() == "log"  # falling by orders of magnitude
+
+
+def test_sampler_diagnostics_mark_advi_fits_as_the_status_does():
+    """The status section says an ADVI fit's R-hat is not judged and its divergences n/a; the diagnostics section
+    showed 'Divergences 0' and counted its groups past the R-hat bar."""
+    from hbnn import likelihoods
+
+    advi = {"sampling": {"advi_still_falling": 0, "divergences": 0, "max_rhat_fn": 1.03, "min_ess_bulk_fn": 390.0},
+            "per_group": {"g0": {"rhat_fn": 1.03}}}
+    nuts = {"sampling": {"divergences": 2, "max_rhat_fn": 1.02, "min_ess_bulk_fn": 500.0},
+            "per_group": {"g0": {"rhat_fn": 1.02}}}
+    sec = sections._diagnostics_section({"flat": advi, "hierarchical": nuts, "informed": nuts}, ["g0"], [], [], None,
+                                        likelihoods.LIKELIHOODS["bernoulli"])
+    table = sec.blocks[0]
+    assert table.rows[0][0] == "Flat (ADVI)" and table.rows[0][3] == "n/a" and table.rows[0][4].endswith("(not judged)")
+    assert table.rows[1][3] == "2" and "not judged" not in table.rows[1][4]
+    assert sec.blocks[1].text == "Groups with function-space R-hat above 1.01: Hierarchical 1/1, Informed prior 1/1."

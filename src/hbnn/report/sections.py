@@ -498,16 +498,24 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
     rows, flagged = [], []
     for v in MODELS:
         s = lookup(metrics[v], "sampling") or {}
-        rows.append([LABELS[v], fmt(s.get("seconds"), ".1f"), fmt(s.get("compile_seconds"), ".1f"),
-                     fmt(s.get("divergences"), "d"), fmt(s.get("max_rhat_fn")), fmt(s.get("min_ess_bulk_fn"), ".0f"),
-                     fmt(s.get("max_rhat")), fmt(s.get("min_ess_bulk"), ".0f")])
+        # ADVI's draws are independent draws of one approximation: no divergences, and its R-hat is not judged
+        # (the status section's reading); it is shown, marked, as the status table shows it
+        advi = "advi_still_falling" in s
+        rows.append([LABELS[v] + (" (ADVI)" if advi else ""), fmt(s.get("seconds"), ".1f"),
+                     fmt(s.get("compile_seconds"), ".1f"), "n/a" if advi else fmt(s.get("divergences"), "d"),
+                     fmt(s.get("max_rhat_fn")) + (" (not judged)" if advi else ""),
+                     fmt(s.get("min_ess_bulk_fn"), ".0f"), fmt(s.get("max_rhat")) + (" (not judged)" if advi else ""),
+                     fmt(s.get("min_ess_bulk"), ".0f")])
+        if advi:
+            continue
         rhat = [lookup(metrics[v], "per_group", g, "rhat_fn") for g in names]
         flagged.append(f"{LABELS[v]} {sum(r is not None and r > RHAT_OK for r in rhat)}/{len(names)}")
     sds = lookup(metrics["hierarchical"], "sampling", "group_sd") or {}
     sd_rows = [[var, fmt(sds[var].get("rhat")), fmt(sds[var].get("ess_bulk"), ".0f"),
                 fmt(sds[var].get("ess_tail"), ".0f")] for var in sd_vars if var in sds]
     blocks = [Table(header, rows),
-              Para(f"Groups with function-space R-hat above {RHAT_OK}: {', '.join(flagged)}."),
+              Para(f"Groups with function-space R-hat above {RHAT_OK}: {', '.join(flagged)}." if flagged else
+                   "Every model was fitted with ADVI, whose R-hat is not judged."),
               Figure("rhat_fn.png", f"Per-group function-space R-hat (max over test points); dashed line at "
                                     f"{RHAT_OK}."),
               Figure("ess_fn.png", f"Per-group function-space bulk ESS (min over test points, log scale); dashed "

@@ -24,7 +24,7 @@ import xarray as xr
 
 from hbnn import likelihoods
 from hbnn.config import Params
-from hbnn.errors import counted, rows_phrase, rows_text
+from hbnn.errors import counted, plural, rows_phrase, rows_text
 from hbnn.io import InputError, check_made_with, load_dataset
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def read_table(path: str | Path, what: str = "table", text_columns: tuple[str, .
         names = header.iloc[0].tolist() if len(header) else []
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:  # pandas would rename the second to 'name.1' and go on with the first
-            raise InputError(f"{what} {path} has the column{'s' if len(twice) > 1 else ''} "
+            raise InputError(f"{what} {path} has the {plural('column', len(twice))} "
                              f"{', '.join(map(repr, twice))} more than once; each column needs its own name")
         df = pd.read_csv(path)
         text = [c for c in text_columns if c in df.columns]

@@ -38,14 +38,19 @@ def rows_text(idx, limit: int = 5) -> str:
     return shown + (f" (and {len(idx) - limit} more)" if len(idx) > limit else "")
 
 
+def plural(noun: str, n: int) -> str:
+    """``noun`` for one, ``nouns`` for any other count."""
+    return noun if n == 1 else f"{noun}s"
+
+
 def rows_phrase(idx, limit: int = 5) -> str:
     """``row 4`` or ``rows 4, 9``: :func:`rows_text` after the noun it takes."""
-    return f"row{'s' if len(idx) != 1 else ''} {rows_text(idx, limit)}"
+    return f"{plural('row', len(idx))} {rows_text(idx, limit)}"
 
 
 def counted(n: int, noun: str) -> str:
     """``1 missing value``, ``3 missing values``."""
-    return f"{n} {noun}{'s' if n != 1 else ''}"
+    return f"{n} {plural(noun, n)}"
 
 
 EXIT_BAD_INPUT = 2

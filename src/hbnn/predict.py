@@ -58,16 +58,20 @@ class Fitted:
     constant_data: xr.Dataset | None = None
 
 
+def _is_prior(path: Path) -> bool:
+    """Whether ``path`` is an informed prior (``priors/*.nc``), which holds its layers at the file's root."""
+    try:
+        with xr.open_dataset(path) as ds:
+            return ds.attrs.get("hbnn_variant") == "informed_prior"
+    except Exception:  # noqa: BLE001 - not readable at all: not a prior either
+        return False
+
+
 def load_fitted(path: Path) -> Fitted:
     """A trace written by a fit stage, with the groups prediction needs, or :class:`InputError`."""
     if not path.is_file():
         raise InputError(f"trace {path} does not exist; run the fit stages first (dvc repro)")
     try:
-        with xr.open_dataset(path) as ds:  # the file's root: a prior (priors/*.nc) holds its layers there
-            if ds.attrs.get("hbnn_stage") in ("derive_prior", "transfer_prior") and ds.attrs.get("hbnn_variant") == \
-                    "informed_prior":
-                raise InputError(f"{path} is an informed prior, not a trace: pass a fit's trace (traces/*.nc, e.g. "
-                                 "traces/hier.nc)")
         with xr.open_dataset(path, group="posterior") as ds:
             posterior = ds.load()
         try:
@@ -75,9 +79,10 @@ def load_fitted(path: Path) -> Fitted:
                 constant = ds.load()
         except OSError:  # no such group: a trace written before constant_data existed
             constant = None
-    except InputError:
-        raise
     except Exception as err:  # noqa: BLE001 - any decode failure means a bad file
+        if _is_prior(path):
+            raise InputError(f"{path} is an informed prior, not a trace: pass a fit's trace (traces/*.nc, e.g. "
+                             "traces/hier.nc)") from err
         raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
     variant = posterior.attrs.get("hbnn_variant")
     if variant not in BY_NAME:

@@ -18,7 +18,7 @@ unchanged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,15 +125,20 @@ def size_labels(t: TransferParams) -> list[str]:
     return [f"n{n}" for n in t.sizes] + ([ALL] if t.all_rows else [])
 
 
-def groups_by_size(fits: dict[str, dict]) -> dict[str, list[str]]:
-    """The held-out groups fitted at each size, from a ``fits.<model>`` section of the transfer metrics (keyed
-    ``<group>/<size>``), in increasing size. A group with fewer training rows than a size is not fitted at it,
-    so with groups of unequal sizes the larger sizes pool fewer groups."""
+def groups_by_size(fits: Iterable[str]) -> dict[str, list[str]]:
+    """The held-out groups fitted at each size, from the fits' names (``<group>/<size>``, :attr:`Refit.name`; the
+    keys of a ``fits.<model>`` section of the transfer metrics), in increasing size. A group with fewer training
+    rows than a size is not fitted at it, so with groups of unequal sizes the larger sizes pool fewer groups."""
     out: dict[str, list[str]] = {}
     for name in fits:
         group, _, size = name.rpartition("/")
         out.setdefault(size, []).append(group)
     return in_size_order(out)
+
+
+def pools_differ(by_size: dict[str, list[str]]) -> bool:
+    """Whether the sizes of :func:`groups_by_size` pool different groups."""
+    return len({tuple(groups) for groups in by_size.values()}) > 1
 
 
 def in_size_order(by_size: dict) -> dict:

@@ -16,7 +16,7 @@ from hbnn.evaluation import ADVI_MIN_DROP
 from hbnn.network import has_bias
 from hbnn.report.document import Figure, FigureLinks, Heading, Para, Section, Table
 from hbnn.report.numbers import ESS_OK, LABELS, MODELS, REFERENCE_DATA, REFERENCES, RHAT_OK, fmt, lookup, pct
-from hbnn.transfer import ALL, groups_by_size, in_size_order
+from hbnn.transfer import ALL, groups_by_size, in_size_order, pools_differ
 from hbnn.variants import BY_NAME
 
 
@@ -84,7 +84,7 @@ def _run_description(s: dict[str, Any], drawn: int | None = None, joint: bool = 
 
 def _reference_note(data: dict[str, Any]) -> Para:
     defaults = ", ".join(f"{k} {v}" for k, v in REFERENCE_DATA.items())
-    if data.get("data.source") == "table":
+    if not on_moons(data):
         return Para(f"The seed notebooks' reference numbers are not shown: they were obtained on the moons data "
                     f"({defaults}), and this run uses the table {data.get('data.path')}.")
     diff = [f"{k} = {data[k]} (reference {ref})" for k, ref in REFERENCE_DATA.items() if data[k] != ref]
@@ -93,6 +93,16 @@ def _reference_note(data: dict[str, Any]) -> Para:
                     f"data ({defaults}) but this run differs in: {'; '.join(diff)}.", warn=True)
     return Para(f"The data parameters are the defaults ({defaults}), so this run is comparable with the reference "
                 "numbers, up to sampler randomness and the reference runs' own sampler settings.")
+
+
+def _fitted_with_advi(sampling: dict) -> bool:
+    """Whether a model's ``sampling`` metrics are an ADVI fit's (they count its loss curves still falling): its draws
+    are independent draws of one approximation, so it has no divergences and its R-hat is not judged."""
+    return "advi_still_falling" in sampling
+
+
+def _rhat_cell(value, advi: bool) -> str:
+    return fmt(value) + (" (not judged)" if advi else "")
 
 
 def on_moons(data: dict[str, Any]) -> bool:
@@ -341,14 +351,13 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
         missing = [g for g in names if not lookup(metrics[v], "per_group", g, "converged")]
         missing_any |= bool(missing)
         bad_k = lookup(metrics[v], "loo", "n_bad_k")
-        advi = "advi_still_falling" in s
+        advi = _fitted_with_advi(s)
         rows.append([LABELS[v] + (" (ADVI)" if advi else ""), "NO" if missing else "yes",
-                     f"{len(names) - len(missing)}/{len(names)}",
-                     fmt(s.get("max_rhat_fn")) + (" (not judged)" if advi else ""),
+                     f"{len(names) - len(missing)}/{len(names)}", _rhat_cell(s.get("max_rhat_fn"), advi),
                      fmt(s.get("min_ess_bulk_fn"), ".0f"), "n/a" if advi else fmt(s.get("divergences"), "d"),
                      _missing_cell(metrics[v], missing),
                      "n/a" if bad_k is None else f"{bad_k} of {lookup(metrics[v], 'train', 'n')}"])
-    advi_models = [LABELS[v] for v in MODELS if "advi_still_falling" in (lookup(metrics[v], "sampling") or {})]
+    advi_models = [LABELS[v] for v in MODELS if _fitted_with_advi(lookup(metrics[v], "sampling") or {})]
     sds = lookup(metrics["hierarchical"], "sampling", "group_sd") or {}
     hier_advi = LABELS["hierarchical"] in advi_models  # independent draws: R-hat is not judged
     sd_bad = [f"{var} (R-hat {fmt(sds[var].get('rhat'))}, ESS {fmt(sds[var].get('ess_bulk'), '.0f')})"
@@ -426,7 +435,7 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
 def _transfer_status(tm: dict) -> tuple[str, bool]:
     """One line on the transfer experiment's fits against the bar, and whether any misses it."""
     h = tm["sampling"]["hierarchical"]
-    rhat_ok = "advi_still_falling" in h or (h["max_rhat"] is not None and h["max_rhat"] <= RHAT_OK)  # ADVI: not judged
+    rhat_ok = _fitted_with_advi(h) or (h["max_rhat"] is not None and h["max_rhat"] <= RHAT_OK)  # ADVI: not judged
     hier_ok = not h["groups_not_converged"] and rhat_ok and (h["min_ess_bulk"] or 0) >= ESS_OK
     counts = {m: (tm["sampling"][m]["fits_not_converged"], tm["sampling"][m]["fits"]) for m in ("flat", "informed")}
     refits_ok = not any(bad for bad, _ in counts.values())
@@ -498,14 +507,11 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
     rows, flagged = [], []
     for v in MODELS:
         s = lookup(metrics[v], "sampling") or {}
-        # ADVI's draws are independent draws of one approximation: no divergences, and its R-hat is not judged
-        # (the status section's reading); it is shown, marked, as the status table shows it
-        advi = "advi_still_falling" in s
+        advi = _fitted_with_advi(s)  # as the status table shows it
         rows.append([LABELS[v] + (" (ADVI)" if advi else ""), fmt(s.get("seconds"), ".1f"),
                      fmt(s.get("compile_seconds"), ".1f"), "n/a" if advi else fmt(s.get("divergences"), "d"),
-                     fmt(s.get("max_rhat_fn")) + (" (not judged)" if advi else ""),
-                     fmt(s.get("min_ess_bulk_fn"), ".0f"), fmt(s.get("max_rhat")) + (" (not judged)" if advi else ""),
-                     fmt(s.get("min_ess_bulk"), ".0f")])
+                     _rhat_cell(s.get("max_rhat_fn"), advi), fmt(s.get("min_ess_bulk_fn"), ".0f"),
+                     _rhat_cell(s.get("max_rhat"), advi), fmt(s.get("min_ess_bulk"), ".0f")])
         if advi:
             continue
         rhat = [lookup(metrics[v], "per_group", g, "rhat_fn") for g in names]
@@ -614,7 +620,7 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
     if tm["skipped"]:
         blocks.append(Para("Skipped (a size must be smaller than the group's training rows): "
                            + ", ".join(tm["skipped"]) + "."))
-    uneven = _uneven_groups(groups_by_size(tm["fits"]["flat"]))
+    uneven = _uneven_groups(groups_by_size(tm["fits"]["flat"]))  # its keys: <group>/<size>
     if uneven:
         blocks.insert(0, Para(uneven, warn=True))
     return Section(title, how, blocks, anchor="transfer")
@@ -622,7 +628,7 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
 
 def _uneven_groups(by_size: dict[str, list[str]]) -> str:
     """A caution where the sizes pool different held-out groups ("" where every size has the same ones)."""
-    if len({tuple(groups) for groups in by_size.values()}) <= 1:
+    if not pools_differ(by_size):
         return ""
     def names(groups: list[str]) -> str:
         return ", ".join(groups[:SHOWN_GROUPS]) + (f" and {len(groups) - SHOWN_GROUPS} more"

@@ -132,10 +132,10 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     refit, refits, skipped = transfer.refit_tasks(tasks, heldout, params.transfer)
     for line in skipped:
         log.info("transfer: skipping %s: a size must be smaller than the group's training rows", line)
-    by_size = transfer.groups_by_size({r.name: None for r in refits})
+    by_size = transfer.groups_by_size(r.name for r in refits)
     log.info("transfer: %d fits per model (%d held-out groups; sizes %s)", len(refits), len(heldout),
              ", ".join(f"{size}: {len(groups)}" for size, groups in by_size.items()))
-    if len({tuple(g) for g in by_size.values()}) > 1:
+    if transfer.pools_differ(by_size):
         log.warning("transfer: the sizes are scored on different held-out groups (a group is fitted only at sizes "
                     "below its training rows): compare the models within a size, not one size with another")
     models = {FLAT.name: flat_model(params, tasks, f"transfer_{FLAT.name}"),

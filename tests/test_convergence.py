@@ -65,3 +65,28 @@ def test_average_ranks_equal_scipy_without_ties_and_keep_the_callers_layout():
         ranks = convergence.average_ranks(values)
         np.testing.assert_array_equal(ranks, rankdata(values, axis=0, method="average"))
         assert ranks.flags["C_CONTIGUOUS"]
+
+
+@pytest.mark.parametrize("chains, draws", [(4, 500), (4, 51), (2, 6), (3, 7), (1, 9)])
+def test_normal_scores_are_the_ranks_normal_scores_bit_for_bit(chains, draws):
+    # the table lookup and the merged distances from the median give exactly what ranking every draw (and every
+    # distance) and taking ndtri of each rank gives, ties included: the diagnostics do not move by a bit
+    from scipy.special import ndtri
+
+    rng = np.random.default_rng(chains * 100 + draws)
+    x = rng.normal(size=(chains, draws, 9)).cumsum(axis=1) * 0.1 + rng.normal(size=(chains, draws, 9))
+    x[:, :, 0] = 0.5  # constant: one run of ties
+    x[:, :, 1] = np.round(x[:, :, 1] * 4) / 4  # few values, many equidistant from the median
+    x[:, :, 2] = 1 / (1 + np.exp(-40 * x[:, :, 2]))  # probabilities saturating at exactly 0 and 1
+    x[:, :, 3] = np.where(x[:, :, 3] > 0, 1.0, 0.0)
+    x[:, :, 4] = np.sort(x[:, :, 4], axis=None).reshape(chains, draws)  # already sorted
+    total = chains * draws
+
+    def scores(values):
+        ranks = convergence.average_ranks(values.reshape(total, -1))
+        return ndtri((ranks - 3 / 8) / (total - 2 * 3 / 8 + 1)).reshape(values.shape)
+
+    bulk, folded = convergence._normal_scores(x)
+    np.testing.assert_array_equal(bulk, scores(x))
+    np.testing.assert_array_equal(folded, scores(np.abs(x - np.median(x, axis=(0, 1)))))
+    assert convergence._normal_scores(x, folded=False)[1] is None

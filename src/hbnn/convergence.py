@@ -13,6 +13,7 @@ ArviZ to 1e-10.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from scipy.fft import next_fast_len
 from scipy.special import ndtri
@@ -55,9 +56,77 @@ def _split_chains(x: np.ndarray) -> np.ndarray:
 
 def _z_scale(x: np.ndarray) -> np.ndarray:
     """Normal scores of the pooled ranks (Blom offset 3/8), per quantity."""
+    return _normal_scores(x, folded=False)[0]
+
+
+def _normal_scores(x: np.ndarray, folded: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`_z_scale` of ``x (chain, draw, quantity)`` and, with ``folded``, of its distances from each quantity's
+    median (``np.abs(x - np.median(x, axis=(0, 1)))``, the folded R-hat's draws), from one sort per quantity.
+
+    The same numbers as ranking each with :func:`average_ranks` and taking ``ndtri`` of every rank, at ~2.5x less
+    cost (a hierarchical fit's looks, every per-group fit's check): a rank's normal score is looked up in a table
+    of every rank there can be (average ranks of ties are halves), and the distances from the median need no
+    sort of their own: below the median they fall as the draws rise, above it they rise, so merging the two runs
+    of the sorted draws orders them (``tests/test_convergence.py`` checks both against the ranking, bit for bit)."""
     c, n, k = x.shape
-    ranks = average_ranks(x.reshape(c * n, k))
-    return ndtri((ranks - 3 / 8) / (c * n - 2 * 3 / 8 + 1)).reshape(c, n, k)
+    total = c * n
+    columns = np.ascontiguousarray(x.reshape(total, k).T)
+    order = np.argsort(columns, axis=1)
+    # every average rank r is j / 2 for an integer j (ties: the mean of two positions), 1 <= r <= total
+    table = ndtri((np.arange(2, 2 * total + 1) / 2.0 - 3 / 8) / (total - 2 * 3 / 8 + 1))
+    bulk = np.empty(columns.shape)
+    far = np.empty(columns.shape) if folded else bulk[:0]
+    _scores(columns, order, table, bulk, far, folded)
+    return (np.ascontiguousarray(bulk.T).reshape(c, n, k),
+            np.ascontiguousarray(far.T).reshape(c, n, k) if folded else None)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scores(columns, order, table, bulk, far, folded):
+    """Each row of ``columns``: the normal score of its values' average ranks into ``bulk``, and with ``folded`` of
+    their distances from the row's median into ``far`` (see :func:`_normal_scores`); ``order`` sorts each row."""
+    k, total = columns.shape
+    values = np.empty(total)
+    distance = np.empty(total)
+    at = np.empty(total, dtype=np.int64)
+    for i in range(k):
+        for p in range(total):
+            values[p] = columns[i, order[i, p]]
+        _assign(values, order[i], table, bulk[i])
+        if not folded:
+            continue
+        half = total // 2  # np.median: the middle value, or the mean of the middle two
+        median = values[half] if total % 2 else (values[half - 1] + values[half]) / 2.0
+        below = 0  # draws under the median come first; their distances grow as they fall
+        while below < total and values[below] < median:
+            below += 1
+        lo, hi = below - 1, below
+        for p in range(total):
+            if hi >= total or (lo >= 0 and abs(values[lo] - median) <= abs(values[hi] - median)):
+                distance[p] = abs(values[lo] - median)
+                at[p] = order[i, lo]
+                lo -= 1
+            else:
+                distance[p] = abs(values[hi] - median)
+                at[p] = order[i, hi]
+                hi += 1
+        _assign(distance, at, table, far[i])
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _assign(ordered, positions, table, out):
+    """``out[positions[p]]``: the normal score of ``ordered[p]``'s average rank, ``ordered`` sorted (runs of equal
+    values share the mean of their positions, as :func:`average_ranks`)."""
+    total = ordered.size
+    start = 0
+    while start < total:
+        end = start
+        while end + 1 < total and ordered[end + 1] == ordered[start]:
+            end += 1
+        score = table[start + end]  # rank (start + end) / 2 + 1, i.e. j = start + end + 2, at j - 2
+        for p in range(start, end + 1):
+            out[positions[p]] = score
+        start = end + 1
 
 
 def _rhat(x: np.ndarray) -> np.ndarray:
@@ -123,15 +192,13 @@ def _per_quantity(x: np.ndarray, min_chains: int, statistic) -> np.ndarray:
     return out
 
 
-def _rhat_split(s: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """Rank-normalised R-hat of split chains ``s``, given their normal scores ``z = _z_scale(s)``."""
-    folded = np.abs(s - np.median(s, axis=(0, 1)))
-    return np.fmax(_rhat(z), _rhat(_z_scale(folded)))
+def _rhat_split(z: np.ndarray, z_folded: np.ndarray) -> np.ndarray:
+    """Rank-normalised R-hat of split chains from their normal scores and their distances' (:func:`_normal_scores`)."""
+    return np.fmax(_rhat(z), _rhat(z_folded))
 
 
 def _rhat_rank(x: np.ndarray) -> np.ndarray:
-    s = _split_chains(x)
-    return _rhat_split(s, _z_scale(s))
+    return _rhat_split(*_normal_scores(_split_chains(x)))
 
 
 def _ess_tail(x: np.ndarray) -> np.ndarray:
@@ -156,11 +223,10 @@ def rhat_and_ess_bulk(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rhat_out, bulk_out = np.full(x.shape[2], np.nan), np.full(x.shape[2], np.nan)
     ok = ~np.isnan(x).any(axis=(0, 1)) & (x.shape[1] >= MIN_DRAWS)
     if ok.any():
-        s = _split_chains(x[..., ok])
-        z = _z_scale(s)
+        z, z_folded = _normal_scores(_split_chains(x[..., ok]), folded=x.shape[0] >= 2)
         bulk_out[ok] = _ess(z)
-        if x.shape[0] >= 2:
-            rhat_out[ok] = _rhat_split(s, z)
+        if z_folded is not None:
+            rhat_out[ok] = _rhat_split(z, z_folded)
     return rhat_out, bulk_out
 
 

@@ -155,6 +155,13 @@ def test_fit_metrics_count_groups_not_converged_and_keep_per_group_divergences(r
     assert m["sampling"]["groups_not_converged"] == 2
     joint = fit_metrics(ragged_tasks, predictions, divergences=5)  # one joint fit: 5 of 1000 draws concern all
     assert joint["sampling"]["groups_not_converged"] == 3 and "divergences" not in joint["per_group"]["a"]
+    assert "sds_not_converged" not in joint["sampling"]  # no group sds: nothing to count
+    # a joint fit's group sds are counted beside its groups, and folded into its extremes
+    sds = {"sd_in": {"rhat": 1.004, "ess_bulk": 290.0, "ess_tail": 300.0},
+           "sd_out": {"rhat": 1.002, "ess_bulk": 1900.0, "ess_tail": 1500.0}}
+    joint = fit_metrics(ragged_tasks, predictions, divergences=0, extra_diagnostics=sds)
+    assert joint["sampling"]["sds_not_converged"] == 1 and joint["sampling"]["min_ess_bulk"] <= 290.0
+    assert "sds_not_converged" in evaluation.headline(joint, "accuracy")["sampling"]
 
 
 def test_advi_loss_trend_calls_a_curve_still_falling_only_beyond_chance_and_half_a_percent():

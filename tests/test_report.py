@@ -504,6 +504,39 @@ def test_reference_note_on_default_data():
     assert not note.warn and "comparable" in note.text and "NOT" not in note.text
     changed = sections._reference_note({**numbers.REFERENCE_DATA, "data.noise": 0.2})
     assert changed.warn and "data.noise = 0.2 (reference 0.3)" in changed.text
+    # the networks count too: the same data with another network is not the reference's experiment
+    same = sections._reference_note(dict(numbers.REFERENCE_DATA), dict(numbers.REFERENCE_MODEL))
+    assert not same.warn and "comparable" in same.text
+    narrow = sections._reference_note(dict(numbers.REFERENCE_DATA), {**numbers.REFERENCE_MODEL,
+                                                                     "model.hidden_layers": [4]})
+    assert narrow.warn and "model.hidden_layers = [4] (reference [5, 5])" in narrow.text
+    wide_prior = sections._reference_note(dict(numbers.REFERENCE_DATA), {"model.prior_sd": 2.0})
+    assert wide_prior.warn and "model.prior_sd = 2.0 (reference 1.0)" in wide_prior.text
+
+
+def test_model_settings_come_from_the_traces_and_the_prior_sd_from_the_flat_one():
+    settings = {"flat": {"hidden_layers": [4], "bias": True, "likelihood": "bernoulli", "prior_sd": 1.5},
+                "hierarchical": {"hidden_layers": [4], "bias": True, "likelihood": "bernoulli"},
+                "informed": {"hidden_layers": [4], "bias": True, "likelihood": "bernoulli", "prior_sd": 9.0}}
+    assert sections.model_settings(settings) == {"model.hidden_layers": [4], "model.bias": True,
+                                                 "model.likelihood": "bernoulli", "model.prior_sd": 1.5}
+    assert "model.prior_sd" not in sections.model_settings({"hierarchical": settings["hierarchical"]})
+
+
+@pytest.mark.parametrize("within, expected", [
+    (True, "The difference is beyond 2 standard errors at the largest size (all), though not at every smaller one: "
+           "the prior matters with every training row these groups have."),
+    (False, "The difference is beyond 2 standard errors at every size, the largest (all) included: the prior "
+            "matters with every training row these groups have.")])
+def test_transfer_reading_where_the_largest_size_is_beyond_two_standard_errors(within, expected):
+    def size(mean, rows):
+        return {"difference": {"mean": mean, "se": 0.01}, "rows_mean": rows}
+
+    sizes = {"n2": size(0.005 if within else 0.05, 2), "n8": size(0.05, 8), "all": size(0.03, 50)}
+    text = sections._transfer_reading(sizes, None)
+    assert text.endswith(expected)
+    # without an all-rows fit, the largest size is not every row the groups have
+    assert "every training row" not in sections._transfer_reading({"n2": size(0.05, 2), "n8": size(0.05, 8)}, None)
 
 
 def test_advi_loss_curve_and_csv(run):
@@ -620,14 +653,44 @@ def test_transfer_status_names_why_the_hierarchical_fit_misses_the_bar():
                         "groups meets the bar; refits of the held-out groups meeting it: 60/60 flat, 60/60 informed.",
                         False)
     text, failing = status(groups_not_converged=2, max_rhat=1.02)
-    assert failing and "MISSES it (2 groups, max R-hat 1.020, min ESS 900)" in text
+    assert failing and "MISSES it (2 groups missing it; max R-hat 1.020, min ESS 900, group sds included)" in text
+    # every group meets it, a group sd does not: the line says which, with its numbers
+    text, failing = status(max_rhat=1.008, min_ess_bulk=290.0, group_sd={
+        "sd_in": {"rhat": 1.008, "ess_bulk": 290.0}, "sd_out": {"rhat": 1.002, "ess_bulk": 1900.0}})
+    assert failing and ("MISSES it (0 groups missing it; group sds missing it: sd_in (R-hat 1.008, ESS 290); max "
+                        "R-hat 1.008, min ESS 290, group sds included)") in text
     text, failing = status(groups_not_converged=990, max_rhat=1.015, advi_still_falling=1)
     assert failing and "ADVI: its loss was still falling, so every group misses: 990 groups;" in text
     assert "R-hat" not in text
     assert status(max_rhat=1.015, advi_still_falling=0)[1] is False  # ADVI's R-hat is not judged
     one = sections._transfer_status({"training_groups": ["g1"], "sampling": {
         "hierarchical": {"groups_not_converged": 1, "max_rhat": 1.02, "min_ess_bulk": 90.0}, **refits}})[0]
-    assert "the hierarchical fit of the 1 training group MISSES it (1 group, max R-hat" in one
+    assert "the hierarchical fit of the 1 training group MISSES it (1 group missing it; max R-hat" in one
+
+
+def test_status_remedy_names_the_settings_that_say_how_long_and_a_fit_stopped_at_its_limit():
+    names = ["a", "b"]
+    good = {"per_group": {g: {"converged": True, "rhat_fn": 1.0, "ess_bulk_fn": 900.0} for g in names},
+            "sampling": {"max_rhat_fn": 1.0, "min_ess_bulk_fn": 900.0, "divergences": 0}}
+    miss = {"converged": False, "rhat_fn": 1.012, "ess_bulk_fn": 304.0}
+    bad = {**good, "per_group": {**good["per_group"], "a": miss}}
+    settings = {"flat": {"sampler": {"draws": 1000, "max_draws": 4000}},
+                "hierarchical": {"sampler": {"draws": 300, "max_draws": 1200}},
+                "informed": {"sampler": {"draws": 1000, "max_draws": 0}}}
+    metrics = {v: good for v in numbers.MODELS}
+    sec = sections._status_section({**metrics, "hierarchical": bad}, names, ["sd_in"], None, settings,
+                                   {"flat": 1000, "hierarchical": 1200, "informed": 1000})
+    assert ("the Hierarchical fit stopped at hier_sampler.max_draws=1200 draws per chain: sample longer (raise "
+            "hier_sampler.max_draws) or with more chains before relying on them.") in sec.blocks[0].text
+    sec = sections._status_section({**metrics, "flat": bad, "informed": bad}, names, ["sd_in"], None, settings,
+                                   {"flat": 1000, "hierarchical": 1200, "informed": 1000})
+    assert ("diagnostics; sample longer (raise sampler.max_draws and sampler.draws) or with more chains before"
+            in sec.blocks[0].text)
+    # a hierarchical fit that met the bar in every group but not in a group sd is named too
+    sds = {**good, "sampling": {**good["sampling"], "group_sd": {"sd_in": {"rhat": 1.003, "ess_bulk": 290.0}}}}
+    sec = sections._status_section({**metrics, "hierarchical": sds}, names, ["sd_in"], None, settings,
+                                   {"flat": 1000, "hierarchical": 900, "informed": 1000})
+    assert sec.failing and "sample longer (raise hier_sampler.max_draws) or with more chains" in sec.blocks[0].text
 
 
 def test_intro_states_each_fits_inference_as_run():

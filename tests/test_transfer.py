@@ -138,6 +138,12 @@ def test_transfer_metrics_are_keyed_by_model_and_size(pipeline):  # noqa: F811
             assert set(headline[model][size]["test"]) == {"accuracy", "log_loss", "brier"}
     assert set(headline["population"]["n0"]["test"]) == {"accuracy", "log_loss", "brier"}
     assert set(headline["sampling"]) == {"flat", "informed", "hierarchical"}
+    # the fit behind the transfer prior, judged as fit_hier's headline judges it: its group sds count too
+    hier = detail["sampling"]["hierarchical"]
+    required = {"divergences", "max_rhat", "min_ess_bulk", "groups_not_converged", "sds_not_converged"}
+    assert required <= set(headline["sampling"]["hierarchical"]) <= required | {"restarts", "advi_still_falling"}
+    assert hier["sds_not_converged"] == sum(not (d["rhat"] <= 1.01 and d["ess_bulk"] >= 400)
+                                            for d in hier["group_sd"].values())
     assert detail["skipped"] == [f"{g}/n32 (20 training rows)" for g in detail["heldout_groups"]]
 
     def no_lists(node):

@@ -191,6 +191,14 @@ def group_converged(rhat: float | None, ess: float | None, divergences: int, dra
     return bool(meets_bar(rhat, ess) and divergences <= DIVERGENT_SHARE_MAX * draws)
 
 
+def sd_converged(diagnostics: dict, advi: bool = False) -> bool:
+    """A hierarchical group sd meets the bar (``diagnostics``: its ``rhat`` and ``ess_bulk``); for ADVI's
+    independent draws only the ESS is judged, as :func:`group_converged` judges ADVI's groups."""
+    if advi:
+        return bool((diagnostics.get("ess_bulk") or 0) >= ESS_MIN)
+    return meets_bar(diagnostics.get("rhat"), diagnostics.get("ess_bulk"))
+
+
 def meets_bar(rhat: float | None, ess: float | None) -> bool:
     """R-hat <= 1.01 and bulk ESS >= 400 (a missing or NaN R-hat does not meet it): the MCMC part of
     :func:`group_converged`'s bar, for any quantity."""
@@ -478,6 +486,8 @@ def fit_metrics(
         metrics["sampling"]["advi_still_falling"] = sum(t["still_falling"] for t in trend)
     if extra:
         metrics["sampling"]["group_sd"] = extra
+        # the group sds are reported quantities too: a count beside the groups', so that a miss shows in the metrics
+        metrics["sampling"]["sds_not_converged"] = sum(not sd_converged(d, trend is not None) for d in extra.values())
     if loo is not None:
         metrics["loo"] = loo[0]
         for name, values in loo[1].items():
@@ -486,7 +496,8 @@ def fit_metrics(
 
 
 HEADLINE_SAMPLING = ("divergences", "max_rhat", "min_ess_bulk", "groups_not_converged")
-HEADLINE_SAMPLING_IF_PRESENT = ("advi_still_falling", "restarts")  # ADVI fits; fits whose chains may restart
+# ADVI fits; hierarchical fits (their group sds; chains that may restart)
+HEADLINE_SAMPLING_IF_PRESENT = ("advi_still_falling", "sds_not_converged", "restarts")
 HEADLINE_LOO = ("elpd", "se", "p_loo", "n_bad_k")
 
 

@@ -35,6 +35,13 @@ REFERENCE_DATA = {
     "data.rotation_deg": 90.0,
     "data.train_fraction": 0.5,
 }
+# The networks those numbers came from (the flat net's weight prior N(0, 1)), as the traces' settings record them.
+REFERENCE_MODEL = {
+    "model.hidden_layers": [5, 5],
+    "model.bias": False,
+    "model.likelihood": "bernoulli",
+    "model.prior_sd": 1.0,
+}
 RHAT_OK, ESS_OK = RHAT_MAX, ESS_MIN  # the convergence bar the metrics judge groups by
 CHUNK_VALUES = 2**21  # network outputs per chunk of a surface's draws (8 MB of float32, 16 MB of their values)
 

@@ -54,6 +54,7 @@ from hbnn.report.sections import (
     _status_section,
     _surface_sections,
     _transfer_section,
+    model_settings,
     on_moons,
 )
 from hbnn.variants import BY_NAME
@@ -157,16 +158,16 @@ def report(
     if losses:
         figures["advi_loss.png"] = plots.png_bytes(plots.plot_loss(losses)[0])
     data = data_settings(tasks, params)
+    status = _status_section(metrics, names, sd_vars, transfer_metrics, settings, drawn)
     if not lik.classifier:
         accuracy = {v: np.zeros(0) for v in MODELS}
         figures.update(_regression_figures(metrics, names))
-        sections = [_status_section(metrics, names, sd_vars, transfer_metrics), _scores_section(metrics),
-                    _per_group_rmse_section(len(names))]
+        sections = [status, _scores_section(metrics), _per_group_rmse_section(len(names))]
     else:
         accuracy = _per_group_values(metrics, names, "test", "accuracy")
         figures.update(_metrics_figures(metrics, names, accuracy, on_moons(data)))
         figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
-        sections = [_status_section(metrics, names, sd_vars, transfer_metrics), _accuracy_section(metrics, data),
+        sections = [status, _accuracy_section(metrics, data, model_settings(settings)),
                     _per_group_section(len(names)),
                     _calibration_section()]
     if tasks.n_features < 2:

@@ -15,7 +15,8 @@ def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
     tasks = load_tasks(tasks_path, params.model.likelihood, params)
     fitting.enforce_budget("fit_flat", params, tasks)
     sampled = fitting.fit_per_group("fit_flat", params, tasks, *flat_model(params, tasks, "fit_flat"))
-    return fitting.finish_fit("fit_flat", params, tasks, sampled, trace_out, metrics_out, timing_out)
+    return fitting.finish_fit("fit_flat", params, tasks, sampled, trace_out, metrics_out, timing_out,
+                              settings_extra={"prior_sd": params.model.prior_sd})
 
 
 def flat_model(params: Params, tasks: Tasks, stage: str):

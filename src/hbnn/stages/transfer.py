@@ -91,9 +91,9 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
             outputs.write_json(as_builtin(timing), timing_out)
             outputs.write_json(as_builtin(metrics), metrics_out)
     s = hier_metrics["sampling"]
-    log.info("transfer_prior: hierarchical fit of %d groups: %d not converged, max R-hat %.4f, min ESS %.0f, "
-             "%d divergences, %.1fs sampling", len(kept), s["groups_not_converged"], s["max_rhat"],
-             s["min_ess_bulk"], s["divergences"], sampled.cost.seconds)
+    log.info("transfer_prior: hierarchical fit of %d groups: %d groups and %d group sds not converged, max R-hat "
+             "%.4f, min ESS %.0f, %d divergences, %.1fs sampling", len(kept), s["groups_not_converged"],
+             s.get("sds_not_converged", 0), s["max_rhat"], s["min_ess_bulk"], s["divergences"], sampled.cost.seconds)
     return metrics
 
 
@@ -245,7 +245,7 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
                         for name, f in per_fit.items()},
                      "hierarchical": {k: upstream["hierarchical"]["sampling"][k]
                                       for k in (*evaluation.HEADLINE_SAMPLING,
-                                                *evaluation.HEADLINE_SAMPLING_IF_PRESENT, "restarted")
+                                                *evaluation.HEADLINE_SAMPLING_IF_PRESENT, "restarted", "group_sd")
                                       if k in upstream["hierarchical"]["sampling"]}},
         "fits": {name: {r.name: {"group": r.group, "size": r.size, "rows": r.rows,
                                  **{k: v for k, v in fits[name]["per_group"][r.name].items() if k != "train"}}
@@ -269,7 +269,9 @@ def transfer_headline(metrics: dict) -> dict:
     out["population"] = {transfer.POPULATION: {"test": scores(metrics["population"]["test"])}}
     sampling = metrics["sampling"]
     out["sampling"] = {name: {k: sampling[name][k] for k in ("fits_not_converged", "divergences")} for name in MODELS}
-    out["sampling"]["hierarchical"] = {"groups_not_converged": sampling["hierarchical"]["groups_not_converged"]}
+    # the fit the transfer prior comes from, judged as fit_hier's headline judges that fit (its group sds included)
+    headline = (*evaluation.HEADLINE_SAMPLING, *evaluation.HEADLINE_SAMPLING_IF_PRESENT)
+    out["sampling"]["hierarchical"] = {k: v for k, v in sampling["hierarchical"].items() if k in headline}
     return out
 
 

@@ -346,8 +346,9 @@ def psis_loo(log_lik: np.ndarray) -> psis.Loo:
     :meth:`hbnn.psis.Loo.to_arviz` gives what ``az.compare`` takes.
     """
     S = log_lik.shape[0] * log_lik.shape[1]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a row's ESS of constant likelihood values: NaN, dropped below
+    # np.errstate, not warnings.catch_warnings: this runs in a thread beside the stage's own (score_fit), and
+    # catch_warnings swaps the process's warning filters, which a thread can restore over another's
+    with np.errstate(all="ignore"):  # a row of constant likelihood values: its ESS, NaN, is dropped below
         ess = convergence.ess_mean(np.exp(log_lik - log_lik.max(axis=(0, 1))))  # az.ess(method="mean"), per row
     reff = float(np.clip(np.nanmean(ess) / S, 1.0 / S, 1.0)) if np.isfinite(ess).any() else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):  # a row of constant ratios: k is infinite, not smoothed
@@ -489,10 +490,15 @@ def fit_metrics(
         # the group sds are reported quantities too: a count beside the groups', so that a miss shows in the metrics
         metrics["sampling"]["sds_not_converged"] = sum(not sd_converged(d, trend is not None) for d in extra.values())
     if loo is not None:
-        metrics["loo"] = loo[0]
-        for name, values in loo[1].items():
-            metrics["per_group"][name]["loo"] = values
+        add_loo(metrics, loo)
     return metrics
+
+
+def add_loo(metrics: dict, loo: tuple[dict, dict[str, dict]]) -> None:
+    """Put :func:`loo_metrics`' output (pooled, per group) into :func:`fit_metrics`' ``metrics``."""
+    metrics["loo"] = loo[0]
+    for name, values in loo[1].items():
+        metrics["per_group"][name]["loo"] = values
 
 
 HEADLINE_SAMPLING = ("divergences", "max_rhat", "min_ess_bulk", "groups_not_converged")

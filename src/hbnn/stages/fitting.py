@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -104,8 +105,7 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
 
     ``stage`` is a fit of :data:`hbnn.variants.FITS`.
     """
-    dvc_stage, variant = FITS[stage]
-    posterior, sample_stats, cost = sampled.posterior, sampled.sample_stats, sampled.cost
+    posterior, cost = sampled.posterior, sampled.cost
     observed, constant = _observed(tasks)
     specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
     predictions = evaluation.evaluate_groups(
@@ -114,6 +114,23 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
         noise_of=lambda g: evaluation.group_noise(posterior, tasks.group_names[g]),
     )
     log_lik = evaluation.pointwise_log_likelihood(tasks, predictions["train"])
+    # PSIS-LOO (FFTs and sorts over every training row's draws, which release the GIL) beside the rest: after the
+    # sampling only this thread is busy, and LOO is ~half of what it does here
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="psis") as pool:
+        loo = pool.submit(evaluation.psis_loo, log_lik)
+        idata, metrics, s = _scored(stage, params, tasks, sampled, settings_extra, predictions, log_lik, observed,
+                                    constant, loo)
+    advi_iterations = sampled.sample_stats.sizes.get("advi_iteration")
+    timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
+                                       backend_class(s).parallel_chains(s), advi_iterations)
+    return idata, metrics, timing, predictions
+
+
+def _scored(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settings_extra: dict | None,
+            predictions: dict, log_lik: np.ndarray, observed, constant, loo: concurrent.futures.Future):
+    """:func:`score_fit`'s trace and metrics, with PSIS-LOO from ``loo`` (a future), and the fit's sampler params."""
+    dvc_stage, variant = FITS[stage]
+    posterior, sample_stats = sampled.posterior, sampled.sample_stats
     groups = {"posterior": posterior, "sample_stats": sample_stats, "observed_data": observed,
               "constant_data": constant}
     if params.trace.pointwise:
@@ -133,11 +150,11 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
         divergences=int(diverging.sum() if group_divergences is None else group_divergences.sum()),
         extra_diagnostics=sampled.extra_diagnostics,
         group_divergences=group_divergences,
-        loo=evaluation.loo_metrics(evaluation.psis_loo(log_lik), tasks.split("train").group, tasks.group_names),
         advi_loss=_advi_loss(sample_stats, tasks.group_names),
         test_diagnostics=sampled.test_diagnostics,
         thinned=sampled.thinned,
     )
+    evaluation.add_loo(metrics, evaluation.loo_metrics(loo.result(), tasks.split("train").group, tasks.group_names))
     if sampled.thinned:  # groups drawn longer and thinned to the stage's draws (sampler.max_draws): why and how much
         metrics["sampling"]["thinned_groups"] = sampled.thinned
         idata.sample_stats.attrs["hbnn_thinned_groups"] = json.dumps(sampled.thinned, sort_keys=True)
@@ -147,10 +164,7 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
         metrics["sampling"]["restarts"] = len(restarts)
         if restarts:
             metrics["sampling"]["restarted"] = restarts
-    advi_iterations = sample_stats.sizes.get("advi_iteration")
-    timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
-                                       backend_class(s).parallel_chains(s), advi_iterations)
-    return idata, metrics, timing, predictions
+    return idata, metrics, s
 
 
 def _advi_loss(sample_stats: xr.Dataset, names: Sequence[str]) -> np.ndarray | None:

@@ -661,3 +661,27 @@ def test_check_params_refuses_an_informed_prior_from_too_few_draws(workspace, ca
     raw["prior"] = {"draws_per_sample": 2}  # 40 draws: enough
     code, err = _run("check_params", _yaml(raw), capsys)
     assert code == 0, err
+
+
+def test_check_params_warns_where_a_fit_keeps_fewer_draws_than_the_bar_needs(workspace, capsys, caplog):
+    """2 chains x 100 draws cannot reach a bulk ESS of 400 on every test point: allowed (a quick look), but said
+    before any sampling, naming the key to raise; a hierarchical fit drawn on to max_draws is judged by that."""
+    raw = json.loads(json.dumps(TINY))
+    raw["sampler"] = {**raw["sampler"], "chains": 2, "draws": 100, "max_draws": 4000}
+    raw["hier_sampler"] = {**raw["hier_sampler"], "chains": 2, "draws": 100, "max_draws": 1000}
+
+    def warnings_of(params: dict) -> list[str]:
+        caplog.clear()
+        code, err = _run("check_params", _yaml(params), capsys)
+        assert code == 0, err
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "hbnn.budget"]
+
+    (warned,) = warnings_of(raw)
+    assert warned.startswith("sampler.chains x sampler.draws = 2 x 100 = 200 draws per fit, fewer than the bulk ESS "
+                             "of 400") and "raise sampler.draws to at least 200" in warned
+    raw["hier_sampler"].update(draws=50, max_draws=150)  # drawn on, but to 2 x 150 at most
+    raw["sampler"]["draws"] = 200
+    (warned,) = warnings_of(raw)
+    assert warned.startswith("hier_sampler.chains x hier_sampler.max_draws = 2 x 150 = 300 draws per fit")
+    raw["hier_sampler"]["max_draws"] = 200
+    assert warnings_of(raw) == []

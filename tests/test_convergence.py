@@ -80,6 +80,8 @@ def test_normal_scores_are_the_ranks_normal_scores_bit_for_bit(chains, draws):
     x[:, :, 2] = 1 / (1 + np.exp(-40 * x[:, :, 2]))  # probabilities saturating at exactly 0 and 1
     x[:, :, 3] = np.where(x[:, :, 3] > 0, 1.0, 0.0)
     x[:, :, 4] = np.sort(x[:, :, 4], axis=None).reshape(chains, draws)  # already sorted
+    x[:, :, 5] = np.where(x[:, :, 5] > -0.3, np.inf, x[:, :, 5])  # an infinite median: NaN distances (inf - inf)
+    x[:, :, 6] = np.where(x[:, :, 6] > 1.0, -np.inf, x[:, :, 6])  # infinite draws, a finite median
     total = chains * draws
 
     def scores(values):
@@ -88,5 +90,7 @@ def test_normal_scores_are_the_ranks_normal_scores_bit_for_bit(chains, draws):
 
     bulk, folded = convergence._normal_scores(x)
     np.testing.assert_array_equal(bulk, scores(x))
-    np.testing.assert_array_equal(folded, scores(np.abs(x - np.median(x, axis=(0, 1)))))
+    with np.errstate(invalid="ignore"):
+        distances = np.abs(x - np.median(x, axis=(0, 1)))
+    np.testing.assert_array_equal(folded, scores(distances))
     assert convergence._normal_scores(x, folded=False)[1] is None

@@ -14,7 +14,7 @@ import pytest
 import xarray as xr
 from scipy.special import expit
 
-from hbnn import plots
+from hbnn import plots, transfer
 from hbnn.config import parse_params
 from hbnn.data import make_moons_tasks
 from hbnn.evaluation import predict_output, predict_proba
@@ -512,6 +512,11 @@ def test_reference_note_on_default_data():
     assert narrow.warn and "model.hidden_layers = [4] (reference [5, 5])" in narrow.text
     wide_prior = sections._reference_note(dict(numbers.REFERENCE_DATA), {"model.prior_sd": 2.0})
     assert wide_prior.warn and "model.prior_sd = 2.0 (reference 1.0)" in wide_prior.text
+    # traces from before the flat net's prior sd was recorded: not claimed to match
+    older = {k: v for k, v in numbers.REFERENCE_MODEL.items() if k != "model.prior_sd"}
+    old = sections._reference_note(dict(numbers.REFERENCE_DATA), older)
+    assert not old.warn and "model.prior_sd 1.0" not in old.text
+    assert "not recorded in the traces, so not compared: model.prior_sd" in old.text
 
 
 def test_model_settings_come_from_the_traces_and_the_prior_sd_from_the_flat_one():
@@ -521,6 +526,9 @@ def test_model_settings_come_from_the_traces_and_the_prior_sd_from_the_flat_one(
     assert sections.model_settings(settings) == {"model.hidden_layers": [4], "model.bias": True,
                                                  "model.likelihood": "bernoulli", "model.prior_sd": 1.5}
     assert "model.prior_sd" not in sections.model_settings({"hierarchical": settings["hierarchical"]})
+    # only the flat net has an N(0, sd) prior: another model's prior_sd is never taken for it
+    unrecorded = {**settings, "flat": {k: v for k, v in settings["flat"].items() if k != "prior_sd"}}
+    assert "model.prior_sd" not in sections.model_settings(unrecorded)
 
 
 @pytest.mark.parametrize("within, expected", [
@@ -537,6 +545,11 @@ def test_transfer_reading_where_the_largest_size_is_beyond_two_standard_errors(w
     assert text.endswith(expected)
     # without an all-rows fit, the largest size is not every row the groups have
     assert "every training row" not in sections._transfer_reading({"n2": size(0.05, 2), "n8": size(0.05, 8)}, None)
+    # one test row: no standard error, and stops_mattering cannot call it within; the reading does not call it beyond
+    lone = {"n2": size(0.05, 2), "all": {"difference": {"mean": 0.2, "se": float("nan")}, "rows_mean": 50}}
+    assert transfer.stops_mattering({k: v["difference"] for k, v in lone.items()}) is None
+    text = sections._transfer_reading(lone, None)
+    assert "beyond 2 standard errors at the largest" not in text and "no standard error to judge it by" in text
 
 
 def test_advi_loss_curve_and_csv(run):
@@ -672,25 +685,36 @@ def test_status_remedy_names_the_settings_that_say_how_long_and_a_fit_stopped_at
     names = ["a", "b"]
     good = {"per_group": {g: {"converged": True, "rhat_fn": 1.0, "ess_bulk_fn": 900.0} for g in names},
             "sampling": {"max_rhat_fn": 1.0, "min_ess_bulk_fn": 900.0, "divergences": 0}}
-    miss = {"converged": False, "rhat_fn": 1.012, "ess_bulk_fn": 304.0}
-    bad = {**good, "per_group": {**good["per_group"], "a": miss}}
-    settings = {"flat": {"sampler": {"draws": 1000, "max_draws": 4000}},
-                "hierarchical": {"sampler": {"draws": 300, "max_draws": 1200}},
-                "informed": {"sampler": {"draws": 1000, "max_draws": 0}}}
+    short = {"converged": False, "rhat_fn": 1.012, "ess_bulk_fn": 304.0}
+    bad = {**good, "per_group": {**good["per_group"], "a": short}}
+    settings = {"flat": {"sampler": {"backend": "nutpie", "draws": 1000, "max_draws": 4000}},
+                "hierarchical": {"sampler": {"backend": "nutpie", "draws": 300, "max_draws": 1200}},
+                "informed": {"sampler": {"backend": "nutpie", "draws": 1000, "max_draws": 0}}}
+    drawn = {"flat": 1000, "hierarchical": 1200, "informed": 1000}
     metrics = {v: good for v in numbers.MODELS}
-    sec = sections._status_section({**metrics, "hierarchical": bad}, names, ["sd_in"], None, settings,
-                                   {"flat": 1000, "hierarchical": 1200, "informed": 1000})
-    assert ("the Hierarchical fit stopped at hier_sampler.max_draws=1200 draws per chain: sample longer (raise "
-            "hier_sampler.max_draws) or with more chains before relying on them.") in sec.blocks[0].text
-    sec = sections._status_section({**metrics, "flat": bad, "informed": bad}, names, ["sd_in"], None, settings,
-                                   {"flat": 1000, "hierarchical": 1200, "informed": 1000})
+
+    def verdict(changed: dict, drawn: dict = drawn, sets: dict = settings) -> str:
+        return sections._status_section({**metrics, **changed}, names, ["sd_in"], None, sets, drawn).blocks[0].text
+
+    assert ("diagnostics; the Hierarchical fit stopped at 1200 draws per chain (hier_sampler.max_draws=1200): sample "
+            "longer (raise hier_sampler.max_draws) or with more chains before relying"
+            ) in verdict({"hierarchical": bad})
+    # its looks go in steps of 100 (nutpie): with draws 150 and max_draws 300 the last look is at 250
+    odd = {**settings, "hierarchical": {"sampler": {"backend": "nutpie", "draws": 150, "max_draws": 300}}}
+    assert "the Hierarchical fit stopped at 250 draws per chain (hier_sampler.max_draws=300)" in verdict(
+        {"hierarchical": bad}, {**drawn, "hierarchical": 250}, odd)
     assert ("diagnostics; sample longer (raise sampler.max_draws and sampler.draws) or with more chains before"
-            in sec.blocks[0].text)
-    # a hierarchical fit that met the bar in every group but not in a group sd is named too
+            in verdict({"flat": bad, "informed": bad}))
+    # R-hat and ESS met, divergences not: more draws would not help, target_accept might
+    diverged = {**good, "per_group": {g: {**good["per_group"][g], "converged": False} for g in names},
+                "sampling": {**good["sampling"], "divergences": 9}}
+    text = verdict({"hierarchical": diverged}, {**drawn, "hierarchical": 300})
+    assert ("diagnostics; where only divergences miss the bar, raise hier_sampler.target_accept (more draws do not "
+            "remove them) before relying") in text and "max_draws" not in text
+    # a group sd short of the bar is a length problem of the hierarchical fit
     sds = {**good, "sampling": {**good["sampling"], "group_sd": {"sd_in": {"rhat": 1.003, "ess_bulk": 290.0}}}}
-    sec = sections._status_section({**metrics, "hierarchical": sds}, names, ["sd_in"], None, settings,
-                                   {"flat": 1000, "hierarchical": 900, "informed": 1000})
-    assert sec.failing and "sample longer (raise hier_sampler.max_draws) or with more chains" in sec.blocks[0].text
+    assert "stopped at 1200 draws per chain (hier_sampler.max_draws=1200): sample longer (raise hier_sampler" \
+        in verdict({"hierarchical": sds})
 
 
 def test_intro_states_each_fits_inference_as_run():

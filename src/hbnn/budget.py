@@ -43,7 +43,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from hbnn.config import ConfigError, Params
+from hbnn.config import ESS_MIN, ConfigError, Params
 from hbnn.variants import FITS, HIERARCHICAL, INFORMED
 
 log = logging.getLogger(__name__)
@@ -294,6 +294,7 @@ def check_params(params: Params) -> None:
     A table edited with the params unchanged does not rerun this stage: ``make_data``
     checks the table again, and ``transfer_prior`` its held-out groups before its fit.
     """
+    _warn_too_few_draws(params)
     if params.data.source == "table":
         names, train, test, n_features = _table_sizes(params)
     else:
@@ -308,6 +309,21 @@ def check_params(params: Params) -> None:
         test = [d.n_samples - n_train] * params.n_groups
         n_features = 2  # moons: x1, x2
     _check_stages(params, names, train, test, n_features)
+
+
+def _warn_too_few_draws(params: Params) -> None:
+    """Warn where a fit keeps fewer draws than the convergence bar's bulk ESS (:data:`hbnn.config.ESS_MIN`): a draw
+    counts about once at best, so such a fit can hardly back its numbers and the report will call its groups not
+    converged. Allowed (a quick look at a pipeline is a fair use), but said before any sampling."""
+    for key, s, per_group in (("sampler", params.sampler, True), ("hier_sampler", params.hier_sampler, False)):
+        longer = not per_group and s.backend != "advi" and s.max_draws > s.draws  # drawn on until the bar is met
+        kept = s.max_draws if longer else s.draws  # a per-group fit drawn longer is thinned back to draws
+        if s.chains * kept < ESS_MIN:
+            what = f"{key}.max_draws" if longer else f"{key}.draws"
+            log.warning("%s.chains x %s = %d x %d = %d draws per fit, fewer than the bulk ESS of %d the convergence "
+                        "bar asks of every reported quantity (a draw counts about once at best): expect the report to "
+                        "call its groups not converged; raise %s to at least %d for numbers it can back",
+                        key, what, s.chains, kept, s.chains * kept, ESS_MIN, what, -(-ESS_MIN // s.chains))
 
 
 def _table_sizes(params: Params) -> tuple[list[str], list[int], list[int], int]:

@@ -32,6 +32,11 @@ TABLE_SUFFIXES = (".csv", *PARQUET_SUFFIXES)
 MAX_SEED = 2**32 - 1  # NumPy's legacy RandomState (the moons data) takes seeds below 2**32
 HIERARCHICAL_FITS = ("fit_hier", "transfer_hier")  # fits that take hier_sampler (hbnn.variants.FITS)
 MAX_VALUES = 10_000  # a params file larger than this, aliases expanded, is refused (a YAML "alias bomb")
+# The convergence bar (DESIGN.md, Stan/ArviZ practice) every reported quantity is judged against (hbnn.evaluation);
+# here so that check_params can hold the settings against it without loading the evaluation's imports.
+RHAT_MAX = 1.01
+ESS_MIN = 400
+DIVERGENT_SHARE_MAX = 0.001  # of a fit's draws
 
 
 class ConfigError(ValueError):

@@ -76,15 +76,21 @@ def _normal_scores(x: np.ndarray, folded: bool = True) -> tuple[np.ndarray, np.n
     table = ndtri((np.arange(2, 2 * total + 1) / 2.0 - 3 / 8) / (total - 2 * 3 / 8 + 1))
     bulk = np.empty(columns.shape)
     far = np.empty(columns.shape) if folded else bulk[:0]
-    _scores(columns, order, table, bulk, far, folded)
+    infinite = np.zeros(k, dtype=np.bool_)
+    _scores(columns, order, table, bulk, far, folded, infinite)
+    for i in np.flatnonzero(infinite):  # an infinite median: distances of NaN (inf - inf), ranked last, as before
+        with np.errstate(invalid="ignore"):
+            distances = np.abs(columns[i] - np.median(columns[i]))
+        far[i] = ndtri((average_ranks(distances[:, None])[:, 0] - 3 / 8) / (total - 2 * 3 / 8 + 1))
     return (np.ascontiguousarray(bulk.T).reshape(c, n, k),
             np.ascontiguousarray(far.T).reshape(c, n, k) if folded else None)
 
 
 @numba.njit(cache=True, nogil=True)
-def _scores(columns, order, table, bulk, far, folded):
+def _scores(columns, order, table, bulk, far, folded, infinite):
     """Each row of ``columns``: the normal score of its values' average ranks into ``bulk``, and with ``folded`` of
-    their distances from the row's median into ``far`` (see :func:`_normal_scores`); ``order`` sorts each row."""
+    their distances from the row's median into ``far`` (see :func:`_normal_scores`); ``order`` sorts each row. A row
+    whose median is infinite is marked in ``infinite`` and its distances left to the caller (some are NaN)."""
     k, total = columns.shape
     values = np.empty(total)
     distance = np.empty(total)
@@ -97,6 +103,9 @@ def _scores(columns, order, table, bulk, far, folded):
             continue
         half = total // 2  # np.median: the middle value, or the mean of the middle two
         median = values[half] if total % 2 else (values[half - 1] + values[half]) / 2.0
+        if not np.isfinite(median):
+            infinite[i] = True
+            continue
         below = 0  # draws under the median come first; their distances grow as they fall
         while below < total and values[below] < median:
             below += 1

@@ -19,6 +19,7 @@ import xarray as xr
 from scipy.special import expit
 
 from hbnn import convergence, likelihoods, psis
+from hbnn.config import DIVERGENT_SHARE_MAX, ESS_MIN, RHAT_MAX  # the convergence bar
 from hbnn.data import Split, Tasks
 from hbnn.network import LayerSpec
 
@@ -75,9 +76,15 @@ def function_space_diagnostics(probs: np.ndarray) -> dict[str, float]:
     needs at least 2 chains and is NaN otherwise, as in ArviZ.
     """
     rhat, bulk = convergence.rhat_and_ess_bulk(probs)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # nanmax of an all-NaN R-hat (one chain)
-        return {"max_rhat": float(np.nanmax(rhat)), "min_ess_bulk": float(np.nanmin(bulk))}
+    # NaN where every value is NaN (R-hat of one chain), as np.nanmax gives it, without its warning: no
+    # warnings.catch_warnings here, which would swap the process's filters while score_fit's PSIS thread runs
+    return {"max_rhat": _nan_extreme(rhat, np.max), "min_ess_bulk": _nan_extreme(bulk, np.min)}
+
+
+def _nan_extreme(values: np.ndarray, extreme) -> float:
+    """``extreme`` (``np.max``, ``np.min``) of the values that are not NaN, NaN where there are none."""
+    kept = values[~np.isnan(values)]
+    return float(extreme(kept)) if kept.size else float("nan")
 
 
 def distinct_chains(probs: np.ndarray) -> dict[str, float] | None:
@@ -169,10 +176,6 @@ def split_scores(lik: likelihoods.Likelihood, pred: dict[str, list]
     return pooled, per
 
 
-# The convergence bar (DESIGN.md, Stan/ArviZ practice) every reported quantity is judged against.
-RHAT_MAX = 1.01
-ESS_MIN = 400
-DIVERGENT_SHARE_MAX = 0.001  # of a fit's draws
 DISTINCT_SIGMA = 4.0  # chain means this many standard errors apart: distinct functions (distinct_chains)
 DISTINCT_CHAIN_ESS = 100  # ... found by chains with at least this many effective draws each
 

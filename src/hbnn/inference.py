@@ -278,7 +278,7 @@ class NutpieBackend(Backend):
                                        derive_seed(run.seed, RESTART_SEED_KEY, len(restarts)), True)
             self.restarting = None
             kept = s.draws
-            while (following := _next_check(missing, kept, s, CHECK_UNIT)) is not None:
+            while (following := _next_check(missing, kept, s, look_unit(s.backend, s.draws))) is not None:
                 kept = following
                 head = poll.first(kept)
                 missing = self.until(head.posterior)
@@ -555,6 +555,18 @@ LOOK_GROWTH = 0.1
 LOOK_MAX_GROWTH = 0.2
 
 
+def look_unit(backend: str, draws: int) -> int:
+    """The draws per chain between a run-length-controlled fit's possible looks: nutpie's :data:`CHECK_UNIT`,
+    NumPyro's whole blocks of ``draws``."""
+    return CHECK_UNIT if backend == "nutpie" else draws
+
+
+def at_draw_limit(drawn: int, draws: int, max_draws: int, unit: int) -> bool:
+    """Whether a run-length-controlled fit with ``drawn`` draws per chain can look no further (:func:`_next_check`
+    stops there; it may be short of ``max_draws`` where ``unit`` does not divide it)."""
+    return drawn + min(unit, draws) > max_draws
+
+
 def _next_check(missing, drawn: int, s: SamplerParams, unit: int) -> int | None:
     """How many draws per chain a run-length-controlled fit has when it looks again, given what its ``drawn``
     draws miss (``None``: nothing, and so is the answer: stop); logs why it goes on, or that it stopped at
@@ -570,7 +582,7 @@ def _next_check(missing, drawn: int, s: SamplerParams, unit: int) -> int | None:
     """
     if missing is None:
         return None
-    if drawn + min(unit, s.draws) > s.max_draws:
+    if at_draw_limit(drawn, s.draws, s.max_draws, unit):
         log.warning("stopped at max_draws=%d draws per chain, and %s: the metrics and the report say "
                     "which groups miss the bar", s.max_draws, missing)
         return None
@@ -716,7 +728,7 @@ class NumpyroBackend(JaxBackend):
             values = constrain(*states["z"])
             posterior = arviz.dict_to_dataset({v.name: np.asarray(x) for v, x in zip(outputs, values, strict=True)},
                                            coords=coords, dims=dims, library=None)
-            return _next_check(until(posterior), drawn, s, s.draws) is not None
+            return _next_check(until(posterior), drawn, s, look_unit(s.backend, s.draws)) is not None
 
         return more
 

@@ -100,17 +100,21 @@ def _reference_note(data: dict[str, Any], model: dict[str, Any] | None = None) -
         return str(value).lower() if isinstance(value, bool) else str(value)
 
     defaults = ", ".join(f"{k} {v}" for k, v in REFERENCE_DATA.items())
-    networks = ", ".join(f"{k} {text(v)}" for k, v in REFERENCE_MODEL.items())
     if not on_moons(data):
         return Para(f"The seed notebooks' reference numbers are not shown: they were obtained on the moons data "
                     f"({defaults}), and this run uses the table {data.get('data.path')}.")
     model = model or {}
+    reference = ", ".join(f"{k} {text(v)}" for k, v in REFERENCE_MODEL.items())
+    networks = ", ".join(f"{k} {text(v)}" for k, v in REFERENCE_MODEL.items() if k in model)
+    unrecorded = [k for k in REFERENCE_MODEL if k not in model]  # traces written before the setting was recorded
+    if unrecorded:
+        networks += ("; " if networks else "") + f"not recorded in the traces, so not compared: {', '.join(unrecorded)}"
     diff = [f"{k} = {data[k]} (reference {ref})" for k, ref in REFERENCE_DATA.items() if data[k] != ref]
     diff += [f"{k} = {text(model[k])} (reference {text(ref)})" for k, ref in REFERENCE_MODEL.items()
              if k in model and model[k] != ref]
     if diff:
         return Para("The reference numbers below are NOT comparable with this run: they were obtained on the default "
-                    f"data ({defaults}) with the default networks ({networks}) but this run differs in: "
+                    f"data ({defaults}) with the default networks ({reference}) but this run differs in: "
                     f"{'; '.join(diff)}.", warn=True)
     return Para(f"The data parameters are the defaults ({defaults}) and so are the networks ({networks}), so this "
                 "run is comparable with the reference numbers, up to sampler randomness and the reference runs' own "
@@ -381,13 +385,16 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
     model's trace settings, ``drawn``: the draws per chain its trace holds)."""
     header = ["Model", "Converged", "Groups meeting the bar", "Max R-hat (fn)", "Min bulk ESS (fn)", "Divergences",
               "Groups missing it", "LOO rows with high Pareto k"]
-    rows, missing_any, nuts_failing = [], False, []
+    rows, missing_any, short, diverging = [], False, [], []  # NUTS fits missing by R-hat/ESS, by divergences
     for v in MODELS:
         s = lookup(metrics[v], "sampling") or {}
         missing = [g for g in names if not lookup(metrics[v], "per_group", g, "converged")]
         missing_any |= bool(missing)
-        if missing and not _fitted_with_advi(s):
-            nuts_failing.append(v)
+        if not _fitted_with_advi(s):
+            for g in missing:  # R-hat and ESS met but the group misses: its (or its joint fit's) divergences
+                met = evaluation.meets_bar(lookup(metrics[v], "per_group", g, "rhat_fn"),
+                                           lookup(metrics[v], "per_group", g, "ess_bulk_fn"))
+                (diverging if met else short).append(v)
         bad_k = lookup(metrics[v], "loo", "n_bad_k")
         advi = _fitted_with_advi(s)
         rows.append([LABELS[v] + (" (ADVI)" if advi else ""), "NO" if missing else "yes",
@@ -401,10 +408,10 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
     sd_bad = _sds_missing(sds, sd_vars, hier_advi)
     transfer_text, transfer_failing = _transfer_status(transfer) if transfer is not None else ("", False)
     failing = missing_any or bool(sd_bad) or transfer_failing
-    if sd_bad and not hier_advi and "hierarchical" not in nuts_failing:
-        nuts_failing.append("hierarchical")
+    if sd_bad and not hier_advi:
+        short.append("hierarchical")
     if not advi_models:
-        remedy = _longer(nuts_failing, settings or {}, drawn or {})
+        remedy = _nuts_remedy(short, diverging, settings or {}, drawn or {})
     elif len(advi_models) == len(MODELS):
         remedy = ("run more ADVI iterations (advi.iterations) where the loss was still falling, or draw more from "
                   "the approximation (draws) where only the ESS misses,")
@@ -476,22 +483,37 @@ def _sds_missing(sds: dict, sd_vars: Sequence[str], advi: bool) -> list[str]:
             for var in sd_vars if var in sds and not evaluation.sd_converged(sds[var], advi)]
 
 
-def _longer(models: Sequence[str], settings: dict, drawn: dict[str, int]) -> str:
-    """How to sample the NUTS fits of ``models`` longer, by the params that say how long (a joint fit that
-    stopped at its ``max_draws`` without meeting the bar says so)."""
-    keys, stopped = [], []
-    for v in sorted(models, key=list(MODELS).index):
+def _nuts_remedy(short: Sequence[str], diverging: Sequence[str], settings: dict, drawn: dict[str, int]) -> str:
+    """What to change for the NUTS fits of ``short`` (a group or group sd short of R-hat or ESS: longer runs) and of
+    ``diverging`` (R-hat and ESS met, divergences not: more draws do not remove them), by the params that say it
+    (``settings``: each model's trace settings; ``drawn``: the draws per chain its trace holds). A joint fit drawn
+    on until the bar is met that is short of it stopped at its ``max_draws``, which is said."""
+    from hbnn.inference import at_draw_limit, look_unit
+
+    order = list(MODELS)
+    longer, stopped, accept = [], [], []
+    for v in sorted(set(short), key=order.index):
         section = "hier_sampler" if BY_NAME[v].has_group_distribution else "sampler"
         s = settings.get(v, {}).get("sampler", {})
-        limit = s.get("max_draws", 0)
-        key = f"{section}.max_draws" if limit > s.get("draws", 0) else f"{section}.draws"
-        if key not in keys:
-            keys.append(key)
-        if BY_NAME[v].has_group_distribution and limit > s.get("draws", 0) and drawn.get(v, 0) >= limit:
-            stopped.append(f"the {LABELS[v]} fit stopped at {section}.max_draws={limit} draws per chain")
-    how = f"sample longer (raise {' and '.join(keys)}) or with more chains" if keys else \
-        "sample longer or with more chains"
-    return f"{'; '.join(stopped)}: {how}" if stopped else how
+        limit, draws = s.get("max_draws", 0), s.get("draws", 0)
+        key = f"{section}.max_draws" if limit > draws else f"{section}.draws"
+        if key not in longer:
+            longer.append(key)
+        if (BY_NAME[v].has_group_distribution and limit > draws and v in drawn
+                and at_draw_limit(drawn[v], draws, limit, look_unit(s.get("backend", ""), draws))):
+            stopped.append(f"the {LABELS[v]} fit stopped at {drawn[v]} draws per chain ({section}.max_draws={limit})")
+    for v in sorted(set(diverging), key=order.index):
+        key = f"{'hier_sampler' if BY_NAME[v].has_group_distribution else 'sampler'}.target_accept"
+        if key not in accept:
+            accept.append(key)
+    advice = []
+    if longer or not accept:
+        advice.append(f"sample longer (raise {' and '.join(longer)}) or with more chains" if longer else
+                      "sample longer or with more chains")
+    if accept:
+        advice.append(f"where only divergences miss the bar, raise {' and '.join(accept)} (more draws do not remove "
+                      "them)")
+    return ("; ".join(stopped) + ": " if stopped else "") + "; ".join(advice)
 
 
 def _transfer_hier_misses(h: dict) -> list[str] | None:
@@ -574,8 +596,10 @@ def _comparison_section(table, bad_k: dict[str, tuple[int, int, float]], scores:
 
 
 def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Sequence[str],
-                         figures: Sequence[str], bfmi: Sequence[float] | None, lik: likelihoods.Likelihood
-                         ) -> Section:
+                         figures: Sequence[str], bfmi: Sequence[float] | None, lik: likelihoods.Likelihood,
+                         hidden: bool = True) -> Section:
+    """Sampler diagnostics per model and of the group sds; ``hidden``: the networks have hidden units (a linear
+    model's weights have none of their symmetries)."""
     header = ["Model", "Sampling s", "Compile s", "Divergences", "Max R-hat (fn)", "Min bulk ESS (fn)",
               "Max R-hat (all)", "Min bulk ESS (all)"]
     rows, flagged = [], []
@@ -615,19 +639,23 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
         blocks.append(Para("BFMI per chain (hierarchical): " + ", ".join(fmt(b, ".2f") for b in bfmi)
                            + (" (below 0.3: poor exploration)." if min(bfmi) < 0.3 else " (all above 0.3)."),
                            warn=min(bfmi) < 0.3))
+    why = ("because weight space has exact symmetries (hidden-unit permutations and sign flips) that make "
+           "weight-space R-hat meaningless. 'all' adds the hierarchical group sds, which are scalars free of those "
+           "symmetries." if hidden else
+           "the quantities every score is computed from (a linear model's weights have no symmetries, but the bar "
+           "is the same for every network). 'all' adds the hierarchical group sds.")
+    weights = ", which those symmetries make meaningless," if hidden else ""
     return Section(
         "Sampler diagnostics",
         "R-hat (want <= 1.01) and effective sample size (ESS, want >= 400) are computed in function space, on "
-        f"the {lik.quantity_words} of each group, because weight space has exact symmetries (hidden-unit "
-        "permutations and sign flips) that make weight-space R-hat meaningless. 'all' adds the hierarchical "
-        "group sds, which are scalars free of those symmetries. Compile s is n/a for PyMC's and the JAX "
+        f"the {lik.quantity_words} of each group, {why} Compile s is n/a for PyMC's and the JAX "
         "samplers, which compile inside every sampling call (counted in Sampling s). Divergences should be 0 "
         "(the bar allows 0.1% of "
         "the draws). ArviZ gives the same R-hat and ESS from the traces (az.rhat(trace.predictions) over a "
-        "group's rows). az.loo(trace) takes its relative efficiency from the weights' ESS, which those symmetries "
-        "make meaningless, where this report takes it from the likelihood values' own ESS: its elpd differs "
-        "slightly (on the default data by 0.002-0.06, against standard errors of ~16) and its high Pareto k counts "
-        "by a few rows.",
+        "group's rows). az.loo(trace) (traces written with trace.pointwise: true) takes its relative efficiency "
+        f"from the weights' ESS{weights} where this report takes it from the likelihood values' own ESS: its elpd "
+        "differs slightly (on the default data by 0.002-0.06, against standard errors of ~16) and its high Pareto "
+        "k counts by a few rows.",
         blocks,
     )
 
@@ -746,7 +774,10 @@ def _transfer_reading(sizes: dict[str, dict], stop: str | None) -> str:
            f"prior: {text(first)} in log predictive density per test row."]
     out.append("By size, informed vs flat: " + "; ".join(f"{k} at {', '.join(text(lab) for lab in v)}"
                                                          for k, v in kinds.items() if v) + ".")
-    if stop is None:  # beyond 2 standard errors at the largest size
+    if stop is None and labels[-1] in kinds["within 2 standard errors"]:  # its se is NaN: one test row
+        out.append(f"At the largest size ({labels[-1]}) the difference has no standard error to judge it by (too few "
+                   "test rows), so whether the prior still matters there is not known.")
+    elif stop is None:  # beyond 2 standard errors at the largest size
         rows = " with every training row these groups have" if labels[-1] == ALL else ""
         if kinds["within 2 standard errors"]:
             out.append(f"The difference is beyond 2 standard errors at the largest size ({labels[-1]}), though not "

@@ -187,7 +187,7 @@ def report(
                              bias=has_bias(specs)),
         _comparison_section(table, bad_k, "Accuracy" if lik.classifier else "Scores"),
         _transfer_section(transfer_metrics, lik),
-        _diagnostics_section(metrics, names, sd_vars, list(figures), bfmi, lik),
+        _diagnostics_section(metrics, names, sd_vars, list(figures), bfmi, lik, hidden=len(specs) > 1),
     ]
     result = summary(metrics, len(names), lik, loo)
 

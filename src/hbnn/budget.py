@@ -315,11 +315,10 @@ def _warn_too_few_draws(params: Params) -> None:
     """Warn where a fit keeps fewer draws than the convergence bar's bulk ESS (:data:`hbnn.config.ESS_MIN`): a draw
     counts about once at best, so such a fit can hardly back its numbers and the report will call its groups not
     converged. Allowed (a quick look at a pipeline is a fair use), but said before any sampling."""
-    for key, s, per_group in (("sampler", params.sampler, True), ("hier_sampler", params.hier_sampler, False)):
-        longer = not per_group and s.backend != "advi" and s.max_draws > s.draws  # drawn on until the bar is met
-        kept = s.max_draws if longer else s.draws  # a per-group fit drawn longer is thinned back to draws
+    h = params.hier_sampler  # drawn on until the bar is met; a per-group fit drawn longer is thinned back to draws
+    for key, s, kept in (("sampler", params.sampler, params.sampler.draws), ("hier_sampler", h, h.draw_limit)):
         if s.chains * kept < ESS_MIN:
-            what = f"{key}.max_draws" if longer else f"{key}.draws"
+            what = f"{key}.max_draws" if kept > s.draws else f"{key}.draws"
             log.warning("%s.chains x %s = %d x %d = %d draws per fit, fewer than the bulk ESS of %d the convergence "
                         "bar asks of every reported quantity (a draw counts about once at best): expect the report to "
                         "call its groups not converged; raise %s to at least %d for numbers it can back",

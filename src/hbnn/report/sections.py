@@ -483,6 +483,11 @@ def _sds_missing(sds: dict, sd_vars: Sequence[str], advi: bool) -> list[str]:
             for var in sd_vars if var in sds and not evaluation.sd_converged(sds[var], advi)]
 
 
+def _sampler_section(model: str) -> str:
+    """The params section of ``model``'s sampler: the joint fit's ``hier_sampler``, the per-group fits' ``sampler``."""
+    return "hier_sampler" if BY_NAME[model].has_group_distribution else "sampler"
+
+
 def _nuts_remedy(short: Sequence[str], diverging: Sequence[str], settings: dict, drawn: dict[str, int]) -> str:
     """What to change for the NUTS fits of ``short`` (a group or group sd short of R-hat or ESS: longer runs) and of
     ``diverging`` (R-hat and ESS met, divergences not: more draws do not remove them), by the params that say it
@@ -493,7 +498,7 @@ def _nuts_remedy(short: Sequence[str], diverging: Sequence[str], settings: dict,
     order = list(MODELS)
     longer, stopped, accept = [], [], []
     for v in sorted(set(short), key=order.index):
-        section = "hier_sampler" if BY_NAME[v].has_group_distribution else "sampler"
+        section = _sampler_section(v)
         s = settings.get(v, {}).get("sampler", {})
         limit, draws = s.get("max_draws", 0), s.get("draws", 0)
         key = f"{section}.max_draws" if limit > draws else f"{section}.draws"
@@ -503,17 +508,14 @@ def _nuts_remedy(short: Sequence[str], diverging: Sequence[str], settings: dict,
                 and at_draw_limit(drawn[v], draws, limit, look_unit(s.get("backend", ""), draws))):
             stopped.append(f"the {LABELS[v]} fit stopped at {drawn[v]} draws per chain ({section}.max_draws={limit})")
     for v in sorted(set(diverging), key=order.index):
-        key = f"{'hier_sampler' if BY_NAME[v].has_group_distribution else 'sampler'}.target_accept"
+        key = f"{_sampler_section(v)}.target_accept"
         if key not in accept:
             accept.append(key)
-    advice = []
-    if longer or not accept:
-        advice.append(f"sample longer (raise {' and '.join(longer)}) or with more chains" if longer else
-                      "sample longer or with more chains")
+    advice = [f"sample longer (raise {' and '.join(longer)}) or with more chains"] if longer else []
     if accept:
         advice.append(f"where only divergences miss the bar, raise {' and '.join(accept)} (more draws do not remove "
                       "them)")
-    return ("; ".join(stopped) + ": " if stopped else "") + "; ".join(advice)
+    return ("; ".join(stopped) + ": " if stopped else "") + ("; ".join(advice) or "sample longer or with more chains")
 
 
 def _transfer_hier_misses(h: dict) -> list[str] | None:

@@ -14,7 +14,7 @@ import numpy as np
 import xarray as xr
 
 from hbnn import budget, cluster, evaluation, likelihoods
-from hbnn.config import Params
+from hbnn.config import Params, SamplerParams
 from hbnn.data import Tasks
 from hbnn.inference import ESS_SPARE, backend_class
 from hbnn.io import as_builtin, detail_path, provenance, staged_outputs, stamp
@@ -116,19 +116,22 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
     log_lik = evaluation.pointwise_log_likelihood(tasks, predictions["train"])
     # PSIS-LOO (FFTs and sorts over every training row's draws, which release the GIL) beside the rest: after the
     # sampling only this thread is busy, and LOO is ~half of what it does here
+    s = params.sampler_for(stage)
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="psis") as pool:
         loo = pool.submit(evaluation.psis_loo, log_lik)
-        idata, metrics, s = _scored(stage, params, tasks, sampled, settings_extra, predictions, log_lik, observed,
-                                    constant, loo)
+        idata, metrics = _scored(stage, params, s, tasks, sampled, settings_extra, predictions, log_lik, observed,
+                                 constant, loo)
     advi_iterations = sampled.sample_stats.sizes.get("advi_iteration")
     timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
                                        backend_class(s).parallel_chains(s), advi_iterations)
     return idata, metrics, timing, predictions
 
 
-def _scored(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settings_extra: dict | None,
-            predictions: dict, log_lik: np.ndarray, observed, constant, loo: concurrent.futures.Future):
-    """:func:`score_fit`'s trace and metrics, with PSIS-LOO from ``loo`` (a future), and the fit's sampler params."""
+def _scored(stage: str, params: Params, s: SamplerParams, tasks: Tasks, sampled: Sampled,
+            settings_extra: dict | None, predictions: dict, log_lik: np.ndarray, observed, constant,
+            loo: concurrent.futures.Future) -> tuple[Trace, dict]:
+    """:func:`score_fit`'s trace and metrics of a fit with sampler params ``s``, with PSIS-LOO from ``loo`` (a
+    future)."""
     dvc_stage, variant = FITS[stage]
     posterior, sample_stats = sampled.posterior, sampled.sample_stats
     groups = {"posterior": posterior, "sample_stats": sample_stats, "observed_data": observed,
@@ -158,13 +161,12 @@ def _scored(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settings
     if sampled.thinned:  # groups drawn longer and thinned to the stage's draws (sampler.max_draws): why and how much
         metrics["sampling"]["thinned_groups"] = sampled.thinned
         idata.sample_stats.attrs["hbnn_thinned_groups"] = json.dumps(sampled.thinned, sort_keys=True)
-    s = params.sampler_for(stage)
     if s.restarts_apply:  # a fit whose chains may start again at its first look: how often they did, why and from where
         restarts = json.loads(sample_stats.attrs.get("hbnn_restarts", "[]"))
         metrics["sampling"]["restarts"] = len(restarts)
         if restarts:
             metrics["sampling"]["restarted"] = restarts
-    return idata, metrics, s
+    return idata, metrics
 
 
 def _advi_loss(sample_stats: xr.Dataset, names: Sequence[str]) -> np.ndarray | None:

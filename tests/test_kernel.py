@@ -90,6 +90,39 @@ def _assert_same_density(model, density):
             assert np.abs(grad - want_grad).max() <= grad_rtol * max(1.0, np.abs(want_grad).max())
 
 
+@pytest.mark.parametrize("lanes", [8, 16])
+@pytest.mark.parametrize("likelihood, hidden, bias, counts", [CASES[0], CASES[5], ("poisson", (2,), False, (17, 3, 9))])
+def test_rows_padded_to_either_vector_width_give_pymcs_density(monkeypatch, lanes, likelihood, hidden, bias, counts):
+    """The kernel pads each group's rows to whole vectors of the width numba compiles on the machine (8 or 16
+    float32 rows, :func:`hbnn.kernel.row_lanes`); both paddings compute PyMC's density, whichever this machine has."""
+    monkeypatch.setattr(kernel, "row_lanes", lambda: lanes)
+    X, y, counts, valid = _data(likelihood, counts, n_features=3 if bias else 2)
+    model = build_hierarchical_model(X, y, valid, [f"g{i}" for i in range(len(counts))],
+                                     [f"x{i}" for i in range(X.shape[2])], hidden, likelihood=likelihood,
+                                     noise_sd=0.7, bias=bias)
+    density = kernel.HierarchicalDensity(X, y, counts, hidden, bias, likelihood, 0.7)
+    buf = density.pack(density.offsets())
+    assert int(buf[3]) % lanes == 0 and int(buf[3]) >= max(counts) and int(buf[14]) == lanes
+    _assert_same_density(model, density)
+
+
+def test_the_row_lanes_are_what_numba_compiles_here_and_kept_for_later_processes(fresh_kernel_cache):
+    import numba
+
+    lanes = kernel.row_lanes.__wrapped__()
+    signature = (numba.float32, numba.float32[::1], numba.float32[::1], numba.int64)
+    asm = numba.njit(signature, fastmath=True)(kernel._axpy).inspect_asm(signature)
+    assert lanes == (16 if "zmm" in asm else 8)
+    (kept,) = fresh_kernel_cache.glob("row_lanes_*")
+    assert kept.read_text() == str(lanes)
+    other = 24 - lanes
+    kept.write_text(str(other))  # what a later process reads instead of compiling the probe again
+    assert kernel.row_lanes.__wrapped__() == other
+    for damaged in ("4", "sixteen", ""):  # ... and where it reads no width, it probes again and writes it afresh
+        kept.write_text(damaged)
+        assert kernel.row_lanes.__wrapped__() == lanes and kept.read_text() == str(lanes)
+
+
 def test_networks_past_the_written_out_size_keep_the_generic_loops():
     from hbnn import kernel_unrolled
 

@@ -78,7 +78,7 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).read_text()  # as imported: hbnn.kernel_unrolled compiles its functions from this text
 LIKELIHOODS = {"bernoulli": 0, "gaussian": 1, "poisson": 2}
 HIERARCHICAL, FLAT, INFORMED = 0, 1, 2  # how a layer's weights come from the flat vector
-_HEADER = 14  # buffer slots before the per-layer layout (see Density.pack)
+_HEADER = 15  # buffer slots before the per-layer layout (see Density.pack)
 _PER_LAYER = 5  # n_in (without bias), n_out, then three offsets that depend on the kind (see Density.pack)
 _LOG_2PI = math.log(2.0 * math.pi)
 _HALFNORMAL_CONST = math.log(2.0) - 0.5 * _LOG_2PI
@@ -302,11 +302,13 @@ def _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias):
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay, n_layers, bias, lik, sigma):
+def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay, n_layers, bias, lik, sigma,
+                  lanes):
     """One group's log-likelihood at weights ``W``; adds its gradient to ``gW`` and returns ``(loglik,
-    d loglik / d log sigma)``. Its source is also compiled in :mod:`hbnn.kernel_unrolled`'s modules, where
+    d loglik / d log sigma)``. The passes run over the ``n`` real rows rounded up to whole vectors of ``lanes``
+    rows (:func:`row_lanes`). Its source is also compiled in :mod:`hbnn.kernel_unrolled`'s modules, where
     ``_forward`` and ``_backward`` are the ones written out for one network."""
-    n8 = min(R, -(-n // 8) * 8)
+    n8 = min(R, -(-n // lanes) * lanes)
     _forward(W, H, e, bits, X, g, n8, R, D, lay, n_layers, bias)
     ll, g_sigma = _output(H[n_layers], delta, dlogit, e, bits, Y, g, n, n8, R, lik, sigma)
     _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias)
@@ -341,6 +343,7 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
     n_dim = int(buf[10])
     kind = int(buf[11])
     prior_sd = buf[12]
+    lanes = int(buf[14])
     lay = buf[_HEADER: _HEADER + _PER_LAYER * n_layers]
     at = _HEADER + _PER_LAYER * n_layers
     counts = buf[at: at + G]
@@ -414,7 +417,7 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
                 gW[w_at + k] = _F0
             w_at += size
         ll, gs = _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, int(counts[g]), R, D, lay,
-                               n_layers, bias, lik, sigma)
+                               n_layers, bias, lik, sigma, lanes)
         lp += ll
         g_sigma += gs
         # Chain rule back to the flat vector.
@@ -831,9 +834,11 @@ class Density:
         X = np.asarray(self.X_padded, dtype=np.float64)
         G, R, D = X.shape
         counts = np.asarray(self.counts, dtype=np.int64)
-        # Rows padded to a multiple of 8 (zeros past each group's real rows): the row loops then run in whole
-        # 8-wide vectors, with no scalar remainder (~9% of a gradient on the default data).
-        R8 = -(-R // 8) * 8
+        # Rows padded to whole vectors (zeros past each group's real rows): the row loops then run with no scalar
+        # remainder (~9% of a gradient on the default data with 8-row vectors, ~9% more with 16 where numba
+        # compiles 512-bit vectors: benchmarks/FINDINGS.md).
+        lanes = row_lanes()
+        R8 = -(-R // lanes) * lanes
         X = np.concatenate([X, np.zeros((G, R8 - R, D))], axis=1)
         X[np.arange(R8)[None, :] >= counts[:, None]] = 0.0
         R = R8
@@ -857,11 +862,55 @@ class Density:
             const -= float(gammaln(y + 1.0).sum())
         n_expanded = n_dim + sum(math.prod(shape) for _, shape, _ in self.derived())
         header = [0.0, len(specs), G, R, D, int(self.bias), LIKELIHOODS[self.likelihood], sigma_at, self.noise_sd,
-                  const, n_dim, self.kind, getattr(self, "prior_sd", 1.0), n_expanded]
+                  const, n_dim, self.kind, getattr(self, "prior_sd", 1.0), n_expanded, lanes]
         buf = np.concatenate([np.asarray(header, dtype=np.float64), np.asarray(lay, dtype=np.float64),
                               counts.astype(np.float64), _rows(X.transpose(0, 2, 1)), _rows(Y), *extra])
         buf[0] = buf.size
         return buf
+
+
+@functools.cache
+def row_lanes() -> int:
+    """float32 rows per vector in the kernel's loops as numba compiles them on this machine: 16 where LLVM emits
+    512-bit vectors (AVX-512 CPUs it tunes for them, e.g. AMD Zen 4), else 8 (AVX2, and the AVX-512 CPUs it tunes for
+    256-bit vectors, most Intel ones). Found by compiling a small loop of the same kind and reading its assembly,
+    once a process: padding the rows to 16 where the vectors hold 8 costs ~6%, to 8 where they hold 16 ~9%. The
+    padding decides the order of the loops' float32 sums, so the draws of one machine differ in their last bits
+    from those of a machine with the other width (as they do between other CPUs). The answer is kept in a file of
+    :func:`hbnn.kernel_unrolled.cache_dir` named by what decides it (the CPU and its features as numba targets them,
+    numba's and llvmlite's versions, this module's source), since the probe's compile costs ~0.4 s a process."""
+    import llvmlite
+    import llvmlite.binding as llvm
+    from numba.core import config
+
+    from hbnn.kernel_unrolled import cache_dir
+
+    features = config.CPU_FEATURES or llvm.get_host_cpu_features().flatten()
+    target = (config.CPU_NAME or llvm.get_host_cpu_name(), features, numba.__version__, llvmlite.__version__, SOURCE)
+    path = cache_dir() / f"row_lanes_{hashlib.sha256(repr(target).encode()).hexdigest()[:20]}"
+    try:
+        kept = path.read_text()
+    except OSError:
+        kept = ""
+    if kept in ("8", "16"):
+        return int(kept)
+    signature = (numba.float32, numba.float32[::1], numba.float32[::1], numba.int64)
+    probe = numba.njit(signature, fastmath=True, error_model="numpy")(_axpy)
+    lanes = 16 if "zmm" in probe.inspect_asm(signature) else 8
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(str(lanes))
+        os.replace(tmp, path)
+    except OSError as err:  # a read-only cache: the probe runs again next time, nothing else changes
+        log.debug("kernel: cannot record the row lanes in %s (%s)", path, err)
+    return lanes
+
+
+def _axpy(a, x, y, n):
+    """``y[:n] += a * x[:n]``: the shape of the kernel's row loops, for :func:`row_lanes`."""
+    for i in range(n):
+        y[i] += a * x[i]
 
 
 def _rows(values: np.ndarray) -> np.ndarray:

@@ -81,6 +81,8 @@ def test_types_are_coerced():
         ({"sampler": {"chains": 1, "max_draws": 5000}}, "sampler.max_draws=5000"),
         ({"sampler": {"draws": 1000, "max_draws": 500}}, "sampler.max_draws=500"),
         ({"sampler": {"restarts": 1}}, "sampler.restarts=1"),  # per-group fits refit instead
+        ({"sampler": {"refit_target_accept": 1.0}}, "sampler.refit_target_accept=1.0"),
+        ({"hier_sampler": {"refit_target_accept": 0.995}}, "hier_sampler.refit_target_accept=0.995"),  # restarts
         ({"hier_sampler": {"restarts": -1}}, "hier_sampler.restarts=-1"),
         ({"model": {"hidden_layers": [5, 0]}}, "model.hidden_layers[1]=0"),
         ({"model": {"hidden_layers": 5}}, "model.hidden_layers=5"),

@@ -222,3 +222,53 @@ def test_groups_that_miss_the_bar_are_fitted_again_longer_and_thinned(ragged_tas
     assert json.loads(idata.sample_stats.attrs["hbnn_thinned_groups"]) == sampled.thinned
     plain_metrics = fitting.score_fit("fit_flat", longer, ragged_tasks, plain)[1]
     assert "thinned_groups" not in plain_metrics["sampling"]
+
+
+def test_groups_that_diverge_past_the_bar_are_fitted_again_at_a_higher_target_accept(ragged_tasks, caplog,
+                                                                                      monkeypatch):
+    """sampler.refit_target_accept: a group whose transitions diverge more often than the bar allows is fitted
+    again from its own seed at that target_accept, once (a bar no fit can meet here: every group refits, then says
+    it still diverges); its draws are a plain fit's at that target_accept, and the metrics and trace say which
+    groups, with their divergences before and after. Off at 0, and where it is not above target_accept."""
+    import logging
+
+    from hbnn import evaluation
+    from hbnn.kernel import FlatDensity
+    from hbnn.stages import fitting
+
+    raw = {"model": {"hidden_layers": [2]},
+           "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 0, "refit_target_accept": 0.95}}
+    params = parse_params(raw)
+
+    def build(X, y):
+        return build_flat_model(X, y, ragged_tasks.features, (2,))
+
+    def density(X, y):
+        return FlatDensity.on_rows(X, y, (2,), False, "bernoulli", 1.0, prior_sd=1.0, features=("x1", "x2"))
+
+    first = fit_per_group("fit_flat", parse_params({**raw, "sampler": {**raw["sampler"], "refit_target_accept": 0}}),
+                          ragged_tasks, build, density)
+    assert first.raised is None and first.thinned is None
+    monkeypatch.setattr(evaluation, "DIVERGENT_SHARE_MAX", -1.0)  # even 0 divergences miss it
+    with caplog.at_level(logging.INFO):
+        sampled = fit_per_group("fit_flat", params, ragged_tasks, build, density)
+    assert set(sampled.raised) == {"a", "b", "c"} and sampled.thinned is None
+    for g, info in sampled.raised.items():
+        assert info["target_accept"] == 0.95 and info["draws_per_chain"] == 20
+        assert info["missed"]["divergences"] == int(first.sample_stats["diverging"].sel(group=g).sum())
+        assert info["divergences"] == int(sampled.sample_stats["diverging"].sel(group=g).sum())
+    assert "fitting it again at target_accept 0.95 (sampler.refit_target_accept)" in caplog.text
+    assert "still diverges at sampler.refit_target_accept=0.95" in caplog.text  # once: no second refit
+    assert caplog.text.count("fitting it again") == 3
+    plain = fit_per_group("fit_flat", parse_params({**raw, "sampler": {**raw["sampler"], "target_accept": 0.95,
+                                                                       "refit_target_accept": 0}}),
+                          ragged_tasks, build, density)
+    np.testing.assert_array_equal(sampled.posterior["w_in"].values, plain.posterior["w_in"].values)
+    assert sampled.cost.grad_evals > plain.cost.grad_evals  # the first fits count too
+    idata, metrics, _, _ = fitting.score_fit("fit_flat", params, ragged_tasks, sampled)
+    assert metrics["sampling"]["target_accept_raised"] == sampled.raised
+    assert json.loads(idata.sample_stats.attrs["hbnn_target_accept_raised"]) == sampled.raised
+    caplog.clear()
+    at_or_below = parse_params({**raw, "sampler": {**raw["sampler"], "target_accept": 0.95}})
+    assert fit_per_group("fit_flat", at_or_below, ragged_tasks, build, density).raised is None
+    assert "fitting it again" not in caplog.text

@@ -711,6 +711,12 @@ def test_status_remedy_names_the_settings_that_say_how_long_and_a_fit_stopped_at
     text = verdict({"hierarchical": diverged}, {**drawn, "hierarchical": 300})
     assert ("diagnostics; where only divergences miss the bar, raise hier_sampler.target_accept (more draws do not "
             "remove them) before relying") in text and "max_draws" not in text
+    # a per-group fit fitted again at refit_target_accept where it diverged: that is the key to raise
+    refit = {**settings, "informed": {"sampler": {"backend": "nutpie", "draws": 1000, "target_accept": 0.9,
+                                                  "refit_target_accept": 0.97}}}
+    assert "where only divergences miss the bar, raise sampler.refit_target_accept (more draws" in verdict(
+        {"informed": diverged}, drawn, refit)
+    assert "raise sampler.target_accept (more draws" in verdict({"informed": diverged})  # no refit: target_accept
     # a group sd short of the bar is a length problem of the hierarchical fit
     sds = {**good, "sampling": {**good["sampling"], "group_sd": {"sd_in": {"rhat": 1.003, "ess_bulk": 290.0}}}}
     assert "stopped at 1200 draws per chain (hier_sampler.max_draws=1200): sample longer (raise hier_sampler" \
@@ -742,6 +748,11 @@ def test_intro_states_each_fits_inference_as_run():
     assert sections._run_description(per_group, 1000, joint=False) == (
         "2 chains x 1000 draws (300 tuning, backend nutpie; a group whose draws missed the convergence bar is "
         "fitted again with up to 4000 draws per chain and thinned to 1000)")
+    refits = asdict(SamplerParams(chains=2, tune=300, draws=1000, max_draws=4000, refit_target_accept=0.97))
+    assert sections._run_description(refits, 1000, joint=False) == (
+        "2 chains x 1000 draws (300 tuning, backend nutpie; a group whose draws missed the convergence bar is "
+        "fitted again with up to 4000 draws per chain and thinned to 1000; a group whose transitions diverged past "
+        "the bar is fitted again at target_accept 0.97)")
     advi = asdict(SamplerParams(backend="advi", draws=500))
     advi["advi"]["minibatch_size"] = 500
     assert sections._run_description(advi) == (
@@ -931,3 +942,26 @@ def test_sampler_diagnostics_mark_advi_fits_as_the_status_does():
     assert table.rows[0][0] == "Flat (ADVI)" and table.rows[0][3] == "n/a" and table.rows[0][4].endswith("(not judged)")
     assert table.rows[1][3] == "2" and "not judged" not in table.rows[1][4]
     assert sec.blocks[1].text == "Groups with function-space R-hat above 1.01: Hierarchical 1/1, Informed prior 1/1."
+
+
+def test_status_says_which_groups_were_fitted_again_at_a_higher_target_accept():
+    names = ["a", "b"]
+    good = {"per_group": {g: {"converged": True, "rhat_fn": 1.0, "ess_bulk_fn": 900.0, "divergences": 0}
+                          for g in names},
+            "sampling": {"max_rhat_fn": 1.0, "min_ess_bulk_fn": 900.0, "divergences": 0}}
+    raised = {"b": {"target_accept": 0.97, "draws_per_chain": 1000, "divergences": 0,
+                    "missed": {"draws_per_chain": 1000, "divergences": 3, "max_rhat": 1.004, "min_ess_bulk": 812.0}}}
+    settings = {v: {"sampler": {"backend": "nutpie", "draws": 1000}} for v in numbers.MODELS}
+    drawn = {v: 1000 for v in numbers.MODELS}
+
+    def text(metrics):
+        section = sections._status_section(metrics, names, [], None, settings, drawn)
+        return " ".join(getattr(b, "text", "") for b in section.blocks)
+
+    metrics = {v: good for v in numbers.MODELS}
+    assert "higher target_accept" not in text(metrics)
+    metrics["informed"] = {**good, "sampling": {**good["sampling"], "target_accept_raised": raised}}
+    assert ("Fitted again at a higher target_accept (sampler.refit_target_accept: a group whose transitions diverged "
+            "more often than the bar allows was fitted again from its seed with smaller steps): Informed prior, group "
+            "b: 3 divergences at first (1000 draws per chain), 0 at target_accept 0.97 (1000 draws per chain)."
+            ) in text(metrics)

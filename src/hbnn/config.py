@@ -163,6 +163,10 @@ class SamplerParams:
     :func:`hbnn.inference._next_check`). A per-group fit that misses it is fitted again from its seed with ``k``
     times ``draws`` and its chains thinned by ``k``, since a stage's groups share one draw count
     (:func:`hbnn.stages.fitting.fit_per_group`).
+    ``refit_target_accept`` (the per-group NUTS fits; off at 0 or at most ``target_accept``): a group whose fit
+    diverges more often than the bar allows (0.1% of its draws) is fitted again from its seed at this target_accept
+    (smaller steps), once; longer too where its R-hat or ESS also miss. More draws do not dilute divergences: they
+    mark regions the step size is too large for, which a smaller step size resolves.
     ``restarts`` (the hierarchical fit, nutpie, with ``max_draws`` past ``draws``; ignored otherwise): at the first
     look, chains that diverge past the bar's share or sit in a region of clearly lower log density while the chains
     disagree are started again, up to this many times, from the best chain's draws
@@ -178,6 +182,7 @@ class SamplerParams:
     cores: int = 2
     mass_matrix: str = "diag"
     max_draws: int = 0
+    refit_target_accept: float = 0.0
     restarts: int = 0
     advi: AdviParams = field(default_factory=AdviParams)
 
@@ -211,6 +216,10 @@ class SamplerParams:
                  self.max_draws,
                  f"needs {key}.backend=nutpie or numpyro (the backends here that can draw on until the draws meet "
                  "the bar); set it to 0")
+        _require(0 <= self.refit_target_accept < 1, f"{key}.refit_target_accept", self.refit_target_accept,
+                 "must lie in [0, 1) (0: off)")
+        _require(self.refit_target_accept == 0 or per_group, f"{key}.refit_target_accept", self.refit_target_accept,
+                 "must be 0: the hierarchical fit's chains start again where they diverge (hier_sampler.restarts)")
         _require(self.restarts >= 0, f"{key}.restarts", self.restarts, "must be >= 0")
         _require(self.restarts == 0 or not per_group, f"{key}.restarts", self.restarts,
                  "must be 0: a per-group fit that misses the bar is fitted again longer instead (max_draws)")
@@ -231,7 +240,8 @@ class SamplerParams:
 # again longer and thinned (max_draws), instead of reported not converged. 500 draws would pass the bar in 17 of 18
 # groups on the default data for ~30% fewer gradients, but leave PSIS-LOO with 27 rows of high Pareto k instead of 9
 # in the informed model (benchmarks/FINDINGS.md, "Per-group fits drawn again where they miss the bar").
-SAMPLER = SamplerParams(draws=1000, max_draws=4000)
+# A group that diverges past the bar is fitted again at target_accept 0.97 (refit_target_accept).
+SAMPLER = SamplerParams(draws=1000, max_draws=4000, refit_target_accept=0.97)
 
 # The hierarchical fit's defaults, chosen by measurement (benchmarks/FINDINGS.md, "Converged defaults" and
 # "A hand-written log density"): nutpie with the model's hand-written log density and a Stan-style diagonal mass

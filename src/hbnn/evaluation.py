@@ -191,7 +191,13 @@ def group_converged(rhat: float | None, ess: float | None, divergences: int, dra
     is a loss no longer falling and bulk ESS >= 400 (Monte Carlo precision of the reported numbers)."""
     if advi is not None:
         return bool(ess is not None and ess >= ESS_MIN and not advi["still_falling"])
-    return bool(meets_bar(rhat, ess) and divergences <= DIVERGENT_SHARE_MAX * draws)
+    return bool(meets_bar(rhat, ess) and divergences_within_bar(divergences, draws))
+
+
+def divergences_within_bar(divergences: int, draws: int) -> bool:
+    """At most 0.1% (:data:`DIVERGENT_SHARE_MAX`) of ``draws`` diverged: the divergence part of
+    :func:`group_converged`'s bar."""
+    return bool(divergences <= DIVERGENT_SHARE_MAX * draws)
 
 
 def sd_converged(diagnostics: dict, advi: bool = False) -> bool:

@@ -78,7 +78,10 @@ def _run_description(s: dict[str, Any], drawn: int | None = None, joint: bool = 
     if s.get("max_draws", 0) > s.get("draws", 0) and not joint:
         blocks = (f"; a group whose draws missed the convergence bar is fitted again with up to {s['max_draws']} "
                   f"draws per chain and thinned to {s['draws']}")
-    elif s.get("max_draws", 0) > s.get("draws", 0):
+    if s.get("refit_target_accept", 0) > s.get("target_accept", 1) and not joint:
+        blocks += (f"; a group whose transitions diverged past the bar is fitted again at target_accept "
+                   f"{s['refit_target_accept']}")
+    if joint and s.get("max_draws", 0) > s.get("draws", 0):
         from hbnn.inference import LOOK_MAX_GROWTH
 
         how = (f"drawn in blocks of {s['draws']}" if s.get("backend") != "nutpie" else
@@ -450,6 +453,14 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
         blocks.append(Para("Drawn longer and thinned (sampler.max_draws: a group whose draws missed the bar was "
                            "fitted again from its seed with more draws per chain, every k-th kept, so that it "
                            "holds as many as the others): " + "; ".join(thinned) + "."))
+    raised = [f"{LABELS[v]}, group {g}: {t['missed']['divergences']} divergences at first "
+              f"({t['missed']['draws_per_chain']} draws per chain), {t['divergences']} at target_accept "
+              f"{t['target_accept']} ({t['draws_per_chain']} draws per chain)" for v in MODELS
+              for g, t in sorted((lookup(metrics[v], "sampling", "target_accept_raised") or {}).items())]
+    if raised:
+        blocks.append(Para("Fitted again at a higher target_accept (sampler.refit_target_accept: a group whose "
+                           "transitions diverged more often than the bar allows was fitted again from its seed "
+                           "with smaller steps): " + "; ".join(raised) + "."))
     restarted = [f"{LABELS[v]}, after {r['draws_per_chain']} draws per chain: {r['reason']}; started again from "
                  f"chain {r['restarted_from_chain']}'s draws (the attempt left behind: {r['leapfrog_steps']:,} "
                  "gradient evaluations to its first look)"
@@ -508,7 +519,10 @@ def _nuts_remedy(short: Sequence[str], diverging: Sequence[str], settings: dict,
                 and at_draw_limit(drawn[v], draws, limit, look_unit(s.get("backend", ""), draws))):
             stopped.append(f"the {LABELS[v]} fit stopped at {drawn[v]} draws per chain ({section}.max_draws={limit})")
     for v in sorted(set(diverging), key=order.index):
-        key = f"{_sampler_section(v)}.target_accept"
+        s = settings.get(v, {}).get("sampler", {})
+        # a per-group fit already fitted again at refit_target_accept where it diverged: that is the key to raise
+        refit = s.get("refit_target_accept", 0) > s.get("target_accept", 1) and not BY_NAME[v].has_group_distribution
+        key = f"{_sampler_section(v)}.{'refit_target_accept' if refit else 'target_accept'}"
         if key not in accept:
             accept.append(key)
     advice = [f"sample longer (raise {' and '.join(longer)}) or with more chains"] if longer else []

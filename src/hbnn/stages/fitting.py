@@ -161,6 +161,9 @@ def _scored(stage: str, params: Params, s: SamplerParams, tasks: Tasks, sampled:
     if sampled.thinned:  # groups drawn longer and thinned to the stage's draws (sampler.max_draws): why and how much
         metrics["sampling"]["thinned_groups"] = sampled.thinned
         idata.sample_stats.attrs["hbnn_thinned_groups"] = json.dumps(sampled.thinned, sort_keys=True)
+    if sampled.raised:  # groups fitted again at a higher target_accept (sampler.refit_target_accept): why, what came
+        metrics["sampling"]["target_accept_raised"] = sampled.raised
+        idata.sample_stats.attrs["hbnn_target_accept_raised"] = json.dumps(sampled.raised, sort_keys=True)
     if s.restarts_apply:  # a fit whose chains may start again at its first look: how often they did, why and from where
         restarts = json.loads(sample_stats.attrs.get("hbnn_restarts", "[]"))
         metrics["sampling"]["restarts"] = len(restarts)
@@ -252,6 +255,8 @@ class Sampled:
     extra_diagnostics: dict[str, dict[str, float]] | None = None
     # per-group fits with sampler.max_draws: the groups drawn longer and thinned, {group: what and why}
     thinned: dict[str, dict] | None = None
+    # ... the groups fitted again at sampler.refit_target_accept, {group: what and why}
+    raised: dict[str, dict] | None = None
     # ... and every group's function-space diagnostics on its test points, judged as it was fitted
     test_diagnostics: dict[str, dict[str, float]] | None = None
 
@@ -301,12 +306,15 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
 
     with watch(log, stage, status=progress.status):
         fitted = cluster.fit_groups(stage, model, jobs, done)
-        results, thinned, diagnostics, compile_seconds = fitted.results, {}, None, fitted.compile_seconds
+        results, thinned, raised, diagnostics = fitted.results, {}, {}, None
+        compile_seconds = fitted.compile_seconds
         # ADVI's draws are one approximation's independent draws, judged by its loss: a refit from the same seed
         # would give the same approximation
-        if settings.max_draws > settings.draws and settings.backend != "advi":
+        if (settings.max_draws > settings.draws or settings.refit_target_accept > settings.target_accept) \
+                and settings.backend != "advi":
             specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
-            results, thinned, diagnostics, refits = _lengthen(stage, tasks, specs, model, jobs, results, progress)
+            results, thinned, raised, diagnostics, refits = _lengthen(stage, tasks, specs, model, jobs, results,
+                                                                      progress)
             compile_seconds = None if compile_seconds is None or None in refits else compile_seconds + sum(refits)
     log.info("%s: %s", stage, progress.summary())
 
@@ -320,7 +328,7 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
     grads = [r.grad_evals for r in results]
     grad_evals = None if any(g is None for g in grads) else sum(grads)
     return Sampled(stack(posts), stack(stats), Cost(progress.seconds, compile_seconds, grad_evals),
-                   thinned=thinned or None, test_diagnostics=diagnostics)
+                   thinned=thinned or None, raised=raised or None, test_diagnostics=diagnostics)
 
 
 def _group_test_diagnostics(tasks: Tasks, g: int, posterior: xr.Dataset, specs) -> dict[str, float] | None:
@@ -336,11 +344,16 @@ def _group_test_diagnostics(tasks: Tasks, g: int, posterior: xr.Dataset, specs) 
 
 def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Sequence[cluster.GroupJob],
               results: Sequence[cluster.GroupResult], progress: GroupProgress
-              ) -> tuple[list[cluster.GroupResult], dict[str, dict], dict[str, dict[str, float]], list]:
-    """With ``sampler.max_draws``: every group whose ``draws`` miss the convergence bar (function-space R-hat <=
-    1.01 and bulk ESS >= 400 on its test points) is fitted again from its own seed with ``k`` times the draws
-    per chain and each chain thinned to every ``k``-th draw, ``k`` growing (where the ESS extrapolates, at
-    least by one) until the thinned draws meet the bar or ``k * draws`` would pass ``max_draws``.
+              ) -> tuple[list[cluster.GroupResult], dict[str, dict], dict[str, dict], dict[str, dict[str, float]],
+                         list]:
+    """Every group whose fit misses the convergence bar is fitted again from its own seed:
+
+    - with ``sampler.max_draws``, where its ``draws`` miss function-space R-hat <= 1.01 or bulk ESS >= 400 on its
+      test points: with ``k`` times the draws per chain and each chain thinned to every ``k``-th draw, ``k``
+      growing (where the ESS extrapolates, at least by one) until the thinned draws meet the bar or ``k * draws``
+      would pass ``max_draws``;
+    - with ``sampler.refit_target_accept`` above ``target_accept``, where more of its transitions diverge than the
+      bar allows: once, at that target_accept (and longer where R-hat or ESS miss too).
 
     A stage's per-group traces share one ``draw`` dim, so a group cannot simply keep more draws; thinned,
     it keeps ``draws`` draws of a longer chain (nutpie's longer run from the same seed starts with the same
@@ -348,57 +361,86 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
     for diverged) and ``n_steps`` the steps they took; its seconds and gradients count every run. Returns the
     results; per group drawn longer what it missed, ``thinned_by``, the draws per chain drawn and the whole
     run's divergences (:func:`hbnn.evaluation.fit_metrics` judges them against its ``k * draws`` transitions);
-    every group's diagnostics at the draws it keeps (the metrics' own, so they are not computed twice); and the
-    refits' compile seconds."""
+    per group fitted again at a higher target_accept, that target_accept, its divergences before and after and the
+    draws per chain; every group's diagnostics at the draws it keeps (the metrics' own, so they are not computed
+    twice); and the refits' compile seconds."""
     s = model.settings
     out = list(results)
     thinned: dict[str, dict] = {}
+    raised: dict[str, dict] = {}
     diagnostics: dict[str, dict[str, float]] = {}
-    pending = {}
+    first: dict[int, dict] = {}  # what each group missed at its first fit
+    pending = {}  # group -> (draws factor k, target_accept, diagnostics, divergences) of its fit so far
     for r in out:
         d = _group_test_diagnostics(tasks, r.index, r.posterior, specs)
         if d is not None:
             diagnostics[r.name] = d
-            if not evaluation.meets_bar(d["max_rhat"], d["min_ess_bulk"]):
-                pending[r.index] = (1, d)
-    limit = s.max_draws // s.draws
+        pending[r.index] = (1, s.target_accept, d, r.divergences)
+    limit = max(1, s.max_draws // s.draws)
     compiles: list = []
     while pending:
-        by_factor: dict[int, list[int]] = {}
-        for g, (k, d) in pending.items():
-            ess = d["min_ess_bulk"]
-            grow = k + 1
-            if np.isfinite(ess) and 0 < ess < evaluation.ESS_MIN:
-                grow = max(grow, int(np.ceil(k * evaluation.ESS_MIN * ESS_SPARE / ess)))
-            k_next = min(grow, limit)
-            if k_next <= k:
-                log.warning("%s: group %s misses the bar at %d draws per chain (function-space R-hat %.3f, bulk ESS "
-                            "%.0f), and sampler.max_draws=%d allows no longer fit; the metrics and the report say "
-                            "so", stage, jobs[g].name, k * s.draws, d["max_rhat"], d["min_ess_bulk"], s.max_draws)
+        by_fit: dict[tuple[int, float], list[int]] = {}
+        for g, (k, ta, d, div) in pending.items():
+            short = d is not None and not evaluation.meets_bar(d["max_rhat"], d["min_ess_bulk"])
+            diverging = not evaluation.divergences_within_bar(div, s.chains * k * s.draws)
+            if not short and not diverging:
                 continue
-            log.info("%s: group %s misses the bar at %d draws per chain (function-space R-hat %.3f, bulk ESS %.0f); "
-                     "fitting it again with %d draws per chain, thinned by %d", stage, jobs[g].name, k * s.draws,
-                     d["max_rhat"], d["min_ess_bulk"], k_next * s.draws, k_next)
-            by_factor.setdefault(k_next, []).append(g)
+            first.setdefault(g, {"draws_per_chain": s.draws, "divergences": int(div),
+                                 **{key: float(v) for key, v in (d or {}).items()}})
+            k_next = k
+            if short:
+                ess = d["min_ess_bulk"]
+                grow = k + 1
+                if np.isfinite(ess) and 0 < ess < evaluation.ESS_MIN:
+                    grow = max(grow, int(np.ceil(k * evaluation.ESS_MIN * ESS_SPARE / ess)))
+                k_next = max(k, min(grow, limit))
+            ta_next = s.refit_target_accept if diverging and s.refit_target_accept > ta else ta
+            what = (f"function-space R-hat {d['max_rhat']:.3f}, bulk ESS {d['min_ess_bulk']:.0f}" if short else
+                    f"{div} divergences, past the bar's {evaluation.DIVERGENT_SHARE_MAX:.1%} of "
+                    f"{s.chains * k * s.draws} transitions")
+            if k_next == k and ta_next == ta:
+                if short and s.max_draws > s.draws:
+                    log.warning("%s: group %s misses the bar at %d draws per chain (%s), and sampler.max_draws=%d "
+                                "allows no longer fit; the metrics and the report say so", stage, jobs[g].name,
+                                k * s.draws, what, s.max_draws)
+                elif diverging and s.refit_target_accept > s.target_accept:
+                    log.warning("%s: group %s still diverges at sampler.refit_target_accept=%s (%d divergences in "
+                                "%d transitions); the metrics and the report say so", stage, jobs[g].name, ta, div,
+                                s.chains * k * s.draws)
+                continue
+            how = []
+            if k_next > k:
+                how.append(f"with {k_next * s.draws} draws per chain, thinned by {k_next}")
+            if ta_next != ta:
+                how.append(f"at target_accept {ta_next} (sampler.refit_target_accept)")
+            log.info("%s: group %s misses the bar at %d draws per chain (%s); fitting it again %s", stage,
+                     jobs[g].name, k * s.draws, what, " and ".join(how))
+            by_fit.setdefault((k_next, ta_next), []).append(g)
         pending_next = {}
-        for k, groups in sorted(by_factor.items()):
-            longer = dataclasses.replace(model, settings=dataclasses.replace(s, draws=k * s.draws, max_draws=0))
-            refit = cluster.fit_groups(f"{stage}-x{k}", longer, [jobs[g] for g in groups])
+        for (k, ta), groups in sorted(by_fit.items()):
+            again = dataclasses.replace(model, settings=dataclasses.replace(s, draws=k * s.draws, max_draws=0,
+                                                                             target_accept=ta))
+            refit = cluster.fit_groups(f"{stage}-x{k}" + (f"-ta{ta}" if ta != s.target_accept else ""), again,
+                                       [jobs[g] for g in groups])
             compiles.append(refit.compile_seconds)
             for r in refit.results:
-                before = out[r.index]
                 progress.seconds += r.seconds
-                thin = _thinned(r, k, s.draws, before)
+                thin = _thinned(r, k, s.draws, out[r.index])
                 out[r.index] = thin
-                d = diagnostics[r.name] = _group_test_diagnostics(tasks, r.index, thin.posterior, specs)
-                first = thinned.get(r.name, {}).get("missed") or {
-                    "draws_per_chain": s.draws, **{key: float(v) for key, v in pending[r.index][1].items()}}
-                thinned[r.name] = {"thinned_by": k, "draws_per_chain": k * s.draws, "divergences": r.divergences,
-                                   "missed": first}
-                if d is not None and not evaluation.meets_bar(d["max_rhat"], d["min_ess_bulk"]):
-                    pending_next[r.index] = (k, d)
+                d = _group_test_diagnostics(tasks, r.index, thin.posterior, specs)
+                if d is not None:
+                    diagnostics[r.name] = d
+                thinned.pop(r.name, None)
+                raised.pop(r.name, None)
+                if k > 1:
+                    thinned[r.name] = {"thinned_by": k, "draws_per_chain": k * s.draws, "divergences": r.divergences,
+                                       "missed": first[r.index]}
+                if ta != s.target_accept:
+                    raised[r.name] = {"target_accept": ta, "draws_per_chain": k * s.draws,
+                                      "divergences": r.divergences, "missed": first[r.index]}
+                pending_next[r.index] = (k, ta, d, r.divergences)
         pending = pending_next
-    return out, dict(sorted(thinned.items())), diagnostics, compiles
+    return out, dict(sorted(thinned.items())), dict(sorted(raised.items())), diagnostics, compiles
 
 
 def _thinned(r: cluster.GroupResult, k: int, draws: int, before: cluster.GroupResult) -> cluster.GroupResult:

@@ -241,7 +241,9 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
         "sampling": {**{name: {"fits": len(f), "fits_not_converged": sum(not x["converged"] for x in f),
                                "divergences": sum(x["divergences"] for x in f),
                                # fits drawn longer and thinned (sampler.max_draws), with why
-                               "thinned_fits": fits[name]["sampling"].get("thinned_groups", {})}
+                               "thinned_fits": fits[name]["sampling"].get("thinned_groups", {}),
+                               # fits drawn again at a higher target_accept (sampler.refit_target_accept), with why
+                               "raised_fits": fits[name]["sampling"].get("target_accept_raised", {})}
                         for name, f in per_fit.items()},
                      "hierarchical": {k: upstream["hierarchical"]["sampling"][k]
                                       for k in (*evaluation.HEADLINE_SAMPLING,

@@ -283,6 +283,24 @@ def test_nutpie_starts_the_chains_again_from_the_best_chain_where_the_first_look
     assert again.posterior.sample_stats.attrs["hbnn_restarts"] == stats.attrs["hbnn_restarts"]  # whatever the timing
 
 
+def test_nutpie_starts_the_chains_again_where_a_later_look_finds_them_failing(tiny_tasks, monkeypatch, caplog):
+    """A chain can drift into a worse region after the first look (on 30 groups one did between 600 and 800 draws
+    per chain): every look judges the chains while restarts are left."""
+    judged = []
+
+    def reason(head, missing):
+        judged.append(head.posterior.sizes["draw"])
+        return ("chain 0 drifted", 1) if len(judged) == 2 else None
+
+    monkeypatch.setattr(inference, "restart_reason", reason)
+    fit, seen = _blocks_fit(tiny_tasks, "nutpie", 100, ["g00 misses"] * 3 + [None], restarts=1)
+    assert seen == [25, 50, 25, 50] and judged == [25, 50]  # judged at both looks; after the restart, none left
+    assert "restarting the chains from chain 1's draws (restart 1 of at most 1): chain 0 drifted" in caplog.text
+    (record,) = json.loads(fit.posterior.sample_stats.attrs["hbnn_restarts"])
+    assert record["draws_per_chain"] == 50 and record["restarted_from_chain"] == 1
+    assert fit.posterior.posterior.sizes["draw"] == 50
+
+
 def test_nutpie_counts_the_steps_of_chains_still_running(tiny_tasks):
     """An attempt left behind is counted up to its cancel: its chains run on past the first look."""
     train = tiny_tasks.split("train")

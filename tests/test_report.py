@@ -615,7 +615,7 @@ def test_status_lists_the_chains_started_again_with_their_reason():
     assert any(getattr(b, "text", "").startswith("No chains were started again") for b in sec0.blocks)
     assert sec.failing is False  # a restart is not a miss: the new chains are judged like any others
     assert ("Hierarchical, after 500 draws per chain: 87 divergences in the first 500 draws per chain; started again "
-            "from chain 1's draws (the attempt left behind: 1,532,869 gradient evaluations to its first look)"
+            "from chain 1's draws (the attempt left behind: 1,532,869 gradient evaluations to that look)"
             ) in para.text
 
 
@@ -741,7 +741,7 @@ def test_intro_states_each_fits_inference_as_run():
         "extrapolated to the bar (at most 20% of the draws so far further), until every group met the convergence "
         "bar or 5000 were drawn)")
     assert sections._run_description(dict(looks, restarts=2), 1700).endswith(
-        "or 5000 were drawn; chains found at the first check to have gone wrong in their warmup (divergences, or "
+        "or 5000 were drawn; chains found at a check to have gone wrong (divergences, or "
         "stuck where the log density is lower) start again from the best chain's draws, at most 2 times; the status "
         "section lists any that did)")
     per_group = asdict(SamplerParams(chains=2, tune=300, draws=1000, max_draws=4000))

@@ -167,8 +167,8 @@ class SamplerParams:
     diverges more often than the bar allows (0.1% of its draws) is fitted again from its seed at this target_accept
     (smaller steps), once; longer too where its R-hat or ESS also miss. More draws do not dilute divergences: they
     mark regions the step size is too large for, which a smaller step size resolves.
-    ``restarts`` (the hierarchical fit, nutpie, with ``max_draws`` past ``draws``; ignored otherwise): at the first
-    look, chains that diverge past the bar's share or sit in a region of clearly lower log density while the chains
+    ``restarts`` (the hierarchical fit, nutpie, with ``max_draws`` past ``draws``; ignored otherwise): at any look,
+    chains that diverge past the bar's share or sit in a region of clearly lower log density while the chains
     disagree are started again, up to this many times, from the best chain's draws
     (:func:`hbnn.inference.restart_reason`); the metrics and the trace record each restart with its numbers.
     """
@@ -227,7 +227,7 @@ class SamplerParams:
 
     @property
     def restarts_apply(self) -> bool:
-        """Whether a fit with these settings judges its chains at its first look (``restarts``)."""
+        """Whether a fit with these settings judges its chains at its looks (``restarts``)."""
         return self.restarts > 0 and self.backend == "nutpie" and self.max_draws > self.draws
 
     @property

@@ -249,23 +249,32 @@ class NutpieBackend(Backend):
     def _first_converged_blocks(self, run: _NutpieRun) -> tuple[Trace, None, int]:
         """The first ``n`` draws of every chain, for the first ``n`` of the checks (``draws``, then as
         :func:`_next_check` says) whose draws :attr:`until` passes (or ``max_draws``); the chains are stopped
-        once that is known. At the first look, chains that :func:`restart_reason` finds failing start again from
-        the best chain's draws (up to ``restarts`` times), recorded in the trace's ``sample_stats`` attribute
-        ``hbnn_restarts``; the gradient evaluations returned count the attempts left behind too (up to their
-        cancel). Any error or interrupt stops the chains running."""
+        once that is known. At any look, chains that :func:`restart_reason` finds failing start again from
+        the best chain's draws (up to ``restarts`` times in all; a chain can drift into a worse region after the
+        first look: on 30 groups one did between 600 and 800 draws per chain), recorded in the trace's
+        ``sample_stats`` attribute ``hbnn_restarts``; the gradient evaluations returned count the attempts left
+        behind too (up to their cancel). Any error or interrupt stops the chains running."""
         s = self.settings
         running, restarts, spent = run.running, [], 0
         try:
             while True:
                 poll = _Poll(running, run.compiled.coords, self)
-                head = poll.first(s.draws)
+                kept = s.draws
+                head = poll.first(kept)
                 missing = self.until(head.posterior)
-                why = restart_reason(head, missing) if len(restarts) < s.restarts else None
+                # at every look: chains that went wrong start again (restart_reason), else the fit looks further on
+                while (why := restart_reason(head, missing) if len(restarts) < s.restarts else None) is None:
+                    following = _next_check(missing, kept, s, look_unit(s.backend, s.draws))
+                    if following is None:
+                        break
+                    kept = following
+                    head = poll.first(kept)
+                    missing = self.until(head.posterior)
                 if why is None:
                     break
                 reason, best = why
                 # the cost: every step until the cancel (timing-dependent, for the timings only); the record: the
-                # steps up to the first look, which the draws decide, so that the trace and metrics stay the same
+                # steps up to the look, which the draws decide, so that the trace and metrics stay the same
                 spent += poll.steps_so_far()
                 running.cancel()
                 restarts.append(_restart_record(head, reason, best,
@@ -277,11 +286,6 @@ class NutpieBackend(Backend):
                 running = self._launch(starting_from(run.compiled, head.posterior, best),
                                        derive_seed(run.seed, RESTART_SEED_KEY, len(restarts)), True)
             self.restarting = None
-            kept = s.draws
-            while (following := _next_check(missing, kept, s, look_unit(s.backend, s.draws))) is not None:
-                kept = following
-                head = poll.first(kept)
-                missing = self.until(head.posterior)
             running.cancel()
         except BaseException:
             running.cancel()
@@ -338,10 +342,10 @@ class _Poll:
 
 
 RESTART_SEED_KEY = 100  # derive_seed(fit seed, RESTART_SEED_KEY, k): the k-th restart's chains
-# At a run-length-controlled fit's first look, divergences restart the chains where a Poisson count at the bar's share
+# At a run-length-controlled fit's look, divergences restart the chains where a Poisson count at the bar's share
 # of the draws reaches them with less than this chance (one-sided): 5 or more at 2 x 500 draws, 87 in one chain seen
 RESTART_DIVERGENCE_P = 0.01
-# At a run-length-controlled fit's first look, an R-hat past this says the chains sit in different places, more than
+# At a run-length-controlled fit's look, an R-hat past this says the chains sit in different places, more than
 # slow mixing explains: on 30 groups, chains stuck where the input layer's group sd is ~0.3 (the rest: ~0.009) gave
 # 1.3-1.45 at 500 draws; slow but healthy chains of the default fit up to ~1.08 (benchmarks/FINDINGS.md, "Chains
 # started again")
@@ -352,7 +356,7 @@ RESTART_LOGP_Z = 4.0
 
 
 def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
-    """Why the chains of a fit's first look (``head``: ``posterior``, ``sample_stats``; ``missing``: its
+    """Why the chains of a fit's look (``head``: ``posterior``, ``sample_stats``; ``missing``: its
     :class:`hbnn.evaluation.Shortfall` or ``None``) should start again, and from which chain's draws, or ``None``.
 
     - More divergences than the bar's share (:data:`hbnn.evaluation.DIVERGENT_SHARE_MAX` of the draws) explains
@@ -403,9 +407,9 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
 
 def _restart_record(head: Trace, reason: str, best: int, steps: int) -> dict:
     """What the trace and the metrics keep of an attempt left behind: why, its draws per chain and its gradient
-    evaluations up to its first look (``steps``: warmup and those draws; its chains ran on a little until they were
-    cancelled, which the fit's timing counts but a record that must be the same on every run cannot), and per chain
-    its step size, divergences and mean log density."""
+    evaluations up to the look that left it behind (``steps``: warmup and those draws; its chains ran on a little
+    until they were cancelled, which the fit's timing counts but a record that must be the same on every run
+    cannot), and per chain its step size, divergences and mean log density."""
     stats = head.sample_stats
     diverging, mean = _chain_numbers(stats)
     return {
@@ -420,7 +424,7 @@ def _restart_record(head: Trace, reason: str, best: int, steps: int) -> dict:
 
 
 def _chain_numbers(stats: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
-    """Per chain of a first look's ``sample_stats``: its divergences and its mean log density."""
+    """Per chain of a look's ``sample_stats``: its divergences and its mean log density."""
     return stats["diverging"].values.sum(axis=1), stats["logp"].values.mean(axis=1)
 
 

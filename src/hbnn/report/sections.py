@@ -89,7 +89,7 @@ def _run_description(s: dict[str, Any], drawn: int | None = None, joint: bool = 
                f"{LOOK_MAX_GROWTH:.0%} of the draws so far further),")
         blocks = f"; {how} until every group met the convergence bar or {s['max_draws']} were drawn"
         if s.get("backend") == "nutpie" and s.get("restarts", 0) > 0:
-            blocks += (f"; chains found at the first check to have gone wrong in their warmup (divergences, or stuck "
+            blocks += (f"; chains found at a check to have gone wrong (divergences, or stuck "
                        f"where the log density is lower) start again from the best chain's draws, at most "
                        f"{s['restarts']} times; the status section lists any that did")
     return (f"{s.get('chains', '?')} chains x {drawn or s.get('draws', '?')} draws "
@@ -463,17 +463,17 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
                            "with smaller steps): " + "; ".join(raised) + "."))
     restarted = [f"{LABELS[v]}, after {r['draws_per_chain']} draws per chain: {r['reason']}; started again from "
                  f"chain {r['restarted_from_chain']}'s draws (the attempt left behind: {r['leapfrog_steps']:,} "
-                 "gradient evaluations to its first look)"
+                 "gradient evaluations to that look)"
                  for v in MODELS for r in lookup(metrics[v], "sampling", "restarted") or []]
     if restarted:
-        blocks.append(Para("Chains started again (hier_sampler.restarts: at the first look, chains that diverged more "
+        blocks.append(Para("Chains started again (hier_sampler.restarts: at a look, chains that diverged more "
                            "than the bar's share explains by chance, or disagreed while one sat where the log "
                            "density is clearly lower, were left behind and the fit started again, warmup included, "
                            "from the best chain's draws; the results use the new chains only. A lower log density "
                            "is evidence of a worse region, not proof: a wider real mode would be left behind too): "
                            + "; ".join(restarted) + "."))
     elif any(lookup(metrics[v], "sampling", "restarts") == 0 for v in MODELS):
-        blocks.append(Para("No chains were started again: the hierarchical fit's chains passed its first check "
+        blocks.append(Para("No chains were started again: the hierarchical fit's chains passed its checks "
                            "(hier_sampler.restarts)."))
     if transfer_text:
         blocks.append(Para(transfer_text, warn=transfer_failing))

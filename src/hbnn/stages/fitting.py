@@ -164,7 +164,7 @@ def _scored(stage: str, params: Params, s: SamplerParams, tasks: Tasks, sampled:
     if sampled.raised:  # groups fitted again at a higher target_accept (sampler.refit_target_accept): why, what came
         metrics["sampling"]["target_accept_raised"] = sampled.raised
         idata.sample_stats.attrs["hbnn_target_accept_raised"] = json.dumps(sampled.raised, sort_keys=True)
-    if s.restarts_apply:  # a fit whose chains may start again at its first look: how often they did, why and from where
+    if s.restarts_apply:  # a fit whose chains may start again at its looks: how often they did, why and from where
         restarts = json.loads(sample_stats.attrs.get("hbnn_restarts", "[]"))
         metrics["sampling"]["restarts"] = len(restarts)
         if restarts:

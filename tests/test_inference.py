@@ -254,8 +254,9 @@ def test_groups_that_diverge_past_the_bar_are_fitted_again_at_a_higher_target_ac
         sampled = fit_per_group("fit_flat", params, ragged_tasks, build, density)
     assert set(sampled.raised) == {"a", "b", "c"} and sampled.thinned is None
     for g, info in sampled.raised.items():
-        assert info["target_accept"] == 0.95 and info["draws_per_chain"] == 20
+        assert info["target_accept"] == 0.95 and info["draws_per_chain"] == 20 and info["transitions"] == 40
         assert info["missed"]["divergences"] == int(first.sample_stats["diverging"].sel(group=g).sum())
+        assert info["missed"]["draws_per_chain"] == 20 and info["missed"]["transitions"] == 40
         assert info["divergences"] == int(sampled.sample_stats["diverging"].sel(group=g).sum())
     assert "fitting it again at target_accept 0.95 (sampler.refit_target_accept)" in caplog.text
     assert "still diverges at sampler.refit_target_accept=0.95" in caplog.text  # once: no second refit
@@ -272,3 +273,41 @@ def test_groups_that_diverge_past_the_bar_are_fitted_again_at_a_higher_target_ac
     at_or_below = parse_params({**raw, "sampler": {**raw["sampler"], "target_accept": 0.95}})
     assert fit_per_group("fit_flat", at_or_below, ragged_tasks, build, density).raised is None
     assert "fitting it again" not in caplog.text
+
+
+def test_a_group_both_short_and_diverging_is_drawn_longer_at_the_higher_target_accept(ragged_tasks, monkeypatch,
+                                                                                       caplog):
+    """Both fixes at once: each record says what made its fix necessary (the ESS of the fit that was too short, the
+    divergences of the fit that diverged), and the draws are a plain longer fit's at the higher target_accept,
+    thinned."""
+    import logging
+
+    from hbnn import evaluation
+    from hbnn.kernel import FlatDensity
+
+    raw = {"model": {"hidden_layers": [2]},
+           "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 60, "refit_target_accept": 0.95}}
+
+    def build(X, y):
+        return build_flat_model(X, y, ragged_tasks.features, (2,))
+
+    def density(X, y):
+        return FlatDensity.on_rows(X, y, (2,), False, "bernoulli", 1.0, prior_sd=1.0, features=("x1", "x2"))
+
+    monkeypatch.setattr(evaluation, "DIVERGENT_SHARE_MAX", -1.0)  # every fit "diverges" past the bar
+    with caplog.at_level(logging.INFO):
+        sampled = fit_per_group("fit_flat", parse_params(raw), ragged_tasks, build, density)
+    assert set(sampled.thinned) == set(sampled.raised) == {"a", "b", "c"}
+    for g in "abc":
+        thin, raised = sampled.thinned[g], sampled.raised[g]
+        assert thin["thinned_by"] == 3 and raised["draws_per_chain"] == 60 and raised["target_accept"] == 0.95
+        assert raised["missed"] == {"draws_per_chain": 20, "divergences": raised["missed"]["divergences"],
+                                    "transitions": 40}
+        assert thin["missed"]["draws_per_chain"] == 20 and thin["missed"]["min_ess_bulk"] < 400
+    assert "still diverges at sampler.refit_target_accept=0.95" in caplog.text
+    plain = fit_per_group("fit_flat", parse_params({**raw, "sampler": {**raw["sampler"], "draws": 60, "max_draws": 0,
+                                                                       "target_accept": 0.95,
+                                                                       "refit_target_accept": 0}}),
+                          ragged_tasks, build, density)
+    np.testing.assert_array_equal(sampled.posterior["w_in"].sel(group="b").values,
+                                  plain.posterior["w_in"].sel(group="b").values[:, 2::3])

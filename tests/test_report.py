@@ -949,8 +949,8 @@ def test_status_says_which_groups_were_fitted_again_at_a_higher_target_accept():
     good = {"per_group": {g: {"converged": True, "rhat_fn": 1.0, "ess_bulk_fn": 900.0, "divergences": 0}
                           for g in names},
             "sampling": {"max_rhat_fn": 1.0, "min_ess_bulk_fn": 900.0, "divergences": 0}}
-    raised = {"b": {"target_accept": 0.97, "draws_per_chain": 1000, "divergences": 0,
-                    "missed": {"draws_per_chain": 1000, "divergences": 3, "max_rhat": 1.004, "min_ess_bulk": 812.0}}}
+    raised = {"b": {"target_accept": 0.97, "draws_per_chain": 1000, "divergences": 0, "transitions": 2000,
+                    "missed": {"draws_per_chain": 1000, "divergences": 3, "transitions": 2000}}}
     settings = {v: {"sampler": {"backend": "nutpie", "draws": 1000}} for v in numbers.MODELS}
     drawn = {v: 1000 for v in numbers.MODELS}
 
@@ -963,5 +963,5 @@ def test_status_says_which_groups_were_fitted_again_at_a_higher_target_accept():
     metrics["informed"] = {**good, "sampling": {**good["sampling"], "target_accept_raised": raised}}
     assert ("Fitted again at a higher target_accept (sampler.refit_target_accept: a group whose transitions diverged "
             "more often than the bar allows was fitted again from its seed with smaller steps): Informed prior, group "
-            "b: 3 divergences at first (1000 draws per chain), 0 at target_accept 0.97 (1000 draws per chain)."
+            "b: 3 divergences in 2000 transitions, then 0 in 2000 at target_accept 0.97."
             ) in text(metrics)

@@ -191,6 +191,9 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
             iterations = s.tune + s.draw_limit
         else:  # the first fit, then every refit k = 2 .. max_draws // draws (the worst case: one step at a time)
             iterations = sum(s.tune + k * s.draws for k in range(1, s.max_draws // s.draws + 1))
+        refit = not hierarchical and s.refit_target_accept > s.target_accept
+        if refit:  # ... and once more at refit_target_accept, at the longest (smaller steps: counted twice)
+            iterations += 2 * (s.tune + max(1, s.max_draws // s.draws) * s.draws)
         steps_per_fit = s.chains * iterations * steps
         rows_per_step = n_train if hierarchical else n_train / n_groups
         stored_draws = s.chains * (s.tune + kept)  # nutpie keeps the tuning draws too
@@ -199,7 +202,11 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
             "" if s.max_draws <= s.draws else
             f", counted as if it drew on to max_draws={s.max_draws} (it stops once the bar is met)" if hierarchical
             else f", counted as if every group were fitted again at every multiple of draws up to max_draws="
-                 f"{s.max_draws} (only those that miss the bar are)")
+                 f"{s.max_draws} (only those that miss the bar are)") + (
+            f" and at refit_target_accept={s.refit_target_accept} (only those that diverge past the bar are)"
+            if refit else "") + (
+            f", and as if its chains started again {s.restarts} times at their last look (restarts={s.restarts}; "
+            "they do where they go wrong)" if hierarchical and s.restarts_apply else "")
     per_row_weight = KERNEL_NS_PER_ROW_WEIGHT if s.backend == "nutpie" else NS_PER_ROW_WEIGHT
     grad_us += per_row_weight * 1e-3 * rows_per_step * per_group
     if informed:
@@ -213,6 +220,8 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     prior = sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
     first = minutes * (s.tune + s.draws) / (s.tune + s.draw_limit) if hierarchical and s.max_draws > s.draws else None
+    if hierarchical and s.restarts_apply and s.backend != "advi":  # each attempt left behind at worst at the last look
+        minutes *= 1 + s.restarts
     return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes, first)
 
 

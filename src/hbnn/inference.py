@@ -283,6 +283,7 @@ class NutpieBackend(Backend):
                             best, len(restarts), s.restarts, reason)
                 self.restarting = (f"restart {len(restarts)} of at most {s.restarts}: warming up again from chain "
                                    f"{best}'s draws")
+                self.towards = None  # a look past the first set it: the heartbeat says the restart instead
                 running = self._launch(starting_from(run.compiled, head.posterior, best),
                                        derive_seed(run.seed, RESTART_SEED_KEY, len(restarts)), True)
             self.restarting = None

@@ -881,22 +881,28 @@ def row_lanes() -> int:
     numba's and llvmlite's versions, this module's source), since the probe's compile costs ~0.4 s a process."""
     import llvmlite
     import llvmlite.binding as llvm
-    from numba.core import config
+    from numba.core import codegen, config
 
     from hbnn.kernel_unrolled import cache_dir
 
-    features = config.CPU_FEATURES or llvm.get_host_cpu_features().flatten()
-    target = (config.CPU_NAME or llvm.get_host_cpu_name(), features, numba.__version__, llvmlite.__version__, SOURCE)
+    # as numba targets the CPU (its own reading of the host's features, NUMBA_ENABLE_AVX, NUMBA_OPT, NUMBA_CPU_*)
+    target = (config.CPU_NAME or llvm.get_host_cpu_name(), config.CPU_FEATURES or codegen.get_host_cpu_features(),
+              config.ENABLE_AVX, config.OPT, numba.__version__, llvmlite.__version__, SOURCE)
     path = cache_dir() / f"row_lanes_{hashlib.sha256(repr(target).encode()).hexdigest()[:20]}"
     try:
-        kept = path.read_text()
+        kept = path.read_bytes()
     except OSError:
-        kept = ""
-    if kept in ("8", "16"):
+        kept = b""
+    if kept in (b"8", b"16"):
         return int(kept)
     signature = (numba.float32, numba.float32[::1], numba.float32[::1], numba.int64)
-    probe = numba.njit(signature, fastmath=True, error_model="numpy")(_axpy)
-    lanes = 16 if "zmm" in probe.inspect_asm(signature) else 8
+    try:
+        probe = numba.njit(signature, fastmath=True, error_model="numpy")(_axpy)
+        lanes = 16 if "zmm" in probe.inspect_asm(signature) else 8
+    except Exception as err:  # noqa: BLE001 - no assembly to read: 8 rows, right for most CPUs and correct for all
+        log.warning("kernel: cannot read the vector width numba compiles (%s: %s); padding rows to 8",
+                    type(err).__name__, err)
+        return 8
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")

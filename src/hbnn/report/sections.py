@@ -453,9 +453,9 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
         blocks.append(Para("Drawn longer and thinned (sampler.max_draws: a group whose draws missed the bar was "
                            "fitted again from its seed with more draws per chain, every k-th kept, so that it "
                            "holds as many as the others): " + "; ".join(thinned) + "."))
-    raised = [f"{LABELS[v]}, group {g}: {t['missed']['divergences']} divergences at first "
-              f"({t['missed']['draws_per_chain']} draws per chain), {t['divergences']} at target_accept "
-              f"{t['target_accept']} ({t['draws_per_chain']} draws per chain)" for v in MODELS
+    raised = [f"{LABELS[v]}, group {g}: {t['missed']['divergences']} divergences in {t['missed']['transitions']} "
+              f"transitions, then {t['divergences']} in {t['transitions']} at target_accept {t['target_accept']}"
+              for v in MODELS
               for g, t in sorted((lookup(metrics[v], "sampling", "target_accept_raised") or {}).items())]
     if raised:
         blocks.append(Para("Fitted again at a higher target_accept (sampler.refit_target_accept: a group whose "

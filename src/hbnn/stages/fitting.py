@@ -369,7 +369,10 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
     thinned: dict[str, dict] = {}
     raised: dict[str, dict] = {}
     diagnostics: dict[str, dict[str, float]] = {}
-    first: dict[int, dict] = {}  # what each group missed at its first fit
+    # what made each fix necessary, at the fit that first needed it: R-hat/ESS for a longer fit, divergences for a
+    # higher target_accept
+    short_at: dict[int, dict] = {}
+    diverged_at: dict[int, dict] = {}
     pending = {}  # group -> (draws factor k, target_accept, diagnostics, divergences) of its fit so far
     for r in out:
         d = _group_test_diagnostics(tasks, r.index, r.posterior, specs)
@@ -385,8 +388,6 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
             diverging = not evaluation.divergences_within_bar(div, s.chains * k * s.draws)
             if not short and not diverging:
                 continue
-            first.setdefault(g, {"draws_per_chain": s.draws, "divergences": int(div),
-                                 **{key: float(v) for key, v in (d or {}).items()}})
             k_next = k
             if short:
                 ess = d["min_ess_bulk"]
@@ -395,19 +396,25 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
                     grow = max(grow, int(np.ceil(k * evaluation.ESS_MIN * ESS_SPARE / ess)))
                 k_next = max(k, min(grow, limit))
             ta_next = s.refit_target_accept if diverging and s.refit_target_accept > ta else ta
-            what = (f"function-space R-hat {d['max_rhat']:.3f}, bulk ESS {d['min_ess_bulk']:.0f}" if short else
-                    f"{div} divergences, past the bar's {evaluation.DIVERGENT_SHARE_MAX:.1%} of "
-                    f"{s.chains * k * s.draws} transitions")
+            what = ", ".join(([f"function-space R-hat {d['max_rhat']:.3f}, bulk ESS {d['min_ess_bulk']:.0f}"]
+                              if short else []) +
+                             ([f"{div} divergences, past the bar's {evaluation.DIVERGENT_SHARE_MAX:.1%} of "
+                               f"{s.chains * k * s.draws} transitions"] if diverging else []))
             if k_next == k and ta_next == ta:
                 if short and s.max_draws > s.draws:
                     log.warning("%s: group %s misses the bar at %d draws per chain (%s), and sampler.max_draws=%d "
                                 "allows no longer fit; the metrics and the report say so", stage, jobs[g].name,
                                 k * s.draws, what, s.max_draws)
-                elif diverging and s.refit_target_accept > s.target_accept:
+                if diverging and s.refit_target_accept > s.target_accept:
                     log.warning("%s: group %s still diverges at sampler.refit_target_accept=%s (%d divergences in "
                                 "%d transitions); the metrics and the report say so", stage, jobs[g].name, ta, div,
                                 s.chains * k * s.draws)
                 continue
+            if k_next > k:
+                short_at.setdefault(g, {"draws_per_chain": k * s.draws, **{key: float(v) for key, v in d.items()}})
+            if ta_next != ta:
+                diverged_at.setdefault(g, {"draws_per_chain": k * s.draws, "divergences": int(div),
+                                           "transitions": s.chains * k * s.draws})
             how = []
             if k_next > k:
                 how.append(f"with {k_next * s.draws} draws per chain, thinned by {k_next}")
@@ -434,10 +441,11 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
                 raised.pop(r.name, None)
                 if k > 1:
                     thinned[r.name] = {"thinned_by": k, "draws_per_chain": k * s.draws, "divergences": r.divergences,
-                                       "missed": first[r.index]}
+                                       "missed": short_at[r.index]}
                 if ta != s.target_accept:
                     raised[r.name] = {"target_accept": ta, "draws_per_chain": k * s.draws,
-                                      "divergences": r.divergences, "missed": first[r.index]}
+                                      "divergences": r.divergences, "transitions": s.chains * k * s.draws,
+                                      "missed": diverged_at[r.index]}
                 pending_next[r.index] = (k, ta, d, r.divergences)
         pending = pending_next
     return out, dict(sorted(thinned.items())), dict(sorted(raised.items())), diagnostics, compiles

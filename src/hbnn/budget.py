@@ -190,10 +190,10 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         if hierarchical or s.max_draws <= s.draws:
             iterations = s.tune + s.draw_limit
         else:  # the first fit, then every refit k = 2 .. max_draws // draws (the worst case: one step at a time)
-            iterations = sum(s.tune + k * s.draws for k in range(1, s.max_draws // s.draws + 1))
-        refit = not hierarchical and s.refit_target_accept > s.target_accept
+            iterations = sum(s.tune + k * s.draws for k in range(1, s.max_refit_factor + 1))
+        refit = not hierarchical and s.refit_applies
         if refit:  # ... and once more at refit_target_accept, at the longest (smaller steps: counted twice)
-            iterations += 2 * (s.tune + max(1, s.max_draws // s.draws) * s.draws)
+            iterations += 2 * (s.tune + s.max_refit_factor * s.draws)
         steps_per_fit = s.chains * iterations * steps
         rows_per_step = n_train if hierarchical else n_train / n_groups
         stored_draws = s.chains * (s.tune + kept)  # nutpie keeps the tuning draws too
@@ -220,7 +220,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     prior = sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
     first = minutes * (s.tune + s.draws) / (s.tune + s.draw_limit) if hierarchical and s.max_draws > s.draws else None
-    if hierarchical and s.restarts_apply and s.backend != "advi":  # each attempt left behind at worst at the last look
+    if hierarchical and s.restarts_apply:  # each attempt left behind at worst at the last look
         minutes *= 1 + s.restarts
     return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes, first)
 

@@ -231,6 +231,17 @@ class SamplerParams:
         return self.restarts > 0 and self.backend == "nutpie" and self.max_draws > self.draws
 
     @property
+    def refit_applies(self) -> bool:
+        """Whether a per-group fit with these settings is fitted again at ``refit_target_accept`` where it diverges
+        past the bar (above ``target_accept``; not ADVI, which has no divergences)."""
+        return self.refit_target_accept > self.target_accept and self.backend != "advi"
+
+    @property
+    def max_refit_factor(self) -> int:
+        """The most times ``draws`` a per-group fit drawn again longer runs: ``max_draws // draws``, at least 1."""
+        return max(1, self.max_draws // self.draws)
+
+    @property
     def draw_limit(self) -> int:
         """The most draws per chain a fit can keep: ``max_draws`` where set, else ``draws``."""
         return max(self.draws, self.max_draws)

@@ -310,8 +310,7 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
         compile_seconds = fitted.compile_seconds
         # ADVI's draws are one approximation's independent draws, judged by its loss: a refit from the same seed
         # would give the same approximation
-        if (settings.max_draws > settings.draws or settings.refit_target_accept > settings.target_accept) \
-                and settings.backend != "advi":
+        if settings.backend != "advi" and (settings.max_draws > settings.draws or settings.refit_applies):
             specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
             results, thinned, raised, diagnostics, refits = _lengthen(stage, tasks, specs, model, jobs, results,
                                                                       progress)
@@ -379,13 +378,13 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
         if d is not None:
             diagnostics[r.name] = d
         pending[r.index] = (1, s.target_accept, d, r.divergences)
-    limit = max(1, s.max_draws // s.draws)
     compiles: list = []
     while pending:
         by_fit: dict[tuple[int, float], list[int]] = {}
         for g, (k, ta, d, div) in pending.items():
+            transitions = s.chains * k * s.draws
             short = d is not None and not evaluation.meets_bar(d["max_rhat"], d["min_ess_bulk"])
-            diverging = not evaluation.divergences_within_bar(div, s.chains * k * s.draws)
+            diverging = not evaluation.divergences_within_bar(div, transitions)
             if not short and not diverging:
                 continue
             k_next = k
@@ -394,27 +393,27 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
                 grow = k + 1
                 if np.isfinite(ess) and 0 < ess < evaluation.ESS_MIN:
                     grow = max(grow, int(np.ceil(k * evaluation.ESS_MIN * ESS_SPARE / ess)))
-                k_next = max(k, min(grow, limit))
+                k_next = max(k, min(grow, s.max_refit_factor))
             ta_next = s.refit_target_accept if diverging and s.refit_target_accept > ta else ta
             what = ", ".join(([f"function-space R-hat {d['max_rhat']:.3f}, bulk ESS {d['min_ess_bulk']:.0f}"]
                               if short else []) +
                              ([f"{div} divergences, past the bar's {evaluation.DIVERGENT_SHARE_MAX:.1%} of "
-                               f"{s.chains * k * s.draws} transitions"] if diverging else []))
+                               f"{transitions} transitions"] if diverging else []))
             if k_next == k and ta_next == ta:
                 if short and s.max_draws > s.draws:
                     log.warning("%s: group %s misses the bar at %d draws per chain (%s), and sampler.max_draws=%d "
                                 "allows no longer fit; the metrics and the report say so", stage, jobs[g].name,
                                 k * s.draws, what, s.max_draws)
-                if diverging and s.refit_target_accept > s.target_accept:
+                if diverging and s.refit_applies:
                     log.warning("%s: group %s still diverges at sampler.refit_target_accept=%s (%d divergences in "
                                 "%d transitions); the metrics and the report say so", stage, jobs[g].name, ta, div,
-                                s.chains * k * s.draws)
+                                transitions)
                 continue
             if k_next > k:
                 short_at.setdefault(g, {"draws_per_chain": k * s.draws, **{key: float(v) for key, v in d.items()}})
             if ta_next != ta:
                 diverged_at.setdefault(g, {"draws_per_chain": k * s.draws, "divergences": int(div),
-                                           "transitions": s.chains * k * s.draws})
+                                           "transitions": transitions})
             how = []
             if k_next > k:
                 how.append(f"with {k_next * s.draws} draws per chain, thinned by {k_next}")
@@ -437,8 +436,7 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
                 d = _group_test_diagnostics(tasks, r.index, thin.posterior, specs)
                 if d is not None:
                     diagnostics[r.name] = d
-                thinned.pop(r.name, None)
-                raised.pop(r.name, None)
+                # k and target_accept only grow, so a group's records are replaced, never dropped
                 if k > 1:
                     thinned[r.name] = {"thinned_by": k, "draws_per_chain": k * s.draws, "divergences": r.divergences,
                                        "missed": short_at[r.index]}

@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,7 @@ def test_types_are_coerced():
         ({"transfer": {"sizes": [0, 2]}}, "transfer.sizes[0]=0"),
         ({"transfer": {"sizes": [], "all_rows": False}}, "transfer.sizes=[]"),
         ({"transfer": {"seed": -1}}, "transfer.seed=-1"),
+        ({"transfer": {"tune": -1}}, "transfer.tune=-1"),
         ({"report": {"embedded_pages": -1}}, "report.embedded_pages=-1"),
     ],
 )
@@ -117,6 +119,14 @@ def test_restarts_apply_only_where_a_fit_judges_its_chains_at_a_first_look():
     assert parse_params({"hier_sampler": on}).hier_sampler.restarts_apply
     for off in ({"max_draws": 0}, {"max_draws": 500}, {"backend": "numpyro", "mass_matrix": "diag"}, {"restarts": 0}):
         assert not parse_params({"hier_sampler": on | off}).hier_sampler.restarts_apply, off
+
+
+def test_the_held_out_fit_tunes_as_transfer_says_and_samples_as_hier_sampler_says():
+    p = parse_params({"transfer": {"tune": 250}, "hier_sampler": {"tune": 900, "draws": 1000, "seed": 4}})
+    held_out = p.sampler_for("transfer_hier")
+    assert held_out.tune == 250 and p.sampler_for("fit_hier").tune == 900
+    assert dataclasses.replace(held_out, tune=900) == p.hier_sampler
+    assert p.sampler_for("fit_flat") == p.sampler_for("transfer_flat") == p.sampler
 
 
 def test_missing_and_malformed_files(tmp_path):

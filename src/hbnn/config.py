@@ -297,6 +297,11 @@ class TransferParams:
     held-out group on nested, seeded subsets of its training rows (``sizes``, plus all its rows when
     ``all_rows``), stratified by label for classifiers, with the flat and the informed prior, and
     scores them and the population's prediction (no rows) on the group's own test rows.
+
+    ``tune`` is the held-out hierarchical fit's tuning iterations (``hier_sampler``'s other settings apply):
+    fewer groups than ``fit_hier``'s, and at the default 12 groups 600 met the bar at 8 of 8 sampler seeds with
+    26% fewer leapfrog steps than 1000 (benchmarks/FINDINGS.md), where 18 groups (``fit_hier``) left a chain
+    stuck at one seed of 8.
     """
 
     holdout_fraction: float = 0.333
@@ -304,6 +309,7 @@ class TransferParams:
     sizes: tuple[int, ...] = (2, 4, 8, 16, 32)
     all_rows: bool = True
     seed: int = 3
+    tune: int = 600
 
     def check(self, key: str) -> None:
         _require(0 < self.holdout_fraction < 1, f"{key}.holdout_fraction", self.holdout_fraction,
@@ -316,6 +322,7 @@ class TransferParams:
         _require(bool(self.sizes) or self.all_rows, f"{key}.sizes", list(self.sizes),
                  f"is empty and {key}.all_rows is false: there is nothing to fit")
         _check_seed(self.seed, f"{key}.seed")
+        _require(self.tune >= 0, f"{key}.tune", self.tune, "must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -405,7 +412,10 @@ class Params:
         )
 
     def sampler_for(self, stage: str) -> SamplerParams:
-        """The sampler settings of a fit: ``hier_sampler`` for the hierarchical fits, else ``sampler``."""
+        """The sampler settings of a fit: ``hier_sampler`` for the hierarchical fits (the held-out one's tuning
+        ``transfer.tune``), else ``sampler``."""
+        if stage == "transfer_hier":
+            return dataclasses.replace(self.hier_sampler, tune=self.transfer.tune)
         return self.hier_sampler if stage in HIERARCHICAL_FITS else self.sampler
 
     def to_dict(self) -> dict[str, Any]:

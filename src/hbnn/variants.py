@@ -43,8 +43,9 @@ STAGE_PARAMS = {
     "derive_prior": ("prior",),
     "fit_informed": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "model.bias", "sampler", "trace"),
     # transfer.sizes and transfer.all_rows only say what `transfer` refits: changing them keeps this fit.
-    "transfer_prior": ("transfer.holdout_fraction", "transfer.min_holdout", "transfer.seed", "model.hidden_layers",
-                       "model.likelihood", "model.noise_sd", "model.bias", "hier_sampler", "prior", "trace"),
+    "transfer_prior": ("transfer.holdout_fraction", "transfer.min_holdout", "transfer.seed", "transfer.tune",
+                       "model.hidden_layers", "model.likelihood", "model.noise_sd", "model.bias", "hier_sampler",
+                       "prior", "trace"),
     "transfer": ("transfer", "model", "sampler", "trace"),
 }
 

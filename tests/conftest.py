@@ -12,7 +12,7 @@ TINY = {
     "n_groups": 3,
     "seed": 31,
     "data": {"n_samples": 40},
-    # A partial section keeps that section's defaults (hier_sampler's: target 0.99, diag_stan, run-length
+    # A partial section keeps that section's defaults (hier_sampler's: target 0.98, diag_stan, run-length
     # control), so tiny fits state what they change: no refits or looks past their 25 draws.
     "sampler": {"tune": 40, "draws": 25, "chains": 2, "max_draws": 0},
     "hier_sampler": {"backend": "nutpie", "tune": 40, "draws": 25, "chains": 2, "target_accept": 0.9,

@@ -363,7 +363,10 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
     - More divergences than the bar's share (:data:`hbnn.evaluation.DIVERGENT_SHARE_MAX` of the draws) explains
       by chance: a one-sided Poisson test at :data:`RESTART_DIVERGENCE_P` (at 2 x 500 draws: 5 or more). A chain
       whose warmup ended on too large a step size diverges at a steady rate, so drawing on does not dilute them.
-      The chains restart from the chain with the fewest divergences (then the highest mean log density).
+      At the look where everything else meets the bar (``missing`` is ``None``: the fit would stop there), any
+      count past the bar's share restarts: stopping would report every group not converged (a joint fit's
+      divergences count against each). The chains restart from the chain with the fewest divergences (then the
+      highest mean log density).
     - Chains that disagree (some quantity's R-hat past :data:`RESTART_RHAT`) while a chain's mean log density lies
       :data:`RESTART_LOGP_Z` standard errors (each chain's, from its ESS of the mean) below the highest: a chain
       stuck in a worse region. The chains restart from the chain with the highest mean log density.
@@ -376,19 +379,22 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
     from scipy.special import pdtrc
 
     from hbnn.convergence import ess_mean
-    from hbnn.evaluation import DIVERGENT_SHARE_MAX
+    from hbnn.evaluation import DIVERGENT_SHARE_MAX, divergences_within_bar
 
     stats = head.sample_stats
     diverging, mean = _chain_numbers(stats)
     logp = stats["logp"].values
     chains, n = logp.shape
     total = int(diverging.sum())
-    if total and pdtrc(total - 1, DIVERGENT_SHARE_MAX * logp.size) < RESTART_DIVERGENCE_P:  # P(X >= total)
+    by_chance = total and pdtrc(total - 1, DIVERGENT_SHARE_MAX * logp.size) < RESTART_DIVERGENCE_P  # P(X >= total)
+    at_stop = missing is None and not divergences_within_bar(total, logp.size)
+    if by_chance or at_stop:
         best = min(range(chains), key=lambda c: (diverging[c], -mean[c]))
         each = ", ".join(f"chain {c}: {int(k)} at step size {float(stats['step_size'].values[c, 0]):.3g}"
                          for c, k in enumerate(diverging))
-        return (f"{total} divergences in the first {n} draws per chain ({each}), more than the "
-                f"{DIVERGENT_SHARE_MAX:.1%} of draws the bar allows explains by chance"), best
+        why = (f"more than the {DIVERGENT_SHARE_MAX:.1%} of draws the bar allows explains by chance" if by_chance
+               else f"past the bar's {DIVERGENT_SHARE_MAX:.1%} of draws where everything else meets it")
+        return f"{total} divergences in the first {n} draws per chain ({each}), {why}", best
     rhat = getattr(missing, "max_rhat", float("nan"))
     if not rhat > RESTART_RHAT:
         return None

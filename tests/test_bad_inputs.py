@@ -254,10 +254,11 @@ def test_dvc_exp_run_set_writes_what_hbnn_reads(tmp_path):
 
 
 # ----------------------------------------------------------------------------- tables
-def _table_params(path: Path, **data) -> str:
+def _table_params(path: Path, transfer: dict | None = None, **data) -> str:
     raw = json.loads(json.dumps(TINY))
     raw["data"] = {"source": "table", "path": str(path), "features": ["temperature", "pressure", "humidity"],
                    "label": "failed", "group": "site", **data}
+    raw["transfer"] = {**raw.get("transfer", {}), **(transfer or {})}
     return _yaml(raw)
 
 
@@ -315,7 +316,7 @@ def test_check_params_refuses_a_tables_transfer_sizes_before_any_fit(workspace, 
     """No held-out group of the table has more training rows than a size: before, `transfer_prior` said so after
     fit_flat, fit_hier and fit_informed had sampled."""
     path = _sites(tmp_path, None)
-    text = _table_params(path) + _yaml({"transfer": {"all_rows": False, "sizes": [500]}})
+    text = _table_params(path, transfer={"all_rows": False, "sizes": [500]})
     before = workspace()
     code, err = _run("check_params", text, capsys)
     _assert_one_error(code, err, "no held-out group has more training rows than transfer.sizes=[500]")

@@ -262,11 +262,11 @@ SAMPLER = SamplerParams(draws=1000, max_draws=4000, refit_target_accept=0.97)
 # every group meets it (at most 5000): fixed blocks of 1000 kept 3000 draws of a default run where 2500 met it, on
 # average half a block (~35 s here) past the bar (benchmarks/FINDINGS.md, "Looking again where the ESS
 # extrapolates" and "Looks at most 20% further"). target_accept 0.98: at sampler seeds 1-8 the slower chain ran
-# 0.81-2.02 million leapfrog steps to the bar against 1.43 to more than 2.57 at 0.99 (cheaper at 7 of 8; step sizes
+# 0.81-2.02 million leapfrog steps to the bar against 1.43 to more than 2.57 at 0.99 (fewer at 7 of 8; step sizes
 # 0.0064-0.0101 against 0.0056-0.0081, so both chains mostly stop at 511 steps a draw), with 1 divergence in all
-# (benchmarks/FINDINGS.md, "target_accept 0.98 again"). An earlier run at 0.98 (another kernel) had a chain with 8
-# divergences in 3000 draws, past the bar's 0.1%; a fit that would stop so now starts its chains again
-# (restart_reason), which 0.99 bought off by 30% more steps per fit.
+# (benchmarks/FINDINGS.md, "target_accept 0.98 again and shorter tuning for the held-out fit"). 0.99 had been the
+# default since one earlier run at 0.98 (another kernel) ended with a chain with 8 divergences in 3000 draws, past
+# the bar's 0.1%: a fit that would stop so now starts its chains again instead (inference.restart_reason).
 HIER_SAMPLER = SamplerParams(backend="nutpie", chains=2, tune=1000, draws=500, target_accept=0.98,
                              mass_matrix="diag_stan", max_draws=5000, restarts=2)
 

@@ -467,7 +467,8 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
                  for v in MODELS for r in lookup(metrics[v], "sampling", "restarted") or []]
     if restarted:
         blocks.append(Para("Chains started again (hier_sampler.restarts: at a look, chains that diverged more "
-                           "than the bar's share explains by chance, or disagreed while one sat where the log "
+                           "than the bar's share explains by chance (or past it at all where everything else met "
+                           "the bar), or disagreed while one sat where the log "
                            "density is clearly lower, were left behind and the fit started again, warmup included, "
                            "from the best chain's draws; the results use the new chains only. A lower log density "
                            "is evidence of a worse region, not proof: a wider real mode would be left behind too): "

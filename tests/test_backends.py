@@ -283,6 +283,20 @@ def test_nutpie_starts_the_chains_again_from_the_best_chain_where_the_first_look
     assert again.posterior.sample_stats.attrs["hbnn_restarts"] == stats.attrs["hbnn_restarts"]  # whatever the timing
 
 
+def test_a_fit_that_stops_with_divergences_past_the_bar_and_no_restart_left_says_so(tiny_tasks, monkeypatch, caplog):
+    from hbnn import evaluation
+
+    _blocks_fit(tiny_tasks, "nutpie", 100, [None])
+    assert "no restart left" not in caplog.text  # within the bar: nothing to say
+    monkeypatch.setattr(evaluation, "divergences_within_bar", lambda total, draws: False)
+    fit, seen = _blocks_fit(tiny_tasks, "nutpie", 100, [None])
+    assert seen == [25]
+    total = int(fit.posterior.sample_stats["diverging"].values.sum())
+    said = (f"stopped with {total} divergences in 50 draws, past the bar's 0.1%, and no restart left "
+            "(hier_sampler.restarts=0, 0 used): the metrics and the report count every group not converged")
+    assert said in caplog.text
+
+
 def test_nutpie_starts_the_chains_again_where_a_later_look_finds_them_failing(tiny_tasks, monkeypatch, caplog):
     """A chain can drift into a worse region after the first look (on 30 groups one did between 600 and 800 draws
     per chain): every look judges the chains while restarts are left."""

@@ -271,6 +271,7 @@ class NutpieBackend(Backend):
                     head = poll.first(kept)
                     missing = self.until(head.posterior)
                 if why is None:
+                    _warn_divergent_stop(head, missing, len(restarts), s.restarts)
                     break
                 reason, best = why
                 # the cost: every step until the cancel (timing-dependent, for the timings only); the record: the
@@ -410,6 +411,19 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
                      f"{best}'s, {mean[best]:.1f}" for c in worse)
     what = getattr(missing, "rhat_of", "") or "a quantity's"
     return f"the chains disagree ({what} R-hat {rhat:.2f} after {n} draws per chain) and {each}", best
+
+
+def _warn_divergent_stop(head: Trace, missing, used: int, allowed: int) -> None:
+    """Log a fit that stops meeting the R-hat and ESS bar (``missing`` is ``None``) with divergences past the bar's
+    share and no restart left to mend them (:func:`restart_reason` restarts such a fit while it can)."""
+    from hbnn.evaluation import DIVERGENT_SHARE_MAX, divergences_within_bar
+
+    diverging = head.sample_stats["diverging"].values
+    total = int(diverging.sum())
+    if missing is None and not divergences_within_bar(total, diverging.size):
+        log.warning("stopped with %d divergences in %d draws, past the bar's %.1f%%, and no restart left "
+                    "(hier_sampler.restarts=%d, %d used): the metrics and the report count every group not converged",
+                    total, diverging.size, 100 * DIVERGENT_SHARE_MAX, allowed, used)
 
 
 def _restart_record(head: Trace, reason: str, best: int, steps: int) -> dict:

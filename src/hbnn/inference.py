@@ -380,7 +380,7 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
     from scipy.special import pdtrc
 
     from hbnn.convergence import ess_mean
-    from hbnn.evaluation import DIVERGENT_SHARE_MAX, divergences_within_bar
+    from hbnn.evaluation import DIVERGENT_SHARE_MAX
 
     stats = head.sample_stats
     diverging, mean = _chain_numbers(stats)
@@ -388,8 +388,7 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
     chains, n = logp.shape
     total = int(diverging.sum())
     by_chance = total and pdtrc(total - 1, DIVERGENT_SHARE_MAX * logp.size) < RESTART_DIVERGENCE_P  # P(X >= total)
-    at_stop = missing is None and not divergences_within_bar(total, logp.size)
-    if by_chance or at_stop:
+    if by_chance or _stops_past_the_bar(head, missing):
         best = min(range(chains), key=lambda c: (diverging[c], -mean[c]))
         each = ", ".join(f"chain {c}: {int(k)} at step size {float(stats['step_size'].values[c, 0]):.3g}"
                          for c, k in enumerate(diverging))
@@ -413,17 +412,28 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
     return f"the chains disagree ({what} R-hat {rhat:.2f} after {n} draws per chain) and {each}", best
 
 
-def _warn_divergent_stop(head: Trace, missing, used: int, allowed: int) -> None:
-    """Log a fit that stops meeting the R-hat and ESS bar (``missing`` is ``None``) with divergences past the bar's
-    share and no restart left to mend them (:func:`restart_reason` restarts such a fit while it can)."""
-    from hbnn.evaluation import DIVERGENT_SHARE_MAX, divergences_within_bar
+def _stops_past_the_bar(head: Trace, missing) -> tuple[int, int] | None:
+    """``(divergences, draws)`` of a look that would stop the fit (``missing`` is ``None``: R-hat and ESS meet the
+    bar) with divergences past the bar's share of its draws; ``None`` otherwise."""
+    from hbnn.evaluation import divergences_within_bar
 
     diverging = head.sample_stats["diverging"].values
     total = int(diverging.sum())
     if missing is None and not divergences_within_bar(total, diverging.size):
+        return total, int(diverging.size)
+    return None
+
+
+def _warn_divergent_stop(head: Trace, missing, used: int, allowed: int) -> None:
+    """Log a fit that stops meeting the R-hat and ESS bar with divergences past it and no restart left to mend
+    them (:func:`restart_reason` restarts such a fit while it can)."""
+    from hbnn.evaluation import DIVERGENT_SHARE_MAX
+
+    if (past := _stops_past_the_bar(head, missing)) is not None:
+        total, draws = past
         log.warning("stopped with %d divergences in %d draws, past the bar's %.1f%%, and no restart left "
                     "(hier_sampler.restarts=%d, %d used): the metrics and the report count every group not converged",
-                    total, diverging.size, 100 * DIVERGENT_SHARE_MAX, allowed, used)
+                    total, draws, 100 * DIVERGENT_SHARE_MAX, allowed, used)
 
 
 def _restart_record(head: Trace, reason: str, best: int, steps: int) -> dict:

@@ -145,16 +145,29 @@ def test_writing_a_trace_does_not_import_dask_distributed(tmp_path):
 
 
 def test_a_stage_process_builds_its_datasets_without_importing_dask_array(tmp_path):
-    """xarray imports dask.array (~0.5 s) to ask whether each new variable is a Dask array; a stage process tells it
-    none is (hbnn.runner.skip_dask_array_lookup), and reads and writes the same values."""
+    """xarray imports dask.array (~0.5 s) to ask whether each new variable is a Dask array, and dask (~0.1 s) to
+    ask whether a variable it decodes is a Dask collection; a stage process tells it none is
+    (hbnn.runner.skip_dask_array_lookup), and reads and writes the same values."""
     out = tmp_path / "tasks.nc"
     code = (f"import sys\nfrom hbnn.runner import run_stage\nfrom hbnn.stages.make_data import make_data\n"
             f"assert run_stage('make_data', ['out'], make_data, ['--out', {str(out)!r}]) == 0\n"
             f"from hbnn.data import load_tasks\nfrom hbnn.config import load_params\n"
             f"tasks = load_tasks({str(out)!r}, params=load_params('params.yaml'))\n"
-            "print(tasks.n_groups, 'dask.array' in sys.modules)")
+            "print(tasks.n_groups, 'dask.array' in sys.modules, 'dask' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
-    assert run.stdout.split() == ["18", "False"]
+    assert run.stdout.split() == ["18", "False", "False"]
     with xr.open_dataset(out) as ds:  # this process imports dask.array as usual, and reads the same file
         assert ds["X"].shape == (1800, 2) and "g00" in ds["group"].values
+
+
+def test_check_params_on_moons_imports_neither_xarray_nor_pandas_nor_scipy():
+    """check_params, the first stage of every run, checks every key and every stage's cost from params alone on
+    moons data: ~0.2 s of a process, where importing xarray, pandas (and pyarrow) and SciPy cost ~0.7 s more."""
+    code = ("import sys\nfrom hbnn.runner import run_stage\nfrom hbnn.budget import check_params\n"
+            "assert run_stage('check_params', [], check_params, []) == 0\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'xarray', 'pandas', 'pyarrow', 'scipy', 'dask'}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert run.stdout.strip() == "[]"
+    assert "fit_hier: estimated" in run.stderr

@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
-from scipy.special import expit, logsumexp, ndtr
 
 from hbnn.errors import InputError, rows_phrase
 
@@ -155,6 +154,8 @@ class Bernoulli(Likelihood):
         pm.CustomDist("y_obs", output, logp=logp, observed=y, **kwargs)
 
     def mean(self, output, y_mean=0.0, y_sd=1.0):
+        from scipy.special import expit  # SciPy where the scores are computed: check_params needs none of it
+
         return expit(output)
 
     def log_density(self, draws, noise, y):
@@ -186,6 +187,8 @@ def mixture_cdf(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
 
     ``mu`` is ``(sample, n)`` and ``sigma`` ``(sample,)``: an equal-weight mixture of normals.
     """
+    from scipy.special import ndtr
+
     return ndtr((y[None, :] - mu) / sigma[:, None]).mean(axis=0)
 
 
@@ -259,6 +262,8 @@ class Gaussian(Predictive):
         A row is covered when its predictive CDF value lies in ``[0.03, 0.97]``,
         which is the same as lying inside the central 94% predictive interval.
         """
+        from scipy.special import logsumexp
+
         m = draws.reshape(-1, draws.shape[-1])
         s = noise.reshape(-1)
         logpdf = self.log_density(m, s, y)
@@ -359,6 +364,8 @@ class Poisson(Predictive):
         return rng.poisson(draws)
 
     def pointwise(self, draws, noise, y):
+        from scipy.special import logsumexp
+
         rates = draws.reshape(-1, draws.shape[-1])
         logpmf = self.log_density(rates, None, y)
         lo, hi = self.quantiles(rates, QUANTILES)

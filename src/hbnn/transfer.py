@@ -20,15 +20,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from hbnn import likelihoods
 from hbnn.config import TransferParams
-from hbnn.data import Tasks
-from hbnn.io import InputError
+from hbnn.errors import InputError
 from hbnn.variants import STAGE_KEYS, derive_seed
+
+if TYPE_CHECKING:  # xarray and pandas (hbnn.data) only where the refits are built: check_params reads the rest
+    from hbnn.data import Tasks
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +156,10 @@ def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tupl
     The nested row order of each group comes from ``transfer.seed`` and the
     group's position in the tasks, so it is the same for every size and model.
     """
+    import xarray as xr
+
+    from hbnn.data import Tasks
+
     lik = likelihoods.get(tasks.likelihood)
     ds = tasks.ds
     labels = ds["group"].values.astype(str)

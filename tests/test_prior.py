@@ -8,6 +8,7 @@ from hbnn.prior import (
     apply_symmetry,
     fit_mvnormal,
     match_symmetry,
+    min_cost_assignment,
     new_group_draws,
 )
 
@@ -101,3 +102,22 @@ def test_fit_mvnormal_recovers_mean_and_covariance():
     np.testing.assert_allclose(mean, [1.0, -2.0], atol=0.03)
     np.testing.assert_allclose(est, cov, atol=0.05)
     np.linalg.cholesky(est)  # positive definite
+
+
+def test_min_cost_assignment_is_scipys_linear_sum_assignment():
+    """The Hungarian algorithm written here (match_symmetry's, so that derive_prior does not import
+    scipy.optimize): SciPy's permutation wherever the optimum is unique, SciPy's optimal total wherever costs tie."""
+    from scipy.optimize import linear_sum_assignment
+
+    rng = np.random.default_rng(7)
+    for trial in range(600):
+        n = int(rng.integers(1, 13))
+        ties = trial % 3 == 0
+        cost = rng.integers(0, 4, size=(n, n)).astype(float) if ties else rng.normal(size=(n, n)) ** 2 * 10.0
+        rows, cols = linear_sum_assignment(cost)
+        want = cols[np.argsort(rows)]
+        got = min_cost_assignment(cost)
+        assert sorted(got.tolist()) == list(range(n))
+        assert cost[np.arange(n), got].sum() == pytest.approx(cost[np.arange(n), want].sum(), abs=1e-9)
+        if not ties:
+            np.testing.assert_array_equal(got, want)

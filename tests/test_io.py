@@ -152,6 +152,24 @@ def test_load_posterior_and_load_trace_read_what_arviz_reads_without_importing_i
             load(ds_path, "flat")
 
 
+def test_load_trace_opens_only_the_groups_asked_for(tmp_path):
+    """``only`` (the report's readers): just those groups the file has, plus those to load, the same values as a
+    full open; the variant check and a missing posterior's error as before."""
+    path = tmp_path / "t.nc"
+    write_netcdf(_trace("flat"), path)
+    full = load_trace(path, "flat", groups=())
+    some = load_trace(path, "flat", groups=("sample_stats",), only=("posterior", "no_such_group"))
+    assert set(some.groups()) == {"posterior", "sample_stats"} < set(full.groups())
+    for group in some.groups():
+        xr.testing.assert_identical(some[group].load(), full[group].load())
+    close_trace(some)
+    close_trace(full)
+    with pytest.raises(InputError, match="holds model variant"):
+        load_trace(path, "informed", only=("posterior",))
+    with pytest.raises(InputError, match="has no 'posterior' group"):
+        load_trace(path, "flat", groups=(), only=("sample_stats",))
+
+
 def test_the_same_trace_written_twice_is_byte_identical(tmp_path, monkeypatch):
     """ArviZ stamps every group with the time it was made; a stamped trace carries none, so DVC sees the
     same output for the same draws."""

@@ -154,7 +154,7 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], tasks: T
                   params: Params) -> ModelOutputs:
     """:class:`ModelOutputs` of the trace of ``variant`` at ``path`` (checked by the caller), which it opens,
     reads and closes: the report runs one per model in worker processes (:func:`all_model_outputs`)."""
-    idata = load_trace(path, variant, groups=(), params=params)
+    idata = load_trace(path, variant, groups=(), params=params, only=("posterior", "log_likelihood"))
     try:
         post = load_vars(idata, [s.var for s in specs])
         loo = None

@@ -27,8 +27,10 @@ def read_json(path: Path, what: str) -> dict:
         raise InputError(f"{what} {path} is not valid JSON ({err})") from err
 
 def open_traces(paths: dict[str, Path], params: Params) -> dict[str, Any]:
-    """Every trace opened lazily (variant and params checked, nothing loaded yet)."""
-    return {v: load_trace(p, v, groups=(), params=params) for v, p in paths.items()}
+    """Every trace's ``posterior`` and ``sample_stats`` opened lazily (variant and params checked, nothing loaded
+    yet): what the report's own process reads; each model's worker opens what it reads itself."""
+    return {v: load_trace(p, v, groups=(), params=params, only=("posterior", "sample_stats"))
+            for v, p in paths.items()}
 
 
 def group_level_vars(specs: Sequence[LayerSpec]) -> list[str]:

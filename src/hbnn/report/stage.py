@@ -138,6 +138,18 @@ def report(
         later["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])
         later.update(group_sd_diagnostic_figures(hier_extra[sd_vars], hier_stats))
         later.update(_diagnostic_figures(metrics, names))
+        # The figures drawn from the metrics files alone, here too: the last model's worker is still running
+        # (placed in the report's order below)
+        data = data_settings(tasks, params)
+        transfer_png = (transfer_figure(transfer_metrics, lik.score)
+                        if transfer_metrics is not None and transfer_metrics["sizes"] else None)
+        loss_png = plots.png_bytes(plots.plot_loss(losses)[0]) if losses else None
+        if not lik.classifier:
+            accuracy = {v: np.zeros(0) for v in MODELS}
+            scored = _regression_figures(metrics, names)
+        else:
+            accuracy = _per_group_values(metrics, names, "test", "accuracy")
+            scored = _metrics_figures(metrics, names, accuracy, on_moons(data))
         models = wait_for_models()
     figures = {name: png for v in MODELS for name, png in models[v].pages.items()}
     figures.update(later)
@@ -153,19 +165,15 @@ def report(
         figures["compare.png"] = compare_figure(table)
     bad_k = {LABELS[v]: (int(evaluation.high_k(loo[v]).sum()), int(np.size(loo[v].pareto_k)),
                          evaluation.bad_k_threshold(loo[v].n_samples)) for v in loo}
-    if transfer_metrics is not None and transfer_metrics["sizes"]:
-        figures["transfer.png"] = transfer_figure(transfer_metrics, lik.score)
-    if losses:
-        figures["advi_loss.png"] = plots.png_bytes(plots.plot_loss(losses)[0])
-    data = data_settings(tasks, params)
+    if transfer_png is not None:
+        figures["transfer.png"] = transfer_png
+    if loss_png is not None:
+        figures["advi_loss.png"] = loss_png
     status = _status_section(metrics, names, sd_vars, transfer_metrics, settings, drawn)
+    figures.update(scored)
     if not lik.classifier:
-        accuracy = {v: np.zeros(0) for v in MODELS}
-        figures.update(_regression_figures(metrics, names))
         sections = [status, _scores_section(metrics), _per_group_rmse_section(len(names))]
     else:
-        accuracy = _per_group_values(metrics, names, "test", "accuracy")
-        figures.update(_metrics_figures(metrics, names, accuracy, on_moons(data)))
         figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
         sections = [status, _accuracy_section(metrics, data, model_settings(settings)),
                     _per_group_section(len(names)),

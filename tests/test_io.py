@@ -153,8 +153,8 @@ def test_load_posterior_and_load_trace_read_what_arviz_reads_without_importing_i
 
 
 def test_load_trace_opens_only_the_groups_asked_for(tmp_path):
-    """``only`` (the report's readers): just those groups the file has, plus those to load, the same values as a
-    full open; the variant check and a missing posterior's error as before."""
+    """``only`` (the report's readers): just those groups the file has, plus those to load and the posterior (the
+    checks read it), the same values as a full open; the variant check and a missing posterior's error as before."""
     path = tmp_path / "t.nc"
     write_netcdf(_trace("flat"), path)
     full = load_trace(path, "flat", groups=())
@@ -166,8 +166,11 @@ def test_load_trace_opens_only_the_groups_asked_for(tmp_path):
     close_trace(full)
     with pytest.raises(InputError, match="holds model variant"):
         load_trace(path, "informed", only=("posterior",))
+    assert set(load_trace(path, "flat", groups=(), only=("sample_stats",)).groups()) == {"posterior", "sample_stats"}
+    no_posterior = tmp_path / "d.nc"
+    write_netcdf(xr.Dataset({"a": ("x", np.arange(3))}), no_posterior)
     with pytest.raises(InputError, match="has no 'posterior' group"):
-        load_trace(path, "flat", groups=(), only=("sample_stats",))
+        load_trace(no_posterior, "flat", groups=(), only=("sample_stats",))
 
 
 def test_the_same_trace_written_twice_is_byte_identical(tmp_path, monkeypatch):

@@ -121,3 +121,11 @@ def test_min_cost_assignment_is_scipys_linear_sum_assignment():
         assert cost[np.arange(n), got].sum() == pytest.approx(cost[np.arange(n), want].sum(), abs=1e-9)
         if not ties:
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("cost", [[[1.0, np.nan], [2.0, np.nan]], [[1.0, np.inf], [2.0, 3.0]], [[1.0, 2.0]]])
+def test_min_cost_assignment_refuses_what_scipy_refuses(cost):
+    """A NaN or infinite cost (a trace with non-finite draws) or a non-square matrix is an error, not a search
+    that never ends."""
+    with pytest.raises(ValueError, match="cost matrix"):
+        min_cost_assignment(np.array(cost))

@@ -171,3 +171,16 @@ def test_check_params_on_moons_imports_neither_xarray_nor_pandas_nor_scipy():
                          cwd=Path(__file__).resolve().parents[1])
     assert run.stdout.strip() == "[]"
     assert "fit_hier: estimated" in run.stderr
+
+
+def test_check_params_on_a_table_reads_it_without_importing_dask():
+    """On a table, check_params loads xarray and pandas to read it as make_data does, after the stage's own call to
+    hbnn.runner.skip_dask_array_lookup: the table's check installs it then, so dask (~0.5 s) stays out."""
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys, yaml\nfrom hbnn.config import parse_params\nfrom hbnn.budget import check_params\n"
+            f"raw = yaml.safe_load(open({str(root / 'params.yaml')!r}))\n"
+            f"raw['data'].update(source='table', path={str(root / 'data/examples/sites.csv')!r})\n"
+            "check_params(parse_params(raw))\n"
+            "print('xarray' in sys.modules, 'dask' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    assert run.stdout.split() == ["True", "False"]

@@ -340,7 +340,10 @@ def _table_sizes(params: Params) -> tuple[list[str], list[int], list[int], int]:
     import numpy as np
 
     from hbnn.data import Tasks, make_tasks  # here: loads xarray and pandas (moons need not)
+    from hbnn.runner import skip_dask_array_lookup
     from hbnn.transfer import data_name, require_groups
+
+    skip_dask_array_lookup()  # xarray is loaded only now, after the stage's own call (hbnn.runner.run_stage)
 
     tasks = Tasks(make_tasks(params))
     require_groups(tasks.n_groups, data_name(params))
@@ -352,7 +355,7 @@ def _table_sizes(params: Params) -> tuple[list[str], list[int], list[int], int]:
 def _check_stages(params: Params, names: list[str], train: list[int], test: list[int], n_features: int) -> None:
     """Every stage's cost and the transfer stages' refusals, for groups ``names`` with ``train`` and ``test`` rows
     each."""
-    from hbnn.transfer import check_refits, holdout, refit_sizes  # here: loads xarray and pandas (moons need not)
+    from hbnn.transfer import check_refits, holdout, refit_sizes
 
     n = len(names)
     h, s = params.hier_sampler, params.sampler

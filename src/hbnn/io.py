@@ -293,10 +293,11 @@ def load_trace(
 ) -> Trace:
     """Open a trace and check it came from the expected model variant (and, given ``params``, made with them).
 
-    Every group of the file (or of ``only``, those the file has: a reader that needs a few groups of the seven
-    skips ~30 ms of decoding for each of the others) is opened as ``az.from_netcdf`` opens it (xarray, h5netcdf,
-    lazily) and those in ``groups`` are loaded; read without importing ArviZ (~3 s of a process: the report's
-    workers, forked before it is imported, read their traces this way). Close it with :func:`close_trace`."""
+    Every group of the file (or of ``only``, ``groups`` and ``posterior``, which the checks read, those the file
+    has: a reader that needs a few groups of the seven skips ~30 ms of decoding for each of the others) is opened
+    as ``az.from_netcdf`` opens it (xarray, h5netcdf, lazily) and those in ``groups`` are loaded; read without
+    importing ArviZ (~3 s of a process: the report's workers, forked before it is imported, read their traces
+    this way). Close it with :func:`close_trace`."""
     import h5netcdf
 
     path = Path(path)
@@ -304,7 +305,8 @@ def load_trace(
     opened: dict[str, xr.Dataset] = {}
     try:
         with h5netcdf.File(path, mode="r") as f:
-            names = [name for name in f.groups if only is None or name in only or name in groups]
+            names = [name for name in f.groups
+                     if only is None or name in only or name in groups or name == "posterior"]
         for name in names:
             opened[name] = xr.open_dataset(path, group=name, engine="h5netcdf")
         for name in groups:

@@ -68,9 +68,14 @@ def apply_symmetry(weights: Sequence[np.ndarray], sym: Symmetry) -> list[np.ndar
 def min_cost_assignment(cost: np.ndarray) -> np.ndarray:
     """The permutation ``perm`` of a square ``cost`` matrix's columns that minimises ``sum(cost[j, perm[j]])``:
     the Hungarian algorithm (Kuhn-Munkres with row and column potentials, one shortest augmenting path per row,
-    O(n^3)), as SciPy's ``linear_sum_assignment`` answers it (tested), without importing ``scipy.optimize``
-    (~0.2 s of ``derive_prior`` and ``transfer_prior`` for a few units)."""
+    O(n^3)): SciPy's ``linear_sum_assignment``'s permutation where the optimum is unique, an optimal one where
+    costs tie (tested), without importing ``scipy.optimize`` (~0.2 s of ``derive_prior`` and ``transfer_prior``
+    for a few units). :class:`ValueError`, as SciPy's, for a matrix that is not square or not finite."""
     cost = np.asarray(cost, dtype=float)
+    if cost.ndim != 2 or cost.shape[0] != cost.shape[1]:
+        raise ValueError(f"the cost matrix must be square, not of shape {cost.shape}")
+    if not np.isfinite(cost).all():
+        raise ValueError("the cost matrix contains invalid numeric entries (NaN or infinite)")
     n = cost.shape[0]
     u, v = np.zeros(n + 1), np.zeros(n + 1)  # potentials of rows and columns (1-based; column 0 is the root)
     row_of = np.zeros(n + 1, dtype=np.int64)  # the row matched to each column, 0: none

@@ -203,6 +203,25 @@ def test_wrong_trace_variant_is_a_clear_error(pipeline):
     assert not (pipeline / "priors" / "other.nc").exists()
 
 
+def test_a_trace_with_non_finite_draws_is_a_clear_error_in_derive_prior(pipeline):
+    """A hierarchical trace made elsewhere with a NaN draw: one error line naming the variable, not a traceback
+    from the unit matching (whose assignment refuses non-finite costs)."""
+    import shutil
+
+    import netCDF4
+
+    bad = pipeline / "traces" / "nan_hier.nc"
+    shutil.copyfile(pipeline / "traces" / "hier.nc", bad)
+    with netCDF4.Dataset(bad, "a") as f:
+        f.groups["posterior"].variables["mu_in"][0, 3, 0, 0] = np.nan
+    proc = run("derive_prior", pipeline / "params.yaml", "--hier-trace", "traces/nan_hier.nc",
+               "--prior-out", "priors/other.nc", "--metrics-out", "metrics/other.json")
+    assert proc.returncode == 2
+    assert "holds non-finite draws of mu_in (1 of" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (pipeline / "priors" / "other.nc").exists()
+
+
 def test_prior_with_wrong_layer_shapes_is_a_clear_error(pipeline):
     params = pipeline / "wide_params.yaml"
     params.write_text(yaml.safe_dump(dict(TINY, model={"hidden_layers": [4, 4]})))

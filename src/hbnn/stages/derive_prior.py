@@ -67,6 +67,10 @@ def derive(p: PriorParams, posterior, specs, seed_key: int, hier_trace: Path
         sd = [posterior[f"sd_{s.name}"].transpose("chain", "draw").values for s in specs]
     except KeyError as err:
         raise InputError(f"trace {hier_trace} lacks hierarchical variable {err}") from err
+    for name, values in zip([f"mu_{s.name}" for s in specs] + [f"sd_{s.name}" for s in specs], mu + sd, strict=True):
+        if not np.isfinite(values).all():  # the fit stages write finite draws only: a trace made elsewhere
+            raise InputError(f"trace {hier_trace} holds non-finite draws of {name} "
+                             f"({int(np.size(values) - np.isfinite(values).sum())} of {np.size(values)})")
     n_chains = mu[0].shape[0]
     if p.reference_chain >= n_chains:
         raise InputError(

@@ -217,7 +217,7 @@ def test_a_trace_with_non_finite_draws_is_a_clear_error_in_derive_prior(pipeline
     proc = run("derive_prior", pipeline / "params.yaml", "--hier-trace", "traces/nan_hier.nc",
                "--prior-out", "priors/other.nc", "--metrics-out", "metrics/other.json")
     assert proc.returncode == 2
-    assert "holds non-finite draws of mu_in (1 of" in proc.stderr
+    assert "traces/nan_hier.nc: mu_in has 1 non-finite values" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (pipeline / "priors" / "other.nc").exists()
 

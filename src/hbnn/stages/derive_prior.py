@@ -10,9 +10,11 @@ import numpy as np
 
 from hbnn import budget, prior
 from hbnn.config import Params, PriorParams
+from hbnn.errors import NonFiniteError
 from hbnn.io import (
     InputError,
     as_builtin,
+    check_finite,
     detail_path,
     load_posterior,
     provenance,
@@ -67,10 +69,10 @@ def derive(p: PriorParams, posterior, specs, seed_key: int, hier_trace: Path
         sd = [posterior[f"sd_{s.name}"].transpose("chain", "draw").values for s in specs]
     except KeyError as err:
         raise InputError(f"trace {hier_trace} lacks hierarchical variable {err}") from err
-    for name, values in zip([f"mu_{s.name}" for s in specs] + [f"sd_{s.name}" for s in specs], mu + sd, strict=True):
-        if not np.isfinite(values).all():  # the fit stages write finite draws only: a trace made elsewhere
-            raise InputError(f"trace {hier_trace} holds non-finite draws of {name} "
-                             f"({int(np.size(values) - np.isfinite(values).sum())} of {np.size(values)})")
+    try:  # the fit stages write finite draws only: a non-finite one is a trace made elsewhere, bad input
+        check_finite(posterior[[f"{kind}_{s.name}" for kind in ("mu", "sd") for s in specs]], f"trace {hier_trace}")
+    except NonFiniteError as err:
+        raise InputError(str(err)) from err
     n_chains = mu[0].shape[0]
     if p.reference_chain >= n_chains:
         raise InputError(

@@ -3,16 +3,16 @@
 :func:`outputs` gives the network's output for every draw at every row, as
 :func:`hbnn.network.mlp_logit` does in NumPy, but in one compiled loop: rows go through the whole
 network in blocks of :data:`BLOCK` that stay in the L1 cache, every inner loop runs over a block's
-rows (so it vectorises), and ``tanh`` is computed from a vectorisable ``exp``
-(:mod:`hbnn.kernel`'s). NumPy's version spends most of its time in a scalar library ``tanh`` and in
-temporaries the size of a whole layer: on the default data the fit stages scored their draws ~5x
-faster (benchmarks/FINDINGS.md).
+rows (so it vectorises), and ``tanh`` is computed without a library call (float64: from a vectorisable
+``exp``; float32: :mod:`hbnn.kernel`'s rational function). NumPy's version spends most of its time in
+a scalar library ``tanh`` and in temporaries the size of a whole layer: on the default data the fit
+stages scored their draws ~5x faster (benchmarks/FINDINGS.md).
 
 * ``float64`` (scores, metrics, the traces' predictions): ``tanh`` within 2.3e-16 absolute, sums
   contracted into fused multiply-adds; outputs agree with NumPy's to ~1e-15 relative (tested),
   far below the 6 decimals the metrics keep.
 * ``float32`` (the report's surfaces, 10^4 grid points x 500 draws a group): the log density's
-  float32 ``tanh``, within ~1e-6 of float64.
+  float32 ``tanh`` (within 3.5e-7), outputs within ~1e-6 of float64.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def tanh_block(a, n, e, bits):
 @overload(tanh_block, inline="always")
 def _tanh_block(a, n, e, bits):
     if a.dtype == types.float32:
-        return lambda a, n, e, bits: _tanh_inplace(a, n, e, bits)
+        return lambda a, n, e, bits: _tanh_inplace(a, n)
     return lambda a, n, e, bits: _tanh64_inplace(a, n, e, bits)
 
 

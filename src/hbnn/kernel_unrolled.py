@@ -74,7 +74,7 @@ def _forward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str
                 terms.append(f"w{li}_{n_in * n_out + j}")
             lines.append(f"        H[{li + 1}, {j} * R + r] = {' + '.join(terms)}")
         if li < len(layers) - 1:
-            lines.append(f"    _tanh_inplace(H[{li + 1}], {n_out} * R, e, bits)")
+            lines.append(f"    _tanh_inplace(H[{li + 1}], {n_out} * R)")
         w_at += (n_in + int(bias)) * n_out
     return "\n".join(lines) + "\n"
 

@@ -339,6 +339,59 @@ def _mean_plus_chol(theta, z_at, buf, lay, li, size, out, out_at):
         out[out_at + k] = acc
 
 
+@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
+def _group_weights(theta, W, gW, g, buf, lay, n_layers, bias, kind, sds):
+    """Group ``g``'s weights from the flat vector into ``W`` (layer after layer, float32), and ``gW`` zeroed.
+    :mod:`hbnn.kernel_unrolled` writes it out with one network's sizes as constants."""
+    w_at = 0
+    for li in range(n_layers):
+        size = (int(lay[_PER_LAYER * li]) + bias) * int(lay[_PER_LAYER * li + 1])
+        a_at = int(lay[_PER_LAYER * li + 2])
+        if kind == HIERARCHICAL:  # mu + sd * z[g]
+            sd = sds[li]
+            z_at = int(lay[_PER_LAYER * li + 4]) + g * size
+            for k in range(size):
+                W[w_at + k] = theta[a_at + k] + sd * theta[z_at + k]
+        elif kind == FLAT:
+            for k in range(size):
+                W[w_at + k] = theta[a_at + k]
+        else:
+            _mean_plus_chol(theta, a_at, buf, lay, li, size, W, w_at)
+        for k in range(size):
+            gW[w_at + k] = _F0
+        w_at += size
+
+
+@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
+def _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g_sd):
+    """Group ``g``'s weight gradient ``gW`` back to the flat vector's ``grad`` (and to ``g_sd``, each layer's
+    d/d log sd, hierarchical). :mod:`hbnn.kernel_unrolled` writes it out with one network's sizes as constants."""
+    w_at = 0
+    for li in range(n_layers):
+        size = (int(lay[_PER_LAYER * li]) + bias) * int(lay[_PER_LAYER * li + 1])
+        a_at = int(lay[_PER_LAYER * li + 2])
+        if kind == HIERARCHICAL:
+            sd = sds[li]
+            z_at = int(lay[_PER_LAYER * li + 4]) + g * size
+            acc = 0.0
+            for k in range(size):
+                gw = gW[w_at + k]
+                grad[a_at + k] += gw
+                grad[z_at + k] += sd * gw
+                acc += gw * theta[z_at + k]
+            g_sd[li] += sd * acc
+        elif kind == FLAT:
+            for k in range(size):
+                grad[a_at + k] += gW[w_at + k]
+        else:  # d/dz = L^T gW
+            chol = buf[int(lay[_PER_LAYER * li + 4]):]
+            for k in range(size):
+                gw = gW[w_at + k]
+                for m in range(k + 1):
+                    grad[a_at + m] += chol[k * size + m] * gw
+        w_at += size
+
+
 @numba.njit(fastmath=True, error_model="numpy", cache=True)
 def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
     """Log density at ``theta`` (flat, in the layout packed in ``buf``); writes its gradient into ``grad``."""
@@ -407,55 +460,18 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
     bits = np.empty(R * widest, dtype=np.int32)
     dlogit = np.empty(R, dtype=ROW_DTYPE)
     g_sd = np.zeros(n_layers)
+    sds = np.ones(n_layers)  # each layer's group sd, exp(s) (hierarchical)
+    if kind == HIERARCHICAL:
+        for li in range(n_layers):
+            sds[li] = math.exp(theta[int(lay[_PER_LAYER * li + 3])])
     g_sigma = 0.0
     for g in range(G):
-        # This group's weights from the flat vector.
-        w_at = 0
-        for li in range(n_layers):
-            size = (int(lay[_PER_LAYER * li]) + bias) * int(lay[_PER_LAYER * li + 1])
-            a_at = int(lay[_PER_LAYER * li + 2])
-            if kind == HIERARCHICAL:  # mu + sd * z[g]
-                sd = math.exp(theta[int(lay[_PER_LAYER * li + 3])])
-                z_at = int(lay[_PER_LAYER * li + 4]) + g * size
-                for k in range(size):
-                    W[w_at + k] = theta[a_at + k] + sd * theta[z_at + k]
-            elif kind == FLAT:
-                for k in range(size):
-                    W[w_at + k] = theta[a_at + k]
-            else:
-                _mean_plus_chol(theta, a_at, buf, lay, li, size, W, w_at)
-            for k in range(size):
-                gW[w_at + k] = _F0
-            w_at += size
+        _group_weights(theta, W, gW, g, buf, lay, n_layers, bias, kind, sds)
         ll, gs = _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, int(counts[g]), R, D, lay,
                                n_layers, bias, lik, sigma, lanes)
         lp += ll
         g_sigma += gs
-        # Chain rule back to the flat vector.
-        w_at = 0
-        for li in range(n_layers):
-            size = (int(lay[_PER_LAYER * li]) + bias) * int(lay[_PER_LAYER * li + 1])
-            a_at = int(lay[_PER_LAYER * li + 2])
-            if kind == HIERARCHICAL:
-                sd = math.exp(theta[int(lay[_PER_LAYER * li + 3])])
-                z_at = int(lay[_PER_LAYER * li + 4]) + g * size
-                acc = 0.0
-                for k in range(size):
-                    gw = gW[w_at + k]
-                    grad[a_at + k] += gw
-                    grad[z_at + k] += sd * gw
-                    acc += gw * theta[z_at + k]
-                g_sd[li] += sd * acc
-            elif kind == FLAT:
-                for k in range(size):
-                    grad[a_at + k] += gW[w_at + k]
-            else:  # d/dz = L^T gW
-                chol = buf[int(lay[_PER_LAYER * li + 4]):]
-                for k in range(size):
-                    gw = gW[w_at + k]
-                    for m in range(k + 1):
-                        grad[a_at + m] += chol[k * size + m] * gw
-            w_at += size
+        _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g_sd)
     if kind == HIERARCHICAL:
         for li in range(n_layers):
             grad[int(lay[_PER_LAYER * li + 3])] += g_sd[li]

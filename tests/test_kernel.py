@@ -146,6 +146,7 @@ def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
     source = kernel_unrolled.module_source(2, (3,), False)
     assert hashlib.sha256(kernel.SOURCE.encode()).hexdigest() in source
     assert "def _forward(" in source and "def _backward(" in source and "def logp_grad(" in source
+    assert "def _group_weights(" in source and "def _group_chain_rule(" in source  # loops of constant length
     for name in ("_group_loglik", "logp_grad"):  # the kernel's own functions, whole and unchanged
         want = inspect.getsource(getattr(kernel, name).py_func)
         assert kernel_unrolled._function_source(kernel.SOURCE, name).rstrip() == want.rstrip()

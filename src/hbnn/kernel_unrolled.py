@@ -131,50 +131,49 @@ def _layer_at(li: int, size: int, z: bool) -> list[str]:
     return lines
 
 
+def _by_kind(signature: str, sizes: list[tuple[int, int]], hierarchical, flat, informed, tail: tuple = ()) -> str:
+    """A function of the kernel's three kinds: ``signature``, then one branch per kind whose lines for each layer
+    ``li`` (``size`` weights from ``w_at`` in a group's) are ``branch(li, size, w_at)``, after the layer's start
+    in the flat vector (``a``; hierarchical: also ``z`` and ``sd``); then ``tail``."""
+    lines = [_DECORATOR, signature]
+    for test, branch, z in (("if kind == HIERARCHICAL:", hierarchical, True), ("elif kind == FLAT:", flat, False),
+                            ("else:", informed, False)):
+        lines.append(f"    {test}")
+        for li, (size, w_at) in enumerate(sizes):
+            lines += _layer_at(li, size, z) + branch(li, size, w_at)
+    return "\n".join([*lines, *tail]) + "\n"
+
+
 def _weights_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
     """``_group_weights`` with :func:`hbnn.kernel._group_weights`' signature and effect, each layer's loop of a
     constant length: with lengths read at run time, these loops of 5-25 weights ran mostly as scalar remainders
     (written out, the default hierarchical gradient took ~10% less time, with the same values)."""
     sizes = _sizes(n_features, hidden, bias)
-    lines = [_DECORATOR, "def _group_weights(theta, W, gW, g, buf, lay, n_layers, bias, kind, sds):",
-             "    if kind == HIERARCHICAL:  # mu + sd * z[g]"]
-    for li, (size, w_at) in enumerate(sizes):
-        lines += _layer_at(li, size, True)
-        lines += [f"        for k in range({size}):", f"            W[{w_at} + k] = theta[a + k] + sd * theta[z + k]"]
-    lines.append("    elif kind == FLAT:")
-    for li, (size, w_at) in enumerate(sizes):
-        lines += _layer_at(li, size, False)
-        lines += [f"        for k in range({size}):", f"            W[{w_at} + k] = theta[a + k]"]
-    lines.append("    else:")
-    for li, (size, w_at) in enumerate(sizes):
-        lines += _layer_at(li, size, False)
-        lines.append(f"        _mean_plus_chol(theta, a, buf, lay, {li}, {size}, W, {w_at})")
-    lines += [f"    for k in range({sum(size for size, _ in sizes)}):", "        gW[k] = _F0"]
-    return "\n".join(lines) + "\n"
+    return _by_kind(
+        "def _group_weights(theta, W, gW, g, buf, lay, n_layers, bias, kind, sds):", sizes,
+        lambda li, size, w_at: [f"        for k in range({size}):",  # mu + sd * z[g]
+                                f"            W[{w_at} + k] = theta[a + k] + sd * theta[z + k]"],
+        lambda li, size, w_at: [f"        for k in range({size}):", f"            W[{w_at} + k] = theta[a + k]"],
+        lambda li, size, w_at: [f"        _mean_plus_chol(theta, a, buf, lay, {li}, {size}, W, {w_at})"],
+        tail=(f"    for k in range({sum(size for size, _ in sizes)}):", "        gW[k] = _F0"))
 
 
 def _chain_rule_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
     """``_group_chain_rule`` with :func:`hbnn.kernel._group_chain_rule`'s signature and effect, each layer's loop
     of a constant length."""
-    sizes = _sizes(n_features, hidden, bias)
-    lines = [_DECORATOR, "def _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g_sd):",
-             "    if kind == HIERARCHICAL:"]
-    for li, (size, w_at) in enumerate(sizes):
-        lines += _layer_at(li, size, True)
-        lines += ["        acc = 0.0", f"        for k in range({size}):", f"            gw = gW[{w_at} + k]",
-                  "            grad[a + k] += gw", "            grad[z + k] += sd * gw",
-                  "            acc += gw * theta[z + k]", f"        g_sd[{li}] += sd * acc"]
-    lines.append("    elif kind == FLAT:")
-    for li, (size, w_at) in enumerate(sizes):
-        lines += _layer_at(li, size, False)
-        lines += [f"        for k in range({size}):", f"            grad[a + k] += gW[{w_at} + k]"]
-    lines.append("    else:  # d/dz = L^T gW")
-    for li, (size, w_at) in enumerate(sizes):
-        lines += _layer_at(li, size, False)
-        lines += [f"        chol = buf[int(lay[_PER_LAYER * {li} + 4]):]", f"        for k in range({size}):",
-                  f"            gw = gW[{w_at} + k]", "            for m in range(k + 1):",
-                  f"                grad[a + m] += chol[k * {size} + m] * gw"]
-    return "\n".join(lines) + "\n"
+    return _by_kind(
+        "def _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g_sd):",
+        _sizes(n_features, hidden, bias),
+        lambda li, size, w_at: ["        acc = 0.0", f"        for k in range({size}):",
+                                f"            gw = gW[{w_at} + k]", "            grad[a + k] += gw",
+                                "            grad[z + k] += sd * gw",
+                                "            acc += gw * theta[z + k]", f"        g_sd[{li}] += sd * acc"],
+        lambda li, size, w_at: [f"        for k in range({size}):", f"            grad[a + k] += gW[{w_at} + k]"],
+        lambda li, size, w_at: [f"        chol = buf[int(lay[_PER_LAYER * {li} + 4]):]",  # d/dz = L^T gW
+                                f"        for k in range({size}):", f"            gw = gW[{w_at} + k]",
+                                "            for m in range(k + 1):",
+                                f"                grad[a + m] += chol[k * {size} + m] * gw"])
+
 
 def _function_source(text: str, name: str) -> str:
     """The source of the top-level function ``name`` in ``text``, decorators included: from its decorators to

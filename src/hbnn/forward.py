@@ -67,8 +67,8 @@ def _tanh64_inplace(a: np.ndarray, n: int, e: np.ndarray, bits: np.ndarray) -> N
 
 
 def tanh_block(a, n, e, bits):
-    """``a[:n] = tanh(a[:n])`` for a float32 or float64 block (``e``, ``bits``: scratch of ``a``'s width), in
-    compiled code: float32's from the log density, float64's :func:`_tanh64_inplace`."""
+    """``a[:n] = tanh(a[:n])`` for a float32 or float64 block, in compiled code: float32's from the log density
+    (no scratch), float64's :func:`_tanh64_inplace` (``e``, ``bits``: its scratch, float64 and int64)."""
     a[:n] = np.tanh(a[:n])
 
 
@@ -84,7 +84,8 @@ def _outputs(columns, flat, layout, out, h, e, bits):
     """``out[s, i]``: the tanh MLP's output for draw ``s`` (``flat[s]``: its layers' weights, row-major, one after
     another) at row ``i`` (``columns``: ``(feature, row)``). ``layout`` holds each layer's inputs, outputs, offset
     in ``flat[s]`` and whether its last input row is a bias; ``h`` ``(2, width, BLOCK)``, ``e`` and ``bits``
-    (``BLOCK`` of int32 for float32, int64 for float64) are scratch, all in ``out``'s dtype."""
+    (``BLOCK`` of int32 for float32, int64 for float64) are scratch, all in ``out``'s dtype (the float32
+    ``tanh`` uses neither ``e`` nor ``bits``)."""
     n = columns.shape[1]
     last = layout.shape[0] - 1
     zero = out.dtype.type(0.0)

@@ -104,7 +104,7 @@ _LN2_LO = np.float32(1.428606765330187e-06)
 # added to an integer-valued float below 2**22, holds it + 127 in the low bits
 _EXP_SHIFT = np.float32(1.5 * 2.0**23 + 127.0)
 # tanh's rational approximation (:func:`_tanh_inplace`): the odd numerator's and even denominator's
-# coefficients in x**2, lowest degree first, and the clamp past which float32's tanh is 1 within 3 spacings.
+# coefficients in x**2, lowest degree first, and the clamp (tanh(7.905) is 2.7e-7 below 1, ~4.5 float32 spacings).
 _TANH_CLAMP = np.float32(7.90531110763549805)
 _TANH_P = (np.float32(4.89352455891786e-03), np.float32(6.37261928875436e-04), np.float32(1.48572235717979e-05),
            np.float32(5.12229709037114e-08), np.float32(-8.60467152213735e-11), np.float32(2.00018790482477e-13),
@@ -159,13 +159,14 @@ def _exp_nonpositive(x: np.ndarray, out: np.ndarray, n: int, bits: np.ndarray) -
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
 def _tanh_inplace(a: np.ndarray, n: int) -> None:
-    """``a[:n] = tanh(a[:n])`` in float32, within 3.5e-7 of the exact value (float32's spacing below 1: 6e-8).
+    """``a[:n] = tanh(a[:n])`` in float32, within 3.5e-7 of the exact value (float32's spacing below 1: 6e-8;
+    measured with fused multiply-adds: 2.9e-7 at most over every float32 in ``(0, 9.06]``, 3.4e-7 without them).
 
-    ``tanh(x) = x P(x**2) / Q(x**2)`` on ``|x| <= 7.905`` (clamped past it, where float32's ``tanh`` is within 3
-    spacings of 1), with ``P`` of degree 6 and ``Q`` of degree 3: Eigen's minimax coefficients for float32
-    (``Eigen::internal::generic_fast_tanh_float``). Ten multiply-adds and one division, with no exponent
-    arithmetic and no scratch arrays: 9% less time for the hierarchical gradient than ``(1 - e) / (1 + e)``
-    with ``e = exp(-2|x|)`` from :func:`_exp_reduced` (benchmarks/FINDINGS.md)."""
+    ``tanh(x) = x P(x**2) / Q(x**2)`` on ``|x| <= 7.905`` (clamped past it, where ``tanh`` is 2.7e-7 below 1 and
+    this returns 0.99999976), with ``P`` of degree 6 and ``Q`` of degree 3: Eigen's minimax coefficients for
+    float32 (``Eigen::internal::generic_fast_tanh_float``). Nine multiply-adds, two multiplications, the clamp and
+    one division, with no exponent arithmetic and no scratch arrays: 9% less time for the hierarchical gradient
+    than ``(1 - e) / (1 + e)`` with ``e = exp(-2|x|)`` from :func:`_exp_reduced` (benchmarks/FINDINGS.md)."""
     for i in range(n):
         x = min(max(a[i], -_TANH_CLAMP), _TANH_CLAMP)
         x2 = x * x

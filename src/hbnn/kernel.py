@@ -215,7 +215,7 @@ def _bernoulli_logit(logit: np.ndarray, y: np.ndarray, d: np.ndarray, n: int, e:
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _forward(W, H, e, bits, X, g, n8, R, D, lay, n_layers, bias):
+def _forward(W, H, X, g, n8, R, D, lay, n_layers, bias):
     """The network's pass over one group's rows at weights ``W`` (layer after layer, ``(n_in + bias, n_out)``
     row-major): ``H[l]`` is what enters layer ``l`` (``H[0]`` the features), ``H[n_layers]`` the output.
 
@@ -321,7 +321,7 @@ def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay,
     rows (:func:`row_lanes`). Its source is also compiled in :mod:`hbnn.kernel_unrolled`'s modules, where
     ``_forward`` and ``_backward`` are the ones written out for one network."""
     n8 = min(R, -(-n // lanes) * lanes)
-    _forward(W, H, e, bits, X, g, n8, R, D, lay, n_layers, bias)
+    _forward(W, H, X, g, n8, R, D, lay, n_layers, bias)
     ll, g_sigma = _output(H[n_layers], delta, dlogit, e, bits, Y, g, n, n8, R, lik, sigma)
     _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias)
     return ll, g_sigma
@@ -457,8 +457,8 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
     H = np.zeros((n_layers + 1, R * widest), dtype=ROW_DTYPE)
     delta = np.empty(R * widest, dtype=ROW_DTYPE)
     back = np.empty(R * widest, dtype=ROW_DTYPE)
-    e = np.empty(R * widest, dtype=ROW_DTYPE)
-    bits = np.empty(R * widest, dtype=np.int32)
+    e = np.empty(R, dtype=ROW_DTYPE)  # the Bernoulli terms' exp, over a group's rows
+    bits = np.empty(R, dtype=np.int32)
     dlogit = np.empty(R, dtype=ROW_DTYPE)
     g_sd = np.zeros(n_layers)
     sds = np.ones(n_layers)  # each layer's group sd, exp(s) (hierarchical)

@@ -59,7 +59,7 @@ def _layers(n_features: int, hidden: tuple[int, ...], bias: bool) -> list[tuple[
 def _forward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
     """``_forward`` with :func:`hbnn.kernel._forward`'s signature and result (``H[1:]``)."""
     layers = _layers(n_features, hidden, bias)
-    lines = [_DECORATOR, "def _forward(W, H, e, bits, X, g, n8, R, D, lay, n_layers, bias):",
+    lines = [_DECORATOR, "def _forward(W, H, X, g, n8, R, D, lay, n_layers, bias):",
              "    x = X[g * D * R: (g + 1) * D * R]"]
     w_at = 0
     for li, (n_in, n_out) in enumerate(layers):
@@ -85,10 +85,8 @@ def _backward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> st
     """``_backward`` with :func:`hbnn.kernel._backward`'s signature and effect on ``gW``: one loop over rows,
     every unit's backpropagated gradient in registers, every weight's gradient its own accumulator."""
     layers = _layers(n_features, hidden, bias)
-    starts, at = [], 0
-    for n_in, n_out in layers:
-        starts.append(at)
-        at += (n_in + int(bias)) * n_out
+    sizes = _sizes(n_features, hidden, bias)
+    starts, at = [w_at for _, w_at in sizes], sum(size for size, _ in sizes)
     lines = [_DECORATOR, "def _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias):",
              "    x = X[g * D * R: (g + 1) * D * R]"]
     lines += [f"    w{k} = W[{k}]" for k in range(at)]

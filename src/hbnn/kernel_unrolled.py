@@ -152,7 +152,7 @@ def _weights_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str
         lambda li, size, w_at: [f"        for k in range({size}):",  # mu + sd * z[g]
                                 f"            W[{w_at} + k] = theta[a + k] + sd * theta[z + k]"],
         lambda li, size, w_at: [f"        for k in range({size}):", f"            W[{w_at} + k] = theta[a + k]"],
-        lambda li, size, w_at: [f"        _mean_plus_chol(theta, a, buf, lay, {li}, {size}, W, {w_at})"],
+        _informed_weights,
         tail=(f"    for k in range({sum(size for size, _ in sizes)}):", "        gW[k] = _F0"))
 
 
@@ -171,6 +171,20 @@ def _chain_rule_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> 
                                 f"        for k in range({size}):", f"            gw = gW[{w_at} + k]",
                                 "            for m in range(k + 1):",
                                 f"                grad[a + m] += chol[k * {size} + m] * gw"])
+
+
+def _informed_weights(li: int, size: int, w_at: int) -> list[str]:
+    """An informed layer's ``W = mean + L @ z`` (:func:`hbnn.kernel._mean_plus_chol`) with one accumulator per
+    weight, over the columns of ``L``. Row by row, each weight's sum is a chain of dependent adds that bounds
+    the loop (the default informed gradient: 1.50 us against 1.22, interleaved in one process); column by
+    column the chains run side by side. Each sum adds the same products in the same order, ``L``'s zeros above
+    the diagonal adding exact zeros, so the weights are the same bits."""
+    lines = [f"        mean = buf[int(lay[_PER_LAYER * {li} + 3]):]",
+             f"        chol = buf[int(lay[_PER_LAYER * {li} + 4]):]"]
+    lines += [f"        m{k} = mean[{k}]" for k in range(size)]
+    lines += [f"        for j in range({size}):", "            zj = theta[a + j]"]
+    lines += [f"            m{k} += chol[{k * size} + j] * zj" for k in range(size)]
+    return lines + [f"        W[{w_at + k}] = m{k}" for k in range(size)]
 
 
 def _function_source(text: str, name: str) -> str:
@@ -202,7 +216,7 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
         "import numba",
         "import numpy as np",
         "from hbnn.kernel import (_F0, _F1, _HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, ROW_DTYPE,\n"
-        "                         _mean_plus_chol, _output, _tanh_inplace)",
+        "                         _output, _tanh_inplace)",
         "",
         _forward_source(n_features, hidden, bias),
         _backward_source(n_features, hidden, bias),

@@ -267,3 +267,33 @@ def test_shortfall_check_computes_new_draws_only_and_says_what_the_whole_computa
     computed.clear()
     assert str(check(other)) == str(evaluation.convergence_shortfall(tiny_tasks, other, specs, ["sd_out"]))
     assert computed[0] == 600
+
+
+def test_shortfall_check_evaluates_the_groups_near_the_bar_until_they_meet_it_then_every_group(tiny_tasks,
+                                                                                             monkeypatch):
+    specs = layer_specs(tiny_tasks.n_features, (2,))
+    post = _iid_posterior(tiny_tasks, specs, np.random.default_rng(0), draws=2000)
+    names = tiny_tasks.group_names  # three groups
+    slow, late = names[1], names[2]
+    # the slow group's chains sit apart for their first 100 draws; the late group's chain 1 moves off after 1000
+    post["w_out"].loc[{"group": slow, "chain": 1, "draw": slice(0, 99)}] += 3.0
+    post["w_out"].loc[{"group": late, "chain": 1, "draw": slice(1000, None)}] += 3.0
+    evaluated = []
+    real = evaluation.function_space_diagnostics
+    monkeypatch.setattr(evaluation, "function_space_diagnostics", lambda d: evaluated.append(d.shape) or real(d))
+    check = evaluation.ShortfallCheck(tiny_tasks, specs, ["sd_out"])
+    looks = {}
+    for n in (700, 1000, 1500, 2000):
+        evaluated.clear()
+        got = check(post.isel(draw=slice(0, n)))
+        counted = len(evaluated)
+        want = evaluation.convergence_shortfall(tiny_tasks, post.isel(draw=slice(0, n)), specs, ["sd_out"])
+        looks[n] = (str(got), str(want), counted)
+    # the first look evaluates every group: the slow one misses, the others are well past the bar
+    assert looks[700][0] == looks[700][1] and slow in looks[700][0] and looks[700][2] == len(names)
+    assert looks[1000][0] == looks[1000][1] and slow in looks[1000][0] and looks[1000][2] == 1  # it alone
+    # it meets the bar at 1500, so every group is evaluated again, and the late group is found
+    assert looks[1500][0] == looks[1500][1] and late in looks[1500][0] and slow not in looks[1500][0]
+    assert looks[1500][2] == 1 + len(names)
+    # from then on the late group alone (the slow one met the bar with the margin to spare)
+    assert looks[2000][0] == looks[2000][1] and late in looks[2000][0] and looks[2000][2] == 1

@@ -297,3 +297,7 @@ def test_shortfall_check_evaluates_the_groups_near_the_bar_until_they_meet_it_th
     assert looks[1500][2] == 1 + len(names)
     # from then on the late group alone (the slow one met the bar with the margin to spare)
     assert looks[2000][0] == looks[2000][1] and late in looks[2000][0] and looks[2000][2] == 1
+    # another run's draws (chains started again): every group again
+    evaluated.clear()
+    other = _iid_posterior(tiny_tasks, specs, np.random.default_rng(5), draws=700)
+    assert check(other) is None and len(evaluated) == len(names)

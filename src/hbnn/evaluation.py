@@ -259,14 +259,15 @@ class ShortfallCheck:
     it for the new draws only. A posterior that does not start with the draws seen before (another run) is
     computed whole.
 
-    R-hat and ESS (most of a look's cost: ~0.2 s of a core per look of the default fit, taken from the chains'
+    R-hat and ESS (most of a look's cost: ~0.27 s of a core per look of the default fit, taken from the chains'
     two cores) are evaluated for every group at the first look; at later ones only for the groups that were
-    not past the bar by a margin (:data:`COMFORT_ESS`, :data:`COMFORT_RHAT`) at the look before, and for the
-    ``scalar_vars``. Once those meet the bar every group is evaluated again, so a fit stops at the first look
-    where everything meets the bar, as when every group is evaluated at every look. What a look that goes on
-    says (and the next look, which the smallest ESS short of the bar sets) could differ only where a group
-    left out has fallen from the margin to under the bar since it was last evaluated: it is then named at the
-    next look that evaluates every group.
+    not past the bar by a margin (:data:`COMFORT_ESS`, :data:`COMFORT_RHAT`) when last evaluated, and for the
+    ``scalar_vars``. Once those meet the bar every group is evaluated again, so a fit stops only at a look
+    where everything meets the bar. Where no group left out falls from the margin to under the bar between
+    two such full looks, every look says what evaluating every group says, and the fit looks and stops where
+    it would. Where one does, it is named at the next full look, and until then the next look (set by the
+    smallest ESS short of the bar) and a restart of chains that only that group shows split (R-hat past
+    :data:`hbnn.inference.RESTART_RHAT`) wait for it; the group sds are evaluated at every look.
     """
 
     def __init__(self, tasks: Tasks, specs: Sequence[LayerSpec], scalar_vars: Sequence[str] = ()):

@@ -188,9 +188,11 @@ def _slices(size: int, **starts: str) -> list[str]:
 def _informed_weights(li: int, size: int, w_at: int) -> list[str]:
     """An informed layer's ``W = mean + L @ z`` (:func:`hbnn.kernel._mean_plus_chol`) with one accumulator per
     weight, over the columns of ``L``. Row by row, each weight's sum is a chain of dependent adds that bounds
-    the loop (the default informed gradient: 1.50 us against 1.22, interleaved in one process); column by
-    column the chains run side by side. Each sum adds the same products in the same order, ``L``'s zeros above
-    the diagonal adding exact zeros, so the weights are the same bits."""
+    the loop (the default informed gradient: 1.48-1.50 us against 1.21-1.25, interleaved in one process); column
+    by column the chains run side by side. Each sum adds the same products in the same order (``L``'s zeros
+    above the diagonal add exact zeros), but fastmath lets LLVM fuse other multiply-adds, so a float64 sum can
+    differ in its last bit; rounded to the float32 weights that changes a gradient about once in 8 million
+    random points (a review's count), and none of the committed run's."""
     lines = [f"        mean = buf[int(lay[_PER_LAYER * {li} + 3]):]",
              f"        chol = buf[int(lay[_PER_LAYER * {li} + 4]):]"]
     lines += [f"        m{k} = mean[{k}]" for k in range(size)]

@@ -286,12 +286,13 @@ class ShortfallCheck:
         self.draws = new if self.draws is None else [np.concatenate(p, axis=1) for p in zip(self.draws, new,
                                                                                            strict=True)]
         self.last = marker.isel(draw=n - 1).values
+        numbers = {}
         if self.watched is not None:
             short, numbers = _shortfall(self.tasks, self.draws, posterior, self.scalar_vars, self.watched)
             if short is not None:
                 self.watched = _near_the_bar(numbers)
                 return short
-        short, numbers = _shortfall(self.tasks, self.draws, posterior, self.scalar_vars)
+        short, numbers = _shortfall(self.tasks, self.draws, posterior, self.scalar_vars, known=numbers)
         self.watched = _near_the_bar(numbers)
         return short
 
@@ -303,15 +304,19 @@ def _near_the_bar(numbers: dict[str, tuple[float, float]]) -> set[str]:
 
 
 def _shortfall(tasks: Tasks, test_draws: Sequence[np.ndarray], posterior: xr.Dataset, scalar_vars: Sequence[str],
-               groups: set[str] | None = None) -> tuple[Shortfall | None, dict[str, tuple[float, float]]]:
+               groups: set[str] | None = None, known: dict[str, tuple[float, float]] | None = None
+               ) -> tuple[Shortfall | None, dict[str, tuple[float, float]]]:
     """What misses the bar among ``groups`` (default: all) and the ``scalar_vars``, and each evaluated group's
-    test-point ``(max R-hat, min bulk ESS)``."""
+    test-point ``(max R-hat, min bulk ESS)``; ``known``: those numbers of some groups at these draws already."""
     misses, numbers = [], {}
     for name, draws in zip(tasks.group_names, test_draws, strict=True):
         if draws.shape[2] and (groups is None or name in groups):
-            d = function_space_diagnostics(draws)
-            numbers[name] = (d["max_rhat"], d["min_ess_bulk"])
-            misses.append((name, "test-point", d["max_rhat"], d["min_ess_bulk"]))
+            if known and name in known:
+                numbers[name] = known[name]
+            else:
+                d = function_space_diagnostics(draws)
+                numbers[name] = (d["max_rhat"], d["min_ess_bulk"])
+            misses.append((name, "test-point", *numbers[name]))
     for var, d in (scalar_diagnostics(posterior, scalar_vars, tail=False) if scalar_vars else {}).items():
         misses.append((var, "", d["rhat"], d["ess_bulk"]))
     misses = [m for m in misses if not meets_bar(m[2], m[3])]

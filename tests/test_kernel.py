@@ -123,14 +123,18 @@ def test_the_row_lanes_are_what_numba_compiles_here_and_kept_for_later_processes
         assert kernel.row_lanes.__wrapped__() == lanes and kept.read_text() == str(lanes)
 
 
-def test_networks_past_the_written_out_size_keep_the_generic_loops():
+def test_networks_past_the_written_out_size_get_a_module_of_the_generic_loops():
     from hbnn import kernel_unrolled
 
     top = kernel_unrolled.MAX_WEIGHTS  # a linear model on `top` features has `top` weights
-    assert kernel_unrolled.logp_grad_for(top, (), False) is not kernel.logp_grad
-    assert kernel_unrolled.logp_grad_for(top + 1, (), False) is kernel.logp_grad
-    assert kernel_unrolled.logp_grad_for(top, (), True) is kernel.logp_grad  # the bias makes it top + 1
-    assert kernel_unrolled.logp_grad_for(2, (top,), False) is kernel.logp_grad
+    generic = kernel_unrolled._function_source(kernel.SOURCE, "_forward")
+    assert generic not in kernel_unrolled.module_source(top, (), False)
+    for network in ((top + 1, (), False), (top, (), True), (2, (top,), False)):  # the bias makes the 2nd top + 1
+        source = kernel_unrolled.module_source(*network)
+        assert all(kernel_unrolled._function_source(kernel.SOURCE, name) in source
+                   for name in kernel_unrolled.GENERIC)
+    fn = kernel_unrolled.logp_grad_for(2, (top,), False)
+    assert fn is not kernel.logp_grad and fn.py_func.__module__.startswith("hbnn_kernel_")
 
 
 def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
@@ -219,38 +223,91 @@ def test_a_damaged_module_file_is_written_again(fresh_kernel_cache, caplog):
         assert (fresh_kernel_cache / f"{name}.py").read_text() == source
 
 
-def test_a_module_file_that_does_not_import_falls_back_to_the_generic_loops(fresh_kernel_cache, caplog, monkeypatch):
-    import hashlib
-
+def test_a_module_that_cannot_be_imported_from_any_folder_is_compiled_in_memory(fresh_kernel_cache, caplog,
+                                                                               monkeypatch):
+    """Never the generic loops in its place (other float32 sums, so other draws): the same source, in memory."""
     from hbnn import kernel_unrolled
 
-    broken = "raise ImportError('a module that does not import')\n"
-    monkeypatch.setattr(kernel_unrolled, "module_source", lambda *args: broken)
-    name = "hbnn_kernel_" + hashlib.sha256(broken.encode()).hexdigest()[:20]
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
+    density = kernel.FlatDensity(X, y, np.array([20]), (3, 2), False, "bernoulli", 1.0)
+    buf = density.pack(density.offsets())
+    theta = rng.normal(size=sum(int(np.prod(s)) for s in density.names().values()))
+
+    def evaluate(fn):
+        grad = np.empty_like(theta)
+        return fn(theta, grad, buf), grad
+
+    want = evaluate(kernel_unrolled.logp_grad_for(2, (3, 2), False))
+    name = kernel_unrolled._network_module(2, (3, 2), False)[0]
+    monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(kernel_unrolled, "_import_at", lambda *args: (_ for _ in ()).throw(OSError("no folder")))
     kernel_unrolled.logp_grad_for.cache_clear()
-    assert kernel_unrolled.logp_grad_for(2, (3, 2), False) is kernel.logp_grad
-    assert "generic loops are used" in caplog.text and name not in sys.modules
-    kernel_unrolled.callback_for.cache_clear()
-    assert kernel_unrolled.callback_for(2, (3, 2), False, 0) is kernel.callback(0, kernel.logp_grad)
+    fn = kernel_unrolled.logp_grad_for(2, (3, 2), False)
+    assert "compiled in memory, without a cache" in caplog.text
+    assert fn is not kernel.logp_grad and fn.py_func.__module__ == name
+    got = evaluate(fn)
+    assert got[0] == want[0] and np.array_equal(got[1], want[1])
 
 
-def test_an_unwritable_kernel_cache_falls_back_to_the_generic_loops(tmp_path, monkeypatch, caplog):
-    import hashlib
+_CALL_ONE = """
+import ctypes, hashlib, logging, numpy as np
+logging.basicConfig(level=logging.WARNING)
+from hbnn import kernel
+rng = np.random.default_rng(0)
+X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
+density = kernel.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
+buf = density.pack({"w_in": 0, "w_h1_h2": 10, "w_out": 35})
+theta = rng.normal(size=40)
+P = ctypes.POINTER(ctypes.c_double)
+cb = density.callback(0)
+grad, value = np.empty(40), np.empty(1)
+cb.ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P), value.ctypes.data_as(P), buf.ctypes.data)
+print(hashlib.sha256(grad.tobytes() + value.tobytes()).hexdigest(), "loaded" if cb.cache_hits else "compiled")
+"""
 
-    from hbnn import kernel_unrolled
 
+def _damage(path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "truncate":
+        path.write_bytes(bytes(data[: len(data) // 3]))
+    else:  # 4 KiB of flipped bits in the middle
+        middle = len(data) // 2
+        data[middle: middle + 4096] = bytes(b ^ 0xFF for b in data[middle: middle + 4096])
+        path.write_bytes(bytes(data))
+
+
+def test_damaged_cache_entries_are_compiled_again_and_give_the_same_bits(tmp_path):
+    """A truncated index or a data file with flipped bits in the shared kernel cache (as a full disk, a crash or a
+    bad copy leaves them) is removed before numba could load it, and compiled again: the same bits as a clean
+    cache, a warning, no error. A cache folder that cannot be used compiles the same source elsewhere."""
+    import subprocess
+
+    kernels = tmp_path / "kernels"
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), HBNN_KERNEL_CACHE=str(kernels))
+
+    def run(**extra):
+        done = subprocess.run([sys.executable, "-c", _CALL_ONE], env={**env, **extra}, capture_output=True,
+                              text=True)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        return done.stdout.split(), done.stderr
+
+    (clean, how), _ = run()
+    assert how == "compiled"
+    assert run()[0] == [clean, "loaded"]
+    entries = sorted((kernels / "__pycache__").glob("hbnn_*.nb?"))
+    assert {p.suffix for p in entries} == {".nbi", ".nbc"} and list((kernels / "__pycache__").glob("hbnn-manifest-*"))
+    for damage in ("truncate", "flip"):
+        for path in entries:
+            _damage(path, damage)
+        got, log = run()
+        assert got == [clean, "compiled"] and "not as written" in log, log
+        entries = sorted((kernels / "__pycache__").glob("hbnn_*.nb?"))
+        assert run()[0] == [clean, "loaded"]  # ... and written afresh for the next process
     blocker = tmp_path / "file"
     blocker.write_text("")
-    monkeypatch.setenv("HBNN_KERNEL_CACHE", str(blocker / "kernels"))  # under a file: cannot be created
-    # as in a new process: the module not imported yet (an earlier test's fit of this network may have)
-    name = "hbnn_kernel_" + hashlib.sha256(kernel_unrolled.module_source(2, (3,), False).encode()).hexdigest()[:20]
-    monkeypatch.delitem(sys.modules, name, raising=False)
-    kernel_unrolled.logp_grad_for.cache_clear()
-    try:
-        assert kernel_unrolled.logp_grad_for(2, (3,), False) is kernel.logp_grad
-        assert "generic loops are used" in caplog.text
-    finally:
-        kernel_unrolled.logp_grad_for.cache_clear()
+    got, log = run(HBNN_KERNEL_CACHE=str(blocker / "kernels"))  # under a file: the folder cannot be made
+    assert got == [clean, "compiled"] and "compiled in a folder of this process" in log
 
 
 PER_GROUP_CASES = [

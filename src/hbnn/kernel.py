@@ -577,12 +577,6 @@ def _expand_callback(dim, n_expanded, x_, out_, user_data_):
     return 0
 
 
-@functools.cache
-def expand_callback():
-    """:func:`_expand_callback` as a C callback, loaded from numba's disk cache after its first compile."""
-    return numba.cfunc(_EXPAND_SIG, cache=True)(_expand_callback)
-
-
 def call(compiled, theta: np.ndarray) -> tuple[float, np.ndarray]:
     """Log density and gradient at ``theta`` through ``compiled``'s logp callback, called as nutpie calls it;
     :class:`ValueError` where it reports a failure."""
@@ -730,6 +724,7 @@ class Density:
         model."""
         import pandas as pd
 
+        from hbnn.kernel_unrolled import expand_callback
         from hbnn.nutpie_loader import nutpie
 
         CompiledPyMCModel = nutpie().compile_pymc.CompiledPyMCModel

@@ -14,31 +14,40 @@ source into a module file under :func:`cache_dir`, named by a hash of that sourc
 module compiles :mod:`hbnn.kernel`'s own ``_group_loglik`` and ``logp_grad`` (their source, unchanged)
 around the written-out ``_forward``, ``_backward``, ``_group_weights`` and ``_group_chain_rule``, so the
 density and its checks are the kernel's, and numba's disk cache serves every process after the first.
-Networks past :data:`MAX_WEIGHTS` weights per group (one accumulator each) keep the generic kernel.
+Networks past :data:`MAX_WEIGHTS` weights per group (one accumulator each) get a module of the generic loops.
 
 :func:`callback_for` writes nutpie's callback around a network's ``logp_grad`` into a module of its own (one per
-network and position of the buffer in ``user_data``), so numba's disk cache serves it too instead of a compile
-in every process that samples.
+network and position of the buffer in ``user_data``), and :func:`expand_callback` nutpie's expand callback, so
+numba's disk cache serves them too instead of a compile in every process that samples.
+
+Every fit samples code written here, and only here: :func:`_load` imports a module from the shared cache, whose
+entries numba may load only as they were written (:mod:`hbnn.cache_guard`), and where that cannot be done it
+compiles the same source elsewhere, so a damaged or unusable cache costs time, never a different draw.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import hashlib
 import importlib.util
 import itertools
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
+import types
 from pathlib import Path
 
+from hbnn import cache_guard
 from hbnn.network import layer_specs
 
 log = logging.getLogger(__name__)
 
-MAX_WEIGHTS = 128  # per group; past it the generic loops (the backward pass keeps one accumulator per weight)
+MAX_WEIGHTS = 128  # per group; past it the generic loops (written out, the backward pass keeps an accumulator a weight)
 _DECORATOR = '@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")'
 
 
@@ -213,61 +222,76 @@ def _function_source(text: str, name: str) -> str:
     return "".join(lines[start:end]).rstrip() + "\n"
 
 
+GENERIC = ("_forward", "_backward", "_group_weights", "_group_chain_rule")  # the passes, as hbnn.kernel loops them
+
+
 def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
-    """The module for one network: the written-out passes, then :mod:`hbnn.kernel`'s functions around them
-    (from its source as imported, :data:`hbnn.kernel.SOURCE`, not as the file may read now)."""
+    """The module for one network: its passes written out (:data:`GENERIC`: :mod:`hbnn.kernel`'s own loops, for a
+    network past :data:`MAX_WEIGHTS` weights per group), then :mod:`hbnn.kernel`'s functions around them (from its
+    source as imported, :data:`hbnn.kernel.SOURCE`, not as the file may read now)."""
     from hbnn import kernel
 
-    # numba's cache checks this file's time stamp only, not the functions it imports, so the name (a hash of
-    # this source) must change with anything in hbnn.kernel: its whole source's hash is part of the text.
-    parts = [
+    if sum(s.size for s in layer_specs(n_features, hidden, bias)) > MAX_WEIGHTS:
+        passes = [_function_source(kernel.SOURCE, name) for name in GENERIC]
+    else:
+        passes = [_forward_source(n_features, hidden, bias), _backward_source(n_features, hidden, bias),
+                  _weights_source(n_features, hidden, bias), _chain_rule_source(n_features, hidden, bias)]
+    return "\n".join([
         f'"""hbnn.kernel for {n_features} features, hidden layers {list(hidden)}, bias {bias}: written by '
         'hbnn.kernel_unrolled; do not edit."""',
-        f"# hbnn.kernel source sha256 {hashlib.sha256(kernel.SOURCE.encode()).hexdigest()}",
-        "import math",
-        "import numba",
-        "import numpy as np",
+        *_kernel_header(),
         "from hbnn.kernel import (_F0, _F1, _HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, ROW_DTYPE,\n"
-        "                         _output, _tanh_inplace)",
+        "                         _mean_plus_chol, _output, _tanh_inplace)",
         "",
-        _forward_source(n_features, hidden, bias),
-        _backward_source(n_features, hidden, bias),
-        _weights_source(n_features, hidden, bias),
-        _chain_rule_source(n_features, hidden, bias),
+        *passes,
         _function_source(kernel.SOURCE, "_group_loglik"),
         _function_source(kernel.SOURCE, "logp_grad"),
-    ]
-    return "\n".join(parts)
+    ])
+
+
+def _kernel_header() -> list[str]:
+    """The lines every written module starts with: the hash of :mod:`hbnn.kernel`'s whole source (numba's cache
+    checks the written file's time stamp only, not the functions it imports, so the module's name, a hash of its
+    source, must change with anything in hbnn.kernel) and the imports."""
+    from hbnn import kernel
+
+    return [f"# hbnn.kernel source sha256 {hashlib.sha256(kernel.SOURCE.encode()).hexdigest()}",
+            "import math", "import numba", "import numpy as np"]
+
+
+def expand_source() -> str:
+    """A module holding nutpie's expand callback (:func:`hbnn.kernel.expand` behind
+    :func:`hbnn.kernel._expand_callback`) compiled with numba's disk cache: one for every network, since the buffer
+    describes the layout."""
+    from hbnn import kernel
+
+    return "\n".join([
+        '"""nutpie\'s expand callback: written by hbnn.kernel_unrolled; do not edit."""',
+        *_kernel_header(),
+        "from hbnn.kernel import _EXPAND_SIG, _HEADER, _PER_LAYER, HIERARCHICAL, INFORMED, _mean_plus_chol",
+        "",
+        _function_source(kernel.SOURCE, "expand"),
+        _function_source(kernel.SOURCE, "_expand_callback"),
+        "expand_callback = numba.cfunc(_EXPAND_SIG, cache=True)(_expand_callback)",
+        "",
+    ])
 
 
 _LOADING = threading.Lock()  # one thread writes and imports a module at a time; the others then find it whole
 
 
-def _network_module(n_features: int, hidden: tuple[int, ...], bias: bool) -> tuple[str, str] | None:
-    """``(name, source)`` of the written-out module for this network, ``None`` past :data:`MAX_WEIGHTS`."""
-    if sum(s.size for s in layer_specs(n_features, hidden, bias)) > MAX_WEIGHTS:
-        return None
+def _network_module(n_features: int, hidden: tuple[int, ...], bias: bool) -> tuple[str, str]:
+    """``(name, source)`` of the written module for this network."""
     source = module_source(n_features, hidden, bias)
     return "hbnn_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:20], source
 
 
 @functools.cache
 def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool):
-    """``logp_grad`` for this network (:func:`hbnn.kernel.logp_grad`'s signature and value), written out where
-    it has at most :data:`MAX_WEIGHTS` weights per group; otherwise, or where the module cannot be written or
-    imported (a warning says why), :func:`hbnn.kernel.logp_grad`."""
-    from hbnn import kernel
-
-    network = _network_module(n_features, tuple(int(h) for h in hidden), bias)
-    if network is None:
-        return kernel.logp_grad
+    """``logp_grad`` for this network (:func:`hbnn.kernel.logp_grad`'s signature and value), from its written module
+    (:func:`module_source`), loaded as :func:`_load` says."""
     with _LOADING:
-        try:
-            return _load(*network, "logp_grad").logp_grad
-        except Exception as err:  # noqa: BLE001 - any failure keeps the generic loops, which compute the same
-            log.warning("kernel: cannot use the written-out module %s (%s: %s); the generic loops are used",
-                        network[0], type(err).__name__, err)
-            return kernel.logp_grad
+        return _load(*_network_module(n_features, tuple(int(h) for h in hidden), bias), "logp_grad").logp_grad
 
 
 def callback_source(network: str, skip: int) -> str:
@@ -295,70 +319,153 @@ def callback_source(network: str, skip: int) -> str:
 
 @functools.cache
 def callback_for(n_features: int, hidden: tuple[int, ...], bias: bool, skip: int):
-    """nutpie's callback for this network (:func:`hbnn.kernel.callback` with :func:`logp_grad_for`), loaded
-    from numba's disk cache after its first compile (~1.5 s saved in every later process that samples); where
-    the network keeps the generic loops, or the module cannot be written or imported (a warning says why),
-    :func:`hbnn.kernel.callback`, compiled in this process.
+    """nutpie's callback for this network (:func:`hbnn.kernel.callback` with :func:`logp_grad_for`), loaded from
+    numba's disk cache after its first compile (~1.5 s saved in every later process that samples).
 
     The cached callback computes the same bits as the one compiled in the process that wrote the cache
     (tests/test_kernel.py runs three processes on one fresh cache).
     """
-    from hbnn import kernel
-
     hidden = tuple(int(h) for h in hidden)
-    fn = logp_grad_for(n_features, hidden, bias)
-    if fn is kernel.logp_grad:  # the generic loops (too many weights, or no module): no module to sit beside
-        return kernel.callback(skip, fn)
+    logp_grad_for(n_features, hidden, bias)  # the module the callback imports, loaded first
     network, _ = _network_module(n_features, hidden, bias)
     source = callback_source(network, skip)
     name = "hbnn_callback_" + hashlib.sha256(source.encode()).hexdigest()[:20]
     with _LOADING:
-        try:
-            return _load(name, source, "logp_callback").logp_callback
-        except Exception as err:  # noqa: BLE001 - the same callback, compiled here instead
-            log.warning("kernel: cannot use the cached callback module %s (%s: %s); compiling it in this process",
-                        name, type(err).__name__, err)
-    return kernel.callback(skip, fn)
+        return _load(name, source, "logp_callback", depends=(network,)).logp_callback
 
 
-def _load(name: str, source: str, defines: str):
-    """The module ``name`` with ``source``, which ``defines`` that callable: imported once per process, from a file
-    written once per cache."""
+@functools.cache
+def expand_callback():
+    """nutpie's expand callback (:func:`expand_source`), loaded from numba's disk cache after its first compile."""
+    source = expand_source()
+    name = "hbnn_expand_" + hashlib.sha256(source.encode()).hexdigest()[:20]
+    with _LOADING:
+        return _load(name, source, "expand_callback").expand_callback
+
+
+_LOADED: dict[str, Path] = {}  # module name -> the folder it was imported from (its entries recorded at exit)
+
+
+def _load(name: str, source: str, defines: str, depends: tuple[str, ...] = ()):
+    """The module ``name`` with ``source``, which ``defines`` that callable: imported once per process; ``depends``:
+    the written modules it imports, whose functions numba compiles (or loads) as it runs.
+
+    From the shared cache (:func:`cache_dir`), whose entries numba may load only as they were written
+    (:func:`hbnn.cache_guard.verify`); where importing there fails (an entry damaged in a way its hash could not
+    show, a folder that cannot be written), its entries are removed and it is tried once more, then in a folder of
+    this process's own, and last compiled in memory without any cache. Every way compiles the same source, so the
+    machine code, and the draws, are the same; only the time to compile differs. A warning says which way was taken.
+    """
     if name in sys.modules:
         return sys.modules[name]
-    path = cache_dir() / f"{name}.py"
+    problems = []
+    for folder, attempt in ((cache_dir, "the shared cache"), (cache_dir, "the shared cache, emptied"),
+                            (_private_dir, "a folder of this process")):
+        try:
+            module = _import_at(folder(), name, source, defines)
+        except Exception as err:  # noqa: BLE001 - any failure: try the next way, which compiles the same source
+            problems.append(f"{attempt}: {type(err).__name__}: {err}")
+            for stem in (name, *depends):  # what importing it may have loaded
+                with contextlib.suppress(Exception):
+                    cache_guard.purge(_LOADED.get(stem, folder()) / "__pycache__", stem)
+            continue
+        if problems:
+            log.warning("kernel: %s could not be used from %s; compiled in %s", name, "; ".join(problems), attempt)
+        return module
+    log.warning("kernel: %s could not be used from any folder (%s); compiled in memory, without a cache", name,
+                "; ".join(problems))
+    return _exec_in_memory(name, source, defines)
+
+
+def _import_at(folder: Path, name: str, source: str, defines: str):
+    """Import the module ``name`` from ``folder``, writing its file first where it is missing or differs."""
+    path = folder / f"{name}.py"
+    entries = folder / "__pycache__"
+    entries.mkdir(parents=True, exist_ok=True)
+    if not os.access(entries, os.W_OK):
+        raise PermissionError(f"{entries} cannot be written")
+    cache_guard.keep_beside(folder)
+    cache_guard.verify(entries, name)
     if path.exists() and path.read_bytes() != source.encode():  # damaged after it was written: write it again
         log.warning("kernel: %s does not hold what its name says; writing it again", path)
+        cache_guard.purge(entries, name)
         path.unlink(missing_ok=True)
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(source)
-            mask = os.umask(0)
-            os.umask(mask)
-            os.chmod(tmp, 0o666 & ~mask)  # readable by whoever shares the cache, as a plain file would be
-            try:
-                # A link keeps the file another process may have put there first, and its time stamp, which
-                # numba's cache of it keys on; where links are not supported, the rename is atomic too.
-                os.link(tmp, path)
-            except FileExistsError:
-                pass
-            except OSError:
-                os.replace(tmp, path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        _write(path, source)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    # In sys.modules while it runs, as an import does: a cfunc compiles as its module runs, and numba caches
-    # only functions whose module it can find. Other threads look only under _LOADING, so see it only whole.
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-        if not callable(getattr(module, defines, None)):
-            raise ImportError(f"{path} defines no {defines}")
-    except BaseException:
-        del sys.modules[name]
-        raise
+    _run(module, spec.loader.exec_module, defines)
+    _LOADED[name] = folder
+    _record(name)
     return module
+
+
+def _write(path: Path, source: str) -> None:
+    """Write ``path`` whole and readable by whoever shares the cache, keeping a file another process put there
+    first (and its time stamp, which numba's cache of it keys on)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        except OSError:  # where links are not supported, the rename is atomic too
+            os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _run(module, execute, defines: str) -> None:
+    """Run ``execute(module)`` with the module in ``sys.modules`` meanwhile, as an import does: a cfunc compiles as
+    its module runs, and numba caches only functions whose module it can find. Other threads look only under
+    :data:`_LOADING`, so see it only whole."""
+    sys.modules[module.__name__] = module
+    try:
+        execute(module)
+        if not callable(getattr(module, defines, None)):
+            raise ImportError(f"{module.__name__} defines no {defines}")
+    except BaseException:
+        del sys.modules[module.__name__]
+        raise
+
+
+def _exec_in_memory(name: str, source: str, defines: str):
+    """The module compiled from ``source`` in memory, its functions without numba's disk cache."""
+    module = types.ModuleType(name)
+    code = compile(source.replace("cache=True", "cache=False"), f"<{name}>", "exec")
+    _run(module, lambda m: exec(code, m.__dict__), defines)  # noqa: S102 - our own text
+    return module
+
+
+_PRIVATE: list[Path] = []
+
+
+def _private_dir() -> Path:
+    """A folder of this process's own for written modules (removed when it exits)."""
+    if not _PRIVATE:
+        folder = Path(tempfile.mkdtemp(prefix="hbnn-kernels-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _PRIVATE.append(folder)
+    return _PRIVATE[0]
+
+
+def _record(name: str) -> None:
+    """Record the entries of the module ``name`` as they are now (:func:`hbnn.cache_guard.record`)."""
+    entries = _LOADED[name] / "__pycache__"
+    if entries.is_dir():
+        cache_guard.record(entries, name)
+
+
+@atexit.register
+def _record_all() -> None:
+    """At exit, record what this process's modules compiled since they were imported (numba compiles an ``njit``
+    function, and writes its entries, when it is first called)."""
+    for name in list(_LOADED):
+        with contextlib.suppress(Exception):
+            _record(name)

@@ -24,7 +24,9 @@ Each key has its own files under :func:`cache_dir`.
 The cache can never fail a fit: a wrapper numba refuses to cache (for example
 one whose model embeds a constant array over 1 MB, which numba links as a
 "dynamic global"), an unreadable or corrupt cache entry, or any other error
-inside the caching machinery ends in an uncached compile with one warning.
+inside the caching machinery ends in an uncached compile with one warning. numba
+loads only entries as they were written (:mod:`hbnn.cache_guard`): one that
+changed since is removed and compiled again.
 
 A warm compile of the default hierarchical model takes about 1.8 s instead of
 about 13.6 s (``benchmarks/compile_time.py``); the machine code is the same, so
@@ -204,14 +206,23 @@ def compile_numba(model):
     """``nutpie.compile_pymc_model(model, backend="numba")``, reusing wrappers compiled by earlier runs."""
     import nutpie
 
+    from hbnn import cache_guard
+
+    folder = cache_dir()
     try:
+        if folder.is_dir():
+            cache_guard.verify(folder)
         with _keyed_wrappers() as problems:
             compiled = nutpie.compile_pymc_model(model, backend="numba", cache=True)
     except Exception as err:  # noqa: BLE001 - whatever broke in the cache, an uncached compile still works
         log.warning("nutpie compile cache failed (%s: %s); compiling without it", type(err).__name__, err)
+        cache_guard.purge(folder)
         return nutpie.compile_pymc_model(model, backend="numba")
     if problems:
         log.warning("nutpie compile cache: %s; compiled without it", "; ".join(problems))
+        cache_guard.purge(folder)
+    elif folder.is_dir():
+        cache_guard.record(folder)
     hits = compiled.compiled_logp_func.cache_hits + compiled.compiled_expand_func.cache_hits
     log.debug("nutpie: %d of 2 compiled wrappers loaded from %s", hits, cache_dir())
     return compiled

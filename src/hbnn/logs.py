@@ -29,8 +29,15 @@ def configure() -> None:
     # pip-installed PyTensor has no BLAS for its C backend (ADVI's compiled step uses it); for networks this small
     # it makes no measurable difference, and a user cannot act on it short of reinstalling with conda.
     warnings.filterwarnings("ignore", message="PyTensor could not link to a BLAS installation", category=UserWarning)
+    # ArviZ's notice of its coming refactor, once a day at import: about ArviZ's API, nothing a run's user acts on.
+    warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor", category=FutureWarning)
     level = LEVELS.get(os.environ.get("HBNN_LOG", "info").strip().lower(), logging.INFO)
     logging.getLogger("hbnn").setLevel(level)
+    from hbnn.homes import moved
+
+    if moved():
+        logging.getLogger("hbnn.homes").warning("%s cannot be written; this run keeps them in a temporary folder, so "
+                                                "compiled code is not reused between runs", "; ".join(moved()))
 
 
 def interactive() -> bool:

@@ -204,18 +204,34 @@ def test_wrong_trace_variant_is_a_clear_error(pipeline):
 
 
 def test_a_trace_with_non_finite_draws_is_a_clear_error_in_derive_prior(pipeline):
-    """A hierarchical trace made elsewhere with a NaN draw: one error line naming the variable, not a traceback
-    from the unit matching (whose assignment refuses non-finite costs)."""
+    """A NaN draw: edited into a fit's trace, the checksum refuses the file; in a trace made elsewhere that carries a
+    checksum of its own, one error line names the variable, not a traceback from the unit matching (whose
+    assignment refuses non-finite costs)."""
     import shutil
 
     import netCDF4
+
+    from hbnn import integrity
+    from hbnn.io import close_trace, load_trace
+    from hbnn.trace import Trace
 
     bad = pipeline / "traces" / "nan_hier.nc"
     shutil.copyfile(pipeline / "traces" / "hier.nc", bad)
     with netCDF4.Dataset(bad, "a") as f:
         f.groups["posterior"].variables["mu_in"][0, 3, 0, 0] = np.nan
-    proc = run("derive_prior", pipeline / "params.yaml", "--hier-trace", "traces/nan_hier.nc",
-               "--prior-out", "priors/other.nc", "--metrics-out", "metrics/other.json")
+    args = ("--hier-trace", "traces/nan_hier.nc", "--prior-out", "priors/other.nc", "--metrics-out",
+            "metrics/other.json")
+    proc = run("derive_prior", pipeline / "params.yaml", *args)
+    assert proc.returncode == 2 and "(group posterior) does not match the checksum" in proc.stderr
+
+    trace = load_trace(pipeline / "traces" / "hier.nc", "hierarchical", groups=(), only=None)
+    groups = {name: trace[name].load() for name in trace.groups()}
+    close_trace(trace)
+    posterior = groups["posterior"].copy(deep=True)
+    posterior["mu_in"][0, 3, 0, 0] = np.nan
+    groups["posterior"] = posterior
+    Trace(**{name: integrity.sealed(ds) for name, ds in groups.items()}).to_netcdf(bad)
+    proc = run("derive_prior", pipeline / "params.yaml", *args)
     assert proc.returncode == 2
     assert "traces/nan_hier.nc: mu_in has 1 non-finite values" in proc.stderr
     assert "Traceback" not in proc.stderr

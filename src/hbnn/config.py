@@ -577,6 +577,39 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     return parse_params(read_yaml(text, f"parameter file {path}"))
 
 
+def unchanged_check(path: str | Path, params: Params):
+    """A check for :func:`hbnn.io.checked_before_commit`: raises :class:`~hbnn.errors.ChangedMeanwhile` where the
+    parameter file at ``path`` no longer holds ``params`` (edited, or rewritten by another ``dvc exp run`` in the
+    same workspace, while the stage ran): DVC records the params it finds after the stage, so outputs made from the
+    earlier values would be recorded as made from the new ones."""
+    from hbnn.errors import ChangedMeanwhile
+
+    def check() -> None:
+        try:
+            now = load_params(path)
+        except ConfigError as err:
+            raise ChangedMeanwhile(f"parameter file {path} changed while the stage ran and is now invalid ({err}); "
+                                   "no output was written") from err
+        if now != params:
+            changed = _differences(params.to_dict(), now.to_dict())
+            raise ChangedMeanwhile(f"parameter file {path} changed while the stage ran ({', '.join(changed[:3])}"
+                                   f"{' ...' if len(changed) > 3 else ''}): its outputs were made with the earlier "
+                                   "values, so none was written. Another `dvc exp run` in this workspace, or an "
+                                   "edit? Check the file and run again (dvc repro)")
+
+    return check
+
+
+def _differences(before: Any, after: Any, prefix: str = "") -> list[str]:
+    """``key: old -> new`` for every dotted key whose value differs between two nested dicts."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        out = []
+        for key in sorted(set(before) | set(after)):
+            out += _differences(before.get(key), after.get(key), f"{prefix}.{key}" if prefix else str(key))
+        return out
+    return [] if before == after else [f"{prefix}: {_show(before)} -> {_show(after)}"]
+
+
 
 
 # Values a string key may take, for the JSON schema (the checks above enforce them too).

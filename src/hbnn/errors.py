@@ -8,8 +8,12 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import NoReturn
+
+from hbnn.homes import use_writable_homes
 
 
 class InputError(RuntimeError):
@@ -26,6 +30,11 @@ class NonFiniteError(FloatingPointError):
 
 class SamplingError(RuntimeError):
     """Sampling ended early or produced non-finite draws; nothing may be written from it."""
+
+
+class ChangedMeanwhile(RuntimeError):
+    """An input the stage read (``params.yaml``) changed while it ran: its outputs would not match what DVC
+    records for them, so none are written."""
 
 
 # why a model's log density can be non-finite where sampling starts (hbnn.kernel's check, nutpie's refusal)
@@ -72,9 +81,57 @@ def interrupt_received() -> bool:
     return bool(_received)
 
 
+_COMMIT_CHECKS: list[Callable[[], None]] = []
+
+
+@contextlib.contextmanager
+def checked_before_commit(check: Callable[[], None]) -> Iterator[None]:
+    """Within the block, :meth:`hbnn.io.Outputs.commit` first calls ``check`` (:func:`run_commit_checks`), which
+    raises to refuse the outputs: the stage runner's check that ``params.yaml`` did not change while the stage ran."""
+    _COMMIT_CHECKS.append(check)
+    try:
+        yield
+    finally:
+        _COMMIT_CHECKS.remove(check)
+
+
+def run_commit_checks() -> None:
+    """Call every check :func:`checked_before_commit` holds; the first to refuse raises."""
+    for check in list(_COMMIT_CHECKS):
+        check()
+
+
+_committing = threading.Lock()  # held while a stage's outputs are renamed into place (commit_section)
+_state = {"deferred": False, "committed": False, "active": False}
+# After Ctrl-C or SIGTERM, how long the main thread has to stop by itself: Python runs signal handlers only between
+# bytecodes, so one long call into compiled code (a compile, an allocation of GiBs) would otherwise hold the
+# interrupt back until it returns.
+GRACE_SECONDS = 10.0
+
+
 def _raise_interrupt(signum, frame):
     _received.append(signum)
+    if _state["deferred"]:  # outputs are being renamed into place: commit_section raises once they all are
+        return
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def commit_section() -> Iterator[None]:
+    """The block that renames a stage's outputs into place: an interrupt waits until it ends (then raises, and the
+    run reports its outputs written), so a stage's outputs are replaced all or none. SIGINT and SIGTERM are also
+    blocked in this thread, and the interrupt watchdog (:func:`interrupts_reported`) waits for the block."""
+    with _committing:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        _state["deferred"] = True
+        try:
+            yield
+            _state["committed"] = True
+        finally:
+            _state["deferred"] = False
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    if _received:
+        raise KeyboardInterrupt
 
 
 def one_line(err: BaseException) -> str:
@@ -109,17 +166,23 @@ def interrupts_reported() -> Iterator[None]:
     """Within the block, Ctrl-C or SIGTERM exits with ``interrupted: outputs unchanged`` and status 130.
 
     Stage scripts import their body inside it, so an interrupt while the
-    libraries load ends the same way as one while sampling: no traceback. An
+    libraries load ends the same way as one while sampling: no traceback. The
+    outermost block first moves the library folders under an unusable home
+    directory (:func:`hbnn.homes.use_writable_homes`), before any library loads. An
     interrupt whose exception a library swallowed still ends the run the same
     way (:func:`interrupt_received`), and so does any error raised after a
     signal arrived (an interrupt inside a C extension's import surfaces as one).
     """
-    if signal.getsignal(signal.SIGINT) is not _raise_interrupt:  # outermost block: forget earlier runs' signals
-        _received.clear()
+    outermost = signal.getsignal(signal.SIGINT) is not _raise_interrupt
+    if outermost:  # a stage's or a command's first step: its libraries load inside the block
+        use_writable_homes()
+        _received.clear()  # forget earlier runs' signals
         _reported.clear()
+        _state.update(committed=False, active=True)
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     previous_hook = sys.unraisablehook
     sys.unraisablehook = _quiet_about_interrupts(previous_hook)
+    watchdog = _start_watchdog() if outermost else None
     try:
         yield
         if _received:
@@ -133,17 +196,80 @@ def interrupts_reported() -> Iterator[None]:
             raise
         _report_interrupt()
     finally:
+        if outermost:
+            _state["active"] = False
+        if watchdog is not None:
+            _stop_watchdog(*watchdog)
         sys.unraisablehook = previous_hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
+_REPORTING = threading.Lock()  # the main thread and the watchdog say it once between them
+
+
+def _interrupt_message() -> str:
+    if _state["committed"]:  # the interrupt came after the outputs were renamed into place
+        return "interrupted after the outputs were written; DVC did not record them: run dvc repro again"
+    return "interrupted: outputs unchanged"
+
+
 def _report_interrupt() -> NoReturn:
     """Say ``interrupted: outputs unchanged`` once, however many blocks the interrupt passes, and exit 130."""
-    if not _reported:
-        print("interrupted: outputs unchanged", file=sys.stderr)
-        _reported.append(True)
+    with _REPORTING:
+        if not _reported:
+            print(_interrupt_message(), file=sys.stderr)
+            _reported.append(True)
     sys.exit(EXIT_INTERRUPTED)
+
+
+def _start_watchdog() -> tuple[int, int, int, threading.Thread] | None:
+    """A thread that ends the process :data:`GRACE_SECONDS` after Ctrl-C or SIGTERM if the main thread has not by
+    then: the signal's number reaches it through ``signal.set_wakeup_fd``, written by Python's C-level handler the
+    moment the signal arrives, whatever the main thread is doing. It never ends the process while outputs are being
+    renamed into place (:func:`commit_section`): temporaries left behind are removed when those outputs are next
+    written (:mod:`hbnn.io`). ``None`` where a wakeup descriptor cannot be set (not the main thread)."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    try:
+        before = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except ValueError:
+        os.close(read)
+        os.close(write)
+        return None
+    thread = threading.Thread(target=_watch, args=(read,), name="hbnn-interrupt-watchdog", daemon=True)
+    thread.start()
+    return read, write, before, thread
+
+
+def _watch(read: int) -> None:
+    while True:
+        try:
+            got = os.read(read, 64)
+        except OSError:
+            return
+        if not got:  # the block ended (_stop_watchdog closed the pipe)
+            return
+        if not {signal.SIGINT, signal.SIGTERM} & set(got):
+            continue
+        time.sleep(GRACE_SECONDS)
+        with _committing:
+            if not _state["active"]:  # the main thread stopped by itself meanwhile
+                return
+            with _REPORTING:
+                if not _reported:
+                    print(_interrupt_message(), file=sys.stderr, flush=True)
+                    _reported.append(True)
+            os._exit(EXIT_INTERRUPTED)
+
+
+def _stop_watchdog(read: int, write: int, before: int, thread: threading.Thread) -> None:
+    signal.set_wakeup_fd(before)
+    os.close(write)  # the watchdog reads the end of the pipe and returns
+    if not _received:
+        thread.join(timeout=1.0)
+    with contextlib.suppress(OSError):
+        os.close(read)
 
 
 def _quiet_about_interrupts(hook):

@@ -12,10 +12,10 @@ mismatched files into :class:`InputError` naming the file and what is wrong.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
-import signal
 import tempfile
 from collections.abc import Iterator
 from importlib import metadata
@@ -25,7 +25,15 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from hbnn.errors import InputError, NonFiniteError, OutputError, interrupt_received
+from hbnn import integrity
+from hbnn.errors import (
+    InputError,
+    NonFiniteError,
+    OutputError,
+    commit_section,
+    interrupt_received,
+    run_commit_checks,
+)
 from hbnn.trace import Trace, write_netcdf_groups
 
 PACKAGES = ("hbnn", "pymc", "pytensor", "nutpie", "arviz", "numpy", "xarray", "scikit-learn")
@@ -34,7 +42,7 @@ PACKAGES = ("hbnn", "pymc", "pytensor", "nutpie", "arviz", "numpy", "xarray", "s
 def _temporary(path: Path) -> Path:
     """A new empty temporary file beside ``path``, after removing those a killed run left there."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
         stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -46,17 +54,6 @@ def _seal(tmp: Path) -> None:
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.chmod(tmp, 0o666 & ~_umask())
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back within the block (a kill -9 still cannot be held)."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextlib.contextmanager
@@ -118,8 +115,8 @@ class Outputs:
             tmp.write_bytes(data)
 
     def write_netcdf(self, obj: Trace | xr.Dataset, path: str | Path) -> None:
-        """Save a :class:`~hbnn.trace.Trace` or ``Dataset``, uncompressed; non-finite values are refused (see
-        :func:`check_finite`).
+        """Save a :class:`~hbnn.trace.Trace` or ``Dataset``, uncompressed, each group with its checksum
+        (:mod:`hbnn.integrity`); non-finite values are refused (see :func:`check_finite`).
 
         ArviZ compresses every numeric variable by default: draws barely compress (86.5 against 92.1 MB for the
         default transfer/informed.nc), and zlib took 2.1 of the 2.5 s that writing it took.
@@ -127,20 +124,23 @@ class Outputs:
         check_finite(obj, str(path))
         with self.path(path) as tmp:
             if isinstance(obj, xr.Dataset):  # netCDF4, xarray's default engine where it is installed
-                write_netcdf_groups({None: obj}, tmp, "netcdf4")
+                write_netcdf_groups({None: integrity.sealed(obj)}, tmp, "netcdf4")
             else:  # a Trace (ArviZ's InferenceData writes the same way)
-                obj.to_netcdf(str(tmp), compress=False)
+                Trace(**{name: integrity.sealed(obj[name]) for name in obj.groups()}).to_netcdf(str(tmp),
+                                                                                              compress=False)
 
     def remove(self, path: str | Path) -> None:
         """Delete ``path`` when the outputs are committed (an output the stage no longer writes)."""
         self._removals.append(Path(path))
 
     def commit(self) -> None:
-        """Rename every staged file onto its destination, JSON last, with interrupts held back."""
+        """Rename every staged file onto its destination, JSON last, with interrupts held back; first, each check
+        :func:`hbnn.errors.checked_before_commit` holds may refuse (by raising)."""
         order = sorted(self._staged, key=lambda staged: staged[1].suffix == ".json")
         if interrupt_received():  # a Ctrl-C whose KeyboardInterrupt a library callback swallowed
             raise KeyboardInterrupt
-        with _signals_held():
+        run_commit_checks()
+        with commit_section():
             for tmp, path in order:
                 with _writing(path):
                     os.replace(tmp, path)
@@ -278,6 +278,7 @@ def load_dataset(path: str | Path, what: str, required: tuple[str, ...] = ()) ->
             ds = ds.load()
     except Exception as err:  # noqa: BLE001 - any decode failure means a bad file
         raise InputError(f"{what} {path} is not a readable NetCDF file ({type(err).__name__}: {err})") from err
+    integrity.check(ds, f"{what} {path}")
     missing = [v for v in required if v not in ds.variables]
     if missing:
         raise InputError(f"{what} {path} lacks variables {missing}; it was not written by this stage")
@@ -297,7 +298,8 @@ def load_trace(
     has: a reader that needs a few groups of the seven skips ~30 ms of decoding for each of the others) is opened
     as ``az.from_netcdf`` opens it (xarray, h5netcdf, lazily) and those in ``groups`` are loaded; read without
     importing ArviZ (~3 s of a process: the report's workers, forked before it is imported, read their traces
-    this way). Close it with :func:`close_trace`."""
+    this way). Each opened group is checked against its checksum (:func:`hbnn.integrity.check`), which reads its
+    values once; xarray keeps them. Close it with :func:`close_trace`."""
     import h5netcdf
 
     path = Path(path)
@@ -312,6 +314,11 @@ def load_trace(
         for name in groups:
             opened[name].load()
         trace = Trace(**opened)
+        for name, ds in opened.items():
+            integrity.check(ds, f"trace {path} (group {name})")
+    except InputError:
+        close_trace(opened)
+        raise
     except KeyError as err:
         close_trace(opened)
         raise InputError(f"trace {path} has no {err} group") from err
@@ -347,6 +354,7 @@ def load_posterior(path: str | Path, variant: str, params=None) -> xr.Dataset:
         if isinstance(err, OSError) and str(err.args[0] if err.args else "").startswith("group not found"):
             raise InputError(f"trace {path} has no 'posterior' group") from err  # h5netcdf's words, above
         raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
+    integrity.check(posterior, f"trace {path} (group posterior)")
     _check_trace(posterior.attrs, variant, params, path)
     return posterior
 
@@ -378,9 +386,15 @@ def check_made_with(attrs: dict[str, Any], params, path: str | Path) -> None:
                          f"now hold; rerun {stage} first (dvc repro)")
 
 
-def settings_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    """Decode the ``hbnn_settings`` JSON attr."""
-    return json.loads(attrs.get("hbnn_settings", "{}"))
+def settings_from_attrs(attrs: dict[str, Any], where: str = "the file") -> dict[str, Any]:
+    """Decode the ``hbnn_settings`` JSON attr (a JSON object); :class:`InputError` naming ``where`` otherwise."""
+    try:
+        settings = json.loads(attrs.get("hbnn_settings", "{}"))
+    except (TypeError, ValueError) as err:
+        raise InputError(f"{where} has an unreadable hbnn_settings attribute ({err})") from err
+    if not isinstance(settings, dict):
+        raise InputError(f"{where} has an hbnn_settings attribute that is not a JSON object")
+    return settings
 
 
 def as_builtin(x: Any) -> Any:

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from hbnn import likelihoods
+from hbnn import integrity, likelihoods
 from hbnn.config import PARQUET_SUFFIXES, TABLE_SUFFIXES
 from hbnn.data import check_columns, group_column, numeric_features, read_table
 from hbnn.errors import counted, rows_phrase
@@ -84,6 +84,9 @@ def load_fitted(path: Path) -> Fitted:
             raise InputError(f"{path} is an informed prior, not a trace: pass a fit's trace (traces/*.nc, e.g. "
                              "traces/hier.nc)") from err
         raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
+    integrity.check(posterior, f"trace {path} (group posterior)")
+    if constant is not None:
+        integrity.check(constant, f"trace {path} (group constant_data)")
     variant = posterior.attrs.get("hbnn_variant")
     if variant not in BY_NAME:
         raise InputError(f"trace {path} holds model variant {variant!r}; hbnn predict needs one of {list(BY_NAME)}")

@@ -7,14 +7,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hbnn import logs
-from hbnn.config import ConfigError, Params, load_params
+from hbnn.config import ConfigError, Params, load_params, unchanged_check
 from hbnn.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    ChangedMeanwhile,
     InputError,
     OneLineParser,
     OutputError,
     SamplingError,
+    checked_before_commit,
     interrupts_reported,
     one_line,
 )
@@ -45,18 +47,34 @@ def run_stage(
     try:
         with interrupts_reported():
             params: Params = load_params(args.params)
-            body(params, **{name: getattr(args, name) for name in paths})
+            with checked_before_commit(unchanged_check(args.params, params)):
+                body(params, **{name: getattr(args, name) for name in paths})
     except SystemExit as stop:
         return stop.code
     except (ConfigError, InputError) as err:
         print(f"error: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    # A fit that failed numerically (ADVI's loss became NaN, non-finite draws), stopped early,
-    # or an output that could not be written (disk full).
-    except (FloatingPointError, SamplingError, OutputError) as err:
+    # A fit that failed numerically (ADVI's loss became NaN, non-finite draws), stopped early, an output that could
+    # not be written (disk full), or params.yaml changed while the stage ran.
+    except (FloatingPointError, SamplingError, OutputError, ChangedMeanwhile) as err:
         print(f"error: {one_line(err)}", file=sys.stderr)
         return EXIT_FAILED
+    except Exception as err:  # noqa: BLE001 - never a traceback: one line, and how to see the rest
+        return unexpected(err)
     return 0
+
+
+def unexpected(err: Exception) -> int:
+    """Report an error no check of hbnn's foresaw as one ``error:`` line (its type and message: a defect in hbnn or
+    a library, worth reporting) and return :data:`EXIT_FAILED`; with ``HBNN_TRACEBACK=1`` the traceback follows."""
+    import os
+    import traceback
+
+    print(f"error: unexpected {type(err).__name__}: {one_line(err)} (set HBNN_TRACEBACK=1 to see where; outputs "
+          "unchanged)", file=sys.stderr)
+    if os.environ.get("HBNN_TRACEBACK"):
+        traceback.print_exception(err, file=sys.stderr)
+    return EXIT_FAILED
 
 
 def skip_dask_array_lookup() -> None:

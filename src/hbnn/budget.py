@@ -70,6 +70,13 @@ ADVI_STEP_US = 60.0
 NS_PER_ADVI_PARAM = 125.0
 BYTES = 8
 COPIES = 3
+# A fit stage's process before its data's share (Python, NumPy, PyMC and nutpie loaded, the density checked):
+# benchmarks/memory.py measured 0.80 and 1.32 GiB peaks for 0.5 and 4.0 million padded rows, 0.72 GiB at none.
+PROCESS_GIB = 0.75
+# The padded layout per row held: the tasks', the density's and PyMC's copies of the features, and the check's values
+# per unit (the activations and their gradients); 224 bytes a row for the measured network (159 measured)
+LAYOUT_COPIES = 3
+CHECK_VALUES_PER_UNIT = 2
 LOO_COPIES = 5  # the training rows' log-likelihood, its ratios for the relative ESS and az.loo's working arrays
 MEMORY_FRACTION = 0.8  # limits.max_memory_gib: 0 means this share of the machine's memory
 ROW_BYTES = 400  # one row of the tasks file and its copies while it is built (measured: 270)
@@ -165,11 +172,14 @@ def _hierarchical_weights(n_groups: int, layers: list[int]) -> int:
 
 
 @_past_counting("")
-def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test: int, n_features: int) -> Estimate:
+def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test: int, n_features: int,
+                 max_group_rows: int | None = None) -> Estimate:
     """Cost of a fit (:data:`hbnn.variants.FITS`: ``fit_flat``, ``fit_hier``, ..., ``transfer_informed``) on tasks
     of these sizes.
 
-    ``n_train``/``n_test`` count rows over all groups.
+    ``n_train``/``n_test`` count rows over all groups; ``max_group_rows`` is the largest group's training rows
+    (``None``: as if every group had the same), which the hierarchical fit's padded layout and a per-group fit's
+    arrays grow with.
     """
     variant = FITS[stage][1]
     s = params.sampler_for(stage)
@@ -218,11 +228,24 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     predictions = s.chains * kept * (n_train + n_test) * BYTES * COPIES
     predictions += s.chains * kept * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.evaluation.psis_loo)
     prior = sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
+    widest = max_group_rows if max_group_rows is not None else -(-n_train // max(n_groups, 1))
+    layout = _layout_bytes(n_groups if hierarchical else 1, widest, n_features, params)
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
+    if hierarchical and widest * n_groups > 2 * n_train:  # the padding is what costs: say so
+        sizes += f"; every group padded to the largest's {widest} rows: {widest * n_groups} rows held"
     first = minutes * (s.tune + s.draws) / (s.tune + s.draw_limit) if hierarchical and s.max_draws > s.draws else None
     if hierarchical and s.restarts_apply:  # each attempt left behind at worst at the last look
         minutes *= 1 + s.restarts
-    return Estimate(stage, (trace + predictions + prior) / 2**30, minutes, sizes, first)
+    return Estimate(stage, PROCESS_GIB + (trace + predictions + prior + layout) / 2**30, minutes, sizes, first)
+
+
+def _layout_bytes(n_groups: int, rows: int, n_features: int, params: Params) -> float:
+    """The fit's data laid out ``(group, row, feature)``, every group padded to ``rows``: the padded tasks, the
+    hand-written density's buffer, and the first fit of a model's check of that density against PyMC's, which
+    evaluates PyMC's log density and gradient over the same layout (:data:`CHECK_VALUES_PER_UNIT`)."""
+    units = sum(params.model.hidden_layers) + 1  # every layer's output, per row
+    per_row = LAYOUT_COPIES * n_features + CHECK_VALUES_PER_UNIT * units
+    return n_groups * rows * per_row * BYTES
 
 
 # derive_prior: the hierarchical posterior as read (every stored weight), the new-group draws of each layer, their noise
@@ -361,7 +384,7 @@ def _check_stages(params: Params, names: list[str], train: list[int], test: list
     h, s = params.hier_sampler, params.sampler
     _check_prior_draws(params, n_features)
     for stage in ("fit_flat", "fit_hier", "fit_informed"):
-        enforce(fit_estimate(stage, params, n, sum(train), sum(test), n_features), params)
+        enforce(fit_estimate(stage, params, n, sum(train), sum(test), n_features, max(train)), params)
     enforce(prior_estimate("derive_prior", params, h.chains * h.draw_limit, n, n_features), params)
     enforce(report_estimate(params, n, n_features, max(h.chains * h.draw_limit, s.chains * s.draws), sum(train)),
             params)
@@ -371,13 +394,14 @@ def _check_stages(params: Params, names: list[str], train: list[int], test: list
     out = set(held)
     kept = [g for g in range(n) if g not in out]
     enforce(fit_estimate("transfer_hier", params, len(kept), sum(train[g] for g in kept), sum(test[g] for g in kept),
-                         n_features), params)
+                         n_features, max((train[g] for g in kept), default=0)), params)
     enforce(prior_estimate("transfer_prior", params, h.chains * h.draw_limit, len(kept), n_features), params)
     check_refits([train[g] for g in held], params.transfer)
     refits = [(g, rows) for g in held for _, rows in refit_sizes(train[g], params.transfer)]
     for stage in ("transfer_flat", "transfer_informed"):
         enforce(fit_estimate(stage, params, len(refits), sum(rows for _, rows in refits),
-                             sum(test[g] for g, _ in refits), n_features), params)
+                             sum(test[g] for g, _ in refits), n_features, max((r for _, r in refits), default=0)),
+                params)
 
 
 def _check_prior_draws(params: Params, n_features: int) -> None:

@@ -28,9 +28,11 @@ log = logging.getLogger(__name__)
 
 def enforce_budget(stage: str, params: Params, tasks: Tasks) -> budget.Estimate:
     """Refuse (before any compile or sampling) a fit estimated past ``params.limits``; return the estimate."""
-    n_train = tasks.split("train").y.size
+    train = tasks.split("train")
+    n_train = train.y.size
+    largest = int(np.bincount(train.group, minlength=tasks.n_groups).max()) if n_train else 0
     estimate = budget.fit_estimate(stage, params, tasks.n_groups, n_train, tasks.ds.sizes["obs"] - n_train,
-                                   tasks.n_features)
+                                   tasks.n_features, max_group_rows=largest)
     budget.enforce(estimate, params)
     return estimate
 

@@ -1,0 +1,45 @@
+"""The budget's estimates against what the stages measurably use."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hbnn.budget import fit_estimate
+from hbnn.config import ConfigError, parse_params
+
+ROOT = Path(__file__).resolve().parents[1]
+PEAKS = ROOT / "benchmarks" / "memory_peaks.json"  # written by `python -m benchmarks.memory`
+
+
+def _table_params(sampler: dict) -> dict:
+    return {"data": {"source": "table", "path": "table.csv", "features": ["x1", "x2"], "label": "y", "group": "g",
+                     "split": "split"}, "hier_sampler": sampler}
+
+
+@pytest.mark.parametrize("run", json.loads(PEAKS.read_text())["runs"], ids=lambda r: f"{r['padded_rows']}rows")
+def test_the_hierarchical_fits_memory_estimate_covers_its_measured_peak_within_2x(run):
+    """Recorded peaks of fit_hier (density check included) on tables of many small groups and one large one, whose
+    padded layout dominates: the estimate is never below the peak and at most twice it."""
+    recorded = json.loads(PEAKS.read_text())
+    params = parse_params(_table_params(recorded["sampler"]))
+    n_test = run["rows_small"] * (run["groups"] - 1) + run["rows_large"] - run["train_rows"]
+    estimate = fit_estimate("fit_hier", params, run["groups"], run["train_rows"], n_test, 2,
+                            max_group_rows=(run["rows_large"] + 1) // 2)
+    assert run["fit_hier_peak_gib"] <= estimate.memory_gib <= 2 * run["fit_hier_peak_gib"], estimate.describe()
+
+
+def test_one_large_group_among_many_small_ones_is_refused_before_the_fit_naming_the_padding():
+    """2,000 groups of 2 training rows and one of 50,000: the hierarchical layout holds 2,001 x 50,000 rows."""
+    from hbnn.budget import enforce
+
+    tiny = {"tune": 10, "draws": 10, "max_draws": 0, "restarts": 0}
+    params = parse_params({**_table_params(tiny), "limits": {"max_memory_gib": 16}})
+    n_train = 2000 * 2 + 50_000
+    estimate = fit_estimate("fit_hier", params, 2001, n_train, n_train, 2, max_group_rows=50_000)
+    with pytest.raises(ConfigError, match=r"padded to the largest's 50000 rows: 100050000 rows held"):
+        enforce(estimate, params)
+    even = fit_estimate("fit_hier", params, 2001, n_train, n_train, 2)  # the same rows spread evenly: no padding
+    assert even.memory_gib < 2 and "padded" not in even.describe()

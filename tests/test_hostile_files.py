@@ -1,0 +1,287 @@
+"""Hostile inputs beyond params and tables: files that are not what they claim, an unusable home, races, interrupts.
+
+Each case ends in one ``error:`` line (exit non-zero, earlier outputs byte-identical) or in correct work.
+The damaged kernel cache is in ``tests/test_kernel.py`` (``test_damaged_cache_entries_...``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import test_bad_inputs
+import xarray as xr
+from test_bad_inputs import _assert_one_error, _run, _tiny_text
+from test_predict import NEW, write_trace
+
+from hbnn import cli, integrity
+from hbnn.config import load_params
+from hbnn.io import load_dataset, load_posterior, load_trace, staged_outputs, write_text
+from hbnn.runner import run_stage
+
+ROOT = Path(__file__).resolve().parents[1]
+workspace = test_bad_inputs.workspace  # the battery's directory of earlier outputs
+
+
+# ----------------------------------------------------------------------------- files that are not what they claim
+def _flip_data(path: Path, group: str, var: str, size: int = 4096) -> None:
+    """Flip up to ``size`` bytes of a variable's stored data (as a bad disk or copy would), leaving HDF5's own
+    structures whole: the file still opens, and reads back other numbers."""
+    with h5py.File(path, "r") as f:
+        dataset = (f[group] if group else f)[var]
+        start, length = dataset.id.get_offset(), dataset.id.get_storage_size()
+    size = min(size, length)
+    data = bytearray(path.read_bytes())
+    data[start: start + size] = bytes(b ^ 0xFF for b in data[start: start + size])
+    path.write_bytes(bytes(data))
+
+
+def _set_attr(path: Path, group: str, name: str, value) -> None:
+    with h5py.File(path, "r+") as f:
+        (f[group] if group else f).attrs[name] = value
+
+
+@pytest.fixture
+def trace_and_rows(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_trace(tmp_path / "t.nc", "hierarchical")
+    NEW.to_csv(tmp_path / "new.csv", index=False)
+    return tmp_path / "t.nc"
+
+
+TAMPERING = {
+    # name: (what is done to the trace, the group the error names)
+    "a variable's bytes flipped": (lambda p: _flip_data(p, "posterior", "w_out"), "posterior"),
+    "settings not JSON": (lambda p: _set_attr(p, "posterior", "hbnn_settings", "{not json"), "posterior"),
+    "settings of another shape": (lambda p: _set_attr(p, "posterior", "hbnn_settings", "[1, 2]"), "posterior"),
+    "another variant": (lambda p: _set_attr(p, "posterior", "hbnn_variant", "flat"), "posterior"),
+    "layer sizes edited": (lambda p: _set_attr(p, "posterior", "hbnn_settings",
+                                               json.dumps({"hidden_layers": [7, 7]})), "posterior"),
+    "checksum removed": (lambda p: _set_attr(p, "constant_data", "hbnn_checksum", ""), "constant_data"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERING))
+def test_a_trace_changed_after_it_was_written_is_refused_by_its_readers(trace_and_rows, capsys, case):
+    """``hbnn predict`` and the stages' loaders read only groups whose content matches the checksum their stage
+    wrote with them (hbnn.integrity): NetCDF itself reads flipped bytes back as other numbers, silently."""
+    tamper, group = TAMPERING[case]
+    tamper(trace_and_rows)
+    before = trace_and_rows.read_bytes()
+    code = cli.main(["predict", "--trace", "t.nc", "--input", "new.csv", "--output", "out.csv"])
+    err = capsys.readouterr().err
+    _assert_one_error(code, err, f"(group {group}) does not match the checksum written with it")
+    assert not Path("out.csv").exists() and trace_and_rows.read_bytes() == before
+    from hbnn.errors import InputError
+
+    with pytest.raises(InputError, match="checksum"):
+        load_trace(trace_and_rows, "hierarchical", groups=(), only=("posterior", "constant_data"))
+
+
+def test_a_trace_saved_again_by_arviz_or_made_elsewhere_is_refused_naming_why(trace_and_rows, capsys):
+    import arviz as az
+
+    idata = az.from_netcdf(trace_and_rows).load()
+    idata.posterior.attrs.pop("hbnn_checksum")
+    idata.to_netcdf("edited.nc")  # what a user's own edit and save looks like
+    code = cli.main(["predict", "--trace", "edited.nc", "--input", "new.csv", "--output", "out.csv"])
+    _assert_one_error(code, capsys.readouterr().err, "(group posterior) has no hbnn_checksum: it was not written by "
+                                                     "an hbnn stage")
+
+
+def test_every_netcdf_a_stage_writes_carries_checksums_its_readers_accept(workspace, capsys, tmp_path):
+    """make_data's tasks, and (as fit_hier and derive_prior write them) a trace and a prior: each group sealed, the
+    seal deterministic (the same content, the same bytes) and accepted on reading; a flipped tasks file refused."""
+    del workspace
+    tasks = Path("data/tasks.nc")
+    first = tasks.read_bytes()
+    ds = load_dataset(tasks, "tasks file")
+    assert ds.attrs["hbnn_checksum"] == integrity.content_hash(ds)
+    assert _run("make_data", Path("params.yaml").read_text(), capsys)[0] == 0
+    assert tasks.read_bytes() == first  # sealed again, byte for byte
+    _flip_data(tasks, "", "X", 512)
+    code, err = _run("fit_hier", Path("params.yaml").read_text(), capsys)
+    _assert_one_error(code, err, "tasks file data/tasks.nc does not match the checksum")
+
+
+def test_a_prior_or_posterior_changed_after_writing_is_refused(tmp_path):
+    from hbnn.errors import InputError
+
+    post = write_trace(tmp_path / "t.nc", "hierarchical")
+    assert load_posterior(tmp_path / "t.nc", "hierarchical").identical(post.assign_attrs(
+        load_posterior(tmp_path / "t.nc", "hierarchical").attrs))
+    _set_attr(tmp_path / "t.nc", "posterior", "hbnn_stage", "fit_flat")
+    with pytest.raises(InputError, match=r"t.nc \(group posterior\) does not match the checksum"):
+        load_posterior(tmp_path / "t.nc", "hierarchical")
+
+
+@pytest.mark.parametrize("values", [np.arange(6.0).reshape(2, 3), np.array(["g1", "g\u00e92"]),
+                                    np.array([True, False]), np.arange(4, dtype=np.int32)])
+def test_a_checksum_survives_a_netcdf_round_trip_and_moves_with_any_value(tmp_path, values):
+    ds = xr.Dataset({"v": (tuple(f"d{i}" for i in range(values.ndim)), values)}, attrs={"note": "x", "n": 3})
+    path = tmp_path / "d.nc"
+    from hbnn.io import write_netcdf
+
+    write_netcdf(ds, path)
+    back = load_dataset(path, "file")  # checks it
+    assert back.attrs["hbnn_checksum"] == integrity.content_hash(ds)
+    changed = ds.copy(deep=True)
+    flat = changed["v"].values.reshape(-1)
+    flat[0] = flat[-1] if values.dtype.kind != "b" else not flat[0]
+    assert integrity.content_hash(changed) != integrity.content_hash(ds)
+    assert integrity.content_hash(ds.assign_attrs(note="y")) != integrity.content_hash(ds)
+
+
+# ----------------------------------------------------------------------------- an unusable home directory
+def test_an_unusable_home_moves_the_library_caches_to_a_temporary_folder(tmp_path):
+    """HOME a file (as unusable as a read-only one, even for root): ArviZ's import, PyTensor's compile folder and
+    hbnn's kernel cache all move to a temporary folder, and a stage says so once and runs."""
+    home = tmp_path / "home"
+    home.write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "MPLCONFIGDIR", "PYTENSOR_FLAGS",
+                                                              "HBNN_KERNEL_CACHE", "XDG_CONFIG_HOME")}
+    script = textwrap.dedent("""
+        import os, tempfile
+        from hbnn.homes import moved, use_writable_homes
+        use_writable_homes()  # as a stage's or a command's first step does (hbnn.errors.interrupts_reported)
+        import arviz, matplotlib
+        from pytensor.configdefaults import config
+        from hbnn.kernel_unrolled import cache_dir
+        tmp = tempfile.gettempdir()
+        assert all(str(p).startswith(tmp) for p in (cache_dir(), config.base_compiledir, matplotlib.get_configdir()))
+        print(len(moved()))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env={**env, "HOME": str(home)}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["3"], done.stderr
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "params.yaml").write_text(_tiny_text(""))
+    done = subprocess.run([sys.executable, str(ROOT / "stages" / "make_data.py"), "--out", "data/tasks.nc"],
+                          cwd=tmp_path / "w", env={**env, "HOME": str(home)}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("cannot be written; this run keeps them in a temporary folder") == 1
+
+
+# ----------------------------------------------------------------------------- races around a run
+def test_params_edited_while_a_stage_runs_write_no_output(workspace, capsys, monkeypatch):
+    """DVC records the params it finds after the stage: outputs made with the earlier values would be recorded as
+    made with the new ones, and `dvc status` would call them up to date."""
+    from hbnn.stages import make_data as stage
+
+    before = workspace()
+    real = stage.make_tasks
+
+    def edited_meanwhile(params):
+        Path("params.yaml").write_text(Path("params.yaml").read_text().replace("n_groups: 3", "n_groups: 5"))
+        return real(params)
+
+    monkeypatch.setattr(stage, "make_tasks", edited_meanwhile)
+    code, err = _run("make_data", _tiny_text(""), capsys)
+    _assert_one_error(code, err, "parameter file params.yaml changed while the stage ran (n_groups: 3 -> 5)", 1)
+    assert workspace() == before
+
+
+def test_an_edit_that_changes_no_value_lets_the_stage_write(workspace, capsys, monkeypatch):
+    from hbnn.stages import make_data as stage
+
+    real = stage.make_tasks
+
+    def commented(params):
+        Path("params.yaml").write_text(Path("params.yaml").read_text() + "# a comment\n")
+        return real(params)
+
+    monkeypatch.setattr(stage, "make_tasks", commented)
+    assert _run("make_data", _tiny_text(""), capsys)[0] == 0
+    assert load_params().n_groups == 3
+
+
+# ----------------------------------------------------------------------------- errors nobody foresaw, interrupts
+def test_an_unforeseen_error_is_one_line_and_the_traceback_on_request(workspace, capsys, monkeypatch):
+    def broken(params, out):
+        raise KeyError("deep inside a library")
+
+    before = workspace()
+    code = run_stage("make_data", ["out"], broken, ["--out", "data/tasks.nc"])
+    _assert_one_error(code, capsys.readouterr().err, "error: unexpected KeyError: 'deep inside a library' (set "
+                                                     "HBNN_TRACEBACK=1 to see where", 1)
+    assert workspace() == before
+    monkeypatch.setenv("HBNN_TRACEBACK", "1")
+    run_stage("make_data", ["out"], broken, ["--out", "data/tasks.nc"])
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+_LONG_CALL = """
+import time
+import numpy as np
+import hbnn.errors as errors
+errors.GRACE_SECONDS = 1.0
+with errors.interrupts_reported():
+    a = np.random.default_rng(0).normal(size=(3000, 3000))
+    print("ready", flush=True)
+    np.linalg.svd(a)  # one call into LAPACK of ~20 s: Python's own handler would run only after it returns
+    print("returned", flush=True)
+"""
+
+
+def test_an_interrupt_ends_the_run_even_while_compiled_code_holds_the_main_thread():
+    """SIGTERM reaches a watchdog thread at once (signal.set_wakeup_fd); after a grace period it ends the process
+    with the same message and status as an interrupt the main thread handles."""
+    with subprocess.Popen([sys.executable, "-c", _LONG_CALL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}) as proc:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip() == "interrupted: outputs unchanged", err
+    assert time.monotonic() - start < 8  # the grace second, not the call's remaining time
+
+
+def test_an_interrupt_during_the_commit_replaces_every_output_then_says_so(tmp_path, monkeypatch):
+    """A stage's outputs are replaced all or none: a signal that arrives while they are renamed into place waits
+    until every one is, and the run ends as interrupted after writing them (DVC records nothing)."""
+    script = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        import hbnn.io as io
+        from hbnn.errors import interrupts_reported
+        os.chdir({str(tmp_path)!r})
+        real = os.replace
+        def replace(src, dst):
+            real(src, dst)
+            os.kill(os.getpid(), signal.SIGINT)  # after the first of the two renames
+        io.os.replace = replace
+        with interrupts_reported():
+            with io.staged_outputs() as out:
+                out.write_text("new a", "a.txt")
+                out.write_text("new b", "b.txt")
+            print("not reached")
+    """)
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("old")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130 and "not reached" not in done.stdout, done.stderr
+    assert done.stderr.strip() == "interrupted after the outputs were written; DVC did not record them: run dvc " \
+                                  "repro again"
+    assert [(tmp_path / n).read_text() for n in ("a.txt", "b.txt")] == ["new a", "new b"]
+
+
+def test_an_output_named_like_a_pattern_removes_only_its_own_temporaries(tmp_path):
+    """Left-over temporaries of an output are removed when it is next written: by its name, not as a pattern."""
+    other = tmp_path / ".report.html.123.tmp"
+    other.write_text("someone else's")
+    write_text("scored", tmp_path / "*")
+    assert (tmp_path / "*").read_text() == "scored" and other.read_text() == "someone else's"
+    with staged_outputs() as out:
+        out.write_text("x", tmp_path / "[a-z]*")
+    assert other.exists()

@@ -306,7 +306,7 @@ def test_markdown_references_every_figure(run):
     assert linked == on_disk
     assert {"figures/accuracy.png", "figures/group_sd.png", "figures/correlation_in.png"} <= on_disk
     # 7 groups is not the reference data, and the report must say so.
-    assert "NOT comparable" in text and "n_groups = 7 (reference 18)" in text
+    assert "NOT comparable" in text and r"n\_groups = 7 (reference 18)" in text  # Markdown-escaped
 
 
 def _has_list(x) -> bool:

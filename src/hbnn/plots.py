@@ -2,7 +2,9 @@
 
 Every function takes arrays, draws one figure and returns ``(fig, axes)``; none
 of them computes posterior quantities, saves or shows anything. The caller
-renders the figure (see :func:`png_bytes`) and closes it.
+renders the figure (see :func:`png_bytes`) and closes it. Names (groups,
+features, the label) are drawn as written: importing this module turns
+matplotlib's mathtext off (``text.parse_math``), so a ``$`` in a name is a dollar sign.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from collections.abc import Mapping, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
+# Names (groups, features, the label) are the user's, drawn as written: mathtext would read "50$ and 60$" as maths
+# and stop the report at "$\undefinedmacro$"; no figure here uses it. For the whole process, not a scoped rc_context:
+# tick labels are made while a figure is saved, and the report's forked workers draw too.
+matplotlib.rcParams["text.parse_math"] = False
 
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402

@@ -399,7 +399,8 @@ def load_table_tasks(params: Params) -> xr.Dataset:
     Checks, in this order, each failing with an :class:`InputError` that names
     the column or group: the columns exist; features are numeric and complete;
     labels are complete, numeric and valid for the likelihood (0/1 for
-    ``bernoulli``); group names are complete; a ``split`` column holds only
+    ``bernoulli``); group names are complete and usable names (printable text,
+    :func:`group_column`); a ``split`` column holds only
     ``train``/``test``; every group has at least 2 training rows and training
     labels its likelihood can fit (``bernoulli``: both classes). Without a
     split column each group is split by :func:`stratified_split` (strata: the

@@ -168,15 +168,15 @@ def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tupl
         order, bounds = group_slices(tasks.group_codes[idx], tasks.n_groups)
         rows_of[part] = idx[order], bounds
 
-    def rows(part: str, g: int) -> np.ndarray:
+    def group_rows(part: str, g: int) -> np.ndarray:
         ordered, bounds = rows_of[part]
         return ordered[bounds[g]:bounds[g + 1]]
 
-    check_refits([rows("train", position[name]).size for name in heldout], t)
+    check_refits([group_rows("train", position[name]).size for name in heldout], t)
     picked, names, refits, skipped = [], [], [], []
     for name in heldout:
         g = position[name]
-        train, test = rows("train", g), rows("test", g)
+        train, test = group_rows("train", g), group_rows("test", g)
         rng = np.random.default_rng(derive_seed(t.seed, STAGE_KEYS["transfer_split"], 1, g))
         order = train[nested_order(ds["y"].values[train], lik.classifier, rng)]
         skipped += [f"{name}/n{n} ({train.size} training rows)" for n in t.sizes if n >= train.size]
@@ -186,8 +186,7 @@ def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tupl
             picked.append(np.concatenate([np.sort(order[:n]), test]))
             names.append(refit.name)
             refits.append(refit)
-    rows = np.concatenate(picked)
-    out = ds.isel(obs=rows)  # one selection of every refit's rows (a concat of one piece each is quadratic)
+    out = ds.isel(obs=np.concatenate(picked))  # one selection of every refit's rows, not a dataset per refit
     out["group"] = ("obs", np.repeat(np.array(names), [r.size for r in picked]))
     out = out.assign_coords(source_obs=("obs", out["obs"].values))
     return Tasks(out.assign_coords(obs=np.arange(out.sizes["obs"]))), refits, skipped

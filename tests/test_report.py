@@ -16,7 +16,7 @@ from scipy.special import expit
 
 from hbnn import plots, transfer
 from hbnn.config import parse_params
-from hbnn.data import make_moons_tasks
+from hbnn.data import Tasks, make_moons_tasks
 from hbnn.evaluation import predict_output, predict_proba
 from hbnn.io import InputError, detail_path, provenance, stamp, write_json, write_netcdf
 from hbnn.network import layer_coords, layer_specs
@@ -61,9 +61,6 @@ def _metrics(rng, names, hierarchical: bool) -> dict:
             "per_group": per_group, "sampling": sampling}
 
 
-N_TRAIN = N_GROUPS * RAW["data"]["n_samples"] // 2
-
-
 def _log_lik(rng, n: int) -> np.ndarray:
     """Log-likelihood draws of ``n`` 0/1 rows from random probabilities."""
     return np.log(rng.uniform(0.2, 0.9, size=(CHAINS, DRAWS, n)))
@@ -81,22 +78,18 @@ def _prior(rng, specs) -> xr.Dataset:
     return ds
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """Write synthetic inputs, leave a stale page in figures/, run the report once, record surface panels."""
-    d = tmp_path_factory.mktemp("report")
-    rng = np.random.default_rng(0)
-    params = parse_params(RAW)
-    tasks = make_moons_tasks(params)
-    names = [str(g) for g in tasks["task"].values]
-    write_netcdf(tasks, d / "tasks.nc")
-    specs = layer_specs(2, HIDDEN)
-    coords = layer_coords(["x1", "x2"], HIDDEN)
-    settings = {"hidden_layers": HIDDEN, "features": ["x1", "x2"], "sampler": {"chains": CHAINS, "draws": DRAWS}}
+def write_fits(d, params, tasks: Tasks, rng) -> tuple[dict, dict]:
+    """Synthetic outputs of the fit stages for ``tasks`` under ``d`` (traces, metrics, timings, the informed prior
+    and its metrics), as the report reads them: ``(trace paths, metrics)``."""
+    names = tasks.group_names
+    specs = layer_specs(tasks.n_features, HIDDEN)
+    coords = layer_coords(tasks.features, HIDDEN)
+    settings = {"hidden_layers": HIDDEN, "features": tasks.features, "sampler": {"chains": CHAINS, "draws": DRAWS}}
+    n_train = tasks.split("train").y.size
     paths, metrics = {}, {}
     for v, stage in STAGES.items():
         groups = {"posterior": _posterior(rng, specs, coords, names, v == "hierarchical"),
-                  "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), _log_lik(rng, N_TRAIN))})}
+                  "log_likelihood": xr.Dataset({"y": (("chain", "draw", "obs"), _log_lik(rng, n_train))})}
         if v == "hierarchical":  # as if fitted with ADVI: a loss per iteration
             groups["sample_stats"] = xr.Dataset({"loss": ("advi_iteration", 1000.0 / np.arange(1.0, 1201.0))})
         else:
@@ -113,6 +106,19 @@ def run(tmp_path_factory):
     prior_metrics = {"layers": {s.name: {"group_sd": {"mean": 1.0, "sd": 0.1, "q05": 0.8, "q95": 1.2}} for s in specs},
                      "alignment": {"chain_0": {"relabelled": 0}, "chain_1": {"relabelled": 1}}}
     write_json(prior_metrics, detail_path(d / "metrics" / "prior.json"))
+    return paths, metrics
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """Write synthetic inputs, leave a stale page in figures/, run the report once, record surface panels."""
+    d = tmp_path_factory.mktemp("report")
+    rng = np.random.default_rng(0)
+    params = parse_params(RAW)
+    tasks = make_moons_tasks(params)
+    names = [str(g) for g in tasks["task"].values]
+    write_netcdf(tasks, d / "tasks.nc")
+    paths, metrics = write_fits(d, params, Tasks(tasks), rng)
     stale = d / "reports" / "figures" / "surface_flat_p09.png"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"old")
@@ -306,7 +312,7 @@ def test_markdown_references_every_figure(run):
     assert linked == on_disk
     assert {"figures/accuracy.png", "figures/group_sd.png", "figures/correlation_in.png"} <= on_disk
     # 7 groups is not the reference data, and the report must say so.
-    assert "NOT comparable" in text and "n_groups = 7 (reference 18)" in text
+    assert "NOT comparable" in text and r"n\_groups = 7 (reference 18)" in text  # Markdown-escaped
 
 
 def _has_list(x) -> bool:

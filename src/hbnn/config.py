@@ -37,6 +37,9 @@ MAX_VALUES = 10_000  # a params file larger than this, aliases expanded, is refu
 RHAT_MAX = 1.01
 ESS_MIN = 400
 DIVERGENT_SHARE_MAX = 0.001  # of a fit's draws
+# A column's or group's name is shown in table cells, figure titles, legends and error lines: 100 characters holds any
+# identifier or label a person types, and a longer one would crowd those out (or be a whole text pasted by mistake)
+MAX_NAME_LENGTH = 100
 
 
 class ConfigError(ValueError):
@@ -92,12 +95,12 @@ class DataParams:
         _require(len(self.features) >= 1, f"{key}.features", list(self.features),
                  "data.source=table needs at least one feature column")
         for i, name in enumerate(self.features):
-            _require(bool(name), f"{key}.features[{i}]", name, "must be a column name")
+            _require_name(name, f"{key}.features[{i}]")
             _require(name not in self.features[:i], f"{key}.features[{i}]", name, "is listed twice")
         for field_name in ("label", "group", "split"):
             column = getattr(self, field_name)
-            if field_name != "split":
-                _require(bool(column), f"{key}.{field_name}", column, "must be a column name")
+            if field_name != "split" or column:  # split "": no split column
+                _require_name(column, f"{key}.{field_name}")
             _require(column not in self.features, f"{key}.{field_name}", column, "is also listed in data.features")
         roles = {"label": self.label, "group": self.group, "split": self.split}
         for i, (role, column) in enumerate(roles.items()):  # the later of two keys naming one column is the bad one
@@ -450,6 +453,32 @@ def _show(value: Any) -> str:
 def _require(ok: bool, key: str, value: Any, why: str) -> None:
     if not ok:
         raise ConfigError(f"invalid parameter {key}={_show(value)}: {why}")
+
+
+def name_problem(name: str) -> str | None:
+    """What makes ``name`` unfit to name a column or a group, as words that follow "the name", or ``None``.
+
+    A name must be printable text (``str.isprintable``: no NUL, newline, tab or
+    other control or format character, which files cut at, tables break on or
+    terminals act on), not empty or only spaces, and at most
+    :data:`MAX_NAME_LENGTH` characters. Names are shown in tables, figures and
+    error lines; what would mark them up there is escaped where they are written
+    (:mod:`hbnn.report.document`, :mod:`hbnn.plots`), not refused here.
+    """
+    if not name.strip():
+        return "is empty" if not name else "is only spaces"
+    bad = next((c for c in name if not c.isprintable()), None)
+    if bad is not None:
+        return (f"holds the non-printable character U+{ord(bad):04X} ({bad!r}) at character {name.index(bad) + 1}; "
+                "names must be printable text")
+    if len(name) > MAX_NAME_LENGTH:
+        return f"is {len(name)} characters long; names may have at most {MAX_NAME_LENGTH}"
+    return None
+
+
+def _require_name(name: str, key: str) -> None:
+    problem = name_problem(name)
+    _require(problem is None, key, name, f"not usable as a column name: the name {problem}")
 
 
 def _check_seed(seed: int, key: str) -> None:

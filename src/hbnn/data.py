@@ -12,6 +12,7 @@ likelihood.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ import pandas as pd
 import xarray as xr
 
 from hbnn import likelihoods
-from hbnn.config import Params
+from hbnn.config import Params, name_problem
 from hbnn.errors import counted, plural, rows_phrase, rows_text
 from hbnn.io import InputError, check_made_with, load_dataset
 
@@ -217,13 +218,33 @@ def numeric_features(df: pd.DataFrame, features: list[str], where: str) -> np.nd
 
 
 def group_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
-    """Group names as strings; missing group values are an :class:`InputError`."""
+    """Group names as strings; a missing group value, or a name that is not printable text, not empty and at most
+    :data:`hbnn.config.MAX_NAME_LENGTH` characters (:func:`hbnn.config.name_problem`), is an :class:`InputError`
+    naming the column and its rows.
+
+    Checked once here, where a table's groups are read (``make_data``, ``check_params``, ``hbnn predict``): a NUL
+    would cut the name short in ``data/tasks.nc`` (netCDF strings end at one) and merge two groups, a newline would
+    break every table and line the name is written in. Each distinct name is checked once.
+    """
     col = df[name]
     missing = np.flatnonzero(col.isna().to_numpy())
     if missing.size:
         raise InputError(f"{where}: group column {name!r} has {counted(missing.size, 'missing value')} "
                          f"({rows_phrase(missing)})")
-    return col.astype(str).to_numpy()
+    values = col.astype(str).to_numpy()
+    for group in pd.unique(values):
+        problem = name_problem(group)
+        if problem is not None:
+            rows = np.flatnonzero(values == group)
+            raise InputError(f"{where}: group column {name!r} has a group name that cannot be used: "
+                             f"{_shown(group)} in {rows_phrase(rows)}: the name {problem}")
+    return values
+
+
+def _shown(name: str, limit: int = 60) -> str:
+    """``repr(name)``, its middle cut out past ``limit`` characters: an error line stays one readable line."""
+    text = repr(name)
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-(limit // 2):]}"
 
 
 def _labels(df: pd.DataFrame, name: str, likelihood: str, where: str) -> np.ndarray:
@@ -274,20 +295,32 @@ def stratified_split(
     group's split depends only on ``seed``, its name and its own rows (in their
     order): adding, dropping or reordering other groups never changes it.
     """
-    split = np.full(groups.size, "test", dtype=object)
-    for name in pd.unique(groups):
+    codes, names = pd.factorize(groups)  # names in order of first appearance
+    strata = np.asarray(strata)
+    # One sort, then each (group, stratum) cell is a run of ``order``: its rows in stored order (a stable sort)
+    order = np.lexsort((strata, codes))
+    cell_code, cell_stratum = codes[order], strata[order]
+    new_cell = np.ones(order.size, dtype=bool)
+    new_cell[1:] = (cell_code[1:] != cell_code[:-1]) | (cell_stratum[1:] != cell_stratum[:-1])
+    starts = np.flatnonzero(new_cell)
+    ends = np.append(starts[1:], order.size)
+    first_cell = np.searchsorted(cell_code[starts], np.arange(len(names) + 1))  # group g: cells [first[g], first[g+1])
+    train = []
+    for g, name in enumerate(names):
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(group_key(name),)))
-        in_group = groups == name
         train_rows = []
-        for s in np.unique(strata[in_group]):
-            rows = rng.permutation(np.flatnonzero(in_group & (strata == s)))
+        for c in range(first_cell[g], first_cell[g + 1]):
+            rows = rng.permutation(order[starts[c]:ends[c]])
             k = 1 if rows.size == 1 else min(max(round(rows.size * train_fraction), 1), rows.size - 1)
             train_rows.append(rows[:k])
         chosen = np.concatenate(train_rows)
-        if chosen.size == in_group.sum() and chosen.size >= 2:
+        if chosen.size == ends[first_cell[g + 1] - 1] - starts[first_cell[g]] and chosen.size >= 2:
             largest = max(train_rows, key=len)
             chosen = chosen[chosen != largest[-1]]
-        split[chosen] = "train"
+        train.append(chosen)
+    split = np.full(groups.size, "test", dtype=object)
+    if train:
+        split[np.concatenate(train)] = "train"
     return split.astype(str)
 
 
@@ -295,17 +328,31 @@ def _check_groups(names: np.ndarray, y: np.ndarray, split: np.ndarray, likelihoo
     """Every group has >= MIN_TRAIN_ROWS training rows, training labels its likelihood can fit, and a test row:
     each group's scores and its convergence bar (R-hat and ESS of its test-point predictions) are its test rows'."""
     lik = likelihoods.get(likelihood)
-    for name in pd.unique(names):
-        train = (names == name) & (split == "train")
-        n = int(train.sum())
+    codes, groups = pd.factorize(names)  # in order of first appearance
+    train = np.flatnonzero(split == "train")
+    rows, bounds = group_slices(codes[train], len(groups))
+    train_rows = train[rows]  # group by group, each in stored order
+    n_rows = np.bincount(codes, minlength=len(groups))
+    for g, name in enumerate(groups):
+        n, total = int(bounds[g + 1] - bounds[g]), int(n_rows[g])
         if n < MIN_TRAIN_ROWS:
-            raise InputError(f"{where}: group {name!r} has {n} training rows (of {int((names == name).sum())}); "
+            raise InputError(f"{where}: group {name!r} has {n} training rows (of {total}); "
                              f"each group needs at least {MIN_TRAIN_ROWS}. Drop the group or add rows")
-        if n == int((names == name).sum()):
+        if n == total:
             raise InputError(f"{where}: group {name!r} has no test rows (all {n} of its rows are training rows); "
                              "each group needs at least 1, on which it is scored and its convergence judged. "
                              "Drop the group or mark some of its rows test in the split column (data.split)")
-        lik.check_group(name, y[train], where)
+        lik.check_group(name, y[train_rows[bounds[g]:bounds[g + 1]]], where)
+
+
+def group_slices(codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, bounds)``: ``order[bounds[g]:bounds[g + 1]]`` are the positions of code ``g`` in ``codes``, in
+    increasing order, for ``g < n_groups``. One stable sort, so that code that visits every group is linear in the
+    rows (a mask ``codes == g`` per group would be quadratic in the groups)."""
+    order = np.argsort(codes, kind="stable")
+    bounds = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(codes, minlength=n_groups), out=bounds[1:])
+    return order, bounds
 
 
 def _standardise(values: np.ndarray, train: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -352,7 +399,8 @@ def load_table_tasks(params: Params) -> xr.Dataset:
     Checks, in this order, each failing with an :class:`InputError` that names
     the column or group: the columns exist; features are numeric and complete;
     labels are complete, numeric and valid for the likelihood (0/1 for
-    ``bernoulli``); group names are complete; a ``split`` column holds only
+    ``bernoulli``); group names are complete and usable names (printable text,
+    :func:`group_column`); a ``split`` column holds only
     ``train``/``test``; every group has at least 2 training rows and training
     labels its likelihood can fit (``bernoulli``: both classes). Without a
     split column each group is split by :func:`stratified_split` (strata: the
@@ -423,8 +471,22 @@ class Split:
     obs: np.ndarray  # (n,) row ids in the long dataset
 
     def rows(self, g: int) -> np.ndarray:
-        """Indices (into this split) of group ``g``'s rows, in stored order."""
-        return np.flatnonzero(self.group == g)
+        """Indices (into this split) of group ``g``'s rows, in stored order (read-only).
+
+        A binary search in the group-sorted codes, so that visiting every group is
+        linear in the rows (a mask per group would be quadratic in the groups).
+        """
+        order, codes = self._by_group
+        lo, hi = np.searchsorted(codes, [g, g + 1])
+        return order[lo:hi]
+
+    @functools.cached_property
+    def _by_group(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows in group order (stable) and their codes in that order, computed once."""
+        order = np.argsort(self.group, kind="stable")
+        codes = self.group[order]
+        order.setflags(write=False)
+        return order, codes
 
 
 @dataclass(frozen=True)
@@ -454,10 +516,9 @@ class Tasks:
         self.ds = ds
         labels = ds["group"].values.astype(str)
         # Group order is order of first appearance, so g00.. stay in their generated order.
-        _, first = np.unique(labels, return_index=True)
-        self.group_names: list[str] = [str(labels[i]) for i in sorted(first)]
-        lookup = {name: i for i, name in enumerate(self.group_names)}
-        self.group_codes = np.array([lookup[s] for s in labels], dtype=np.int64)
+        codes, uniques = pd.factorize(labels)
+        self.group_names: list[str] = [str(name) for name in uniques]
+        self.group_codes = codes.astype(np.int64)
         self.features: list[str] = [str(f) for f in ds["feature"].values]
         d = len(self.features)
         # Files written before the statistics existed hold moons data: the identity.
@@ -495,16 +556,13 @@ class Tasks:
 
     def padded(self, which: str) -> Padded:
         """Block layout of a split for batched models (see :class:`Padded`)."""
-        s = self.split(which)
+        s = self.split(which)  # group-sorted: group g's rows are one run, in stored order
         counts = np.bincount(s.group, minlength=self.n_groups)
         width = int(counts.max()) if counts.size else 0
         X = np.zeros((self.n_groups, width, self.n_features))
-        valid = []
-        for g in range(self.n_groups):
-            rows = s.rows(g)
-            X[g, : rows.size] = s.X[rows]
-            valid.append(g * width + np.arange(rows.size))
-        valid = np.concatenate(valid) if valid else np.zeros(0, dtype=np.int64)
+        starts = np.cumsum(counts) - counts
+        valid = (s.group * width + np.arange(s.group.size) - starts[s.group]).astype(np.int64)
+        X.reshape(-1, self.n_features)[valid] = s.X
         return Padded(X=X, y=s.y, counts=counts, valid=valid, obs=s.obs)
 
 

@@ -2,7 +2,9 @@
 
 Every function takes arrays, draws one figure and returns ``(fig, axes)``; none
 of them computes posterior quantities, saves or shows anything. The caller
-renders the figure (see :func:`png_bytes`) and closes it.
+renders the figure (see :func:`png_bytes`) and closes it. Every text a caller
+passes (group and feature names, titles, labels) is drawn as written
+(:func:`literal`); matplotlib's own tick labels keep their mathtext (``10^2`` on log axes).
 """
 
 from __future__ import annotations
@@ -47,6 +49,19 @@ SURFACE_STYLE = {
 }
 
 
+def literal(text: str) -> str:
+    """``text`` for a matplotlib text that draws it as written: every ``$`` escaped as ``\\$``.
+
+    matplotlib reads a text with an even number of unescaped ``$`` as mathtext: a
+    group named ``$\\undefinedmacro$`` stopped the report, ``50$ and 60$`` was drawn
+    as maths. With none unescaped, it draws ``\\$`` as ``$`` and every other character
+    as it is. Every text these functions take from their callers goes through
+    here; matplotlib's own tick labels (``$\\mathdefault{10^{2}}$`` on a log axis)
+    stay mathtext, which ``text.parse_math: False`` would have drawn as code.
+    """
+    return str(text).replace("$", r"\$")
+
+
 def png_bytes(fig, dpi: int = DPI, tight: bool = False) -> bytes:
     """Render ``fig`` to PNG bytes and close it; ``tight`` crops (or grows) the canvas to what is drawn,
     for figures laid out by other libraries whose text :func:`readable` enlarged."""
@@ -84,7 +99,7 @@ def plot_message(text: str):
     it (``dvc plots show``) says why instead of failing. Returns ``(fig, ax)``."""
     fig, ax = plt.subplots(figsize=(6.0, 1.6))
     ax.set_axis_off()
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=SMALL + 1)
+    ax.text(0.5, 0.5, literal(text), ha="center", va="center", wrap=True, fontsize=SMALL + 1)
     return fig, ax
 
 
@@ -177,7 +192,7 @@ def plot_surface_page(
         ax.set_xlim(-limit, limit)
         ax.set_ylim(-limit, limit)
         # y given: matplotlib does not measure every tick label of the panel to place the title (~0.3 s a page)
-        ax.set_title(names[k], fontsize=SMALL, pad=2, y=1.0)
+        ax.set_title(literal(names[k]), fontsize=SMALL, pad=2, y=1.0)
         ax.tick_params(labelsize=SMALL, length=2, pad=1)
         ax.label_outer()
     if image is not None:
@@ -190,11 +205,11 @@ def plot_surface_page(
         cbar.ax.tick_params(labelsize=SMALL)
     if axis_labels is not None:
         for ax in axes[-1, :]:
-            ax.set_xlabel(axis_labels[0], fontsize=SMALL, labelpad=1)
+            ax.set_xlabel(literal(axis_labels[0]), fontsize=SMALL, labelpad=1)
         for ax in axes[:, 0]:
-            ax.set_ylabel(axis_labels[1], fontsize=SMALL, labelpad=1)
+            ax.set_ylabel(literal(axis_labels[1]), fontsize=SMALL, labelpad=1)
     if title:
-        fig.suptitle(title, fontsize=TITLE, y=1 - 0.1 / height, va="top")
+        fig.suptitle(literal(title), fontsize=TITLE, y=1 - 0.1 / height, va="top")
     return fig, axes
 
 
@@ -234,15 +249,15 @@ def plot_per_group(
             vals = np.asarray(v, dtype=float)[chunk.start : chunk.stop]
             color = _model_color(series, i)
             if kind == "bar":
-                ax.bar(x + offset, vals, width=step, color=color, label=series)
+                ax.bar(x + offset, vals, width=step, color=color, label=literal(series))
             else:  # a marker shape per series too, not only a colour
-                ax.plot(x + offset, vals, "os^Dv"[i % 5], ms=4, color=color, label=series)
+                ax.plot(x + offset, vals, "os^Dv"[i % 5], ms=4, color=color, label=literal(series))
         for level in hlines:
             ax.axhline(level, color="k", lw=0.7, ls="--")
-        ax.set_xticks(x, [names[i] for i in chunk], rotation=90, fontsize=SMALL)
+        ax.set_xticks(x, [literal(names[i]) for i in chunk], rotation=90, fontsize=SMALL)
         ax.set_xlim(-0.6, width - 0.4)
         ax.tick_params(axis="y", labelsize=SMALL)
-        ax.set_ylabel(ylabel, fontsize=SMALL)
+        ax.set_ylabel(literal(ylabel), fontsize=SMALL)
         if ylim is not None:
             ax.set_ylim(*ylim)
         if log:
@@ -253,7 +268,7 @@ def plot_per_group(
         ax.grid(axis="y", lw=0.3, alpha=0.6)
     axes[0].legend(fontsize=SMALL, ncols=max(k, 1), loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
     if title:
-        fig.suptitle(title, fontsize=TITLE)
+        fig.suptitle(literal(title), fontsize=TITLE)
     return fig, axes
 
 
@@ -370,9 +385,9 @@ def plot_correlations(matrices: Mapping[str, np.ndarray], labels: Sequence[str])
     image = None
     for ax, (title, mat) in zip(axes, matrices.items(), strict=True):
         image = ax.imshow(mat, cmap="RdBu_r", vmin=-1.0, vmax=1.0, interpolation="nearest")
-        ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=SMALL)
-        ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=SMALL)
-        ax.set_title(title, fontsize=SMALL)
+        ax.set_xticks(ticks, [literal(labels[i]) for i in ticks], rotation=90, fontsize=SMALL)
+        ax.set_yticks(ticks, [literal(labels[i]) for i in ticks], fontsize=SMALL)
+        ax.set_title(literal(title), fontsize=SMALL)
     cbar = fig.colorbar(image, ax=axes, shrink=0.8)
     cbar.set_label("correlation", fontsize=SMALL)
     cbar.ax.tick_params(labelsize=SMALL)

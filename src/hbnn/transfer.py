@@ -156,33 +156,39 @@ def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tupl
     The nested row order of each group comes from ``transfer.seed`` and the
     group's position in the tasks, so it is the same for every size and model.
     """
-    import xarray as xr
-
-    from hbnn.data import Tasks
+    from hbnn.data import Tasks, group_slices
 
     lik = likelihoods.get(tasks.likelihood)
     ds = tasks.ds
-    labels = ds["group"].values.astype(str)
     split = ds["split"].values.astype(str)
-    check_refits([int(((labels == name) & (split == "train")).sum()) for name in heldout], t)
-    pieces, refits, skipped = [], [], []
+    position = {name: g for g, name in enumerate(tasks.group_names)}
+    rows_of = {}  # split: (order, bounds) of its rows by group (hbnn.data.group_slices), each group in stored order
+    for part in ("train", "test"):
+        idx = np.flatnonzero(split == part)
+        order, bounds = group_slices(tasks.group_codes[idx], tasks.n_groups)
+        rows_of[part] = idx[order], bounds
+
+    def group_rows(part: str, g: int) -> np.ndarray:
+        ordered, bounds = rows_of[part]
+        return ordered[bounds[g]:bounds[g + 1]]
+
+    check_refits([group_rows("train", position[name]).size for name in heldout], t)
+    picked, names, refits, skipped = [], [], [], []
     for name in heldout:
-        g = tasks.group_names.index(name)
-        train = np.flatnonzero((labels == name) & (split == "train"))
-        test = np.flatnonzero((labels == name) & (split == "test"))
+        g = position[name]
+        train, test = group_rows("train", g), group_rows("test", g)
         rng = np.random.default_rng(derive_seed(t.seed, STAGE_KEYS["transfer_split"], 1, g))
         order = train[nested_order(ds["y"].values[train], lik.classifier, rng)]
         skipped += [f"{name}/n{n} ({train.size} training rows)" for n in t.sizes if n >= train.size]
         for label, n in refit_sizes(train.size, t):
             refit = Refit(name, label, int(n))
             # Rows in stored order: the subset is a set; its order came from the nested draw.
-            rows = np.concatenate([np.sort(order[:n]), test])
-            piece = ds.isel(obs=rows)
-            piece["group"] = ("obs", np.full(rows.size, refit.name))
-            pieces.append(piece.assign_coords(source_obs=("obs", piece["obs"].values)))
+            picked.append(np.concatenate([np.sort(order[:n]), test]))
+            names.append(refit.name)
             refits.append(refit)
-    out = xr.concat(pieces, dim="obs", data_vars="minimal", coords="minimal", compat="override",
-                    combine_attrs="override")
+    out = ds.isel(obs=np.concatenate(picked))  # one selection of every refit's rows, not a dataset per refit
+    out["group"] = ("obs", np.repeat(np.array(names), [r.size for r in picked]))
+    out = out.assign_coords(source_obs=("obs", out["obs"].values))
     return Tasks(out.assign_coords(obs=np.arange(out.sizes["obs"]))), refits, skipped
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,33 @@ section.status.fail { border-color: #b71c1c; background: #fdecea; }
 section.status h2 { margin-top: 0.6em; border-bottom: none; }
 nav.toc { font-size: 0.95em; } nav.toc ol { margin: 0.3em 0; }
 """
+
+# Characters Markdown (CommonMark, GitHub's with its tables and $ maths) may read as markup or raw HTML anywhere in a
+# line: each is written after a backslash, which CommonMark allows before any ASCII punctuation
+_MARKDOWN_INLINE = re.compile(r"([\\`*_\[\]<>#|~&$])")
+# What starts a list or underlines a heading where a paragraph begins: "-", "+", "=", or the "." or ")" of "1."
+_MARKDOWN_BLOCK_START = re.compile(r"^(?:[-+=]|\d+[.)])")
+
+
+def markdown_text(text: str, block: bool = False) -> str:
+    """``text`` (plain text: a group's or feature's name as the user wrote it, or the report's own words) as
+    Markdown that shows it literally: every character Markdown could read as emphasis, code, a link, a heading, a
+    table's cell border, an HTML tag or entity, or maths is escaped with a backslash, and line breaks become spaces
+    (a table row is one line). ``block``: the text begins a paragraph, where leading spaces would make it code and a
+    leading ``-``, ``+``, ``=`` or ``1.`` a list or a heading's underline: the spaces are dropped (Markdown shows
+    none) and the marker escaped.
+
+    Every text :func:`render_markdown` writes goes through here, as :func:`render_html` puts every text through
+    ``html.escape``: the document holds plain text, and each renderer escapes it for its format.
+    """
+    text = _MARKDOWN_INLINE.sub(r"\\\1", " ".join(str(text).splitlines()))
+    if block:
+        text = text.lstrip()
+        if _MARKDOWN_BLOCK_START.match(text):
+            cut = len(text) - len(text.lstrip("0123456789")) if text[0].isdigit() else 0
+            text = f"{text[:cut]}\\{text[cut:]}"
+    return text
+
 
 @dataclass(frozen=True)
 class Para:
@@ -86,31 +114,38 @@ def _png_width_px(data: bytes) -> int:
 
 
 def render_markdown(title: str, intro: Sequence[Para], sections: Sequence[Section]) -> str:
-    """The report as Markdown; figures are linked as ``figures/<name>``."""
-    out = [f"# {title}", ""]
+    """The report as Markdown; figures are linked as ``figures/<name>``. Every text is escaped
+    (:func:`markdown_text`), so names show as written and nothing in them becomes markup."""
+    m = markdown_text
+
+    def para(p: Para) -> str:
+        return f"**{m(p.text)}**" if p.warn else m(p.text, block=True)
+
+    out = [f"# {m(title)}", ""]
     for p in intro:
-        out += [f"**{p.text}**" if p.warn else p.text, ""]
+        out += [para(p), ""]
     ids = anchors(sections)
     for k, sec in enumerate(sections):
         if k == 1:  # the contents follow the status section
-            out += ["## Contents", ""] + [f"{i}. [{s.title}](#{a})" for i, (s, a) in
+            out += ["## Contents", ""] + [f"{i}. [{m(s.title)}](#{a})" for i, (s, a) in
                                           enumerate(zip(sections, ids, strict=True), start=1)] + [""]
-        out += [f'<a id="{ids[k]}"></a>', "", f"## {sec.title}", "", f"*How to read this:* {sec.how_to_read}", ""]
+        out += [f'<a id="{ids[k]}"></a>', "", f"## {m(sec.title)}", "", f"*How to read this:* {m(sec.how_to_read)}",
+                ""]
         for b in sec.blocks:
             if isinstance(b, Heading):
-                out += [f"### {b.text}", ""]
+                out += [f"### {m(b.text)}", ""]
             elif isinstance(b, Para):
-                out += [f"**{b.text}**" if b.warn else b.text, ""]
+                out += [para(b), ""]
             elif isinstance(b, FigureLinks):
-                links = ", ".join(f"[{label}](figures/{n})" for n, label in zip(b.names, b.labels, strict=True))
-                out += [f"{b.text} {links}", ""]
+                links = ", ".join(f"[{m(label)}](figures/{n})" for n, label in zip(b.names, b.labels, strict=True))
+                out += [f"{m(b.text, block=True)} {links}", ""]
             elif isinstance(b, Table):
-                out.append("| " + " | ".join(b.header) + " |")
+                out.append("| " + " | ".join(m(h) for h in b.header) + " |")
                 out.append("|" + "|".join(["---"] + ["---:"] * (len(b.header) - 1)) + "|")
-                out += ["| " + " | ".join(row) + " |" for row in b.rows]
+                out += ["| " + " | ".join(m(c) for c in row) + " |" for row in b.rows]
                 out.append("")
             else:
-                out += [f"![{b.caption}](figures/{b.name})", "", f"*{b.caption}*", ""]
+                out += [f"![{m(b.caption)}](figures/{b.name})", "", f"*{m(b.caption)}*", ""]
     return "\n".join(out)
 
 

@@ -7,6 +7,7 @@ from hbnn.prior import (
     align_to_reference,
     apply_symmetry,
     fit_mvnormal,
+    fixed_sum,
     match_symmetry,
     min_cost_assignment,
     new_group_draws,
@@ -102,6 +103,26 @@ def test_fit_mvnormal_recovers_mean_and_covariance():
     np.testing.assert_allclose(mean, [1.0, -2.0], atol=0.03)
     np.testing.assert_allclose(est, cov, atol=0.05)
     np.linalg.cholesky(est)  # positive definite
+
+
+def test_fit_mvnormal_is_np_cov_to_rounding():
+    samples = np.random.default_rng(4).normal(size=(3001, 7)) * np.arange(1, 8) + 5.0
+    mean, cov = fit_mvnormal(samples, jitter=0.25)
+    np.testing.assert_allclose(mean, samples.mean(axis=0), rtol=1e-13)
+    np.testing.assert_allclose(cov, np.cov(samples, rowvar=False) + 0.25 * np.eye(7), rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(cov, cov.T)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000, 1025])
+def test_fixed_sum_is_an_accurate_sum_that_memory_layout_does_not_change(n):
+    import math
+
+    x = np.random.default_rng(n).normal(size=(n, 3)) * 10.0 ** np.arange(3)
+    got = fixed_sum(x)
+    exact = np.array([math.fsum(x[:, j]) for j in range(3)])
+    assert np.all(np.abs(got - exact) <= 1e-15 * (1 + np.abs(x).sum(axis=0)))
+    np.testing.assert_array_equal(fixed_sum(np.asfortranarray(x)), got)
+    np.testing.assert_array_equal(fixed_sum(np.ascontiguousarray(x.T), axis=-1), got)
 
 
 def test_min_cost_assignment_is_scipys_linear_sum_assignment():

@@ -13,6 +13,14 @@ The prior file (``priors/informed.nc``) holds ``mean_<layer>`` and
 ``cov_<layer>`` per layer and a JSON ``layers`` attr with each layer's shape and
 dims; :func:`prior_dataset` writes that layout and :func:`load_prior` reads and
 checks it.
+
+The derivation gives the same bytes on any x86-64 machine from the same trace and
+pins (``tests/test_reproducible.py``). It therefore calls no BLAS (whose kernels,
+picked by CPU, sum products in different orders and with or without FMA), sums
+in an order fixed here (:func:`fixed_sum`, element-wise additions only) rather
+than in whatever order a reduction's kernel picks.
+Element-wise ``+ - * /`` and ``sqrt`` are correctly rounded by IEEE 754 under
+every SIMD width, so NumPy's SIMD dispatch cannot move them either.
 """
 
 from __future__ import annotations
@@ -27,6 +35,33 @@ import xarray as xr
 
 from hbnn.io import InputError, check_made_with, load_dataset
 from hbnn.network import LayerSpec
+
+
+def fixed_sum(x: np.ndarray, axis: int = 0) -> np.ndarray:
+    """The sum of ``x`` along ``axis`` in a pairwise order fixed by the length alone.
+
+    Each step adds the second half of the rows to the first, element by element
+    (an odd last row goes into the first), so the result is made of correctly
+    rounded additions in an order that no BLAS, SIMD width or reduction kernel
+    can change; its error grows with ``log2(n)``, as NumPy's pairwise sum's does.
+    An empty axis sums to zeros.
+    """
+    x = np.moveaxis(np.asarray(x, dtype=float), axis, 0)
+    if x.shape[0] == 0:
+        return np.zeros(x.shape[1:])
+    while x.shape[0] > 1:
+        half = x.shape[0] // 2
+        head = x[:half] + x[half : 2 * half]
+        if x.shape[0] % 2:
+            head[0] = head[0] + x[-1]
+        x = head
+    return np.array(x[0], copy=True)
+
+
+def fixed_mean(x: np.ndarray, axis: int = 0) -> np.ndarray:
+    """:func:`fixed_sum` over the length of ``axis``."""
+    x = np.asarray(x, dtype=float)
+    return fixed_sum(x, axis) / x.shape[axis]
 
 
 @dataclass(frozen=True)
@@ -136,9 +171,9 @@ def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarr
         else:
             ref_out = np.sort(np.abs(reference[k + 1][:units]), axis=1)
             cand_out = np.sort(np.abs(current[k + 1][:units]), axis=1)
-            extra = ((ref_out[:, None, :] - cand_out[None, :, :]) ** 2).sum(-1)
-        plus = ((ref_sig[:, None, :] - cand_sig[None, :, :]) ** 2).sum(-1)
-        minus = ((ref_sig[:, None, :] + cand_sig[None, :, :]) ** 2).sum(-1)
+            extra = _squared_sum(ref_out[:, None, :] - cand_out[None, :, :])
+        plus = _squared_sum(ref_sig[:, None, :] - cand_sig[None, :, :])
+        minus = _squared_sum(ref_sig[:, None, :] + cand_sig[None, :, :])
         cost = np.minimum(plus, minus) + extra  # cost[j, i]: ref unit j vs candidate unit i
         perm = min_cost_assignment(cost)
         sign = np.where(minus[np.arange(perm.size), perm] < plus[np.arange(perm.size), perm], -1.0, 1.0)
@@ -173,11 +208,11 @@ def align_to_reference(mu: Sequence[np.ndarray], reference_chain: int = 0) -> Al
     n_chains = mu[0].shape[0]
     if not 0 <= reference_chain < n_chains:
         raise ValueError(f"reference_chain={reference_chain} but the trace has {n_chains} chains")
-    ref_mean = [m[reference_chain].mean(axis=0) for m in mu]
+    ref_mean = [fixed_mean(m[reference_chain]) for m in mu]
     aligned = [np.empty_like(m) for m in mu]
     syms, before, after = [], [], []
     for c in range(n_chains):
-        chain_mean = [m[c].mean(axis=0) for m in mu]
+        chain_mean = [fixed_mean(m[c]) for m in mu]
         sym = match_symmetry(ref_mean, chain_mean)
         for layer, w in enumerate(apply_symmetry([m[c] for m in mu], sym)):
             aligned[layer][c] = w
@@ -188,8 +223,15 @@ def align_to_reference(mu: Sequence[np.ndarray], reference_chain: int = 0) -> Al
     return Alignment(aligned, syms, before, after)
 
 
+def _squared_sum(d: np.ndarray) -> np.ndarray:
+    """``(d ** 2).sum(-1)`` in :func:`fixed_sum`'s order."""
+    return fixed_sum(d * d, axis=-1)
+
+
 def _distance(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
-    return float(np.sqrt(sum(((x - y) ** 2).sum() for x, y in zip(a, b, strict=True))))
+    """Euclidean distance between two networks' weights, all layers together."""
+    flat = np.concatenate([(np.asarray(x) - np.asarray(y)).reshape(-1) for x, y in zip(a, b, strict=True)])
+    return float(np.sqrt(_squared_sum(flat)))
 
 
 def new_group_draws(
@@ -210,9 +252,21 @@ def new_group_draws(
 
 
 def fit_mvnormal(samples: np.ndarray, jitter: float) -> tuple[np.ndarray, np.ndarray]:
-    """Sample mean and covariance (plus ``jitter * I``) of ``(n, k)`` draws."""
-    mean = samples.mean(axis=0)
-    cov = np.atleast_2d(np.cov(samples, rowvar=False)) + jitter * np.eye(samples.shape[1])
+    """Sample mean and covariance (``n - 1`` divisor, as ``np.cov``; plus ``jitter * I``) of ``(n, k)`` draws.
+
+    No BLAS: the covariance's entry ``(i, j)``, ``i <= j``, is the :func:`fixed_sum` of the centred columns'
+    element-wise products over ``n - 1``, mirrored below the diagonal, so it is the same on every machine.
+    """
+    samples = np.asarray(samples, dtype=float)
+    n, k = samples.shape
+    mean = fixed_mean(samples)
+    centred = samples - mean
+    cov = np.empty((k, k))
+    for i in range(k):
+        row = fixed_sum(centred[:, i : i + 1] * centred[:, i:]) / (n - 1)
+        cov[i, i:] = row
+        cov[i:, i] = row
+    cov[np.diag_indices(k)] += jitter
     return mean, cov
 
 

@@ -66,7 +66,7 @@ def derive(p: PriorParams, posterior, specs, seed_key: int, hier_trace: Path
     that describe it (draws used, group sds, chain alignment). ``seed_key`` picks the stream of the draws.
 
     Every number is the same on any x86-64 machine for the same ``posterior`` (see :mod:`hbnn.prior`): the sums
-    are :func:`hbnn.prior.fixed_sum`'s and nothing calls BLAS."""
+    are :func:`hbnn.prior.fixed_sum`'s, the noise :func:`hbnn.prior.standard_normal`'s, and nothing calls BLAS."""
     try:
         mu = prior.layer_arrays(posterior, specs, "mu")
         sd = [posterior[f"sd_{s.name}"].transpose("chain", "draw").values for s in specs]

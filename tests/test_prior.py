@@ -3,13 +3,18 @@ import pytest
 
 from hbnn.network import layer_specs, mlp_logit
 from hbnn.prior import (
+    ZIGGURAT_R,
     Symmetry,
     align_to_reference,
     apply_symmetry,
     fit_mvnormal,
+    fixed_sum,
+    ieee_log,
     match_symmetry,
     min_cost_assignment,
     new_group_draws,
+    normal_tail,
+    standard_normal,
 )
 
 HIDDEN = (5, 5)
@@ -102,6 +107,60 @@ def test_fit_mvnormal_recovers_mean_and_covariance():
     np.testing.assert_allclose(mean, [1.0, -2.0], atol=0.03)
     np.testing.assert_allclose(est, cov, atol=0.05)
     np.linalg.cholesky(est)  # positive definite
+
+
+def test_fit_mvnormal_is_np_cov_to_rounding():
+    samples = np.random.default_rng(4).normal(size=(3001, 7)) * np.arange(1, 8) + 5.0
+    mean, cov = fit_mvnormal(samples, jitter=0.25)
+    np.testing.assert_allclose(mean, samples.mean(axis=0), rtol=1e-13)
+    np.testing.assert_allclose(cov, np.cov(samples, rowvar=False) + 0.25 * np.eye(7), rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(cov, cov.T)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000, 1025])
+def test_fixed_sum_is_an_accurate_sum_that_memory_layout_does_not_change(n):
+    import math
+
+    x = np.random.default_rng(n).normal(size=(n, 3)) * 10.0 ** np.arange(3)
+    got = fixed_sum(x)
+    exact = np.array([math.fsum(x[:, j]) for j in range(3)])
+    assert np.all(np.abs(got - exact) <= 1e-15 * (1 + np.abs(x).sum(axis=0)))
+    np.testing.assert_array_equal(fixed_sum(np.asfortranarray(x)), got)
+    np.testing.assert_array_equal(fixed_sum(np.ascontiguousarray(x.T), axis=-1), got)
+
+
+def test_ieee_log_is_log_within_two_ulp():
+    rng = np.random.default_rng(6)
+    x = np.concatenate([rng.random(100_000), 1.0 - rng.random(1000), np.exp(rng.uniform(-700, 700, 10_000)),
+                        [5e-324, 2.0**-1022, 0.5, 1.0, 2.0, np.nextafter(1.0, 2.0), 1.7976931348623157e308]])
+    got, want = ieee_log(x), np.log(x)
+    assert (got[want == 0] == 0).all()
+    assert np.all(np.abs(got - want) <= 2 * np.spacing(np.abs(want)))
+
+
+def test_normal_tail_is_the_normal_beyond_the_ziggurat_point():
+    from scipy import stats
+
+    draws = normal_tail(50_000, np.random.default_rng(7))
+    assert draws.min() >= ZIGGURAT_R
+    assert stats.kstest(draws, stats.truncnorm(ZIGGURAT_R, np.inf).cdf).pvalue > 0.01
+
+
+def test_standard_normal_is_numpys_but_beyond_the_tail_point():
+    """Draws inside the ziggurat's tail point are NumPy's, bit for bit; those beyond it (about 1 in 3,800) are
+    redrawn without libm, with their signs; the shapes and the draws of later arrays stay NumPy's too."""
+    shapes = [(400, 10, 25), (400, 10, 5)]
+    got = standard_normal(shapes, np.random.default_rng(8))
+    raw_rng = np.random.default_rng(8)
+    raw = [raw_rng.standard_normal(shape) for shape in shapes]
+    tails = 0
+    for g, r in zip(got, raw, strict=True):
+        inside = np.abs(r) <= ZIGGURAT_R
+        np.testing.assert_array_equal(g[inside], r[inside])
+        assert (np.abs(g[~inside]) > ZIGGURAT_R).all() and (np.sign(g) == np.sign(r)).all()
+        assert (g[~inside] != r[~inside]).all()
+        tails += (~inside).sum()
+    assert 10 < tails < 60  # 120,000 draws, ~31 expected beyond the point
 
 
 def test_min_cost_assignment_is_scipys_linear_sum_assignment():

@@ -13,6 +13,15 @@ The prior file (``priors/informed.nc``) holds ``mean_<layer>`` and
 ``cov_<layer>`` per layer and a JSON ``layers`` attr with each layer's shape and
 dims; :func:`prior_dataset` writes that layout and :func:`load_prior` reads and
 checks it.
+
+The derivation gives the same bytes on any x86-64 machine from the same trace and
+pins (``tests/test_reproducible.py``). It therefore calls no BLAS (whose kernels,
+picked by CPU, sum products in different orders and with or without FMA), sums
+in an order fixed here (:func:`fixed_sum`, element-wise additions only) rather
+than in whatever order a reduction's kernel picks, and draws its noise with
+:func:`standard_normal`, whose bits do not depend on the C math library.
+Element-wise ``+ - * /`` and ``sqrt`` are correctly rounded by IEEE 754 under
+every SIMD width, so NumPy's SIMD dispatch cannot move them either.
 """
 
 from __future__ import annotations
@@ -27,6 +36,96 @@ import xarray as xr
 
 from hbnn.io import InputError, check_made_with, load_dataset
 from hbnn.network import LayerSpec
+
+# NumPy's ziggurat tail point (``ziggurat_nor_r``): the only standard normals it computes with the C library (log1p,
+# whose last bit differs between libm builds and between glibc's FMA and non-FMA code) lie beyond it.
+ZIGGURAT_R = 3.6541528853610088
+LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10  # ln 2 = HI + LO, HI with 32 bits
+SQRT_HALF = 0.70710678118654752440
+# 1/3, 1/5, ..., 1/23: the series 2 atanh(s) = log((1 + s) / (1 - s)), |s| <= 0.172, to below 1e-17 relative.
+_ATANH_TERMS = tuple(1.0 / k for k in range(23, 2, -2))
+
+
+def fixed_sum(x: np.ndarray, axis: int = 0) -> np.ndarray:
+    """The sum of ``x`` along ``axis`` in a pairwise order fixed by the length alone.
+
+    Each step adds the second half of the rows to the first, element by element
+    (an odd last row goes into the first), so the result is made of correctly
+    rounded additions in an order that no BLAS, SIMD width or reduction kernel
+    can change; its error grows with ``log2(n)``, as NumPy's pairwise sum's does.
+    An empty axis sums to zeros.
+    """
+    x = np.moveaxis(np.asarray(x, dtype=float), axis, 0)
+    if x.shape[0] == 0:
+        return np.zeros(x.shape[1:])
+    while x.shape[0] > 1:
+        half = x.shape[0] // 2
+        head = x[:half] + x[half : 2 * half]
+        if x.shape[0] % 2:
+            head[0] = head[0] + x[-1]
+        x = head
+    return np.array(x[0], copy=True)
+
+
+def fixed_mean(x: np.ndarray, axis: int = 0) -> np.ndarray:
+    """:func:`fixed_sum` over the length of ``axis``."""
+    x = np.asarray(x, dtype=float)
+    return fixed_sum(x, axis) / x.shape[axis]
+
+
+def ieee_log(x: np.ndarray) -> np.ndarray:
+    """Natural log of positive finite ``x`` from ``frexp`` and ``+ - * /`` alone (within ~2 ulp of ``np.log``).
+
+    ``x = m 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))``; ``log m = 2 atanh(s)``, ``s = (m - 1) / (m + 1)``, by its
+    series. Unlike ``np.log`` (NumPy's own SIMD code or the C library's, by CPU) it gives the same bits everywhere.
+    """
+    m, e = np.frexp(np.asarray(x, dtype=float))
+    low = m < SQRT_HALF
+    m = np.where(low, m + m, m)
+    e = (e - low).astype(float)
+    f = m - 1.0
+    s = f / (m + 1.0)
+    z = s * s
+    series = np.zeros_like(z)
+    for c in _ATANH_TERMS:
+        series = series * z + c
+    # log m = 2s + 2s z series, and 2s = f - s f (f = m - 1 is exact; the small s f carries the rounding)
+    return e * LN2_HI + (f - s * f + ((s + s) * z * series + e * LN2_LO))
+
+
+def normal_tail(n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` draws of ``|x|`` for a standard normal ``x`` beyond :data:`ZIGGURAT_R` (Marsaglia's tail method, as
+    NumPy's ziggurat draws them, with :func:`ieee_log`): ``R + a`` with ``a = -log(u1) / R``, kept where
+    ``-2 log(u2) > a^2``. Uniforms are ``1 - rng.random()``, in (0, 1]; each round draws two per value missing."""
+    out = np.empty(n)
+    filled = 0
+    while filled < n:
+        u = 1.0 - rng.random((2, n - filled))
+        a = -ieee_log(u[0]) / ZIGGURAT_R
+        b = -ieee_log(u[1])
+        kept = a[b + b > a * a]
+        out[filled : filled + kept.size] = ZIGGURAT_R + kept
+        filled += kept.size
+    return out
+
+
+def standard_normal(shapes: Sequence[tuple[int, ...]], rng: np.random.Generator) -> list[np.ndarray]:
+    """Standard normal arrays of ``shapes`` whose bits depend on ``rng``'s state alone, not on the C library.
+
+    ``rng.standard_normal`` draws every array first, then each value beyond :data:`ZIGGURAT_R` (about 1 in 3,800;
+    the values NumPy computes with libm's ``log1p``, which differ in their last bit between machines) is replaced, in
+    order, by :func:`normal_tail` drawn from ``rng`` with its sign kept. Replacing a normal beyond a point by an
+    independent draw from the normal beyond that point leaves the draws standard normal. What libm still decides:
+    whether a draw in a ziggurat wedge is kept (``u < exp(-x^2 / 2)``), which a last-bit change of ``exp`` flips
+    only where the two sides agree to ~16 digits.
+    """
+    eps = [rng.standard_normal(shape) for shape in shapes]
+    for e in eps:
+        flat = e.reshape(-1)
+        tail = np.flatnonzero(np.abs(flat) > ZIGGURAT_R)
+        if tail.size:
+            flat[tail] = np.copysign(normal_tail(tail.size, rng), flat[tail])
+    return eps
 
 
 @dataclass(frozen=True)
@@ -136,9 +235,9 @@ def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarr
         else:
             ref_out = np.sort(np.abs(reference[k + 1][:units]), axis=1)
             cand_out = np.sort(np.abs(current[k + 1][:units]), axis=1)
-            extra = ((ref_out[:, None, :] - cand_out[None, :, :]) ** 2).sum(-1)
-        plus = ((ref_sig[:, None, :] - cand_sig[None, :, :]) ** 2).sum(-1)
-        minus = ((ref_sig[:, None, :] + cand_sig[None, :, :]) ** 2).sum(-1)
+            extra = _squared_sum(ref_out[:, None, :] - cand_out[None, :, :])
+        plus = _squared_sum(ref_sig[:, None, :] - cand_sig[None, :, :])
+        minus = _squared_sum(ref_sig[:, None, :] + cand_sig[None, :, :])
         cost = np.minimum(plus, minus) + extra  # cost[j, i]: ref unit j vs candidate unit i
         perm = min_cost_assignment(cost)
         sign = np.where(minus[np.arange(perm.size), perm] < plus[np.arange(perm.size), perm], -1.0, 1.0)
@@ -173,11 +272,11 @@ def align_to_reference(mu: Sequence[np.ndarray], reference_chain: int = 0) -> Al
     n_chains = mu[0].shape[0]
     if not 0 <= reference_chain < n_chains:
         raise ValueError(f"reference_chain={reference_chain} but the trace has {n_chains} chains")
-    ref_mean = [m[reference_chain].mean(axis=0) for m in mu]
+    ref_mean = [fixed_mean(m[reference_chain]) for m in mu]
     aligned = [np.empty_like(m) for m in mu]
     syms, before, after = [], [], []
     for c in range(n_chains):
-        chain_mean = [m[c].mean(axis=0) for m in mu]
+        chain_mean = [fixed_mean(m[c]) for m in mu]
         sym = match_symmetry(ref_mean, chain_mean)
         for layer, w in enumerate(apply_symmetry([m[c] for m in mu], sym)):
             aligned[layer][c] = w
@@ -188,8 +287,15 @@ def align_to_reference(mu: Sequence[np.ndarray], reference_chain: int = 0) -> Al
     return Alignment(aligned, syms, before, after)
 
 
+def _squared_sum(d: np.ndarray) -> np.ndarray:
+    """``(d ** 2).sum(-1)`` in :func:`fixed_sum`'s order."""
+    return fixed_sum(d * d, axis=-1)
+
+
 def _distance(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
-    return float(np.sqrt(sum(((x - y) ** 2).sum() for x, y in zip(a, b, strict=True))))
+    """Euclidean distance between two networks' weights, all layers together."""
+    flat = np.concatenate([(np.asarray(x) - np.asarray(y)).reshape(-1) for x, y in zip(a, b, strict=True)])
+    return float(np.sqrt(_squared_sum(flat)))
 
 
 def new_group_draws(
@@ -198,21 +304,34 @@ def new_group_draws(
     """Weights of unseen groups: ``w = mu + sd * eps`` for each posterior draw.
 
     ``mu[layer]`` is ``(sample, *shape)``, ``sd[layer]`` is ``(sample,)``. Returns
-    per-layer ``(sample * draws_per_sample, layer.size)`` flattened draws.
+    per-layer ``(sample * draws_per_sample, layer.size)`` flattened draws. The
+    ``eps`` of all layers come from :func:`standard_normal`, layer by layer.
     """
+    shapes = [(m.shape[0], draws_per_sample, int(np.prod(m.shape[1:], dtype=int))) for m in mu]
     out = []
-    for m, s in zip(mu, sd, strict=True):
+    for m, s, eps in zip(mu, sd, standard_normal(shapes, rng), strict=True):
         n = m.shape[0]
         flat = m.reshape(n, 1, -1)
-        eps = rng.standard_normal((n, draws_per_sample, flat.shape[-1]))
         out.append((flat + s.reshape(n, 1, 1) * eps).reshape(n * draws_per_sample, -1))
     return out
 
 
 def fit_mvnormal(samples: np.ndarray, jitter: float) -> tuple[np.ndarray, np.ndarray]:
-    """Sample mean and covariance (plus ``jitter * I``) of ``(n, k)`` draws."""
-    mean = samples.mean(axis=0)
-    cov = np.atleast_2d(np.cov(samples, rowvar=False)) + jitter * np.eye(samples.shape[1])
+    """Sample mean and covariance (``n - 1`` divisor, as ``np.cov``; plus ``jitter * I``) of ``(n, k)`` draws.
+
+    No BLAS: the covariance's entry ``(i, j)``, ``i <= j``, is the :func:`fixed_sum` of the centred columns'
+    element-wise products over ``n - 1``, mirrored below the diagonal, so it is the same on every machine.
+    """
+    samples = np.asarray(samples, dtype=float)
+    n, k = samples.shape
+    mean = fixed_mean(samples)
+    centred = samples - mean
+    cov = np.empty((k, k))
+    for i in range(k):
+        row = fixed_sum(centred[:, i : i + 1] * centred[:, i:]) / (n - 1)
+        cov[i, i:] = row
+        cov[i:, i] = row
+    cov[np.diag_indices(k)] += jitter
     return mean, cov
 
 

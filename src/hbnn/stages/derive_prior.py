@@ -63,7 +63,10 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
 def derive(p: PriorParams, posterior, specs, seed_key: int, hier_trace: Path
            ) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
     """One MvNormal per layer, fitted to new-group weight draws of a hierarchical ``posterior``, and the metrics
-    that describe it (draws used, group sds, chain alignment). ``seed_key`` picks the stream of the draws."""
+    that describe it (draws used, group sds, chain alignment). ``seed_key`` picks the stream of the draws.
+
+    Every number is the same on any x86-64 machine for the same ``posterior`` (see :mod:`hbnn.prior`): the sums
+    are :func:`hbnn.prior.fixed_sum`'s, the noise :func:`hbnn.prior.standard_normal`'s, and nothing calls BLAS."""
     try:
         mu = prior.layer_arrays(posterior, specs, "mu")
         sd = [posterior[f"sd_{s.name}"].transpose("chain", "draw").values for s in specs]
@@ -96,15 +99,17 @@ def derive(p: PriorParams, posterior, specs, seed_key: int, hier_trace: Path
     for s, samples, sd_s in zip(specs, draws, flat_sd, strict=True):
         mean, cov = prior.fit_mvnormal(samples, p.jitter)
         fitted.append((mean, cov))
+        sd_mean = prior.fixed_mean(sd_s)
+        dev = sd_s - sd_mean
         layer_metrics[s.name] = {
             "group_sd": {
-                "mean": sd_s.mean(),
-                "sd": sd_s.std(),
-                "q05": np.quantile(sd_s, 0.05),
+                "mean": sd_mean,
+                "sd": np.sqrt(prior.fixed_mean(dev * dev)),
+                "q05": np.quantile(sd_s, 0.05),  # a sort and an interpolation: the same bits everywhere
                 "q95": np.quantile(sd_s, 0.95),
             },
-            "prior_mean_abs": np.abs(mean).mean(),
-            "prior_sd_mean": np.sqrt(np.diag(cov)).mean(),
+            "prior_mean_abs": prior.fixed_mean(np.abs(mean)),
+            "prior_sd_mean": prior.fixed_mean(np.sqrt(np.diag(cov))),
         }
     metrics = {
         "draws": {

@@ -1,4 +1,5 @@
-"""The informed prior's derivation gives the same bytes whatever BLAS kernel, SIMD code and libm a machine picks.
+"""The informed prior's derivation, and the default moons data, give the same bytes whatever BLAS kernel, SIMD code
+and libm a machine picks.
 
 Two subprocesses run ``derive_prior``'s computation (:func:`hbnn.stages.derive_prior.derive`: chain alignment,
 new-group draws, mean and covariance, metrics) on one synthetic hierarchical posterior: one as this machine
@@ -43,7 +44,9 @@ SCRIPT = """
 import json, sys
 from pathlib import Path
 import numpy as np, xarray as xr
-from hbnn.config import PriorParams
+import hashlib
+from hbnn.config import PriorParams, parse_params
+from hbnn.data import make_moons_tasks
 from hbnn.network import layer_specs
 from hbnn.prior import new_group_draws
 from hbnn.stages.derive_prior import derive
@@ -62,7 +65,8 @@ ours.bit_generator.state = state
 result = {"fitted": [[x.tobytes().hex() for x in pair] for pair in fitted],
           "metrics": json.dumps(metrics, default=lambda v: repr(float(v)), sort_keys=True),
           "blas_probe": (a @ b).tobytes().hex(), "numpy_tail": repr(raw.standard_normal()),
-          "our_tail": repr(float(tail[0, 0]))}
+          "our_tail": repr(float(tail[0, 0])),
+          "moons": hashlib.sha256(make_moons_tasks(parse_params({}))["X"].values.tobytes()).hexdigest()}
 out.write_text(json.dumps(result))
 """
 
@@ -126,3 +130,11 @@ def test_new_group_draws_do_not_depend_on_libm(configurations):
         pytest.skip("GLIBC_TUNABLES changes no libm result that NumPy's normal draw reaches here")
     assert native["our_tail"] == forced["our_tail"]
     assert abs(float(native["our_tail"])) > 3.65  # the draw stays in the tail
+
+
+def test_the_default_moons_data_do_not_depend_on_the_blas_kernel(configurations):
+    """The rotation of each group (hbnn.data.rotate) is what BLAS computed with fused multiply-adds, everywhere."""
+    native, forced = configurations
+    if native["blas_probe"] == forced["blas_probe"]:
+        pytest.skip("OPENBLAS_CORETYPE changes no matrix product here (another BLAS or CPU)")
+    assert native["moons"] == forced["moons"]

@@ -113,6 +113,9 @@ def _summarise(args) -> int:
                 raise InputError(f"cannot read {where}: {err.strerror or err}") from err
             except ValueError as err:
                 raise InputError(f"{where} is not JSON ({err}); pipe `dvc exp show --json` into it") from err
+            except RecursionError:  # json's decoder recurses once per level of nesting
+                raise InputError(f"{where} is not the output of `dvc exp show --json`: it nests more than "
+                                 f"{summarise.MAX_DEPTH} levels deep") from None
             headline = args.command == "headline"
             reps, skipped = summarise.replicates(data, workspace=headline or args.workspace)
             if args.names:

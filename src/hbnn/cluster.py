@@ -7,8 +7,13 @@ fits are independent. ``HBNN_DASK_SCHEDULER`` says where they run:
 - ``local`` or ``local:N``: a ``dask.distributed.LocalCluster`` of N worker
   processes (default: every core), one thread each, started for the fit and
   closed after it;
-- anything else: the address of a running scheduler, e.g. ``tcp://host:8786``
+- the address of a running scheduler, ``tcp://host:port`` (or ``tls://``,
+  ``ws://``, ``wss://``; a bare ``host:port`` is TCP), e.g. ``tcp://host:8786``
   (its workers need this project's pinned environment and ``hbnn`` importable).
+
+Any other value (``ucx://``, whose transport is not installed; ``inproc://``, a
+scheduler inside this process; a missing or non-numeric port) is refused by
+:func:`scheduler` with :class:`InputError` before any group is fitted.
 
 ``HBNN_DASK_SHARDS`` sets the number of shards (default: 4 per worker, and more
 where that leaves over 10 groups in a shard, at most one per group). Groups are
@@ -37,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -56,6 +62,9 @@ SHARDS_ENV = "HBNN_DASK_SHARDS"
 SHARDS_PER_WORKER = 4
 GROUPS_PER_SHARD = 10
 SHARD_RESUBMITS = 3  # a shard the scheduler cancelled (its scattered model lost with a worker) is sent again
+SCHEMES = ("tcp", "tls", "ws", "wss")  # Dask's transports that this environment has (ucx needs distributed-ucxx)
+# host:port of an address: a name or IPv4 address, or an IPv6 address in brackets, and the port's digits
+_HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})")
 
 
 @dataclass(frozen=True)
@@ -164,7 +173,7 @@ def forget(key: str) -> None:
 def fit_groups(what: str, model: Model, jobs: Sequence[GroupJob],
                on_done: Callable[[GroupResult], None] | None = None) -> Fitted:
     """Fit every job where :data:`SCHEDULER_ENV` says (see the module doc); results in ``jobs`` order."""
-    scheduler = os.environ.get(SCHEDULER_ENV, "").strip()
+    scheduler = scheduler_setting()
     key = f"{what}-{uuid.uuid4().hex}"
     try:
         if not scheduler:
@@ -262,6 +271,34 @@ def split(jobs: Sequence[GroupJob], n: int) -> list[list[GroupJob]]:
     return [s for s in shards if s]
 
 
+def scheduler_setting() -> str:
+    """:data:`SCHEDULER_ENV` (stripped; ``""`` where unset), checked by :func:`check_scheduler`."""
+    scheduler = os.environ.get(SCHEDULER_ENV, "").strip()
+    check_scheduler(scheduler)
+    return scheduler
+
+
+def check_scheduler(scheduler: str) -> None:
+    """:class:`InputError` naming :data:`SCHEDULER_ENV` and its value unless ``scheduler`` is one of the forms the
+    module doc lists: empty, ``local``, ``local:N`` or a scheduler address over a transport of :data:`SCHEMES`."""
+    if not scheduler or local_workers(scheduler) is not None:
+        return
+    expected = (f"expected local, local:N with N >= 1 workers, or a scheduler address {'|'.join(SCHEMES)}://host:port "
+                "such as tcp://host:8786")
+    scheme, _, address = scheduler.rpartition("://")
+    scheme = scheme.lower() or "tcp"  # Dask's default transport
+    if scheme not in SCHEMES:
+        why = {"ucx": "needs UCX's transport (distributed-ucxx), which is not installed",
+               "inproc": "is a scheduler inside one process, which worker processes cannot reach"}.get(
+                   scheme, "is not a Dask transport")
+        raise InputError(f"{SCHEDULER_ENV}={scheduler!r}: {scheme}:// {why}; {expected}")
+    match = _HOST_PORT.fullmatch(address)
+    if match is None:
+        raise InputError(f"{SCHEDULER_ENV}={scheduler!r}: {address!r} is not host:port; {expected}")
+    if not 1 <= int(match["port"]) <= 65535:
+        raise InputError(f"{SCHEDULER_ENV}={scheduler!r}: port {match['port']} is not in 1-65535; {expected}")
+
+
 def local_workers(scheduler: str) -> int | None:
     """The worker count of ``local`` / ``local:N`` (every core for ``local``), ``None`` for an address."""
     if scheduler == "local":
@@ -282,6 +319,7 @@ def connect(scheduler: str, timeout: float = 20.0) -> Iterator[object]:
     Dask's own log lines are kept at WARNING, in the workers too, and a LocalCluster's
     workers may start processes of their own (PyMC's chains).
     """
+    check_scheduler(scheduler)
     n_local = local_workers(scheduler)
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")  # read by the workers' processes
     import dask

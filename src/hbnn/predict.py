@@ -19,10 +19,16 @@ Output columns (appended to the input's): ``mean``, ``sd``, ``lower_94``,
 and central 94% interval of ``P(y = 1)``. Gaussian: the posterior predictive
 of ``y`` in the label's units, noise included (mean, sd and central 94%
 interval of the mixture over draws).
+
+Rows are scored in chunks (:func:`chunk_rows`) so that memory stays within
+:data:`SCORING_BUDGET` whatever the number of rows; a trace whose smallest
+chunk would not fit is refused before any row is scored. Each row's numbers
+are computed from its own draws only, so they do not depend on the chunks.
 """
 
 from __future__ import annotations
 
+import codecs
 import logging
 import sys
 from dataclasses import dataclass
@@ -37,7 +43,8 @@ from hbnn.config import PARQUET_SUFFIXES, TABLE_SUFFIXES
 from hbnn.data import check_columns, group_column, numeric_features, read_table
 from hbnn.errors import counted, rows_phrase
 from hbnn.evaluation import group_noise, group_weights, predict_output
-from hbnn.io import InputError, settings_from_attrs, staged_outputs, write_text
+from hbnn.forward import BLOCK
+from hbnn.io import InputError, settings_from_attrs, staged_outputs
 from hbnn.network import LayerSpec, layer_specs
 from hbnn.prior import layer_arrays
 from hbnn.variants import BY_NAME
@@ -45,6 +52,14 @@ from hbnn.variants import BY_NAME
 log = logging.getLogger(__name__)
 
 OUTPUT_COLUMNS = ("mean", "sd", "lower_94", "upper_94", "unseen_group")
+# bytes the arrays scoring one chunk of rows may hold: the default hierarchical trace (2 chains of up to 5,000 draws)
+# is scored 1,024 rows or more at a time, and traces of up to ~48,000 draws (of a 40-weight network) fit at all
+SCORING_BUDGET = 256 * 2**20
+# (draw, row) float64 arrays alive at once while rows are summarised, per likelihood: the peaks measured with
+# tracemalloc (bernoulli 2.0: outputs and their quantile copy; gaussian 3.0: the mixture CDF's temporaries; poisson
+# 6.6: scipy's Poisson CDF), rounded up with one to spare
+PEAK_ARRAYS = {"bernoulli": 3, "gaussian": 4, "poisson": 8}
+WEIGHT_COPIES = 4  # (draw, weight) arrays: the new-group draws, and per chunk the forward pass's flat copy and reshape
 
 
 @dataclass(frozen=True)
@@ -111,14 +126,85 @@ def population_weights(posterior, specs: list[LayerSpec], rng: np.random.Generat
     return out
 
 
-def predict_table(trace, table: pd.DataFrame, where: str, seed: int = 0) -> pd.DataFrame:
+@dataclass(frozen=True)
+class Plan:
+    """How a group's rows are scored: the forward pass over ``rows`` at a time (whole
+    :data:`~hbnn.forward.BLOCK` s), their summaries over ``summary_rows`` at a time; ``peak``: the most bytes one
+    chunk's arrays hold."""
+
+    rows: int
+    summary_rows: int
+    peak: int
+
+
+def chunk_rows(samples: int, n_weights: int, likelihood: str, largest_group: int, budget: int | None = None
+               ) -> Plan:
+    """Chunks whose arrays (``samples`` kept draws x rows x the likelihood's :data:`PEAK_ARRAYS`, plus
+    :data:`WEIGHT_COPIES` of the ``n_weights`` network weights per draw, all float64) stay within ``budget``
+    bytes (default :data:`SCORING_BUDGET`), or :class:`InputError` where even the smallest would not.
+
+    The forward pass takes whole :data:`~hbnn.forward.BLOCK` s of rows, so the compiled loop sees every row in the
+    same place of its block as when a group is scored at once. Where a block's summaries do not fit beside it,
+    they are taken a few rows at a time. A piece has one row in hand: a group's last row is never a piece of its
+    own (:func:`chunks`). ``largest_group``: the most rows one group has.
+    """
+    budget = SCORING_BUDGET if budget is None else budget
+    value = 8 * samples  # bytes of one row's draws
+    arrays = PEAK_ARRAYS.get(likelihood, max(PEAK_ARRAYS.values()))
+    room = budget - value * n_weights * WEIGHT_COPIES
+    whole = min(BLOCK + 1, largest_group)
+    if arrays * value * whole <= room:  # whole blocks summarised at once
+        rows = max(BLOCK, (room // (arrays * value) - 1) // BLOCK * BLOCK)
+        return Plan(rows, rows, budget - room + arrays * value * min(rows + 1, largest_group))
+    summary_rows = (room - value * whole) // (arrays * value) - 1
+    smallest = min(3, largest_group)  # pieces of 2 rows, one of them 3
+    if summary_rows + 1 < smallest:
+        need = budget - room + value * (whole + arrays * smallest)
+        raise InputError(f"scoring with this trace needs about {_size(need)} at the least (the network outputs of "
+                         f"{whole} rows x {samples:,} posterior draws, {arrays} float64 arrays of them to summarise "
+                         f"{smallest} rows, and {WEIGHT_COPIES} copies of the draws' {n_weights:,} weights), over the "
+                         f"limit of {_size(budget)}; score with a trace that keeps fewer draws")
+    summary_rows = max(2, summary_rows)
+    return Plan(BLOCK, summary_rows, budget - room + value * (whole + arrays * min(summary_rows + 1, whole)))
+
+
+def _size(n: int) -> str:
+    """Bytes as MiB (KiB below one MiB), for messages."""
+    return f"{n / 2**20:,.0f} MiB" if n >= 2**20 else f"{n / 2**10:,.0f} KiB"
+
+
+def chunks(n: int, size: int) -> list[slice]:
+    """``range(n)`` in slices of ``size`` rows, the last taking one row more rather than leaving one alone (NumPy
+    sums a single column pairwise, so a row's mean alone would differ in the last bit from the same row's beside
+    others)."""
+    starts = list(range(0, n, size))
+    if len(starts) > 1 and n - starts[-1] == 1:
+        starts.pop()
+    return [slice(a, b) for a, b in zip(starts, [*starts[1:], n], strict=True)]
+
+
+def predict_table(trace, table: pd.DataFrame, where: str, seed: int = 0, budget: int | None = None
+                  ) -> pd.DataFrame:
     """Score every row of ``table`` with the fitted ``trace`` (a path, a :class:`Fitted` or an ``InferenceData``).
 
-    Returns the table plus the output columns.
+    Returns the table plus the output columns (:func:`score_columns`, rounded to 6 decimals).
+    """
+    out = table.copy()
+    for c, values in score_columns(trace, table, where, seed, budget).items():
+        # 6 decimals: far below posterior Monte Carlo error; keeps the CSV readable
+        out[c] = values if c == "unseen_group" else values.round(6)
+    return out
 
-    All checks (columns, values, unseen groups on flat/informed traces) happen
-    before any row is scored; failures are :class:`InputError` naming the column
-    or groups.
+
+def score_columns(trace, table: pd.DataFrame, where: str, seed: int = 0, budget: int | None = None
+                  ) -> dict[str, np.ndarray]:
+    """The output columns of :func:`predict_table` for every row of ``table``, unrounded.
+
+    All checks (columns, values, unseen groups on flat/informed traces, the memory
+    of :func:`chunk_rows` within ``budget`` bytes, default :data:`SCORING_BUDGET`) happen before any row is
+    scored; failures are :class:`InputError` naming the column, groups or
+    estimate. The new-group draws of unseen groups are drawn once, before the
+    chunks, so the output does not depend on ``budget``.
     """
     idata = load_fitted(Path(trace)) if isinstance(trace, (str, Path)) else trace
     post = idata.posterior
@@ -146,32 +232,47 @@ def predict_table(trace, table: pd.DataFrame, where: str, seed: int = 0) -> pd.D
                          "unseen groups")
     x_mean, x_sd, y_mean, y_sd = _stats(idata, len(features))
     Xs = (X - x_mean) / x_sd
+    _, counts = np.unique(groups, return_counts=True)
+    samples = post.sizes["chain"] * post.sizes["draw"]
+    plan = chunk_rows(samples, sum(s.size for s in specs), lik.name, int(counts.max()), budget)
+    log.info("predict: %s x %s draws, in chunks of up to %s (~%s each)", counted(len(table), "row"),
+             f"{samples:,}", counted(plan.rows, "row"), _size(plan.peak))
     population = population_weights(post, specs, np.random.default_rng(seed)) if unseen else None
     columns = {c: np.empty(len(table)) for c in OUTPUT_COLUMNS[:-1]}
     for name in pd.unique(groups):
         rows = np.flatnonzero(groups == name)
         is_new = name in unseen
         weights = population if is_new else group_weights(post, specs, name)
-        draws = lik.mean(predict_output(weights, Xs[rows]), y_mean, y_sd)
         noise = None
         if lik.has_noise:  # unseen groups of the hierarchical model share its one sigma: the population's
             noise = (y_sd * group_noise(post, None if is_new else name)).reshape(-1)
-        with np.errstate(all="ignore"):  # overflow (a rate of inf) is reported below, naming the rows
-            result = lik.summarise(draws.reshape(-1, rows.size), noise)
-        bad = ~np.all([np.isfinite(v) for v in result.values()], axis=0)
-        if bad.any():
-            raise InputError(f"{where}: the predictions of group {name!r} overflow at "
-                             f"{rows_phrase(rows[bad])} (features far outside the training range?); nothing was "
-                             "written")
-        for c, values in result.items():
-            columns[c][rows] = values
+        bad = [_score_chunk(lik, weights, noise, Xs, rows[part], (y_mean, y_sd), columns, plan.summary_rows)
+               for part in chunks(rows.size, plan.rows)]
+        bad = np.concatenate(bad)
+        if bad.size:
+            raise InputError(f"{where}: the predictions of group {name!r} overflow at {rows_phrase(bad)} (features "
+                             "far outside the training range?); nothing was written")
         log.info("predict: group %s, %s, %s", name, counted(rows.size, "row"),
                  "population (unseen)" if is_new else "own posterior")
-    out = table.copy()
-    for c, values in columns.items():
-        out[c] = values.round(6)  # far below posterior Monte Carlo error; keeps the CSV readable
-    out["unseen_group"] = np.isin(groups, unseen)
-    return out
+    columns["unseen_group"] = np.isin(groups, unseen)
+    return columns
+
+
+def _score_chunk(lik, weights, noise, Xs: np.ndarray, rows: np.ndarray, label_stats: tuple[float, float],
+                 columns: dict[str, np.ndarray], summary_rows: int) -> np.ndarray:
+    """Score ``rows`` of ``Xs`` with per-layer ``weights`` draws into ``columns`` (summarised ``summary_rows`` at a
+    time); returns the rows whose numbers are not finite (an overflow), which the caller refuses."""
+    output = predict_output(weights, Xs[rows])
+    bad = []
+    for part in chunks(rows.size, summary_rows):
+        draws = lik.mean(output[..., part], *label_stats)
+        with np.errstate(all="ignore"):  # overflow (a rate of inf) is reported by the caller, naming the rows
+            result = lik.summarise(draws.reshape(-1, draws.shape[-1]), noise)
+        del draws
+        for c, values in result.items():
+            columns[c][rows[part]] = values
+        bad.append(rows[part][~np.all([np.isfinite(v) for v in result.values()], axis=0)])
+    return np.concatenate(bad)
 
 
 STDOUT = Path("-")
@@ -179,7 +280,11 @@ STDOUT = Path("-")
 
 def _check_output(output: Path, trace: Path, input_path: Path) -> Path:
     """Where to write ``output``: a file path that is neither the trace nor the input (``-`` is standard output),
-    through any symbolic link (the file is replaced atomically, so a link must name it: the link stays)."""
+    through any symbolic link (the file is replaced atomically, so a link must name it: the link stays).
+
+    The name must end in .csv, .parquet or .pq (the format written), and an existing file there must be a table
+    of that format (:func:`_not_a_table`): another trace, or any other file, is refused rather than replaced.
+    """
     if output == STDOUT:
         return output
     try:
@@ -196,12 +301,61 @@ def _check_output(output: Path, trace: Path, input_path: Path) -> Path:
     # the atomic rename would replace it with a regular file
     if output.exists() and not output.is_file():
         raise InputError(f"--output {output} is not a regular file; give a file path, or - for standard output")
+    if output.suffix.lower() not in TABLE_SUFFIXES:
+        raise InputError(f"--output {output} must end in .csv, or .parquet or .pq for Parquet (or be - for standard "
+                         "output)")
+    if output.exists():
+        try:
+            found = _not_a_table(target, parquet=output.suffix.lower() in PARQUET_SUFFIXES)
+        except OSError as err:
+            raise InputError(f"--output {output} exists but cannot be read ({err.strerror or err})") from None
+        if found:
+            raise InputError(f"--output {output} exists and is {found}, not a "
+                             f"{'Parquet' if output.suffix.lower() in PARQUET_SUFFIXES else 'CSV'} table; writing "
+                             "there would destroy it. Choose another path (or - for standard output)")
     return target
+
+
+MAGIC = ((b"\x89HDF\r\n\x1a\n", "an HDF5 or NetCDF-4 file (a trace?)"), (b"CDF\x01", "a NetCDF file (a trace?)"),
+         (b"CDF\x02", "a NetCDF file (a trace?)"), (b"CDF\x05", "a NetCDF file (a trace?)"),
+         (b"PAR1", "a Parquet file"))
+SNIFF_BYTES = 64 * 1024  # how much of an existing --output is read to tell a text table from another file
+
+
+def _not_a_table(path: Path, parquet: bool) -> str | None:
+    """What the existing file ``path`` is where it is not a table hbnn predict may replace (``None`` where it is one,
+    or empty): a Parquet output must replace a Parquet file, a CSV output a text file (UTF-8, no NUL bytes)."""
+    with open(path, "rb") as fh:
+        head = fh.read(SNIFF_BYTES)
+    if not head:
+        return None
+    named = next((what for magic, what in MAGIC if head.startswith(magic)), None)
+    if parquet:
+        return None if head.startswith(b"PAR1") else named or ("a text file" if _is_text(head) else
+                                                               "a file of another format")
+    if named:
+        return named
+    if b"\0" in head:
+        return "a binary file"
+    return None if _is_text(head) else "not UTF-8 text"
+
+
+def _is_text(head: bytes) -> bool:
+    """Whether ``head`` (a file's first :data:`SNIFF_BYTES`) is UTF-8 text without NUL bytes; a character cut off
+    at the end of a long file's head does not count against it."""
+    if b"\0" in head:
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=len(head) < SNIFF_BYTES)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def predict(trace: Path, input_path: Path, output: Path, seed: int = 0) -> pd.DataFrame:
     """Read ``input_path`` (CSV or Parquet), score it with ``trace`` and write ``output`` atomically: Parquet where
-    its name ends in ``.parquet`` or ``.pq``, else CSV.
+    its name ends in ``.parquet`` or ``.pq``, CSV where it ends in ``.csv`` (any other is refused, as is an
+    existing file there that is not such a table: :func:`_check_output`).
 
     ``output`` ``-`` writes the CSV to standard output.
     """
@@ -213,13 +367,14 @@ def predict(trace: Path, input_path: Path, output: Path, seed: int = 0) -> pd.Da
     table = read_table(input_path, what="input", text_columns=(group_col,))
     scored = predict_table(idata, table, f"input {input_path}", seed)
     if output == STDOUT:
-        sys.stdout.write(scored.to_csv(index=False))
+        scored.to_csv(sys.stdout, index=False)
         sys.stdout.flush()
-    elif output.suffix.lower() in PARQUET_SUFFIXES:
-        with staged_outputs() as outputs:
-            outputs.write_bytes(scored.to_parquet(index=False), target)
     else:
-        write_text(scored.to_csv(index=False), target)
+        with staged_outputs() as outputs, outputs.path(target) as tmp:  # pandas writes the file a block at a time
+            if output.suffix.lower() in PARQUET_SUFFIXES:
+                scored.to_parquet(tmp, index=False)
+            else:
+                scored.to_csv(tmp, index=False)
     log.info("predict: wrote %s (%s, %s)", "standard output" if output == STDOUT else output,
              counted(len(scored), "row"), counted(int(scored["unseen_group"].sum()), "unseen-group row"))
     return scored

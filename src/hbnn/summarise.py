@@ -6,6 +6,18 @@ workspace, then each baseline commit with its experiments under
 replicate, the workspace is left out (it repeats a commit or holds unfinished
 results) unless asked for. The params that differ between the replicates are
 reported, so a table that mixes settings says so.
+
+The containers DVC writes (the list of revisions, each revision, ``experiments``,
+``revs``, ``data``, ``metrics``, ``params`` and each file's entry) must have
+DVC's types, else :class:`InputError` names where the input departs from it;
+what a metrics or params file holds is the user's and is read as it is (a value
+that is not a number is not a metric).
+
+Non-finite metrics follow IEEE arithmetic, one rule for mean, sd, min and max:
+a NaN value makes all four NaN (shown ``nan``); an infinite value is an
+ordinary, ordered value (min and max include it, the mean is infinite or, with
+both signs, NaN, and the sd NaN). The Markdown table lists which replicates
+hold non-finite values. An integer too large for a float is refused.
 """
 
 from __future__ import annotations
@@ -21,6 +33,10 @@ from hbnn.errors import InputError
 from hbnn.variants import VARIANTS
 
 DEFAULT_METRICS = ("metrics/*",)  # timings/* are wall-clock, not results: --metrics 'timings/*' adds them
+# `dvc exp show --json` nests ~12 levels (revision, experiments, revs, data, metrics, file, data, then the file's
+# own keys): far deeper input is not its output, and would exhaust Python's recursion in json.dumps
+MAX_DEPTH = 100
+NOT_EXP_SHOW = "the input is not the output of `dvc exp show --json`"
 
 
 @dataclass(frozen=True)
@@ -31,30 +47,107 @@ class Replicate:
 
 
 def flatten(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """``("a.b.c", value)`` for every leaf of nested dicts."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from flatten(value, f"{prefix}.{key}" if prefix else str(key))
-    else:
-        yield prefix, node
+    """``("a.b.c", value)`` for every leaf of nested dicts (a list is a leaf), depth first in key order."""
+    stack = [(prefix, node)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(reversed([(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]))
+        else:
+            yield key, value
 
 
-def _files(section: dict | None) -> dict[str, Any]:
+def _kind(value: Any) -> str:
+    """What a JSON value is, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), "a number")
+
+
+def _bad(where: str, value: Any, expected: str) -> InputError:
+    return InputError(f"{NOT_EXP_SHOW}: {where} is {_kind(value)}, expected {expected}")
+
+
+def _obj(value: Any, where: str) -> dict:
+    """An object of DVC's format (null: empty), or :class:`InputError` naming ``where``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad(where, value, "an object")
+    return value
+
+
+def _list(value: Any, where: str) -> list:
+    """A list of DVC's format (null: empty), or :class:`InputError` naming ``where``."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _bad(where, value, "a list")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    """A name, hash or state of DVC's format (null: ``""``), or :class:`InputError` naming ``where``."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _bad(where, value, "a string")
+    return value
+
+
+def _depth_checked(doc: Any) -> None:
+    """:class:`InputError` where ``doc`` nests deeper than :data:`MAX_DEPTH` (checked without recursion)."""
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(f"{NOT_EXP_SHOW}: it nests more than {MAX_DEPTH} levels deep")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def _files(section: Any, where: str) -> dict[str, Any]:
+    """``"file:dotted.key" -> value`` of a ``metrics`` or ``params`` section (a file whose data is not an object is
+    one value, keyed by the file)."""
     out = {}
-    for path, content in (section or {}).items():
-        for key, value in flatten((content or {}).get("data") or {}):
-            out[f"{path}:{key}"] = value
+    for path, content in _obj(section, where).items():
+        entry = _obj(content, f"{where}[{json.dumps(path)}]")
+        for key, value in flatten(entry.get("data")):
+            out[f"{path}:{key}" if key else path] = value
     return out
 
 
-def _replicate(entry: dict) -> Replicate | None:
-    data = entry.get("data") or {}
+def _number(value: Any, name: str, where: str) -> float | None:
+    """A metric's value as a float (NaN and infinities kept), ``None`` where it is not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        raise InputError(f"{where}: metric {name} is an integer of {len(str(abs(value)))} digits, too large for a "
+                         "float") from None
+
+
+def _name(entry: dict, where: str) -> str:
+    """A revision's name: its experiment or branch name, else its commit's short hash (``?`` without either)."""
+    name = _text(entry.get("name"), f"{where}.name")
+    rev = _text(entry.get("rev"), f"{where}.rev")
+    return name or (rev[:7] if len(rev) == 40 else rev) or "?"
+
+
+def _replicate(entry: dict, where: str) -> Replicate | None:
+    data = _obj(entry.get("data"), f"{where}.data")
+    name = _name(entry, where)
     if entry.get("error") or not data.get("metrics"):
         return None
-    metrics = {k: float(v) for k, v in _files(data["metrics"]).items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    rev = str(entry.get("rev", ""))
-    return Replicate(entry.get("name") or (rev[:7] if len(rev) == 40 else rev), metrics, _files(data.get("params")))
+    metrics = {}
+    for key, value in _files(data["metrics"], f"{where}.data.metrics").items():
+        number = _number(value, key, f"{where} ({name})")
+        if number is not None:
+            metrics[key] = number
+    return Replicate(name, metrics, _files(data.get("params"), f"{where}.data.params"))
 
 
 def replicates(exp_show: Any, workspace: bool = False) -> tuple[list[Replicate], list[str]]:
@@ -62,25 +155,33 @@ def replicates(exp_show: Any, workspace: bool = False) -> tuple[list[Replicate],
     and the experiments left out, as ``"<name> (<state>)"``.
 
     A queued or running experiment is left out: DVC lists it with its baseline's metrics files, which
-    would count the baseline twice. So is a failed one.
+    would count the baseline twice. So is a failed one. Input of another shape is :class:`InputError` naming
+    where (e.g. ``[1].experiments[0].revs``).
     """
     if not isinstance(exp_show, list):
-        raise InputError("the input is not the output of `dvc exp show --json` (expected a JSON list of revisions)")
+        raise InputError(f"{NOT_EXP_SHOW} (expected a JSON list of revisions, found {_kind(exp_show)})")
+    _depth_checked(exp_show)
     out, skipped = [], []
-    for entry in exp_show:
-        if not isinstance(entry, dict):
-            raise InputError("the input is not the output of `dvc exp show --json` (a revision is not an object)")
-        if entry.get("rev") != "workspace" or workspace:
-            rep = _replicate(entry)
+    for i, raw in enumerate(exp_show):
+        where = f"[{i}]"
+        if not isinstance(raw, dict):
+            raise InputError(f"{NOT_EXP_SHOW} (revision {where} is {_kind(raw)}, not an object)")
+        if raw.get("rev") != "workspace" or workspace:
+            rep = _replicate(raw, where)
             if rep is not None:
                 out.append(rep)
-        for exp in entry.get("experiments") or []:
-            state = (exp.get("executor") or {}).get("state", "success")
-            for rev in exp.get("revs") or []:
-                rep = _replicate(rev)
+        for j, exp in enumerate(_list(raw.get("experiments"), f"{where}.experiments")):
+            at = f"{where}.experiments[{j}]"
+            exp = _obj(exp, at)
+            state = _text(_obj(exp.get("executor"), f"{at}.executor").get("state"), f"{at}.executor.state")
+            state = state or "success"
+            for k, rev in enumerate(_list(exp.get("revs"), f"{at}.revs")):
+                rev_at = f"{at}.revs[{k}]"
+                rev = _obj(rev, rev_at)
+                rep = _replicate(rev, rev_at)
                 if state != "success" or rep is None:
-                    skipped.append(f"{exp.get('name') or rev.get('name') or rev.get('rev', '?')[:7]} "
-                                   f"({'no metrics' if state == 'success' else state})")
+                    label = _text(exp.get("name"), f"{at}.name") or _name(rev, rev_at)
+                    skipped.append(_plain(f"{label} ({'no metrics' if state == 'success' else state})"))
                 else:
                     out.append(rep)
     return out, skipped
@@ -105,48 +206,97 @@ class Row:
     sd: float  # sample sd (n - 1); NaN with one value
     low: float
     high: float
+    nonfinite: tuple[str, ...] = ()  # "<replicate>=<value>" for each NaN or infinite value
+
+
+def moments(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample sd (NaN for one value) of ``values``, by IEEE arithmetic where one is NaN or infinite.
+
+    Finite values are scaled by the largest magnitude first, so that values near the float limit (1e308) give
+    their mean and sd instead of overflowing.
+    """
+    n = len(values)
+    if not all(math.isfinite(v) for v in values):
+        mean = math.nan if any(math.isnan(v) for v in values) else sum(values) / n  # inf, or NaN for inf - inf
+        return mean, math.nan
+    scale = max(abs(v) for v in values) or 1.0
+    scaled = [v / scale for v in values]
+    mean = math.fsum(scaled) / n
+    sd = math.sqrt(math.fsum((v - mean) * (v - mean) for v in scaled) / (n - 1)) * scale if n > 1 else math.nan
+    return mean * scale, sd
 
 
 def summarise(reps: Sequence[Replicate], patterns: Iterable[str] = DEFAULT_METRICS) -> list[Row]:
     """Mean, sd, min and max of each metric matching ``patterns`` (globs on ``file:key``) over the replicates
-    that have it, in first-seen order."""
+    that have it, in first-seen order. A NaN value makes all four NaN; infinities are ordered values
+    (:func:`moments`)."""
     patterns = list(patterns)
-    names: list[str] = []
+    names: dict[str, None] = {}  # insertion-ordered set
     for r in reps:
-        names += [k for k in r.metrics if k not in names and any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+        for k in r.metrics:
+            if k not in names and any(fnmatch.fnmatchcase(k, p) for p in patterns):
+                names[k] = None
     rows = []
     for name in names:
-        values = [r.metrics[name] for r in reps if name in r.metrics]
-        n = len(values)
-        mean = sum(values) / n
-        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
-        rows.append(Row(name, n, mean, sd, min(values), max(values)))
+        have = [r for r in reps if name in r.metrics]
+        values = [r.metrics[name] for r in have]
+        mean, sd = moments(values)
+        if any(math.isnan(v) for v in values):
+            low = high = math.nan
+        else:
+            low, high = min(values), max(values)
+        odd = tuple(f"{r.name}={r.metrics[name]}" for r in have if not math.isfinite(r.metrics[name]))
+        rows.append(Row(name, len(values), mean, sd, low, high, odd))
     return rows
 
 
 def _num(x: float) -> str:
-    return "n/a" if math.isnan(x) else f"{x:.4g}"
+    return f"{x:.4g}"  # nan, inf and -inf as Python writes them
+
+
+def _plain(text: str) -> str:
+    """``text`` on one line: line breaks and tabs (in names and keys from the input) as spaces."""
+    return " ".join(text.replace("\t", " ").splitlines()) if text else text
+
+
+def _cell_md(text: str) -> str:
+    """``text`` inside a Markdown table cell: one line, ``|`` escaped."""
+    return _plain(text).replace("|", "\\|")
 
 
 def markdown(rows: Sequence[Row], reps: Sequence[Replicate], skipped: Sequence[str] = ()) -> str:
-    """The table as Markdown, with the replicates, the experiments left out and the params they differ in above
-    it."""
+    """The table as Markdown, with the replicates, the experiments left out, the params they differ in and any
+    non-finite values above it. The sd of a single value is ``n/a``; NaN shows as ``nan``."""
     varied = differing_params(reps)
-    head = [f"{len(reps)} replicates: {', '.join(r.name for r in reps)}", ""]
-    head += [f"- left out (not finished or no metrics): {', '.join(skipped)}"] if skipped else []
-    head += [f"- params that differ: `{k}` = {', '.join(json.dumps(v) for v in vals)}" for k, vals in varied.items()]
+    head = [_plain(f"{len(reps)} replicates: {', '.join(r.name for r in reps)}"), ""]
+    head += [_plain(f"- left out (not finished or no metrics): {', '.join(skipped)}")] if skipped else []
+    head += [_plain(f"- params that differ: `{k}` = {', '.join(json.dumps(v) for v in vals)}")
+             for k, vals in varied.items()]
     if not varied:
         head.append("- params that differ: none (the replicates repeat the same settings)")
+    odd = [f"`{r.metric}`: {', '.join(r.nonfinite)}" for r in rows if r.nonfinite]
+    if odd:
+        head.append(_plain("- non-finite values (a NaN makes its metric's mean, sd, min and max nan): "
+                           + "; ".join(odd)))
     lines = ["| metric | mean ± sd | min | max | n |", "|---|---:|---:|---:|---:|"]
-    lines += [f"| {r.metric} | {_num(r.mean)} ± {_num(r.sd)} | {_num(r.low)} | {_num(r.high)} | {r.n} |"
-              for r in rows]
+    lines += [f"| {_cell_md(r.metric)} | {_num(r.mean)} ± {'n/a' if r.n == 1 else _num(r.sd)} | {_num(r.low)} | "
+              f"{_num(r.high)} | {r.n} |" for r in rows]
     return "\n".join([*head, "", *lines]) + "\n"
 
 
 def csv(rows: Sequence[Row]) -> str:
-    lines = ["metric,n,mean,sd,min,max"]
-    lines += [f"{r.metric},{r.n},{r.mean:.6g},{r.sd:.6g},{r.low:.6g},{r.high:.6g}" for r in rows]
-    return "\n".join(lines) + "\n"
+    """``metric,n,mean,sd,min,max`` rows (6 significant digits; ``nan``, ``inf``), quoted where a name needs it."""
+    return _csv_text([["metric", "n", "mean", "sd", "min", "max"],
+                      *([r.metric, str(r.n), *(f"{x:.6g}" for x in (r.mean, r.sd, r.low, r.high))] for r in rows)])
+
+
+def _csv_text(rows: Iterable[Sequence[str]]) -> str:
+    import csv as csv_module
+    import io
+
+    out = io.StringIO()
+    csv_module.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
 
 
 # ----------------------------------------------------------------------------- hbnn headline
@@ -200,7 +350,7 @@ def aligned(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         top, _, label = name.rpartition(":")
         tops.append(top if top not in tops else "")
         labels.append(label)
-    table = [tops, labels, *map(list, rows)]
+    table = [tops, labels, *([_plain(c) for c in row] for row in rows)]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     last = len(header) - 1
 
@@ -214,9 +364,4 @@ def aligned(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def headline_csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    import csv as csv_module
-    import io
-
-    out = io.StringIO()
-    csv_module.writer(out, lineterminator="\n").writerows([header, *rows])
-    return out.getvalue()
+    return _csv_text([header, *rows])

@@ -1,9 +1,18 @@
-"""Reading and checking the report's inputs: traces, metrics and the tasks they were fit to."""
+"""Reading and checking the report's inputs: traces, metrics and the tasks they were fit to.
+
+The metrics files are checked against the shape the report reads (:func:`conform`): a key it needs that is
+missing, or a value of another type, is one :class:`InputError` naming the file and the key, before anything is
+drawn. Numbers must be finite (the stages write a non-finite value as ``null``); where the report does arithmetic
+on a number the stages may write as ``null`` (a standard error of one row), ``null`` is read as NaN.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +26,184 @@ from hbnn.report.numbers import METRICS_FILES, lookup
 from hbnn.variants import BY_NAME
 
 
-def read_json(path: Path, what: str) -> dict:
+def read_json(path: Path, what: str) -> Any:
     """A metrics JSON file, or :class:`InputError` naming it."""
     if not path.is_file():
         raise InputError(f"{what} {path} does not exist; run the stage that writes it first (dvc repro)")
     try:
         return json.loads(path.read_text())
+    except OSError as err:
+        raise InputError(f"{what} {path} cannot be read ({err.strerror or err})") from err
     except ValueError as err:
         raise InputError(f"{what} {path} is not valid JSON ({err})") from err
+    except RecursionError:  # json's decoder recurses once per level of nesting
+        raise InputError(f"{what} {path} is not a metrics file: its JSON nests too deeply") from None
+
+
+# ----------------------------------------------------------------------------- shapes of the metrics files
+NUM = "a finite number or null"  # kept as written (the report's fmt shows null as n/a)
+NUM_NAN = "a finite number (or null, read as NaN)"  # the report computes with it
+COUNT = "a whole number >= 0"
+COUNT_OR_NULL = "a whole number >= 0 or null"
+TEXT = "a string"
+TEXT_OR_NULL = "a string or null"
+ANY = "anything"
+
+
+@dataclass(frozen=True)
+class Each:
+    """An object whose every value has ``shape`` (and, where ``keys`` is given, whose keys match it)."""
+
+    shape: Any
+    keys: str | None = None  # a regular expression every key must match in full
+    keys_say: str = ""  # what such a key looks like, for messages
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A list whose every item has ``shape``."""
+
+    shape: Any
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), "a number")
+
+
+def _is_number(value: Any) -> bool:
+    """A JSON number that is finite as a float (an integer of hundreds of digits is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def conform(value: Any, shape: Any, where: str = "") -> Any:
+    """``value`` checked against ``shape`` (a dict of keys, ``"key?"`` optional; :class:`Each`, :class:`ListOf`
+    or one of the leaf kinds above), with ``null`` read as NaN where the shape is :data:`NUM_NAN`; a mismatch is
+    ``ValueError("<where> is missing")`` or ``ValueError("<where> is <kind>, expected <shape>")``."""
+    def bad(expected: str) -> ValueError:
+        return ValueError(f"{where or 'the file'} is {_kind(value)}, expected {expected}")
+
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            raise bad("an object")
+        out = dict(value)
+        for key, inner in shape.items():
+            name = key.rstrip("?")
+            if name not in value:
+                if key.endswith("?"):
+                    continue
+                raise ValueError(f"{where + '.' if where else ''}{name} is missing")
+            out[name] = conform(value[name], inner, f"{where + '.' if where else ''}{name}")
+        return out
+    if isinstance(shape, Each):
+        if not isinstance(value, dict):
+            raise bad("an object")
+        for key in value:
+            if shape.keys is not None and not re.fullmatch(shape.keys, key):
+                shown = key if len(key) <= 40 else f"{key[:37]}..."
+                raise ValueError(f"{where} has the key {shown!r}, expected {shape.keys_say}")
+        return {k: conform(v, shape.shape, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(shape, ListOf):
+        if not isinstance(value, list):
+            raise bad("a list")
+        return [conform(v, shape.shape, f"{where}[{i}]") for i, v in enumerate(value)]
+    if shape in (NUM, NUM_NAN):
+        if value is None:
+            return math.nan if shape == NUM_NAN else None
+        if not _is_number(value):
+            raise bad(shape)
+        return value
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    ok = {COUNT: count, COUNT_OR_NULL: lambda v: v is None or count(v),
+          TEXT: lambda v: isinstance(v, str), TEXT_OR_NULL: lambda v: v is None or isinstance(v, str),
+          ANY: lambda v: True}[shape]
+    if not ok(value):
+        raise bad(shape)
+    return value
+
+
+_SCORES = Each(NUM)  # a train or test section: accuracy, log_loss, rmse, lpd, coverage_94, n ...
+SAMPLING = {  # a fit's ``sampling`` section (and the timings file's, merged into it)
+    **{f"{k}?": NUM for k in ("max_rhat", "max_rhat_fn", "min_ess_bulk", "min_ess_bulk_fn", "seconds",
+                              "compile_seconds")},
+    "divergences?": COUNT_OR_NULL,
+    "group_sd?": Each({"rhat?": NUM, "ess_bulk?": NUM, "ess_tail?": NUM}),
+    "flagged_groups?": Each({"reason?": TEXT}),
+    "thinned_groups?": Each({"draws_per_chain": ANY, "thinned_by": ANY,
+                             "missed": {"draws_per_chain": ANY, "max_rhat?": NUM, "min_ess_bulk?": NUM}}),
+    "target_accept_raised?": Each({"missed": {"divergences": ANY, "transitions": ANY}, "divergences": ANY,
+                                   "transitions": ANY, "target_accept": ANY}),
+    "restarted?": ListOf({"draws_per_chain": ANY, "reason": TEXT, "restarted_from_chain": ANY,
+                          "leapfrog_steps": NUM_NAN}),
+}
+FIT_METRICS = {  # metrics/detail/{flat,hier,informed}.json
+    "per_group": Each({"rhat_fn?": NUM, "ess_bulk_fn?": NUM, "test?": _SCORES, "train?": _SCORES,
+                       "advi_loss?": {"still_falling": ANY, "drop?": NUM_NAN, "z?": NUM_NAN}}),
+    "train?": _SCORES, "test?": _SCORES, "sampling?": SAMPLING,
+}
+PRIOR_METRICS = {  # metrics/detail/prior.json
+    "layers?": Each({"group_sd?": {f"{k}?": NUM for k in ("mean", "sd", "q05", "q95")}}),
+    "alignment?": Each(ANY),
+}
+SIZE_LABEL = r"n[0-9]{1,9}|all"  # transfer's sizes: n<rows> or all (hbnn.transfer.in_size_order)
+
+
+def transfer_shape(score: str) -> dict:
+    """What the report reads of ``metrics/detail/transfer.json``, for a likelihood whose headline is ``score``."""
+    test = {score: NUM_NAN, "lpd_mean": NUM_NAN}
+    model = {"test": test, "lpd_se": NUM_NAN, "fits_not_converged": COUNT}
+    fits = {"fits": COUNT, "fits_not_converged": COUNT}
+    return {
+        "heldout_groups": ListOf(TEXT), "training_groups": ListOf(TEXT), "skipped": ListOf(TEXT),
+        "stops_mattering": TEXT_OR_NULL,
+        "sizes": Each({"rows_mean": NUM_NAN, "groups": COUNT, "difference": {"mean": NUM_NAN, "se": NUM_NAN},
+                       "flat": model, "informed": model}, SIZE_LABEL, "n<rows> or all"),
+        "population": {"test": test},
+        "fits": {"flat": Each(ANY, rf".*/({SIZE_LABEL})", "<group>/<size>")},
+        "sampling": {"flat": fits, "informed": fits,
+                     "hierarchical": {"max_rhat": NUM, "min_ess_bulk": NUM, "groups_not_converged": COUNT,
+                                      "group_sd?": SAMPLING["group_sd?"], "restarted?": ListOf({"reason": TEXT})}},
+    }
+
+
+def read_checked(path: Path, what: str, shape: Any) -> Any:
+    """:func:`read_json` of ``path`` checked against ``shape`` (:func:`conform`), or :class:`InputError` naming the
+    file and the key; rerunning the stage that writes it rewrites it in its shape."""
+    try:
+        return conform(read_json(path, what), shape)
+    except ValueError as err:
+        raise InputError(f"{what} {path}: {err}; rerun the stage that writes it (dvc repro)") from None
+
+
+def read_metrics(metrics_dir: Path, timings_dir: Path, names: Sequence[str], score: str
+                 ) -> tuple[dict[str, dict], dict, dict | None]:
+    """Every model's detail metrics (with its timings file's ``sampling`` merged in), ``prior.json``'s and
+    ``transfer.json``'s (``None`` where the transfer stages have not run), each checked for the shape the report
+    reads and for covering ``names``; ``score``: the likelihood's headline score."""
+    metrics = {v: read_checked(detail_path(metrics_dir / f), "metrics file", FIT_METRICS)
+               for v, f in METRICS_FILES.items()}
+    prior = read_checked(detail_path(metrics_dir / "prior.json"), "metrics file", PRIOR_METRICS)
+    transfer_path = detail_path(metrics_dir / "transfer.json")
+    transfer = (read_checked(transfer_path, "metrics file", transfer_shape(score)) if transfer_path.is_file()
+                else None)
+    check_metrics(metrics, metrics_dir, names)
+    for v, f in METRICS_FILES.items():  # wall-clock times, for the diagnostics table only
+        timing = read_checked(timings_dir / f, "timing file", {"sampling?": SAMPLING})
+        metrics[v]["sampling"] = {**metrics[v].get("sampling", {}), **timing.get("sampling", {})}
+    return metrics, prior, transfer
+
 
 def open_traces(paths: dict[str, Path], params: Params) -> dict[str, Any]:
     """Every trace's ``posterior`` and ``sample_stats`` opened lazily (variant and params checked, nothing loaded

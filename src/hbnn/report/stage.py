@@ -10,7 +10,7 @@ import numpy as np
 from hbnn import budget, evaluation, likelihoods, plots
 from hbnn.config import Params
 from hbnn.data import load_tasks
-from hbnn.io import close_trace, detail_path, settings_from_attrs, staged_outputs
+from hbnn.io import close_trace, settings_from_attrs, staged_outputs
 from hbnn.network import has_bias
 from hbnn.prior import load_prior
 from hbnn.report.document import render_html, render_markdown
@@ -26,16 +26,15 @@ from hbnn.report.figures import (
     transfer_figure,
 )
 from hbnn.report.inputs import (
-    check_metrics,
     check_traces,
     data_settings,
     group_level_vars,
     load_vars,
     open_traces,
-    read_json,
+    read_metrics,
     trace_specs,
 )
-from hbnn.report.numbers import LABELS, METRICS_FILES, MODELS, lookup
+from hbnn.report.numbers import LABELS, MODELS
 from hbnn.report.outputs import advi_loss, calibration_csv, loss_csv, per_group_csv, summary, write_figures
 from hbnn.report.sections import (
     _accuracy_section,
@@ -89,14 +88,7 @@ def report(
     tasks = load_tasks(tasks_path, params=params)
     lik = likelihoods.get(tasks.likelihood)
     names = tasks.group_names
-    metrics = {v: read_json(detail_path(metrics_dir / f), "metrics file") for v, f in METRICS_FILES.items()}
-    prior_metrics = read_json(detail_path(metrics_dir / "prior.json"), "metrics file")
-    transfer_path = detail_path(metrics_dir / "transfer.json")
-    transfer_metrics = read_json(transfer_path, "metrics file") if transfer_path.is_file() else None
-    check_metrics(metrics, metrics_dir, names)
-    for v, f in METRICS_FILES.items():  # wall-clock times, for the diagnostics table only
-        timing = read_json(timings_dir / f, "timing file")
-        metrics[v].setdefault("sampling", {}).update(lookup(timing, "sampling") or {})
+    metrics, prior_metrics, transfer_metrics = read_metrics(metrics_dir, timings_dir, names, lik.score)
     paths = {"flat": flat_trace, "hierarchical": hier_trace, "informed": informed_trace}
     traces = open_traces(paths, params)
     try:

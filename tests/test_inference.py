@@ -88,7 +88,8 @@ def test_nutpie_wrappers_are_reused_across_compiles_and_sample_identically(tmp_p
     assert len(list(tmp_path.glob("*.nbi"))) == 4  # one index per wrapper and structure
     # and numba's own cache key is untouched outside compile_numba
     assert numba.core.caching.FunctionCache._index_key.__module__ == "numba.core.caching"
-    assert all(c.__module__.startswith("numba") or c.__module__.startswith("pytensor")
+    # (hbnn.cache_guard's locator stays: it answers for hbnn's kernel folders only)
+    assert all(c.__module__.split(".")[0] in ("numba", "pytensor") or c.__module__ == "hbnn.cache_guard"
                for c in numba.core.caching.CacheImpl._locator_classes)
 
 

@@ -20,7 +20,9 @@ from hbnn.errors import (
     OutputError,
     interrupts_reported,
     one_line,
+    unexpected,
 )
+from hbnn.homes import use_writable_homes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command in ("summarise", "headline"):
         return _summarise(args)
+    use_writable_homes()  # before logs.configure, which says what it moved
     # Logs go to standard error, so `--output -` leaves standard output to the CSV.
     logs.configure()
     try:
@@ -93,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OutputError as err:
         print(f"error: {one_line(err)}", file=sys.stderr)
         return EXIT_FAILED
+    except Exception as err:  # noqa: BLE001 - never a traceback: one line, and how to see the rest
+        return unexpected(err)
     return 0
 
 
@@ -138,4 +143,6 @@ def _summarise(args) -> int:
     except InputError as err:
         print(f"error: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception as err:  # noqa: BLE001 - never a traceback: one line, and how to see the rest
+        return unexpected(err)
     return 0

@@ -139,6 +139,18 @@ def one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
+def unexpected(err: Exception) -> int:
+    """Report an error no check of hbnn's foresaw as one ``error:`` line (its type and message: a defect in hbnn or
+    a library, worth reporting) and return :data:`EXIT_FAILED`; with ``HBNN_TRACEBACK=1`` the traceback follows."""
+    import traceback
+
+    print(f"error: unexpected {type(err).__name__}: {one_line(err)} (set HBNN_TRACEBACK=1 to see where; outputs "
+          "unchanged)", file=sys.stderr)
+    if os.environ.get("HBNN_TRACEBACK"):
+        traceback.print_exception(err, file=sys.stderr)
+    return EXIT_FAILED
+
+
 def exit_stage(code: int) -> NoReturn:
     """End a stage's process with ``code`` now, inside :func:`interrupts_reported`'s block.
 

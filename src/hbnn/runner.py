@@ -19,6 +19,7 @@ from hbnn.errors import (
     checked_before_commit,
     interrupts_reported,
     one_line,
+    unexpected,
 )
 
 
@@ -63,18 +64,6 @@ def run_stage(
         return unexpected(err)
     return 0
 
-
-def unexpected(err: Exception) -> int:
-    """Report an error no check of hbnn's foresaw as one ``error:`` line (its type and message: a defect in hbnn or
-    a library, worth reporting) and return :data:`EXIT_FAILED`; with ``HBNN_TRACEBACK=1`` the traceback follows."""
-    import os
-    import traceback
-
-    print(f"error: unexpected {type(err).__name__}: {one_line(err)} (set HBNN_TRACEBACK=1 to see where; outputs "
-          "unchanged)", file=sys.stderr)
-    if os.environ.get("HBNN_TRACEBACK"):
-        traceback.print_exception(err, file=sys.stderr)
-    return EXIT_FAILED
 
 
 def skip_dask_array_lookup() -> None:

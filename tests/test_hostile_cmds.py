@@ -431,7 +431,7 @@ def test_a_transfer_file_of_another_shape_is_one_error_naming_file_and_key(tmp_p
     ("metrics/detail/prior.json", {"layers": {"in": {"group_sd": {"mean": "x"}}}}, "layers.in.group_sd.mean"),
     ("timings/flat.json", {"sampling": [1]}, "sampling is a list, expected an object"),
     ("timings/flat.json", {"sampling": {"max_rhat_fn": "1.0"}}, "sampling.max_rhat_fn is a string"),
-    ("metrics/detail/flat.json", "[" * 5000 + "]" * 5000, "its JSON nests too deeply"),
+    ("metrics/detail/flat.json", "[" * 50_000 + "]" * 50_000, "its JSON nests too deeply"),  # past any recursion limit
 ])
 def test_the_other_metrics_files_are_checked_too(tmp_path, file, content, expected):
     _detail_files(tmp_path, NAMES, _transfer())

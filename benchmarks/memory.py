@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,10 +32,8 @@ SAMPLER = {"backend": "nutpie", "chains": 2, "tune": 10, "draws": 10, "max_draws
            "target_accept": 0.9, "mass_matrix": "diag"}
 
 
-def table(small: int, rows: int, large: int, seed: int = 0) -> "pd.DataFrame":  # noqa: F821
+def table(small: int, rows: int, large: int, seed: int = 0) -> pd.DataFrame:
     """``small`` groups of ``rows`` rows and one group of ``large`` rows: two features, a 0/1 label, a split."""
-    import pandas as pd
-
     rng = np.random.default_rng(seed)
     sizes = [rows] * small + [large]
     group = np.repeat([f"s{i:05d}" for i in range(small)] + ["large"], sizes)

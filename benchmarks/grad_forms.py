@@ -36,9 +36,9 @@ import pytensor
 import pytensor.tensor as pt
 
 from hbnn.config import parse_params
-from hbnn.data import Tasks, make_moons_tasks
-from hbnn.models import build_hierarchical_model
-from hbnn.network import layer_coords, layer_specs
+from hbnn.data.tasks import Tasks, make_moons_tasks
+from hbnn.model.builders import build_hierarchical_model
+from hbnn.model.network import layer_coords, layer_specs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_floor  # noqa: E402
@@ -189,7 +189,7 @@ def fwd_fold2d(x, ws, shapes, G):
 
 FORMS: dict[str, Callable] = {
     "baseline": lambda *a: _model(*a, fwd_matmul),
-    "models.py": lambda *a: build_hierarchical_model(*a),  # whatever src/hbnn/models.py builds now
+    "models.py": lambda *a: build_hierarchical_model(*a),  # whatever src/hbnn/model/builders.py builds now
     "batched_dot": lambda *a: _model(*a, fwd_batched_dot),
     "einsum": lambda *a: _model(*a, fwd_einsum),
     "bcast_sum": lambda *a: _model(*a, fwd_bcast),

@@ -2,13 +2,13 @@
 
 For each group count it writes a CSV of that many groups of ``--rows`` rows each
 (two features, a 0/1 label in both classes in every group, no split column: the
-table is split by :func:`hbnn.data.stratified_split`), then times in this process:
+table is split by :func:`hbnn.data.tasks.stratified_split`), then times in this process:
 
-- ``check_params``: :func:`hbnn.budget.check_params` (reads and checks the table,
+- ``check_params``: :func:`hbnn.pipeline.budget.check_params` (reads and checks the table,
   then every stage's cost);
-- ``make_data``: :func:`hbnn.stages.make_data.make_data` (reads and checks it
+- ``make_data``: :func:`hbnn.pipeline.stages.make_data.make_data` (reads and checks it
   again and writes ``data/tasks.nc``);
-- ``tasks``: :func:`hbnn.data.load_tasks` of that file, ``padded("train")`` (the
+- ``tasks``: :func:`hbnn.data.tasks.load_tasks` of that file, ``padded("train")`` (the
   hierarchical fit's layout) and ``split("test")`` with every group's ``rows``
   (the per-group fits' and the evaluation's use).
 
@@ -59,10 +59,10 @@ def params_for(table: Path) -> dict:
 
 
 def time_one(n_groups: int, rows: int, d: Path) -> dict[str, float]:
-    from hbnn.budget import check_params
     from hbnn.config import load_params
-    from hbnn.data import load_tasks
-    from hbnn.stages.make_data import make_data
+    from hbnn.data.tasks import load_tasks
+    from hbnn.pipeline.budget import check_params
+    from hbnn.pipeline.stages.make_data import make_data
 
     table = d / f"table_{n_groups}.csv"
     write_table(table, n_groups, rows)
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     import xarray  # noqa: F401 - loaded first, so that no row's time holds the import
 
-    from hbnn.runner import skip_dask_array_lookup
+    from hbnn.pipeline.runner import skip_dask_array_lookup
 
     skip_dask_array_lookup()
     print(f"{'groups':>8} {'rows':>8} {'check_params s':>15} {'make_data s':>12} {'tasks s':>8}", flush=True)

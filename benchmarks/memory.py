@@ -4,8 +4,8 @@
 small groups and one large one, runs ``make_data`` and then ``fit_hier`` (tiny draws; the hand-written density is
 checked against PyMC's model, as a first fit of a model is) as their own processes in a scratch directory, and
 records each process's peak resident memory (``ru_maxrss`` from ``wait4``) beside the estimate
-:func:`hbnn.budget.fit_estimate` gives for the same sizes. The hierarchical model lays every group out as wide as
-the largest (:meth:`hbnn.data.Tasks.padded`), so its memory grows with groups x largest group's rows, which is
+:func:`hbnn.pipeline.budget.fit_estimate` gives for the same sizes. The hierarchical model lays every group out as wide
+as the largest (:meth:`hbnn.data.tasks.Tasks.padded`), so its memory grows with groups x largest group's rows, which is
 what these tables stress. ``tests/test_budget.py`` holds the estimates to the recorded peaks.
 """
 
@@ -65,8 +65,8 @@ def run(script: str, args: list[str], cwd: Path, env: dict) -> tuple[float, floa
 
 def measure(small: int, rows: int, large: int) -> dict:
     """Peak memory and seconds of make_data and fit_hier on one table, and the budget's estimate."""
-    from hbnn.budget import fit_estimate
     from hbnn.config import parse_params
+    from hbnn.pipeline.budget import fit_estimate
 
     with tempfile.TemporaryDirectory(prefix="hbnn-memory-") as tmp:
         work = Path(tmp)

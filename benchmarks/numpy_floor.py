@@ -2,7 +2,7 @@
 
 This is the cost floor that a sampler's per-gradient cost is compared with
 (DESIGN.md: "about 90 us per evaluation"). It evaluates exactly the density
-that PyMC gives NUTS for :func:`hbnn.models.build_hierarchical_model`, in the
+that PyMC gives NUTS for :func:`hbnn.model.builders.build_hierarchical_model`, in the
 unconstrained space the sampler sees:
 
 * per layer, in PyMC's ``model.value_vars`` order: ``mu_<layer>`` (per weight),
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hbnn.data import Tasks
-from hbnn.network import layer_specs
+from hbnn.data.tasks import Tasks
+from hbnn.model.network import layer_specs
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _HALFNORMAL_CONST = math.log(2.0) - 0.5 * _LOG_2PI
@@ -62,7 +62,7 @@ class NumpyFloor:
 
     ``X`` is the padded ``(group, row, feature)`` block, ``y`` the labels of the
     real rows and ``valid`` their positions in the flattened ``group*row`` axis
-    (see :class:`hbnn.data.Padded`).
+    (see :class:`hbnn.data.tasks.Padded`).
     """
 
     def __init__(self, X: np.ndarray, y: np.ndarray, valid: np.ndarray, hidden_layers: Sequence[int]):
@@ -181,7 +181,7 @@ def us_per_grad(floor: NumpyFloor, repeats: int = 7, number: int = 2000, seed: i
 
 def default_floor() -> NumpyFloor:
     from hbnn.config import parse_params
-    from hbnn.data import make_moons_tasks
+    from hbnn.data.tasks import make_moons_tasks
 
     params = parse_params({})
     return NumpyFloor.from_tasks(Tasks(make_moons_tasks(params)), params.model.hidden_layers)

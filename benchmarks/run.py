@@ -9,7 +9,7 @@ Definitions (also written into the JSON under ``definitions``):
 - ``wall_s``: compile + sampling seconds of the fit (from ``timings/*.json``);
   ``process_s`` is the whole stage process (imports, data, evaluation, writing).
 - ``us_per_grad``: one log-density + gradient evaluation of the default
-  hierarchical model in the form the backend samples (nutpie: :mod:`hbnn.kernel`), timed directly (minimum
+  hierarchical model in the form the backend samples (nutpie: :mod:`hbnn.density.kernel`), timed directly (minimum
   over repeats). ``sampler_us_per_grad`` is sampling seconds / leapfrog steps,
   sampler overhead included, where the backend reports its tuning steps.
 - ``min_ess_bulk``: minimum bulk ESS over the group sds and the function-space
@@ -48,7 +48,7 @@ DEFINITIONS = {
     "compile_s": "model compilation seconds (null where the backend compiles inside sampling: pymc, JAX)",
     "grad_evals": "leapfrog steps over tuning and draws, both chains (JAX bridge: draws only, see grad_evals_cover)",
     "us_per_grad": "direct timing of the logp+gradient the backend samples (nutpie: the hand-written one of "
-                   "hbnn.kernel), min over repeats",
+                   "hbnn.density.kernel), min over repeats",
     "sampler_us_per_grad": "sampling seconds x parallel chains / grad_evals (sampler overhead included)",
     "min_ess_bulk": "min bulk ESS over group sds and function-space test probabilities",
     "ess_per_s": "min_ess_bulk / wall_s",
@@ -125,8 +125,8 @@ def _draw_steps(trace: Path) -> int:
 # ----------------------------------------------------------------------------- gradients
 def _default_model():
     from hbnn.config import parse_params
-    from hbnn.data import Tasks, make_moons_tasks
-    from hbnn.models import build_hierarchical_model
+    from hbnn.data.tasks import Tasks, make_moons_tasks
+    from hbnn.model.builders import build_hierarchical_model
 
     params = parse_params(yaml.safe_load((ROOT / "params.yaml").read_text()))
     tasks = Tasks(make_moons_tasks(params))
@@ -154,8 +154,8 @@ def direct_us_per_grad(backend: str, repeats: int = 20, inner: int = 200) -> flo
     x = model.initial_point()
     rng = np.random.default_rng(0)
     flat = np.concatenate([np.ravel(v) for v in x.values()]) + rng.normal(0, 0.1, sum(np.size(v) for v in x.values()))
-    if backend == "nutpie":  # nutpie samples the hand-written log density (hbnn.kernel), not PyTensor's
-        from hbnn.kernel import HierarchicalDensity
+    if backend == "nutpie":  # nutpie samples the hand-written log density (hbnn.density.kernel), not PyTensor's
+        from hbnn.density.kernel import HierarchicalDensity
 
         pad, m = tasks.padded("train"), params.model
         density = HierarchicalDensity(pad.X, pad.y, pad.counts, tuple(m.hidden_layers), m.bias, m.likelihood,

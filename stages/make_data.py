@@ -1,4 +1,4 @@
-"""DVC stage `make_data`: see `hbnn.stages.make_data`."""
+"""DVC stage `make_data`: see `hbnn.pipeline.stages.make_data`."""
 
 import _checkout  # noqa: F401 - first: this checkout's src/ before any installed hbnn
 
@@ -8,7 +8,7 @@ PATHS = ["out"]
 
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
-        from hbnn.runner import run_stage
-        from hbnn.stages.make_data import make_data
+        from hbnn.pipeline.runner import run_stage
+        from hbnn.pipeline.stages.make_data import make_data
 
         exit_stage(run_stage(__doc__, PATHS, make_data))

@@ -10,7 +10,7 @@ PATHS = [
 
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
+        from hbnn.pipeline.runner import run_stage
         from hbnn.report.stage import report
-        from hbnn.runner import run_stage
 
         exit_stage(run_stage(__doc__, PATHS, report))

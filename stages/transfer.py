@@ -1,4 +1,4 @@
-"""DVC stage `transfer`: see `hbnn.stages.transfer`."""
+"""DVC stage `transfer`: see `hbnn.pipeline.stages.transfer`."""
 
 import _checkout  # noqa: F401 - first: this checkout's src/ before any installed hbnn
 
@@ -9,7 +9,7 @@ PATHS = ["tasks_path", "hier_trace", "prior_path", "prior_metrics", "flat_trace_
 
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
-        from hbnn.runner import run_stage
-        from hbnn.stages.transfer import run_transfer
+        from hbnn.pipeline.runner import run_stage
+        from hbnn.pipeline.stages.transfer import run_transfer
 
         exit_stage(run_stage(__doc__, PATHS, run_transfer))

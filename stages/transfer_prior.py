@@ -1,4 +1,4 @@
-"""DVC stage `transfer_prior`: see `hbnn.stages.transfer`."""
+"""DVC stage `transfer_prior`: see `hbnn.pipeline.stages.transfer`."""
 
 import _checkout  # noqa: F401 - first: this checkout's src/ before any installed hbnn
 
@@ -8,7 +8,7 @@ PATHS = ["tasks_path", "trace_out", "prior_out", "metrics_out", "timing_out"]
 
 if __name__ == "__main__":
     with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
-        from hbnn.runner import run_stage
-        from hbnn.stages.transfer import transfer_prior
+        from hbnn.pipeline.runner import run_stage
+        from hbnn.pipeline.stages.transfer import transfer_prior
 
         exit_stage(run_stage(__doc__, PATHS, transfer_prior))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hbnn.config import parse_params
-from hbnn.data import Tasks, make_moons_tasks, tasks_dataset
+from hbnn.data.tasks import Tasks, make_moons_tasks, tasks_dataset
 
 TINY = {
     "n_groups": 3,
@@ -25,7 +25,7 @@ TINY = {
 
 @pytest.fixture(autouse=True, scope="session")
 def own_density_checks(tmp_path_factory):
-    """Every session checks each hand-written density it samples against PyMC's model (hbnn.kernel), in this
+    """Every session checks each hand-written density it samples against PyMC's model (hbnn.density.kernel), in this
     process and in the stage processes it starts, instead of trusting a record left by an earlier run."""
     import os
 

@@ -11,13 +11,13 @@ import pytest
 import xarray as xr
 from conftest import TINY
 
-from hbnn import inference
 from hbnn.config import ConfigError, parse_params
-from hbnn.data import make_moons_tasks
-from hbnn.io import RUN_TIME_ATTRS, RUN_TIME_STATS, write_netcdf
-from hbnn.models import build_flat_model
-from hbnn.stages.fit_hier import fit_hier
-from hbnn.trace import Trace
+from hbnn.data.tasks import make_moons_tasks
+from hbnn.files.io import RUN_TIME_ATTRS, RUN_TIME_STATS, write_netcdf
+from hbnn.files.trace import Trace
+from hbnn.model.builders import build_flat_model
+from hbnn.pipeline.stages.fit_hier import fit_hier
+from hbnn.sampling import inference
 
 ADVI = {"iterations": 300, "learning_rate": 0.02}
 
@@ -238,7 +238,7 @@ def test_fit_stops_at_max_draws_even_while_the_bar_is_missed(tiny_tasks, backend
 
 
 def test_nutpie_keeps_the_draws_up_to_the_extrapolated_look_that_meets_the_bar(tiny_tasks, monkeypatch):
-    from hbnn.evaluation import Shortfall
+    from hbnn.diagnostics.evaluation import Shortfall
 
     monkeypatch.setattr(inference, "CHECK_UNIT", 1)
     fixed, _ = _blocks_fit(tiny_tasks, "nutpie", 0, [])
@@ -284,7 +284,7 @@ def test_nutpie_starts_the_chains_again_from_the_best_chain_where_the_first_look
 
 
 def test_a_fit_that_stops_with_divergences_past_the_bar_and_no_restart_left_says_so(tiny_tasks, monkeypatch, caplog):
-    from hbnn import evaluation
+    from hbnn.diagnostics import evaluation
 
     _blocks_fit(tiny_tasks, "nutpie", 100, [None])
     assert "no restart left" not in caplog.text  # within the bar: nothing to say
@@ -333,7 +333,7 @@ def test_nutpie_counts_the_steps_of_chains_still_running(tiny_tasks):
 
 
 def test_nutpie_chains_start_at_the_unconstrained_values_of_a_draw(tiny_tasks):
-    from hbnn import kernel
+    from hbnn.density import kernel
 
     pad = tiny_tasks.padded("train")
     density = kernel.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0,
@@ -362,7 +362,7 @@ def _first_look(diverging, logp, step_size=(0.01, 0.01)) -> Trace:
 
 
 def test_restart_reason_names_divergent_or_stuck_chains_and_the_chain_to_start_from():
-    from hbnn.evaluation import Shortfall
+    from hbnn.diagnostics.evaluation import Shortfall
 
     rng = np.random.default_rng(0)
     logp = rng.normal(-2155.0, 25.0, (2, 500))
@@ -403,7 +403,7 @@ def test_restart_reason_names_divergent_or_stuck_chains_and_the_chain_to_start_f
 
 def test_next_check_goes_where_the_smallest_ess_extrapolates_within_a_block(caplog):
     from hbnn.config import SamplerParams
-    from hbnn.evaluation import Shortfall
+    from hbnn.diagnostics.evaluation import Shortfall
 
     caplog.set_level("INFO", logger=inference.log.name)
     s = SamplerParams(backend="nutpie", draws=500, max_draws=5000)

@@ -27,15 +27,15 @@ from conftest import TINY
 from test_predict import NEW, write_trace
 
 from hbnn import cli
-from hbnn.budget import check_params
 from hbnn.config import ConfigError, load_params, parse_params
-from hbnn.data import Tasks
+from hbnn.data.tasks import Tasks
 from hbnn.errors import SamplingError
-from hbnn.inference import _check_complete
-from hbnn.runner import run_stage
-from hbnn.stages.fit_flat import fit_flat
-from hbnn.stages.fit_hier import fit_hier
-from hbnn.stages.make_data import make_data
+from hbnn.pipeline.budget import check_params
+from hbnn.pipeline.runner import run_stage
+from hbnn.pipeline.stages.fit_flat import fit_flat
+from hbnn.pipeline.stages.fit_hier import fit_hier
+from hbnn.pipeline.stages.make_data import make_data
+from hbnn.sampling.inference import _check_complete
 
 ROOT = Path(__file__).resolve().parents[1]
 SITES = ROOT / "data" / "examples" / "sites.csv"
@@ -173,7 +173,7 @@ def test_fit_stages_check_their_budget(workspace, capsys):
 def test_advi_time_estimates_follow_the_measured_fits(stage, n_groups, sampler, measured_s):
     """The budget's ADVI time against the sampling seconds of these fits on 2 cores (the hierarchical one
     was estimated at 4 s before every parameter's update was counted): high rather than low, within 2x."""
-    from hbnn.budget import fit_estimate
+    from hbnn.pipeline.budget import fit_estimate
 
     key = "sampler" if stage == "fit_flat" else "hier_sampler"
     params = parse_params({**yaml.safe_load(Path("params.yaml").read_text()), "n_groups": n_groups,
@@ -190,7 +190,7 @@ def test_report_estimates_follow_the_measured_reports(many, measured_s, measured
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # benchmarks/ is a package at the repository root
     from benchmarks.run import MANY_GROUPS, _overridden
-    from hbnn.budget import report_estimate
+    from hbnn.pipeline.budget import report_estimate
 
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     params = parse_params(_overridden(raw, MANY_GROUPS) if many else raw)
@@ -392,7 +392,7 @@ def test_a_model_whose_density_overflows_is_one_error_line(workspace, capsys):
 
 
 def test_nutpies_refusal_to_start_is_one_sampling_error():
-    from hbnn.inference import _no_start_refused
+    from hbnn.sampling.inference import _no_start_refused
 
     rust = "All initialization points failed\n\nCaused by:\n    Logp function returned error: ErrorCode(3)\n\nStack"
     with pytest.raises(SamplingError, match=r"no initial point .* \(Logp function returned error: ErrorCode\(3\)\)"):
@@ -675,7 +675,7 @@ def test_check_params_warns_where_a_fit_keeps_fewer_draws_than_the_bar_needs(wor
         caplog.clear()
         code, err = _run("check_params", _yaml(params), capsys)
         assert code == 0, err
-        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "hbnn.budget"]
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "hbnn.pipeline.budget"]
 
     (warned,) = warnings_of(raw)
     assert warned.startswith("sampler.chains x sampler.draws = 2 x 100 = 200 draws per fit, fewer than the bulk ESS "

@@ -13,10 +13,10 @@ import pytest
 from conftest import TINY
 from test_stages import _run_pipeline
 
-from hbnn.budget import n_weights
-from hbnn.models import build_flat_model, build_hierarchical_model, build_informed_model
-from hbnn.network import has_bias, layer_coords, layer_specs, mlp_logit
-from hbnn.prior import Symmetry, apply_symmetry, match_symmetry
+from hbnn.model.builders import build_flat_model, build_hierarchical_model, build_informed_model
+from hbnn.model.network import has_bias, layer_coords, layer_specs, mlp_logit
+from hbnn.model.prior import Symmetry, apply_symmetry, match_symmetry
+from hbnn.pipeline.budget import n_weights
 
 
 def test_layers_get_a_bias_row_and_their_own_input_dims():
@@ -104,7 +104,7 @@ def test_bias_runs_end_to_end_and_predicts_off_the_origin(bias_pipeline):
     const = az.from_netcdf(d / "traces" / "hier.nc").constant_data
     row = {"group": ["g00", "new"], **{f: [float(const["x_mean"].sel(feature=f))] * 2 for f in ("x1", "x2")}}
     pd.DataFrame(row).to_csv(d / "origin.csv", index=False)
-    from hbnn.predict import predict
+    from hbnn.pipeline.predict import predict
 
     out = predict(d / "traces" / "hier.nc", d / "origin.csv", d / "origin_scored.csv")
     assert (out["sd"] > 0).all() and (out["mean"] != 0.5).all()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hbnn.budget import fit_estimate
 from hbnn.config import ConfigError, parse_params
+from hbnn.pipeline.budget import fit_estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 PEAKS = ROOT / "benchmarks" / "memory_peaks.json"  # written by `python -m benchmarks.memory`
@@ -33,7 +33,7 @@ def test_the_hierarchical_fits_memory_estimate_covers_its_measured_peak_within_2
 
 def test_one_large_group_among_many_small_ones_is_refused_before_the_fit_naming_the_padding():
     """2,000 groups of 2 training rows and one of 50,000: the hierarchical layout holds 2,001 x 50,000 rows."""
-    from hbnn.budget import enforce
+    from hbnn.pipeline.budget import enforce
 
     tiny = {"tune": 10, "draws": 10, "max_draws": 0, "restarts": 0}
     params = parse_params({**_table_params(tiny), "limits": {"max_memory_gib": 16}})

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from conftest import TINY
 
-from hbnn import cluster
 from hbnn.config import parse_params
-from hbnn.data import make_moons_tasks
+from hbnn.data.tasks import make_moons_tasks
 from hbnn.errors import InputError, SamplingError
-from hbnn.io import write_netcdf
-from hbnn.models import build_flat_model
-from hbnn.stages import fit_flat as stage
-from hbnn.stages.fitting import fit_per_group
+from hbnn.files.io import write_netcdf
+from hbnn.model.builders import build_flat_model
+from hbnn.pipeline.stages import fit_flat as stage
+from hbnn.pipeline.stages.fitting import fit_per_group
+from hbnn.sampling import cluster
 
 # The builders below run in the workers' processes, which cannot import this test module: ship it by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -95,7 +95,7 @@ def test_shards_cancelled_with_their_scattered_model_are_resubmitted(ragged_task
     monkeypatch.setattr(Client, "scatter", scatter_then_lose_the_first)
     monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:2")
     monkeypatch.setenv(cluster.SHARDS_ENV, "2")
-    with caplog.at_level("WARNING", logger="hbnn.cluster"):
+    with caplog.at_level("WARNING", logger="hbnn.sampling.cluster"):
         fitted = fit_per_group("fit_flat", PARAMS, ragged_tasks, _builder(ragged_tasks))
     assert len(scattered) >= 2 and "resubmitting it" in caplog.text
     assert fitted.posterior.identical(serial.posterior)

@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 from scipy.stats import rankdata
 
-from hbnn import convergence
+from hbnn.diagnostics import convergence
 
 
 def _ar1(rng, chains, draws, k, phi):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hbnn.variants import STAGE_PARAMS
+from hbnn.pipeline.variants import STAGE_PARAMS
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())

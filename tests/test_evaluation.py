@@ -2,10 +2,17 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from hbnn import evaluation, forward
-from hbnn.evaluation import function_space_diagnostics, group_weights, predict_output, predict_proba, reliability
-from hbnn.likelihoods import Bernoulli, Gaussian, mixture_cdf, mixture_quantiles
-from hbnn.network import layer_specs, mlp_logit
+from hbnn.diagnostics import evaluation
+from hbnn.diagnostics.evaluation import (
+    function_space_diagnostics,
+    group_weights,
+    predict_output,
+    predict_proba,
+    reliability,
+)
+from hbnn.model import forward
+from hbnn.model.likelihoods import Bernoulli, Gaussian, mixture_cdf, mixture_quantiles
+from hbnn.model.network import layer_specs, mlp_logit
 
 
 def classification_scores(p_bar, y):
@@ -29,8 +36,8 @@ def test_exactly_half_is_not_class_one():
 
 @pytest.mark.parametrize("hidden, bias", [((), False), ((5,), True), ((5, 5), False), ((3, 4, 2), True)])
 def test_predict_proba_uses_every_draw_and_matches_numpys_forward_pass(hidden, bias):
-    """The compiled float64 pass (hbnn.forward) against hbnn.network.mlp_logit in NumPy, draw by draw, over more
-    rows than one block and weights large enough to reach tanh's tails."""
+    """The compiled float64 pass (hbnn.model.forward) against hbnn.model.network.mlp_logit in NumPy, draw by draw, over
+    more rows than one block and weights large enough to reach tanh's tails."""
     rng = np.random.default_rng(0)
     specs = layer_specs(2, hidden, bias)
     weights = [rng.normal(scale=3.0, size=(2, 30, *s.shape)) for s in specs]
@@ -130,13 +137,13 @@ def test_mixture_quantiles_invert_the_mixture_cdf():
     (float("nan"), 450.0, 0, False),
 ])
 def test_the_convergence_bar(rhat, ess, divergences, expected):
-    from hbnn.evaluation import group_converged
+    from hbnn.diagnostics.evaluation import group_converged
 
     assert group_converged(rhat, ess, divergences, draws=2000) is expected
 
 
 def test_fit_metrics_count_groups_not_converged_and_keep_per_group_divergences(ragged_tasks):
-    from hbnn.evaluation import fit_metrics
+    from hbnn.diagnostics.evaluation import fit_metrics
 
     rng = np.random.default_rng(0)
     split = {s: ragged_tasks.split(s) for s in ("train", "test")}

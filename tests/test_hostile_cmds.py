@@ -25,11 +25,13 @@ from conftest import TINY
 from test_predict import NEW, write_trace
 from test_summarise import EXP_SHOW, _models
 
-from hbnn import cli, cluster, predict
+from hbnn import cli
 from hbnn.errors import InputError
-from hbnn.forward import BLOCK
+from hbnn.model.forward import BLOCK
+from hbnn.pipeline import predict
+from hbnn.pipeline.runner import run_stage
 from hbnn.report import inputs
-from hbnn.runner import run_stage
+from hbnn.sampling import cluster
 
 
 def _one_error(code: int, err: str, expected: str) -> None:
@@ -314,7 +316,7 @@ def test_the_supported_schedulers_pass(value):
 @pytest.fixture
 def tasks_dir(tmp_path, monkeypatch):
     """A directory with TINY's params.yaml and tasks file (data/tasks.nc)."""
-    from hbnn.stages.make_data import make_data
+    from hbnn.pipeline.stages.make_data import make_data
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(TINY, sort_keys=False))
@@ -325,7 +327,7 @@ def tasks_dir(tmp_path, monkeypatch):
 def test_a_stage_refuses_an_unsupported_scheduler_before_sampling(tasks_dir, capsys, monkeypatch):
     """``ucx://`` gave a TypeError from deep inside Dask (its UCX connector is abstract without distributed-ucxx),
     after the stage had built its model."""
-    from hbnn.stages.fit_flat import fit_flat
+    from hbnn.pipeline.stages.fit_flat import fit_flat
 
     def no_sampling(*args, **kwargs):
         raise AssertionError("sampled")
@@ -444,7 +446,7 @@ def test_the_other_metrics_files_are_checked_too(tmp_path, file, content, expect
 
 def test_the_report_stage_refuses_a_transfer_file_of_another_shape(tasks_dir, capsys):
     """It stopped with KeyError: 'population' after reading every metrics file."""
-    from hbnn.data import load_tasks
+    from hbnn.data.tasks import load_tasks
     from hbnn.report.stage import report
 
     names = load_tasks(tasks_dir / "data" / "tasks.nc").group_names

@@ -23,10 +23,11 @@ import xarray as xr
 from test_bad_inputs import _assert_one_error, _run, _tiny_text
 from test_predict import NEW, write_trace
 
-from hbnn import cli, integrity
+from hbnn import cli
 from hbnn.config import load_params
-from hbnn.io import load_dataset, load_posterior, load_trace, staged_outputs, write_text
-from hbnn.runner import run_stage
+from hbnn.files import integrity
+from hbnn.files.io import load_dataset, load_posterior, load_trace, staged_outputs, write_text
+from hbnn.pipeline.runner import run_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 workspace = test_bad_inputs.workspace  # the battery's directory of earlier outputs
@@ -73,7 +74,7 @@ TAMPERING = {
 @pytest.mark.parametrize("case", sorted(TAMPERING))
 def test_a_trace_changed_after_it_was_written_is_refused_by_its_readers(trace_and_rows, capsys, case):
     """``hbnn predict`` and the stages' loaders read only groups whose content matches the checksum their stage
-    wrote with them (hbnn.integrity): NetCDF itself reads flipped bytes back as other numbers, silently."""
+    wrote with them (hbnn.files.integrity): NetCDF itself reads flipped bytes back as other numbers, silently."""
     tamper, group = TAMPERING[case]
     tamper(trace_and_rows)
     before = trace_and_rows.read_bytes()
@@ -129,7 +130,7 @@ def test_a_prior_or_posterior_changed_after_writing_is_refused(tmp_path):
 def test_a_checksum_survives_a_netcdf_round_trip_and_moves_with_any_value(tmp_path, values):
     ds = xr.Dataset({"v": (tuple(f"d{i}" for i in range(values.ndim)), values)}, attrs={"note": "x", "n": 3})
     path = tmp_path / "d.nc"
-    from hbnn.io import write_netcdf
+    from hbnn.files.io import write_netcdf
 
     write_netcdf(ds, path)
     back = load_dataset(path, "file")  # checks it
@@ -155,7 +156,7 @@ def test_an_unusable_home_moves_the_library_caches_to_a_temporary_folder(tmp_pat
         use_writable_homes()  # as a stage's or a command's first step does (hbnn.errors.interrupts_reported)
         import arviz, matplotlib
         from pytensor.configdefaults import config
-        from hbnn.kernel_unrolled import cache_dir
+        from hbnn.density.written import cache_dir
         tmp = tempfile.gettempdir()
         assert all(str(p).startswith(tmp) for p in (cache_dir(), config.base_compiledir, matplotlib.get_configdir()))
         print(len(moved()))
@@ -176,7 +177,7 @@ def test_an_unusable_home_moves_the_library_caches_to_a_temporary_folder(tmp_pat
 def test_params_edited_while_a_stage_runs_write_no_output(workspace, capsys, monkeypatch):
     """DVC records the params it finds after the stage: outputs made with the earlier values would be recorded as
     made with the new ones, and `dvc status` would call them up to date."""
-    from hbnn.stages import make_data as stage
+    from hbnn.pipeline.stages import make_data as stage
 
     before = workspace()
     real = stage.make_tasks
@@ -192,7 +193,7 @@ def test_params_edited_while_a_stage_runs_write_no_output(workspace, capsys, mon
 
 
 def test_an_edit_that_changes_no_value_lets_the_stage_write(workspace, capsys, monkeypatch):
-    from hbnn.stages import make_data as stage
+    from hbnn.pipeline.stages import make_data as stage
 
     real = stage.make_tasks
 
@@ -253,7 +254,7 @@ def test_an_interrupt_during_the_commit_replaces_every_output_then_says_so(tmp_p
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        import hbnn.io as io
+        import hbnn.files.io as io
         from hbnn.errors import interrupts_reported
         os.chdir({str(tmp_path)!r})
         real = os.replace

@@ -5,10 +5,10 @@ import numpy as np
 import nutpie
 
 from hbnn.config import parse_params
-from hbnn.inference import Sampler
-from hbnn.models import build_flat_model
-from hbnn.stages.fitting import fit_per_group
-from hbnn.variants import derive_seed
+from hbnn.model.builders import build_flat_model
+from hbnn.pipeline.stages.fitting import fit_per_group
+from hbnn.pipeline.variants import derive_seed
+from hbnn.sampling.inference import Sampler
 
 
 def test_derived_seeds_are_distinct_and_stable():
@@ -63,7 +63,7 @@ def _tiny_flat_model(hidden, seed=0):
 def test_nutpie_wrappers_are_reused_across_compiles_and_sample_identically(tmp_path, monkeypatch):
     import numba
 
-    from hbnn import nutpie_cache
+    from hbnn.sampling import nutpie_cache
 
     monkeypatch.setattr(nutpie_cache, "cache_dir", lambda: tmp_path)  # an empty cache
     compile_numba = nutpie_cache.compile_numba
@@ -88,13 +88,13 @@ def test_nutpie_wrappers_are_reused_across_compiles_and_sample_identically(tmp_p
     assert len(list(tmp_path.glob("*.nbi"))) == 4  # one index per wrapper and structure
     # and numba's own cache key is untouched outside compile_numba
     assert numba.core.caching.FunctionCache._index_key.__module__ == "numba.core.caching"
-    # (hbnn.cache_guard's locator stays: it answers for hbnn's kernel folders only)
-    assert all(c.__module__.split(".")[0] in ("numba", "pytensor") or c.__module__ == "hbnn.cache_guard"
+    # (hbnn.density.cache_guard's locator stays: it answers for hbnn's kernel folders only)
+    assert all(c.__module__.split(".")[0] in ("numba", "pytensor") or c.__module__ == "hbnn.density.cache_guard"
                for c in numba.core.caching.CacheImpl._locator_classes)
 
 
 def test_wrapper_key_refuses_closures_it_cannot_describe(caplog):
-    from hbnn.nutpie_cache import wrapper_key
+    from hbnn.sampling.nutpie_cache import wrapper_key
 
     def outer(held):
         def logp_numba():
@@ -104,7 +104,7 @@ def test_wrapper_key_refuses_closures_it_cannot_describe(caplog):
         return logp_numba
 
     assert wrapper_key(outer(3)) == wrapper_key(outer(3)) != wrapper_key(outer(4))
-    with caplog.at_level("DEBUG", logger="hbnn.nutpie_cache"):
+    with caplog.at_level("DEBUG", logger="hbnn.sampling.nutpie_cache"):
         assert wrapper_key(outer(object())) is None
     assert "holds object" in caplog.text
 
@@ -114,8 +114,8 @@ def test_nutpie_trace_converts_as_nutpie_converts_it_finished_and_while_running(
 
     import xarray as xr
 
-    from hbnn.inference import _arrow_idata, _draws_done, _nutpie_idata
-    from hbnn.nutpie_cache import compile_numba
+    from hbnn.sampling.inference import _arrow_idata, _draws_done, _nutpie_idata
+    from hbnn.sampling.nutpie_cache import compile_numba
 
     compiled = compile_numba(_tiny_flat_model((3,)))
     kw = {"tune": 30, "chains": 2, "cores": 2, "seed": 5, "progress_bar": False, "save_warmup": True}
@@ -148,8 +148,8 @@ def test_fits_started_beside_each_other_draw_what_fits_one_at_a_time_draw():
 
     import pytest
 
-    from hbnn import kernel
     from hbnn.config import SamplerParams
+    from hbnn.density import kernel
 
     rng = np.random.default_rng(2)
     groups = [(rng.normal(size=(n, 2)), rng.integers(0, 2, n).astype(float)) for n in (10, 14, 10, 12)]
@@ -179,8 +179,8 @@ def test_groups_that_miss_the_bar_are_fitted_again_longer_and_thinned(ragged_tas
     metrics and trace say which groups, how far and why."""
     import logging
 
-    from hbnn.kernel import FlatDensity
-    from hbnn.stages import fitting
+    from hbnn.density.kernel import FlatDensity
+    from hbnn.pipeline.stages import fitting
 
     raw = {"model": {"hidden_layers": [2]}, "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 60}}
     params = parse_params(raw)
@@ -233,9 +233,9 @@ def test_groups_that_diverge_past_the_bar_are_fitted_again_at_a_higher_target_ac
     groups, with their divergences before and after. Off at 0, and where it is not above target_accept."""
     import logging
 
-    from hbnn import evaluation
-    from hbnn.kernel import FlatDensity
-    from hbnn.stages import fitting
+    from hbnn.density.kernel import FlatDensity
+    from hbnn.diagnostics import evaluation
+    from hbnn.pipeline.stages import fitting
 
     raw = {"model": {"hidden_layers": [2]},
            "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 0, "refit_target_accept": 0.95}}
@@ -283,8 +283,8 @@ def test_a_group_both_short_and_diverging_is_drawn_longer_at_the_higher_target_a
     thinned."""
     import logging
 
-    from hbnn import evaluation
-    from hbnn.kernel import FlatDensity
+    from hbnn.density.kernel import FlatDensity
+    from hbnn.diagnostics import evaluation
 
     raw = {"model": {"hidden_layers": [2]},
            "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 60, "refit_target_accept": 0.95}}

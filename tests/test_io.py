@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from hbnn.io import (
+from hbnn.files.io import (
     InputError,
     NonFiniteError,
     OutputError,
@@ -141,7 +141,7 @@ def test_load_posterior_and_load_trace_read_what_arviz_reads_without_importing_i
         xr.testing.assert_identical(trace[group].load(), idata[group].load())
     close_trace(trace)
     for load in ("load_posterior", "load_trace"):
-        code = (f"import sys; from hbnn.io import {load}; {load}({str(path)!r}, 'flat'); "
+        code = (f"import sys; from hbnn.files.io import {load}; {load}({str(path)!r}, 'flat'); "
                 "print('arviz' in sys.modules)")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         assert out == "False\n", load
@@ -217,7 +217,7 @@ def test_logs_hbnn_at_info_libraries_at_warning_and_hbnn_log_debug():
     import sys
 
     code = ("import logging; from hbnn import logs; logs.configure(); "
-            "print(logging.getLogger().level, logging.getLogger('hbnn.stages').getEffectiveLevel())")
+            "print(logging.getLogger().level, logging.getLogger('hbnn.pipeline.stages').getEffectiveLevel())")
     for env, expected in ((None, "30 20"), ("debug", "30 10"), ("warning", "30 30"), ("nonsense", "30 20")):
         environ = {k: v for k, v in os.environ.items() if k != "HBNN_LOG"} | ({"HBNN_LOG": env} if env else {})
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, check=True)

@@ -11,10 +11,10 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from hbnn import kernel
-from hbnn.models import build_flat_model, build_hierarchical_model, build_informed_model
-from hbnn.network import layer_specs
-from hbnn.nutpie_cache import compile_numba
+from hbnn.density import kernel
+from hbnn.model.builders import build_flat_model, build_hierarchical_model, build_informed_model
+from hbnn.model.network import layer_specs
+from hbnn.sampling.nutpie_cache import compile_numba
 
 
 def _data(likelihood: str, counts=(7, 3, 12), n_features: int = 2, seed: int = 0):
@@ -74,7 +74,7 @@ def _assert_same_density(model, density):
     buf = density.pack(offsets)
     pymc = model.logp_dlogp_function(ravel_inputs=True)
     pymc.set_extra_values({})
-    written_out = density.logp_grad()  # the network's passes written out (hbnn.kernel_unrolled)
+    written_out = density.logp_grad()  # the network's passes written out (hbnn.density.written)
     assert written_out is not kernel.logp_grad
     rng = np.random.default_rng(1)
     for scale in (0.0, 0.5, 1.5, 4.0):  # 4.0: saturated tanh units, large logits and rates
@@ -94,7 +94,8 @@ def _assert_same_density(model, density):
 @pytest.mark.parametrize("likelihood, hidden, bias, counts", [CASES[0], CASES[5], ("poisson", (2,), False, (17, 3, 9))])
 def test_rows_padded_to_either_vector_width_give_pymcs_density(monkeypatch, lanes, likelihood, hidden, bias, counts):
     """The kernel pads each group's rows to whole vectors of the width numba compiles on the machine (8 or 16
-    float32 rows, :func:`hbnn.kernel.row_lanes`); both paddings compute PyMC's density, whichever this machine has."""
+    float32 rows, :func:`hbnn.density.kernel.row_lanes`); both paddings compute PyMC's density, whichever this machine
+    has."""
     monkeypatch.setattr(kernel, "row_lanes", lambda: lanes)
     X, y, counts, valid = _data(likelihood, counts, n_features=3 if bias else 2)
     model = build_hierarchical_model(X, y, valid, [f"g{i}" for i in range(len(counts))],
@@ -124,7 +125,7 @@ def test_the_row_lanes_are_what_numba_compiles_here_and_kept_for_later_processes
 
 
 def test_networks_past_the_written_out_size_get_a_module_of_the_generic_loops():
-    from hbnn import kernel_unrolled
+    from hbnn.density import written as kernel_unrolled
 
     top = kernel_unrolled.MAX_WEIGHTS  # a linear model on `top` features has `top` weights
     generic = kernel_unrolled._function_source(kernel.SOURCE, "_forward")
@@ -138,13 +139,13 @@ def test_networks_past_the_written_out_size_get_a_module_of_the_generic_loops():
 
 
 def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
-    """numba's cache checks the written module's time stamp, not what it imports from hbnn.kernel, so any change to
-    hbnn.kernel must give the module another file (its name is a hash of its source)."""
+    """numba's cache checks the written module's time stamp, not what it imports from hbnn.density.kernel, so any change
+    to hbnn.density.kernel must give the module another file (its name is a hash of its source)."""
     import hashlib
     import inspect
     from pathlib import Path
 
-    from hbnn import kernel_unrolled
+    from hbnn.density import written as kernel_unrolled
 
     assert kernel.SOURCE == Path(kernel.__file__).read_text()
     source = kernel_unrolled.module_source(2, (3,), False)
@@ -166,7 +167,7 @@ def fresh_density_checks(tmp_path, monkeypatch):
 
 @pytest.fixture
 def fresh_kernel_cache(tmp_path, monkeypatch):
-    from hbnn import kernel_unrolled
+    from hbnn.density import written as kernel_unrolled
 
     monkeypatch.setenv("HBNN_KERNEL_CACHE", str(tmp_path / "kernels"))
     kernel_unrolled.logp_grad_for.cache_clear()
@@ -179,7 +180,7 @@ def fresh_kernel_cache(tmp_path, monkeypatch):
 def test_threads_loading_one_network_at_once_all_get_the_whole_module(fresh_kernel_cache):
     import threading
 
-    from hbnn import kernel_unrolled
+    from hbnn.density import written as kernel_unrolled
 
     hidden = (2, 7)  # a network no other test loads, so its module is new to this process
     start, got, errors = threading.Barrier(4), [], []
@@ -208,7 +209,7 @@ def test_threads_loading_one_network_at_once_all_get_the_whole_module(fresh_kern
 def test_a_damaged_module_file_is_written_again(fresh_kernel_cache, caplog):
     import hashlib
 
-    from hbnn import kernel_unrolled
+    from hbnn.density import written as kernel_unrolled
 
     source = kernel_unrolled.module_source(2, (3, 2), False)
     name = "hbnn_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:20]
@@ -226,7 +227,7 @@ def test_a_damaged_module_file_is_written_again(fresh_kernel_cache, caplog):
 def test_a_module_that_cannot_be_imported_from_any_folder_is_compiled_in_memory(fresh_kernel_cache, caplog,
                                                                                monkeypatch):
     """Never the generic loops in its place (other float32 sums, so other draws): the same source, in memory."""
-    from hbnn import kernel_unrolled
+    from hbnn.density import written as kernel_unrolled
 
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
@@ -253,7 +254,7 @@ def test_a_module_that_cannot_be_imported_from_any_folder_is_compiled_in_memory(
 _CALL_ONE = """
 import ctypes, hashlib, logging, numpy as np
 logging.basicConfig(level=logging.WARNING)
-from hbnn import kernel
+from hbnn.density import kernel
 rng = np.random.default_rng(0)
 X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
 density = kernel.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
@@ -418,8 +419,8 @@ def test_the_passes_over_rows_run_in_float32_vectors():
 def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, caplog, fresh_density_checks):
     import nutpie
 
-    from hbnn import inference
     from hbnn.config import SamplerParams
+    from hbnn.sampling import inference
 
     pad = tiny_tasks.padded("train")
     model = build_hierarchical_model(pad.X, pad.y, pad.valid, tiny_tasks.group_names, tiny_tasks.features, (3,))
@@ -470,8 +471,8 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
 def test_a_checked_density_samples_without_pymc_afterwards(tiny_tasks, fresh_density_checks, caplog):
     """The first sampler of a density builds PyMC's model and checks the density against it; later ones (other
     processes: the record is a file) neither build nor compile it, and sample the same draws."""
-    from hbnn import inference
     from hbnn.config import SamplerParams
+    from hbnn.sampling import inference
 
     caplog.set_level("DEBUG", logger=kernel.log.name)
     pad = tiny_tasks.padded("train")
@@ -547,8 +548,8 @@ def test_the_nutpie_model_built_from_a_density_is_nutpies_compile_of_pymcs(which
 def test_informed_fits_expand_every_draw_on_the_prior_and_refit_other_rows(fresh_density_checks):
     """Every draw's weights are ``mean + L @ z`` (the prior sits in the density's buffer), on the first group's
     rows and after a refit on other rows, which samples what a model built on those rows samples."""
-    from hbnn import inference
     from hbnn.config import SamplerParams
+    from hbnn.sampling import inference
 
     X, y, _, _ = _data("bernoulli", (9,), seed=7)
     model, density, prior = _informed(X[0], y, seed=8)
@@ -583,7 +584,7 @@ def _informed(x, y, seed: int, hidden=(3,)):
 
 _DRAW_ONE = """
 import ctypes, hashlib, numpy as np
-from hbnn import kernel
+from hbnn.density import kernel
 rng = np.random.default_rng(0)
 X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
 density = kernel.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
@@ -602,7 +603,7 @@ print("loaded" if cached.cache_hits else "compiled")
 def test_the_callback_computes_the_same_bits_whether_numba_compiled_it_or_loaded_it(tmp_path):
     """A stage process that compiles the kernel and nutpie's callback and the next ones, which load both from
     numba's disk cache, sample the same draws: the callback's bits do not depend on the cache, and are those of
-    the same callback compiled in the process (:func:`hbnn.kernel.callback`)."""
+    the same callback compiled in the process (:func:`hbnn.density.kernel.callback`)."""
     import os
     import subprocess
     import sys

@@ -8,9 +8,9 @@ import pytest
 from scipy.special import logsumexp
 from scipy.stats import poisson
 
-from hbnn import likelihoods
 from hbnn.errors import InputError
-from hbnn.likelihoods import QUANTILES, Poisson
+from hbnn.model import likelihoods
+from hbnn.model.likelihoods import QUANTILES, Poisson
 
 POISSON = Poisson()
 

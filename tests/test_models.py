@@ -3,8 +3,8 @@ import pymc as pm
 import pytensor.tensor as pt
 import pytest
 
-from hbnn.models import build_flat_model, build_hierarchical_model, build_informed_model
-from hbnn.network import layer_specs, mlp_logit
+from hbnn.model.builders import build_flat_model, build_hierarchical_model, build_informed_model
+from hbnn.model.network import layer_specs, mlp_logit
 
 FEATURES = ["x1", "x2"]
 HIDDEN = (5, 4)

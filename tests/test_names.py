@@ -25,9 +25,13 @@ from conftest import TINY
 from test_bad_inputs import _assert_one_error, _run, _set, _sites, _table_params
 from test_report import RAW, write_fits
 
-from hbnn import cli, data, plots
+from hbnn import cli
 from hbnn.config import MAX_NAME_LENGTH, load_params
-from hbnn.data import load_tasks
+from hbnn.data import tasks as data
+from hbnn.data.tasks import load_tasks
+from hbnn.pipeline.runner import run_stage
+from hbnn.pipeline.stages.make_data import make_data
+from hbnn.report import plots
 from hbnn.report.document import (
     Figure,
     FigureLinks,
@@ -40,8 +44,6 @@ from hbnn.report.document import (
     render_markdown,
 )
 from hbnn.report.stage import report
-from hbnn.runner import run_stage
-from hbnn.stages.make_data import make_data
 
 # tests/test_bad_inputs.py's fixtures: a workspace with earlier outputs of every kind, and hbnn predict's inputs
 workspace = test_bad_inputs.workspace
@@ -110,7 +112,7 @@ def test_a_column_name_that_is_not_printable_text_is_one_error_naming_the_key(wo
 
 
 def test_predict_refuses_a_group_name_that_is_not_printable_text(scored_inputs, capsys, tmp_path):
-    """``hbnn predict`` reads its input table's groups as make_data reads a table's (hbnn.data.group_column)."""
+    """``hbnn predict`` reads its input table's groups as make_data reads a table's (hbnn.data.tasks.group_column)."""
     table = pd.read_csv("new.csv")
     table.loc[2, "shop"] = "new\x00er"
     table.to_csv("new.csv", index=False)

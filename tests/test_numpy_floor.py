@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hbnn.models import build_hierarchical_model
+from hbnn.model.builders import build_hierarchical_model
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "numpy_floor.py"
 _spec = importlib.util.spec_from_file_location("numpy_floor", _PATH)

@@ -13,9 +13,9 @@ import xarray as xr
 from scipy.special import expit
 
 from hbnn import cli
-from hbnn.io import InputError, provenance, stamp, write_netcdf
-from hbnn.likelihoods import mixture_cdf
-from hbnn.predict import predict_table
+from hbnn.files.io import InputError, provenance, stamp, write_netcdf
+from hbnn.model.likelihoods import mixture_cdf
+from hbnn.pipeline.predict import predict_table
 
 FEATURES = ["a", "b"]
 GROUPS = ["g1", "g2"]
@@ -187,6 +187,6 @@ def test_hbnn_predict_loads_no_sampler_plotting_or_arviz():
     """`hbnn predict` on a few rows takes ~1 s, most of it pandas and xarray; arviz (~2 s), matplotlib,
     scikit-learn and the samplers are not imported on its path."""
     heavy = ("arviz", "matplotlib", "sklearn", "pymc", "pytensor", "nutpie", "jax", "scipy.optimize")
-    code = f"import sys, hbnn.cli, hbnn.predict; print([m for m in {heavy!r} if m in sys.modules])"
+    code = f"import sys, hbnn.cli, hbnn.pipeline.predict; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

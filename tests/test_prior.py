@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from hbnn.network import layer_specs, mlp_logit
-from hbnn.prior import (
+from hbnn.model.network import layer_specs, mlp_logit
+from hbnn.model.prior import (
     ZIGGURAT_R,
     Symmetry,
     align_to_reference,

@@ -1,4 +1,5 @@
-"""hbnn.psis against ArviZ's az.loo, which it replaces in the fit stages (ArviZ's import costs each ~2.5 s)."""
+"""hbnn.diagnostics.psis against ArviZ's az.loo, which it replaces in the fit stages (ArviZ's import costs each ~2.5
+s)."""
 
 import warnings
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from hbnn import psis
+from hbnn.diagnostics import psis
 
 
 def _arviz_loo(log_lik: np.ndarray, reff: float):

@@ -14,15 +14,15 @@ import pytest
 import xarray as xr
 from scipy.special import expit
 
-from hbnn import plots, transfer
 from hbnn.config import parse_params
-from hbnn.data import Tasks, make_moons_tasks
-from hbnn.evaluation import predict_output, predict_proba
-from hbnn.io import InputError, detail_path, provenance, stamp, write_json, write_netcdf
-from hbnn.network import layer_coords, layer_specs
-from hbnn.report import numbers, outputs, sections
+from hbnn.data.tasks import Tasks, make_moons_tasks
+from hbnn.diagnostics.evaluation import predict_output, predict_proba
+from hbnn.files.io import InputError, detail_path, provenance, stamp, write_json, write_netcdf
+from hbnn.model.network import layer_coords, layer_specs
+from hbnn.pipeline import transfer
+from hbnn.pipeline.variants import STAGE_PARAMS
+from hbnn.report import numbers, outputs, plots, sections
 from hbnn.report.stage import report
-from hbnn.variants import STAGE_PARAMS
 
 N_GROUPS = 7
 PER_PAGE = 4  # 7 groups -> pages of 4 and 3
@@ -200,7 +200,7 @@ def slow(*args, **kwargs):  # in a worker: say so (its process id), then take lo
 figures.model_outputs = slow
 with interrupts_reported():
     from hbnn.report.stage import report
-    from hbnn.runner import run_stage
+    from hbnn.pipeline.runner import run_stage
 
     sys.exit(run_stage("report", ["tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path",
                                   "metrics_dir", "timings_dir", "out_dir"], report, [
@@ -434,7 +434,7 @@ def test_surface_stats_fused_expit_matches_numpy_path_including_saturated_output
 
 
 def test_surface_values_take_the_compiled_path_only_for_the_logistic_mean():
-    from hbnn import likelihoods
+    from hbnn.model import likelihoods
     from hbnn.report.figures import SurfaceSetup
 
     bernoulli = SurfaceSetup(np.zeros(2), ("a", "b"), likelihoods.LIKELIHOODS["bernoulli"])
@@ -805,14 +805,14 @@ def test_surface_pages_past_embedded_pages_are_linked_files_not_embedded():
 
 
 def test_report_wording_follows_the_likelihood():
-    from hbnn import likelihoods
+    from hbnn.model import likelihoods
 
     for name, words in (("bernoulli", "predicted test probabilities"), ("gaussian", "predicted test means"),
                         ("poisson", "predicted test rates")):
         text = sections._diagnostics_section({v: {} for v in numbers.MODELS}, ["g0"], [], [], None,
                                              likelihoods.LIKELIHOODS[name]).how_to_read
         assert f"on the {words} of each group" in text
-    # the transfer's row subsets are stratified by label for a classifier only (hbnn.transfer.nested_order)
+    # the transfer's row subsets are stratified by label for a classifier only (hbnn.pipeline.transfer.nested_order)
     bernoulli, gaussian = likelihoods.LIKELIHOODS["bernoulli"], likelihoods.LIKELIHOODS["gaussian"]
     assert "rows, stratified by label, and all" in sections._transfer_section(None, bernoulli).how_to_read
     assert "stratified" not in sections._transfer_section(None, gaussian).how_to_read
@@ -856,7 +856,7 @@ def test_plot_templates_leave_out_empty_cells():
 def test_transfer_sizes_that_pool_different_groups_are_flagged():
     """Groups of unequal sizes: a larger size is fitted on fewer held-out groups, so a change of score from one size
     to the next is partly a change of groups (found on a table with 8- to 60-row groups)."""
-    from hbnn.transfer import groups_by_size
+    from hbnn.pipeline.transfer import groups_by_size
 
     fits = {name: {} for name in ("A/n2", "A/all", "F/n2", "F/n16", "F/all", "C/n2", "C/all")}
     by_size = groups_by_size(fits)
@@ -903,7 +903,7 @@ def test_a_transfer_hierarchy_of_few_groups_is_cautioned():
     mostly on their prior, which the section says (it did only for 1 group)."""
     from pathlib import Path
 
-    from hbnn import likelihoods
+    from hbnn.model import likelihoods
 
     tm = json.loads((Path(__file__).parents[1] / "metrics" / "detail" / "transfer.json").read_text())
     bernoulli = likelihoods.LIKELIHOODS["bernoulli"]
@@ -936,7 +936,7 @@ def test_the_advi_loss_axis_is_labelled_within_one_decade():
 def test_sampler_diagnostics_mark_advi_fits_as_the_status_does():
     """The status section says an ADVI fit's R-hat is not judged and its divergences n/a; the diagnostics section
     showed 'Divergences 0' and counted its groups past the R-hat bar."""
-    from hbnn import likelihoods
+    from hbnn.model import likelihoods
 
     advi = {"sampling": {"advi_still_falling": 0, "divergences": 0, "max_rhat_fn": 1.03, "min_ess_bulk_fn": 390.0},
             "per_group": {"g0": {"rhat_fn": 1.03}}}

@@ -1,7 +1,7 @@
 """The informed prior's derivation, and the default moons data, give the same bytes whatever BLAS kernel, SIMD code
 and libm a machine picks.
 
-Two subprocesses run ``derive_prior``'s computation (:func:`hbnn.stages.derive_prior.derive`: chain alignment,
+Two subprocesses run ``derive_prior``'s computation (:func:`hbnn.pipeline.stages.derive_prior.derive`: chain alignment,
 new-group draws, mean and covariance, metrics) on one synthetic hierarchical posterior: one as this machine
 chooses, one as an older x86-64 machine would, through environment variables read at import:
 
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import hbnn
-from hbnn.network import layer_specs
+from hbnn.model.network import layer_specs
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                                 reason="the configurations are x86-64 ones")
@@ -46,10 +46,10 @@ from pathlib import Path
 import numpy as np, xarray as xr
 import hashlib
 from hbnn.config import PriorParams, parse_params
-from hbnn.data import make_moons_tasks
-from hbnn.network import layer_specs
-from hbnn.prior import new_group_draws
-from hbnn.stages.derive_prior import derive
+from hbnn.data.tasks import make_moons_tasks
+from hbnn.model.network import layer_specs
+from hbnn.model.prior import new_group_draws
+from hbnn.pipeline.stages.derive_prior import derive
 src, out, state = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
 arrays = np.load(src)
 specs = layer_specs(2, (5, 5), False)
@@ -133,7 +133,8 @@ def test_new_group_draws_do_not_depend_on_libm(configurations):
 
 
 def test_the_default_moons_data_do_not_depend_on_the_blas_kernel(configurations):
-    """The rotation of each group (hbnn.data.rotate) is what BLAS computed with fused multiply-adds, everywhere."""
+    """The rotation of each group (hbnn.data.tasks.rotate) is what BLAS computed with fused multiply-adds,
+    everywhere."""
     native, forced = configurations
     if native["blas_probe"] == forced["blas_probe"]:
         pytest.skip("OPENBLAS_CORETYPE changes no matrix product here (another BLAS or CPU)")

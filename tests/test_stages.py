@@ -23,7 +23,7 @@ import pytest
 import yaml
 from conftest import TINY
 
-from hbnn import evaluation
+from hbnn.diagnostics import evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ROOT / "stages"
@@ -211,9 +211,9 @@ def test_a_trace_with_non_finite_draws_is_a_clear_error_in_derive_prior(pipeline
 
     import netCDF4
 
-    from hbnn import integrity
-    from hbnn.io import close_trace, load_trace
-    from hbnn.trace import Trace
+    from hbnn.files import integrity
+    from hbnn.files.io import close_trace, load_trace
+    from hbnn.files.trace import Trace
 
     bad = pipeline / "traces" / "nan_hier.nc"
     shutil.copyfile(pipeline / "traces" / "hier.nc", bad)

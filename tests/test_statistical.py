@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from hbnn.config import SamplerParams, load_params, parse_params
-from hbnn.inference import Sampler
-from hbnn.models import build_hierarchical_model
-from hbnn.stages.fit_flat import fit_flat
-from hbnn.stages.fit_hier import fit_hier
-from hbnn.stages.make_data import make_data
+from hbnn.model.builders import build_hierarchical_model
+from hbnn.pipeline.stages.fit_flat import fit_flat
+from hbnn.pipeline.stages.fit_hier import fit_hier
+from hbnn.pipeline.stages.make_data import make_data
+from hbnn.sampling.inference import Sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from hbnn import summarise
+from hbnn.pipeline import summarise
 
 
 def _rev(rev, name, acc, seed, extra=None):

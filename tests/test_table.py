@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from hbnn.config import parse_params
-from hbnn.data import Tasks, load_table_tasks, make_tasks, stratified_split
-from hbnn.io import InputError
+from hbnn.data.tasks import Tasks, load_table_tasks, make_tasks, stratified_split
+from hbnn.files.io import InputError
 
 
 def table(rng: np.random.Generator, sizes: dict[str, int]) -> pd.DataFrame:

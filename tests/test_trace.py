@@ -1,4 +1,4 @@
-"""hbnn.trace.Trace: what the fit stages write instead of ArviZ's InferenceData, read back by ArviZ unchanged."""
+"""hbnn.files.trace.Trace: what the fit stages write instead of ArviZ's InferenceData, read back by ArviZ unchanged."""
 
 import subprocess
 import sys
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from hbnn.trace import Trace
+from hbnn.files.trace import Trace
 
 
 def _groups():
@@ -65,16 +65,16 @@ def test_the_report_imports_arviz_only_once_its_workers_have_forked():
 def test_the_stages_before_the_report_do_not_import_arviz():
     """ArviZ's import (pyplot, SciPy's stats, a numba ufunc compiled at import) costs a stage ~2.5 s; only the
     report, which draws ArviZ's plots, should pay it."""
-    modules = ["hbnn.budget", "hbnn.stages.make_data", "hbnn.stages.fit_flat", "hbnn.stages.fit_hier",
-               "hbnn.stages.derive_prior", "hbnn.stages.fit_informed", "hbnn.stages.transfer", "hbnn.cli"]
+    stages = ("make_data", "fit_flat", "fit_hier", "derive_prior", "fit_informed", "transfer")
+    modules = ["hbnn.pipeline.budget", *(f"hbnn.pipeline.stages.{s}" for s in stages), "hbnn.cli"]
     code = f"""
 import sys
 import numpy as np
 for m in {modules!r}:
     __import__(m)
-from hbnn import kernel
-from hbnn.inference import _nutpie_idata
-from hbnn.nutpie_loader import nutpie
+from hbnn.density import kernel
+from hbnn.sampling.inference import _nutpie_idata
+from hbnn.sampling.nutpie_loader import nutpie
 rng = np.random.default_rng(0)
 density = kernel.FlatDensity.on_rows(rng.normal(size=(20, 2)), rng.integers(0, 2, 20), (3,), False, "bernoulli", 1.0,
                                      prior_sd=1.0)
@@ -93,7 +93,7 @@ def test_nutpie_uses_the_real_arviz_once_it_asks_for_it():
     and leaves sys.modules to it."""
     code = """
 import sys
-from hbnn.nutpie_loader import nutpie
+from hbnn.sampling.nutpie_loader import nutpie
 nutpie()
 assert "arviz" not in sys.modules
 sample = sys.modules["nutpie.sample"]  # (the package binds the name to its function)
@@ -108,9 +108,9 @@ print("ok")
 
 @pytest.mark.parametrize("engine", ["h5netcdf", "netcdf4"])
 def test_groups_written_through_one_store_read_back_as_to_netcdf_writes_them(tmp_path, engine):
-    """hbnn.trace.write_netcdf_groups against xarray's own Dataset.to_netcdf, group by group: the same variables,
+    """hbnn.files.trace.write_netcdf_groups against xarray's own Dataset.to_netcdf, group by group: the same variables,
     dtypes (bools, strings, unsigned ints), coordinates and attributes, in a root group and in named ones."""
-    from hbnn.trace import write_netcdf_groups
+    from hbnn.files.trace import write_netcdf_groups
 
     groups = _groups()
     groups["observed_data"] = groups["observed_data"].assign_coords(obs_group=("obs", ["g1", "g1", "g2"]))
@@ -134,7 +134,7 @@ def test_groups_written_through_one_store_read_back_as_to_netcdf_writes_them(tmp
 def test_writing_a_trace_does_not_import_dask_distributed(tmp_path):
     """xarray's to_netcdf asks Dask which scheduler runs, and Dask imports distributed to answer (~0.3-0.4 s a
     stage process); the stages' writer does not ask."""
-    code = (f"import sys, xarray as xr, numpy as np\nfrom hbnn import io\nfrom hbnn.trace import Trace\n"
+    code = (f"import sys, xarray as xr, numpy as np\nfrom hbnn.files import io\nfrom hbnn.files.trace import Trace\n"
             f"ds = xr.Dataset({{'w': (('chain', 'draw'), np.zeros((2, 3)))}})\n"
             f"io.write_netcdf(Trace(posterior=ds, sample_stats=ds), {str(tmp_path / 't.nc')!r})\n"
             f"io.write_netcdf(ds, {str(tmp_path / 'd.nc')!r})\n"
@@ -147,11 +147,12 @@ def test_writing_a_trace_does_not_import_dask_distributed(tmp_path):
 def test_a_stage_process_builds_its_datasets_without_importing_dask_array(tmp_path):
     """xarray imports dask.array (~0.5 s) to ask whether each new variable is a Dask array, and dask (~0.1 s) to
     ask whether a variable it decodes is a Dask collection; a stage process tells it none is
-    (hbnn.runner.skip_dask_array_lookup), and reads and writes the same values."""
+    (hbnn.pipeline.runner.skip_dask_array_lookup), and reads and writes the same values."""
     out = tmp_path / "tasks.nc"
-    code = (f"import sys\nfrom hbnn.runner import run_stage\nfrom hbnn.stages.make_data import make_data\n"
+    code = (f"import sys\nfrom hbnn.pipeline.runner import run_stage\n"
+            f"from hbnn.pipeline.stages.make_data import make_data\n"
             f"assert run_stage('make_data', ['out'], make_data, ['--out', {str(out)!r}]) == 0\n"
-            f"from hbnn.data import load_tasks\nfrom hbnn.config import load_params\n"
+            f"from hbnn.data.tasks import load_tasks\nfrom hbnn.config import load_params\n"
             f"tasks = load_tasks({str(out)!r}, params=load_params('params.yaml'))\n"
             "print(tasks.n_groups, 'dask.array' in sys.modules, 'dask' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -164,7 +165,7 @@ def test_a_stage_process_builds_its_datasets_without_importing_dask_array(tmp_pa
 def test_check_params_on_moons_imports_neither_xarray_nor_pandas_nor_scipy():
     """check_params, the first stage of every run, checks every key and every stage's cost from params alone on
     moons data: ~0.2 s of a process, where importing xarray, pandas (and pyarrow) and SciPy cost ~0.7 s more."""
-    code = ("import sys\nfrom hbnn.runner import run_stage\nfrom hbnn.budget import check_params\n"
+    code = ("import sys\nfrom hbnn.pipeline.runner import run_stage\nfrom hbnn.pipeline.budget import check_params\n"
             "assert run_stage('check_params', [], check_params, []) == 0\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'xarray', 'pandas', 'pyarrow', 'scipy', 'dask'}))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -175,9 +176,9 @@ def test_check_params_on_moons_imports_neither_xarray_nor_pandas_nor_scipy():
 
 def test_check_params_on_a_table_reads_it_without_importing_dask():
     """On a table, check_params loads xarray and pandas to read it as make_data does, after the stage's own call to
-    hbnn.runner.skip_dask_array_lookup: the table's check installs it then, so dask (~0.5 s) stays out."""
+    hbnn.pipeline.runner.skip_dask_array_lookup: the table's check installs it then, so dask (~0.5 s) stays out."""
     root = Path(__file__).resolve().parents[1]
-    code = ("import sys, yaml\nfrom hbnn.config import parse_params\nfrom hbnn.budget import check_params\n"
+    code = ("import sys, yaml\nfrom hbnn.config import parse_params\nfrom hbnn.pipeline.budget import check_params\n"
             f"raw = yaml.safe_load(open({str(root / 'params.yaml')!r}))\n"
             f"raw['data'].update(source='table', path={str(root / 'data/examples/sites.csv')!r})\n"
             "check_params(parse_params(raw))\n"

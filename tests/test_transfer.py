@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 from test_stages import pipeline  # noqa: F401 - the module-scoped tiny pipeline fixture
 
-from hbnn import likelihoods, transfer
 from hbnn.config import TransferParams, parse_params
-from hbnn.data import Tasks, make_moons_tasks
-from hbnn.io import InputError
+from hbnn.data.tasks import Tasks, make_moons_tasks
+from hbnn.files.io import InputError
+from hbnn.model import likelihoods
+from hbnn.pipeline import transfer
 
 
 @pytest.mark.parametrize("n_groups, expected", [(18, 6), (12, 4), (30, 10), (5, 3), (3, 1), (2, 1)])
@@ -91,8 +92,8 @@ def test_transfer_prior_refuses_before_its_fit_when_no_size_can_be_fitted(tmp_pa
     """A table's sizes are only known to the stages: transfer_prior says what `transfer` would, before sampling."""
     from conftest import TINY
 
-    from hbnn.io import write_netcdf
-    from hbnn.stages import transfer as transfer_stage
+    from hbnn.files.io import write_netcdf
+    from hbnn.pipeline.stages import transfer as transfer_stage
 
     params = parse_params({**TINY, "transfer": {"sizes": [1000], "all_rows": False}})
     write_netcdf(make_moons_tasks(params), tmp_path / "tasks.nc")
@@ -121,7 +122,7 @@ def test_row_lpd_is_minus_the_log_loss_for_a_classifier():
     rng = np.random.default_rng(0)
     draws = [rng.uniform(0.05, 0.95, size=(2, 50, 7)), rng.uniform(0.05, 0.95, size=(2, 50, 4))]
     pred = {"draws": draws, "noise": None, "y": [rng.integers(0, 2, 7), rng.integers(0, 2, 4)]}
-    from hbnn.evaluation import split_scores
+    from hbnn.diagnostics.evaluation import split_scores
 
     pooled, _ = split_scores(lik, pred)
     assert -transfer.row_lpd(lik, pred).mean() == pytest.approx(pooled["log_loss"], rel=1e-12)

@@ -1,6 +1,6 @@
 """The ``hbnn`` command line (also ``python -m hbnn``).
 
-Kept apart from :mod:`hbnn.runner`, which every stage imports, so that editing
+Kept apart from :mod:`hbnn.pipeline.runner`, which every stage imports, so that editing
 prediction code does not make DVC rerun (and resample) every stage.
 """
 
@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure()
     try:
         with interrupts_reported():
-            from hbnn.predict import predict
+            from hbnn.pipeline.predict import predict
 
             if not 0 <= args.seed < 2**32:
                 raise InputError(f"--seed={args.seed} must lie in [0, 2**32 - 1]")
@@ -106,7 +106,7 @@ def _summarise(args) -> int:
     ``dvc exp show --json``."""
     import json
 
-    from hbnn import summarise
+    from hbnn.pipeline import summarise
 
     try:
         with interrupts_reported():

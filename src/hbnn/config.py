@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
-from hbnn import likelihoods
+from hbnn.model import likelihoods
 
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
 BACKENDS = (*NUTS_BACKENDS, "advi")
@@ -30,10 +30,11 @@ LIKELIHOODS = tuple(likelihoods.LIKELIHOODS)
 PARQUET_SUFFIXES = (".parquet", ".pq")
 TABLE_SUFFIXES = (".csv", *PARQUET_SUFFIXES)
 MAX_SEED = 2**32 - 1  # NumPy's legacy RandomState (the moons data) takes seeds below 2**32
-HIERARCHICAL_FITS = ("fit_hier", "transfer_hier")  # fits that take hier_sampler (hbnn.variants.FITS)
+HIERARCHICAL_FITS = ("fit_hier", "transfer_hier")  # fits that take hier_sampler (hbnn.pipeline.variants.FITS)
 MAX_VALUES = 10_000  # a params file larger than this, aliases expanded, is refused (a YAML "alias bomb")
-# The convergence bar (DESIGN.md, Stan/ArviZ practice) every reported quantity is judged against (hbnn.evaluation);
-# here so that check_params can hold the settings against it without loading the evaluation's imports.
+# The convergence bar (DESIGN.md, Stan/ArviZ practice) every reported quantity is judged against
+# (hbnn.diagnostics.evaluation); here so that check_params can hold the settings against it without loading the
+# evaluation's imports.
 RHAT_MAX = 1.01
 ESS_MIN = 400
 DIVERGENT_SHARE_MAX = 0.001  # of a fit's draws
@@ -117,7 +118,7 @@ class ModelParams:
     ``hidden_layers: []`` (or ``0``) is a linear model ``features -> output``.
     ``gaussian`` adds a noise sd with a ``HalfNormal(noise_sd)`` prior on the
     standardised label scale. ``bias`` adds a bias to every hidden and output
-    unit, with the same prior as the weights of its layer (:mod:`hbnn.network`).
+    unit, with the same prior as the weights of its layer (:mod:`hbnn.model.network`).
     """
 
     hidden_layers: tuple[int, ...] = (5, 5)
@@ -162,10 +163,10 @@ class SamplerParams:
     ignores it) lets a fit draw past ``draws`` per chain while its draws miss
     the convergence bar, up to ``max_draws`` per chain. The hierarchical fit goes on: it looks again where its
     smallest ESS so far extrapolates to the bar, at most 20% of the draws so far and at most ``draws`` further
-    (nutpie: in steps of 100 draws; numpyro: a block of ``draws`` at a time) (:meth:`hbnn.inference.Sampler.sample`,
-    :func:`hbnn.inference._next_check`). A per-group fit that misses it is fitted again from its seed with ``k``
-    times ``draws`` and its chains thinned by ``k``, since a stage's groups share one draw count
-    (:func:`hbnn.stages.fitting.fit_per_group`).
+    (nutpie: in steps of 100 draws; numpyro: a block of ``draws`` at a time)
+    (:meth:`hbnn.sampling.inference.Sampler.sample`, :func:`hbnn.sampling.inference._next_check`). A per-group fit that
+    misses it is fitted again from its seed with ``k`` times ``draws`` and its chains thinned by ``k``, since a stage's
+    groups share one draw count (:func:`hbnn.pipeline.stages.fitting.fit_per_group`).
     ``refit_target_accept`` (the per-group NUTS fits; off at 0 or at most ``target_accept``): a group whose fit
     diverges more often than the bar allows (0.1% of its draws) is fitted again from its seed at this target_accept
     (smaller steps), once; longer too where its R-hat or ESS also miss. More draws do not dilute divergences: they
@@ -173,7 +174,7 @@ class SamplerParams:
     ``restarts`` (the hierarchical fit, nutpie, with ``max_draws`` past ``draws``; ignored otherwise): at any look,
     chains that diverge past the bar's share or sit in a region of clearly lower log density while the chains
     disagree are started again, up to this many times, from the best chain's draws
-    (:func:`hbnn.inference.restart_reason`); the metrics and the trace record each restart with its numbers.
+    (:func:`hbnn.sampling.inference.restart_reason`); the metrics and the trace record each restart with its numbers.
     """
 
     backend: str = "nutpie"
@@ -365,7 +366,7 @@ class TraceParams:
 
 @dataclass(frozen=True)
 class LimitParams:
-    """Guards against runs too large for this machine (:mod:`hbnn.budget`); they change no result.
+    """Guards against runs too large for this machine (:mod:`hbnn.pipeline.budget`); they change no result.
 
     Each stage estimates its peak memory and time before it starts and refuses
     past these limits, printing the estimate.
@@ -463,7 +464,7 @@ def name_problem(name: str) -> str | None:
     terminals act on), not empty or only spaces, and at most
     :data:`MAX_NAME_LENGTH` characters. Names are shown in tables, figures and
     error lines; what would mark them up there is escaped where they are written
-    (:mod:`hbnn.report.document`, :mod:`hbnn.plots`), not refused here.
+    (:mod:`hbnn.report.document`, :mod:`hbnn.report.plots`), not refused here.
     """
     if not name.strip():
         return "is empty" if not name else "is only spaces"
@@ -607,7 +608,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 
 def unchanged_check(path: str | Path, params: Params):
-    """A check for :func:`hbnn.io.checked_before_commit`: raises :class:`~hbnn.errors.ChangedMeanwhile` where the
+    """A check for :func:`hbnn.files.io.checked_before_commit`: raises :class:`~hbnn.errors.ChangedMeanwhile` where the
     parameter file at ``path`` no longer holds ``params`` (edited, or rewritten by another ``dvc exp run`` in the
     same workspace, while the stage ran): DVC records the params it finds after the stage, so outputs made from the
     earlier values would be recorded as made from the new ones."""

@@ -1,4 +1,4 @@
-"""The failures a stage reports as one line instead of a traceback (see :func:`hbnn.runner.run_stage`)."""
+"""The failures a stage reports as one line instead of a traceback (see :func:`hbnn.pipeline.runner.run_stage`)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class ChangedMeanwhile(RuntimeError):
     records for them, so none are written."""
 
 
-# why a model's log density can be non-finite where sampling starts (hbnn.kernel's check, nutpie's refusal)
+# why a model's log density can be non-finite where sampling starts (hbnn.density.kernel's check, nutpie's refusal)
 DENSITY_OVERFLOW = "the model's settings or data overflow it (model.prior_sd, model.noise_sd, the data's scale)"
 
 
@@ -76,7 +76,7 @@ def interrupt_received() -> bool:
 
     Python ignores exceptions raised inside ctypes and weakref callbacks (numba's
     compiler runs such callbacks), so a Ctrl-C landing there is lost as an
-    exception; :meth:`hbnn.io.Outputs.commit` asks this before renaming anything.
+    exception; :meth:`hbnn.files.io.Outputs.commit` asks this before renaming anything.
     """
     return bool(_received)
 
@@ -86,7 +86,7 @@ _COMMIT_CHECKS: list[Callable[[], None]] = []
 
 @contextlib.contextmanager
 def checked_before_commit(check: Callable[[], None]) -> Iterator[None]:
-    """Within the block, :meth:`hbnn.io.Outputs.commit` first calls ``check`` (:func:`run_commit_checks`), which
+    """Within the block, :meth:`hbnn.files.io.Outputs.commit` first calls ``check`` (:func:`run_commit_checks`), which
     raises to refuse the outputs: the stage runner's check that ``params.yaml`` did not change while the stage ran."""
     _COMMIT_CHECKS.append(check)
     try:
@@ -240,7 +240,7 @@ def _start_watchdog() -> tuple[int, int, int, threading.Thread] | None:
     then: the signal's number reaches it through ``signal.set_wakeup_fd``, written by Python's C-level handler the
     moment the signal arrives, whatever the main thread is doing. It never ends the process while outputs are being
     renamed into place (:func:`commit_section`): temporaries left behind are removed when those outputs are next
-    written (:mod:`hbnn.io`). ``None`` where a wakeup descriptor cannot be set (not the main thread)."""
+    written (:mod:`hbnn.files.io`). ``None`` where a wakeup descriptor cannot be set (not the main thread)."""
     read, write = os.pipe()
     os.set_blocking(write, False)
     try:

@@ -20,12 +20,15 @@ import numpy as np
 import xarray as xr
 from scipy.special import expit
 
-from hbnn import evaluation, likelihoods, plots
 from hbnn.config import Params, ReportParams
-from hbnn.data import Split, Tasks
-from hbnn.evaluation import group_weights, predict_proba, reliability
-from hbnn.io import close_trace, load_trace
-from hbnn.network import LayerSpec
+from hbnn.data.tasks import Split, Tasks
+from hbnn.diagnostics import evaluation
+from hbnn.diagnostics.evaluation import group_weights, predict_proba, reliability
+from hbnn.files.io import close_trace, load_trace
+from hbnn.model import likelihoods
+from hbnn.model.network import LayerSpec
+from hbnn.pipeline.transfer import in_size_order
+from hbnn.report import plots
 from hbnn.report.inputs import load_vars
 from hbnn.report.numbers import (
     ESS_OK,
@@ -41,7 +44,6 @@ from hbnn.report.numbers import (
     thin_indices,
     weight_labels,
 )
-from hbnn.transfer import in_size_order
 
 log = logging.getLogger(__name__)
 
@@ -374,7 +376,7 @@ def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: d
 
 
 def transfer_figure(tm: dict, score: str) -> bytes:
-    """:func:`hbnn.plots.plot_transfer` of ``metrics/detail/transfer.json``."""
+    """:func:`hbnn.report.plots.plot_transfer` of ``metrics/detail/transfer.json``."""
     sizes = in_size_order(tm["sizes"])
     series = {m: {"score": [r[m]["test"][score] for r in sizes.values()],
                   "log_loss": [-r[m]["test"]["lpd_mean"] for r in sizes.values()],

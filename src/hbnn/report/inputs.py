@@ -19,11 +19,11 @@ from typing import Any
 import xarray as xr
 
 from hbnn.config import Params
-from hbnn.data import Tasks
-from hbnn.io import InputError, detail_path, load_trace, settings_from_attrs
-from hbnn.network import LayerSpec, layer_specs
+from hbnn.data.tasks import Tasks
+from hbnn.files.io import InputError, detail_path, load_trace, settings_from_attrs
+from hbnn.model.network import LayerSpec, layer_specs
+from hbnn.pipeline.variants import BY_NAME
 from hbnn.report.numbers import METRICS_FILES, lookup
-from hbnn.variants import BY_NAME
 
 
 def read_json(path: Path, what: str) -> Any:
@@ -157,7 +157,7 @@ PRIOR_METRICS = {  # metrics/detail/prior.json
     "layers?": Each({"group_sd?": {f"{k}?": NUM for k in ("mean", "sd", "q05", "q95")}}),
     "alignment?": Each(ANY),
 }
-SIZE_LABEL = r"n[0-9]{1,9}|all"  # transfer's sizes: n<rows> or all (hbnn.transfer.in_size_order)
+SIZE_LABEL = r"n[0-9]{1,9}|all"  # transfer's sizes: n<rows> or all (hbnn.pipeline.transfer.in_size_order)
 
 
 def transfer_shape(score: str) -> dict:

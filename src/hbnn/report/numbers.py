@@ -9,11 +9,11 @@ import numba
 import numpy as np
 from scipy.special import expit
 
-from hbnn import forward
-from hbnn.evaluation import ESS_MIN, RHAT_MAX
-from hbnn.kernel import _exp_nonpositive
-from hbnn.network import BIAS, BIAS_SUFFIX, LayerSpec
-from hbnn.variants import VARIANTS
+from hbnn.density.kernel import _exp_nonpositive
+from hbnn.diagnostics.evaluation import ESS_MIN, RHAT_MAX
+from hbnn.model import forward
+from hbnn.model.network import BIAS, BIAS_SUFFIX, LayerSpec
+from hbnn.pipeline.variants import VARIANTS
 
 MODELS = tuple(v.name for v in VARIANTS)
 LABELS = {v.name: v.label for v in VARIANTS}
@@ -98,8 +98,8 @@ def surface_stats(
 
     ``weights`` are per-layer ``(sample, *shape)`` draws (a layer's last input row its bias where it has one more
     row than inputs); ``values`` maps network outputs to the plotted quantity (the likelihood's
-    :meth:`~hbnn.likelihoods.Likelihood.mean`). The network runs in float32 in a compiled loop over draws
-    (:func:`hbnn.forward.outputs`, the log density's float32 tanh): 0.09-0.10 s a group against 0.25-0.37 s for
+    :meth:`~hbnn.model.likelihoods.Likelihood.mean`). The network runs in float32 in a compiled loop over draws
+    (:func:`hbnn.model.forward.outputs`, the log density's float32 tanh): 0.09-0.10 s a group against 0.25-0.37 s for
     NumPy's float32 on the default grid (500 draws, 100 x 100 points, an AVX2 machine); mean and sd differ from
     float64 by about 1e-7, far below what a plot shows. Draws are taken in chunks and only running float64 sums
     are kept, so memory is ``chunk * n`` values. With ``values`` SciPy's ``expit`` (a classifier's), the

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hbnn import evaluation, likelihoods
-from hbnn.io import Outputs, as_builtin
+from hbnn.diagnostics import evaluation
+from hbnn.files.io import Outputs, as_builtin
+from hbnn.model import likelihoods
 from hbnn.report.numbers import LOSS_POINTS, MODELS, difference, lookup
 
 
@@ -18,7 +19,7 @@ def summary(metrics: dict[str, dict], n_groups: int, lik: likelihoods.Likelihood
     """``metrics/summary.json``: how the models differ (dicts only; each model's own numbers are in its metrics).
 
     ``<a>_minus_<b>_test_<score>``: the difference of the likelihood's headline
-    test score; with ``loo`` (:func:`hbnn.evaluation.psis_loo` per model, all
+    test score; with ``loo`` (:func:`hbnn.diagnostics.evaluation.psis_loo` per model, all
     three), ``<a>_minus_<b>_elpd`` and its paired standard error ``..._elpd_se``.
     """
     score = lik.score

@@ -8,12 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from hbnn import evaluation, likelihoods
 from hbnn.config import ReportParams
-from hbnn.data import Tasks
+from hbnn.data.tasks import Tasks
+from hbnn.diagnostics import evaluation
+from hbnn.diagnostics.evaluation import ADVI_MIN_DROP
 from hbnn.errors import counted
-from hbnn.evaluation import ADVI_MIN_DROP
-from hbnn.network import has_bias
+from hbnn.model import likelihoods
+from hbnn.model.network import has_bias
+from hbnn.pipeline.transfer import ALL, groups_by_size, in_size_order, pools_differ
+from hbnn.pipeline.variants import BY_NAME
 from hbnn.report.document import Figure, FigureLinks, Heading, Para, Section, Table
 from hbnn.report.numbers import (
     ESS_OK,
@@ -27,8 +30,6 @@ from hbnn.report.numbers import (
     lookup,
     pct,
 )
-from hbnn.transfer import ALL, groups_by_size, in_size_order, pools_differ
-from hbnn.variants import BY_NAME
 
 
 def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int],
@@ -82,7 +83,7 @@ def _run_description(s: dict[str, Any], drawn: int | None = None, joint: bool = 
         blocks += (f"; a group whose transitions diverged past the bar is fitted again at target_accept "
                    f"{s['refit_target_accept']}")
     if joint and s.get("max_draws", 0) > s.get("draws", 0):
-        from hbnn.inference import LOOK_MAX_GROWTH
+        from hbnn.sampling.inference import LOOK_MAX_GROWTH
 
         how = (f"drawn in blocks of {s['draws']}" if s.get("backend") != "nutpie" else
                f"checked after {s['draws']} draws, then where the smallest ESS extrapolated to the bar (at most "
@@ -505,7 +506,7 @@ def _nuts_remedy(short: Sequence[str], diverging: Sequence[str], settings: dict,
     ``diverging`` (R-hat and ESS met, divergences not: more draws do not remove them), by the params that say it
     (``settings``: each model's trace settings; ``drawn``: the draws per chain its trace holds). A joint fit drawn
     on until the bar is met that is short of it stopped at its ``max_draws``, which is said."""
-    from hbnn.inference import at_draw_limit, look_unit
+    from hbnn.sampling.inference import at_draw_limit, look_unit
 
     order = list(MODELS)
     longer, stopped, accept = [], [], []
@@ -685,7 +686,7 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
     """The transfer experiment (``metrics/detail/transfer.json``): held-out groups refit on few rows of their own.
 
     ``lik``: the likelihood, whose headline score (accuracy, rmse) it shows; a classifier's row subsets are stratified
-    by label (:func:`hbnn.transfer.nested_order`).
+    by label (:func:`hbnn.pipeline.transfer.nested_order`).
     """
     score = lik.score
     title = "Transfer to new groups"

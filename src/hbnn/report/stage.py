@@ -7,12 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
-from hbnn import budget, evaluation, likelihoods, plots
 from hbnn.config import Params
-from hbnn.data import load_tasks
-from hbnn.io import close_trace, settings_from_attrs, staged_outputs
-from hbnn.network import has_bias
-from hbnn.prior import load_prior
+from hbnn.data.tasks import load_tasks
+from hbnn.diagnostics import evaluation
+from hbnn.files.io import close_trace, settings_from_attrs, staged_outputs
+from hbnn.model import likelihoods
+from hbnn.model.network import has_bias
+from hbnn.model.prior import load_prior
+from hbnn.pipeline import budget
+from hbnn.pipeline.variants import BY_NAME
+from hbnn.report import plots
 from hbnn.report.document import render_html, render_markdown
 from hbnn.report.figures import (
     _correlation_figure,
@@ -56,7 +60,6 @@ from hbnn.report.sections import (
     model_settings,
     on_moons,
 )
-from hbnn.variants import BY_NAME
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,2 @@
+"""The fast density: the hand-written log density and gradient of the three models (``kernel``), the code written out
+per network (``written``) and the integrity of numba's cache of it (``cache_guard``)."""

@@ -1,0 +1,473 @@
+""":mod:`hbnn.density.kernel`'s log density with the network's pass written out for one network's widths.
+
+The generic kernel loops over layers, units and rows with sizes it reads at run time, so every
+(input, output) pair of units is its own loop over a group's ~50 rows, which loads and stores the
+activations each time: on the default network about 120 such loops per group, whose set-up costs more
+than their arithmetic. With the widths known when the code is written, each layer is one loop over rows
+that holds every unit of a row in registers, and the backward pass is one loop that keeps the gradient
+of every weight as its own accumulator; LLVM vectorises both over rows. Each group's weights from the
+sampler's coordinates and their gradient back to them (``_group_weights``, ``_group_chain_rule``) are
+loops of constant length too.
+
+:func:`logp_grad_for` writes the functions for a network (features, hidden widths, bias) as Python
+source into a module file under :func:`cache_dir`, named by a hash of that source, and imports it: the
+module compiles :mod:`hbnn.density.kernel`'s own ``_group_loglik`` and ``logp_grad`` (their source, unchanged)
+around the written-out ``_forward``, ``_backward``, ``_group_weights`` and ``_group_chain_rule``, so the
+density and its checks are the kernel's, and numba's disk cache serves every process after the first.
+Networks past :data:`MAX_WEIGHTS` weights per group (one accumulator each) get a module of the generic loops.
+
+:func:`callback_for` writes nutpie's callback around a network's ``logp_grad`` into a module of its own (one per
+network and position of the buffer in ``user_data``), and :func:`expand_callback` nutpie's expand callback, so
+numba's disk cache serves them too instead of a compile in every process that samples.
+
+Every fit samples code written here, and only here: :func:`_load` imports a module from the shared cache, whose
+entries numba may load only as they were written (:mod:`hbnn.density.cache_guard`), and where that cannot be done it
+compiles the same source elsewhere, so a damaged or unusable cache costs time, never a different draw.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import hashlib
+import importlib.util
+import itertools
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import types
+from pathlib import Path
+
+from hbnn.density import cache_guard
+from hbnn.model.network import layer_specs
+
+log = logging.getLogger(__name__)
+
+MAX_WEIGHTS = 128  # per group; past it the generic loops (written out, the backward pass keeps an accumulator a weight)
+_DECORATOR = '@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")'
+
+
+def cache_dir() -> Path:
+    """Where the written-out modules live: ``$HBNN_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/hbnn/kernels``
+    (``~/.cache/hbnn/kernels``)."""
+    if os.environ.get("HBNN_KERNEL_CACHE"):
+        return Path(os.environ["HBNN_KERNEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hbnn" / "kernels"
+
+
+def _layers(n_features: int, hidden: tuple[int, ...], bias: bool) -> list[tuple[int, int]]:
+    """Each layer's ``(inputs without the bias row, outputs)``, as :func:`hbnn.model.network.layer_specs` lays them
+    out."""
+    return [(s.shape[0] - int(bias), s.shape[1] if len(s.shape) == 2 else 1)
+            for s in layer_specs(n_features, hidden, bias)]
+
+
+def _forward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+    """``_forward`` with :func:`hbnn.density.kernel._forward`'s signature and result (``H[1:]``)."""
+    layers = _layers(n_features, hidden, bias)
+    lines = [_DECORATOR, "def _forward(W, H, X, g, n8, R, D, lay, n_layers, bias):",
+             "    x = X[g * D * R: (g + 1) * D * R]"]
+    w_at = 0
+    for li, (n_in, n_out) in enumerate(layers):
+        # The weights as locals: stores into H could alias W, so LLVM would reload them in every row.
+        for k in range((n_in + int(bias)) * n_out):
+            lines.append(f"    w{li}_{k} = W[{w_at + k}]")
+        source = "x" if li == 0 else f"H[{li}]"
+        lines.append("    for r in range(n8):")
+        for i in range(n_in):
+            lines.append(f"        v{i} = {source}[{i} * R + r]")
+        for j in range(n_out):
+            terms = [f"w{li}_{i * n_out + j} * v{i}" for i in range(n_in)]
+            if bias:
+                terms.append(f"w{li}_{n_in * n_out + j}")
+            lines.append(f"        H[{li + 1}, {j} * R + r] = {' + '.join(terms)}")
+        if li < len(layers) - 1:
+            lines.append(f"    _tanh_inplace(H[{li + 1}], {n_out} * R)")
+        w_at += (n_in + int(bias)) * n_out
+    return "\n".join(lines) + "\n"
+
+
+def _backward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+    """``_backward`` with :func:`hbnn.density.kernel._backward`'s signature and effect on ``gW``: one loop over rows,
+    every unit's backpropagated gradient in registers, every weight's gradient its own accumulator."""
+    layers = _layers(n_features, hidden, bias)
+    sizes = _sizes(n_features, hidden, bias)
+    starts, at = [w_at for _, w_at in sizes], sum(size for size, _ in sizes)
+    lines = [_DECORATOR, "def _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias):",
+             "    x = X[g * D * R: (g + 1) * D * R]"]
+    lines += [f"    w{k} = W[{k}]" for k in range(at)]
+    lines += [f"    acc{k} = _F0" for k in range(at)]
+    lines.append("    for r in range(n8):")
+    lines.append(f"        d{len(layers) - 1}_0 = delta[r]")
+    for li in range(len(layers) - 1, -1, -1):
+        n_in, n_out = layers[li]
+        source = "x" if li == 0 else f"H[{li}]"
+        for i in range(n_in):
+            lines.append(f"        a{li}_{i} = {source}[{i} * R + r]")
+        for j in range(n_out):
+            for i in range(n_in):
+                lines.append(f"        acc{starts[li] + i * n_out + j} += a{li}_{i} * d{li}_{j}")
+            if bias:
+                lines.append(f"        acc{starts[li] + n_in * n_out + j} += d{li}_{j}")
+        if li > 0:
+            for i in range(n_in):
+                total = " + ".join(f"w{starts[li] + i * n_out + j} * d{li}_{j}" for j in range(n_out))
+                lines.append(f"        d{li - 1}_{i} = ({total}) * (_F1 - a{li}_{i} * a{li}_{i})")
+    lines += [f"    gW[{k}] += acc{k}" for k in range(at)]
+    return "\n".join(lines) + "\n"
+
+
+def _sizes(n_features: int, hidden: tuple[int, ...], bias: bool) -> list[tuple[int, int]]:
+    """Each layer's ``(weights, start in a group's weights)``."""
+    sizes = [s.size for s in layer_specs(n_features, hidden, bias)]
+    return list(zip(sizes, itertools.accumulate(sizes[:-1], initial=0), strict=True))
+
+
+def _layer_at(li: int, size: int, z: bool) -> list[str]:
+    """Lines that read layer ``li``'s start in the flat vector (``a``) and, with ``z``, its group sd and group
+    ``g``'s ``z`` (hierarchical)."""
+    lines = [f"        a = int(lay[_PER_LAYER * {li} + 2])"]
+    if z:
+        lines += [f"        z = int(lay[_PER_LAYER * {li} + 4]) + g * {size}", f"        sd = sds[{li}]"]
+    return lines
+
+
+def _by_kind(signature: str, sizes: list[tuple[int, int]], hierarchical, flat, informed, tail: tuple = ()) -> str:
+    """A function of the kernel's three kinds: ``signature``, then one branch per kind whose lines for each layer
+    ``li`` (``size`` weights from ``w_at`` in a group's) are ``branch(li, size, w_at)``, after the layer's start
+    in the flat vector (``a``; hierarchical: also ``z`` and ``sd``); then ``tail``."""
+    lines = [_DECORATOR, signature]
+    for test, branch, z in (("if kind == HIERARCHICAL:", hierarchical, True), ("elif kind == FLAT:", flat, False),
+                            ("else:", informed, False)):
+        lines.append(f"    {test}")
+        for li, (size, w_at) in enumerate(sizes):
+            lines += _layer_at(li, size, z) + branch(li, size, w_at)
+    return "\n".join([*lines, *tail]) + "\n"
+
+
+def _weights_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+    """``_group_weights`` with :func:`hbnn.density.kernel._group_weights`' signature and effect, each layer's loop of a
+    constant length: with lengths read at run time, these loops of 5-25 weights ran mostly as scalar remainders
+    (written out, the default hierarchical gradient took ~10% less time, with the same values). The loops index
+    slices from 0 (:func:`_slices`)."""
+    sizes = _sizes(n_features, hidden, bias)
+    return _by_kind(
+        "def _group_weights(theta, W, gW, g, buf, lay, n_layers, bias, kind, sds):", sizes,
+        lambda li, size, w_at: [*_slices(size, ta=("theta", "a"), tz=("theta", "z"), wl=("W", w_at)),
+                                f"        for k in range({size}):", "            wl[k] = ta[k] + sd * tz[k]"],
+        lambda li, size, w_at: [*_slices(size, ta=("theta", "a"), wl=("W", w_at)),
+                                f"        for k in range({size}):", "            wl[k] = ta[k]"],
+        _informed_weights,
+        tail=(f"    for k in range({sum(size for size, _ in sizes)}):", "        gW[k] = _F0"))
+
+
+def _chain_rule_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+    """``_group_chain_rule`` with :func:`hbnn.density.kernel._group_chain_rule`'s signature and effect, each layer's
+    loop of a constant length. (The hierarchical layers' loop over slices (:func:`_slices`) took ~0.5 us less, but
+    moved the first group's first ``z`` of each layer by an ulp, which would draw other chains.)"""
+    return _by_kind(
+        "def _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g_sd):",
+        _sizes(n_features, hidden, bias),
+        lambda li, size, w_at: ["        acc = 0.0", f"        for k in range({size}):",
+                                f"            gw = gW[{w_at} + k]", "            grad[a + k] += gw",
+                                "            grad[z + k] += sd * gw",
+                                "            acc += gw * theta[z + k]", f"        g_sd[{li}] += sd * acc"],
+        lambda li, size, w_at: [*_slices(size, ga=("grad", "a"), gl=("gW", w_at)),
+                                f"        for k in range({size}):", "            ga[k] += gl[k]"],
+        lambda li, size, w_at: [f"        chol = buf[int(lay[_PER_LAYER * {li} + 4]):]",  # d/dz = L^T gW
+                                f"        for k in range({size}):", f"            gw = gW[{w_at} + k]",
+                                "            for m in range(k + 1):",
+                                f"                grad[a + m] += chol[k * {size} + m] * gw"])
+
+
+def _slices(size: int, **starts: tuple[str, str | int]) -> list[str]:
+    """Lines that bind each name to ``size`` values of an array from a start (``ta=("theta", "a")``: ``ta =
+    theta[a: a + size]``). The hierarchical weights' loops over these, indexed from 0, took the default
+    gradient from 11.9-12.2 to 11.5-11.8 us (interleaved in one process; the same bits) against loops that
+    index ``theta[a + k]`` with a start read at run time."""
+    return [f"        {name} = {array}[{at}: {at} + {size}]" for name, (array, at) in starts.items()]
+
+
+def _informed_weights(li: int, size: int, w_at: int) -> list[str]:
+    """An informed layer's ``W = mean + L @ z`` (:func:`hbnn.density.kernel._mean_plus_chol`) with one accumulator per
+    weight, over the columns of ``L``. Row by row, each weight's sum is a chain of dependent adds that bounds
+    the loop (the default informed gradient: 1.48-1.50 us against 1.21-1.25, interleaved in one process); column
+    by column the chains run side by side. Each sum adds the same products in the same order (``L``'s zeros
+    above the diagonal add exact zeros), but fastmath lets LLVM fuse other multiply-adds, so a float64 sum can
+    differ in its last bit; rounded to the float32 weights that changes a gradient about once in 8 million
+    random points (a review's count), and none of the committed run's."""
+    lines = [f"        mean = buf[int(lay[_PER_LAYER * {li} + 3]):]",
+             f"        chol = buf[int(lay[_PER_LAYER * {li} + 4]):]"]
+    lines += [f"        m{k} = mean[{k}]" for k in range(size)]
+    lines += [f"        for j in range({size}):", "            zj = theta[a + j]"]
+    lines += [f"            m{k} += chol[{k * size} + j] * zj" for k in range(size)]
+    return lines + [f"        W[{w_at + k}] = m{k}" for k in range(size)]
+
+
+def _function_source(text: str, name: str) -> str:
+    """The source of the top-level function ``name`` in ``text``, decorators included: from its decorators to
+    the next line at column 0. (Read from the text, not with ``ast.parse``, which CPython 3.11 does not allow
+    in two threads at once: "AST constructor recursion depth mismatch".)"""
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"def {name}("))
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0].isspace()):
+        end += 1
+    while start > 0 and lines[start - 1].startswith("@"):
+        start -= 1
+    return "".join(lines[start:end]).rstrip() + "\n"
+
+
+# the passes, as hbnn.density.kernel loops them
+GENERIC = ("_forward", "_backward", "_group_weights", "_group_chain_rule")
+
+
+def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+    """The module for one network: its passes written out (:data:`GENERIC`: :mod:`hbnn.density.kernel`'s own loops, for
+    a network past :data:`MAX_WEIGHTS` weights per group), then :mod:`hbnn.density.kernel`'s functions around them (from
+    its source as imported, :data:`hbnn.density.kernel.SOURCE`, not as the file may read now)."""
+    from hbnn.density import kernel
+
+    if sum(s.size for s in layer_specs(n_features, hidden, bias)) > MAX_WEIGHTS:
+        passes = [_function_source(kernel.SOURCE, name) for name in GENERIC]
+    else:
+        passes = [_forward_source(n_features, hidden, bias), _backward_source(n_features, hidden, bias),
+                  _weights_source(n_features, hidden, bias), _chain_rule_source(n_features, hidden, bias)]
+    return "\n".join([
+        f'"""hbnn.density.kernel for {n_features} features, hidden layers {list(hidden)}, bias {bias}: written by '
+        'hbnn.density.written; do not edit."""',
+        *_kernel_header(),
+        "from hbnn.density.kernel import (_F0, _F1, _HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, ROW_DTYPE,\n"
+        "                         _mean_plus_chol, _output, _tanh_inplace)",
+        "",
+        *passes,
+        _function_source(kernel.SOURCE, "_group_loglik"),
+        _function_source(kernel.SOURCE, "logp_grad"),
+    ])
+
+
+def _kernel_header() -> list[str]:
+    """The lines every written module starts with: the hash of :mod:`hbnn.density.kernel`'s whole source (numba's cache
+    checks the written file's time stamp only, not the functions it imports, so the module's name, a hash of its
+    source, must change with anything in hbnn.density.kernel) and the imports."""
+    from hbnn.density import kernel
+
+    return [f"# hbnn.density.kernel source sha256 {hashlib.sha256(kernel.SOURCE.encode()).hexdigest()}",
+            "import math", "import numba", "import numpy as np"]
+
+
+def expand_source() -> str:
+    """A module holding nutpie's expand callback (:func:`hbnn.density.kernel.expand` behind
+    :func:`hbnn.density.kernel._expand_callback`) compiled with numba's disk cache: one for every network, since the
+    buffer describes the layout."""
+    from hbnn.density import kernel
+
+    return "\n".join([
+        '"""nutpie\'s expand callback: written by hbnn.density.written; do not edit."""',
+        *_kernel_header(),
+        "from hbnn.density.kernel import _EXPAND_SIG, _HEADER, _PER_LAYER, HIERARCHICAL, INFORMED, _mean_plus_chol",
+        "",
+        _function_source(kernel.SOURCE, "expand"),
+        _function_source(kernel.SOURCE, "_expand_callback"),
+        "expand_callback = numba.cfunc(_EXPAND_SIG, cache=True)(_expand_callback)",
+        "",
+    ])
+
+
+_LOADING = threading.Lock()  # one thread writes and imports a module at a time; the others then find it whole
+
+
+def _network_module(n_features: int, hidden: tuple[int, ...], bias: bool) -> tuple[str, str]:
+    """``(name, source)`` of the written module for this network."""
+    source = module_source(n_features, hidden, bias)
+    return "hbnn_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:20], source
+
+
+@functools.cache
+def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool):
+    """``logp_grad`` for this network (:func:`hbnn.density.kernel.logp_grad`'s signature and value), from its written
+    module (:func:`module_source`), loaded as :func:`_load` says."""
+    with _LOADING:
+        return _load(*_network_module(n_features, tuple(int(h) for h in hidden), bias), "logp_grad").logp_grad
+
+
+def callback_source(network: str, skip: int) -> str:
+    """A module holding nutpie's callback (:data:`hbnn.density.kernel.CALLBACK_SOURCE`) around the module ``network``'s
+    ``logp_grad``, its buffer ``skip`` slots into ``user_data``, compiled with numba's disk cache."""
+    from hbnn.density import kernel
+
+    return "\n".join([
+        f'"""nutpie\'s logp callback over {network}, buffer at slot {skip}: written by hbnn.density.written; '
+        'do not edit."""',
+        "import numba",
+        "import numpy as np",
+        "from hbnn.density.kernel import _C_SIG",
+        f"from {network} import logp_grad",
+        "",
+        f"SKIP = {int(skip)}",
+        "",
+        "",
+        kernel.CALLBACK_SOURCE,
+        "",
+        "logp_callback = numba.cfunc(_C_SIG, cache=True)(logp_callback)",
+        "",
+    ])
+
+
+@functools.cache
+def callback_for(n_features: int, hidden: tuple[int, ...], bias: bool, skip: int):
+    """nutpie's callback for this network (:func:`hbnn.density.kernel.callback` with :func:`logp_grad_for`), loaded from
+    numba's disk cache after its first compile (~1.5 s saved in every later process that samples).
+
+    The cached callback computes the same bits as the one compiled in the process that wrote the cache
+    (tests/test_kernel.py runs three processes on one fresh cache).
+    """
+    hidden = tuple(int(h) for h in hidden)
+    logp_grad_for(n_features, hidden, bias)  # the module the callback imports, loaded first
+    network, _ = _network_module(n_features, hidden, bias)
+    source = callback_source(network, skip)
+    name = "hbnn_callback_" + hashlib.sha256(source.encode()).hexdigest()[:20]
+    with _LOADING:
+        return _load(name, source, "logp_callback", depends=(network,)).logp_callback
+
+
+@functools.cache
+def expand_callback():
+    """nutpie's expand callback (:func:`expand_source`), loaded from numba's disk cache after its first compile."""
+    source = expand_source()
+    name = "hbnn_expand_" + hashlib.sha256(source.encode()).hexdigest()[:20]
+    with _LOADING:
+        return _load(name, source, "expand_callback").expand_callback
+
+
+_LOADED: dict[str, Path] = {}  # module name -> the folder it was imported from (its entries recorded at exit)
+
+
+def _load(name: str, source: str, defines: str, depends: tuple[str, ...] = ()):
+    """The module ``name`` with ``source``, which ``defines`` that callable: imported once per process; ``depends``:
+    the written modules it imports, whose functions numba compiles (or loads) as it runs.
+
+    From the shared cache (:func:`cache_dir`), whose entries numba may load only as they were written
+    (:func:`hbnn.density.cache_guard.verify`); where importing there fails (an entry damaged in a way its hash could not
+    show, a folder that cannot be written), its entries are removed and it is tried once more, then in a folder of
+    this process's own, and last compiled in memory without any cache. Every way compiles the same source, so the
+    machine code, and the draws, are the same; only the time to compile differs. A warning says which way was taken.
+    """
+    if name in sys.modules:
+        return sys.modules[name]
+    problems = []
+    for folder, attempt in ((cache_dir, "the shared cache"), (cache_dir, "the shared cache, emptied"),
+                            (_private_dir, "a folder of this process")):
+        try:
+            module = _import_at(folder(), name, source, defines)
+        except Exception as err:  # noqa: BLE001 - any failure: try the next way, which compiles the same source
+            problems.append(f"{attempt}: {type(err).__name__}: {err}")
+            for stem in (name, *depends):  # what importing it may have loaded
+                with contextlib.suppress(Exception):
+                    cache_guard.purge(_LOADED.get(stem, folder()) / "__pycache__", stem)
+            continue
+        if problems:
+            log.warning("kernel: %s could not be used from %s; compiled in %s", name, "; ".join(problems), attempt)
+        return module
+    log.warning("kernel: %s could not be used from any folder (%s); compiled in memory, without a cache", name,
+                "; ".join(problems))
+    return _exec_in_memory(name, source, defines)
+
+
+def _import_at(folder: Path, name: str, source: str, defines: str):
+    """Import the module ``name`` from ``folder``, writing its file first where it is missing or differs."""
+    path = folder / f"{name}.py"
+    entries = folder / "__pycache__"
+    entries.mkdir(parents=True, exist_ok=True)
+    if not os.access(entries, os.W_OK):
+        raise PermissionError(f"{entries} cannot be written")
+    cache_guard.keep_beside(folder)
+    cache_guard.verify(entries, name)
+    if path.exists() and path.read_bytes() != source.encode():  # damaged after it was written: write it again
+        log.warning("kernel: %s does not hold what its name says; writing it again", path)
+        cache_guard.purge(entries, name)
+        path.unlink(missing_ok=True)
+    if not path.exists():
+        _write(path, source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    _run(module, spec.loader.exec_module, defines)
+    _LOADED[name] = folder
+    _record(name)
+    return module
+
+
+def _write(path: Path, source: str) -> None:
+    """Write ``path`` whole and readable by whoever shares the cache, keeping a file another process put there
+    first (and its time stamp, which numba's cache of it keys on)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        except OSError:  # where links are not supported, the rename is atomic too
+            os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _run(module, execute, defines: str) -> None:
+    """Run ``execute(module)`` with the module in ``sys.modules`` meanwhile, as an import does: a cfunc compiles as
+    its module runs, and numba caches only functions whose module it can find. Other threads look only under
+    :data:`_LOADING`, so see it only whole."""
+    sys.modules[module.__name__] = module
+    try:
+        execute(module)
+        if not callable(getattr(module, defines, None)):
+            raise ImportError(f"{module.__name__} defines no {defines}")
+    except BaseException:
+        del sys.modules[module.__name__]
+        raise
+
+
+def _exec_in_memory(name: str, source: str, defines: str):
+    """The module compiled from ``source`` in memory, its functions without numba's disk cache."""
+    module = types.ModuleType(name)
+    code = compile(source.replace("cache=True", "cache=False"), f"<{name}>", "exec")
+    _run(module, lambda m: exec(code, m.__dict__), defines)  # noqa: S102 - our own text
+    return module
+
+
+_PRIVATE: list[Path] = []
+
+
+def _private_dir() -> Path:
+    """A folder of this process's own for written modules (removed when it exits)."""
+    if not _PRIVATE:
+        folder = Path(tempfile.mkdtemp(prefix="hbnn-kernels-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _PRIVATE.append(folder)
+    return _PRIVATE[0]
+
+
+def _record(name: str) -> None:
+    """Record the entries of the module ``name`` as they are now (:func:`hbnn.density.cache_guard.record`)."""
+    entries = _LOADED[name] / "__pycache__"
+    if entries.is_dir():
+        cache_guard.record(entries, name)
+
+
+@atexit.register
+def _record_all() -> None:
+    """At exit, record what this process's modules compiled since they were imported (numba compiles an ``njit``
+    function, and writes its entries, when it is first called)."""
+    for name in list(_LOADED):
+        with contextlib.suppress(Exception):
+            _record(name)

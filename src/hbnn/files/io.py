@@ -1,0 +1,410 @@
+"""Atomic writes, provenance attrs and checked loading of stage outputs.
+
+Every output is written to a temporary file in the destination directory and
+renamed into place, so a killed stage never leaves a partial file at an output
+path. A stage's outputs are committed together (:func:`staged_outputs`): every
+temporary is written first, then all are renamed, metrics last, with SIGINT and
+SIGTERM held back during the renames; temporaries that a killed run left are
+removed the next time that output is written. Loaders turn unreadable or
+mismatched files into :class:`InputError` naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from hbnn.errors import (
+    InputError,
+    NonFiniteError,
+    OutputError,
+    commit_section,
+    interrupt_received,
+    run_commit_checks,
+)
+from hbnn.files import integrity
+from hbnn.files.trace import Trace, write_netcdf_groups
+
+PACKAGES = ("hbnn", "pymc", "pytensor", "nutpie", "arviz", "numpy", "xarray", "scikit-learn")
+
+
+def _temporary(path: Path) -> Path:
+    """A new empty temporary file beside ``path``, after removing those a killed run left there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def _seal(tmp: Path) -> None:
+    """Flush ``tmp`` to disk and give it the permissions a plain ``open()`` would (mkstemp makes 0600)."""
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.chmod(tmp, 0o666 & ~_umask())
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Turn a failure to write ``path`` into an :class:`OutputError` naming it and the free space there.
+
+    File writers report a full disk in their own ways: ``OSError`` (ENOSPC) from
+    Python, ``RuntimeError("NetCDF: HDF error")`` from netCDF4.
+    """
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else f"{type(err).__name__}: {err}"
+        try:
+            free = f"; {shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free on its disk"
+        except OSError:
+            free = ""
+        raise OutputError(f"cannot write {path} ({why}{free}); earlier outputs are unchanged") from err
+
+
+class Outputs:
+    """A stage's outputs, written to temporaries and committed together by :meth:`commit`.
+
+    Use through :func:`staged_outputs`. Each ``write_*`` method writes the whole
+    file to a temporary beside its destination; nothing at a destination changes
+    until :meth:`commit`, which renames them all (JSON files, the metrics, last)
+    and then removes the files passed to :meth:`remove`.
+    """
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[Path, Path]] = []  # (temporary, destination)
+        self._removals: list[Path] = []
+
+    @contextlib.contextmanager
+    def path(self, path: str | Path) -> Iterator[Path]:
+        """Yield a temporary path to write ``path``'s content to; it is staged once the block ends."""
+        path = Path(path)
+        with _writing(path):
+            tmp = _temporary(path)
+            self._staged.append((tmp, path))
+            yield tmp
+            _seal(tmp)
+
+    def write_json(self, obj: Any, path: str | Path) -> None:
+        """Stable, sorted, indented JSON; NaN or infinity is a :class:`NonFiniteError`."""
+        try:
+            text = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
+        except ValueError as err:
+            raise NonFiniteError(f"{path}: refusing to write a non-finite value ({err})") from err
+        with self.path(path) as tmp:
+            tmp.write_text(text)
+
+    def write_text(self, text: str, path: str | Path) -> None:
+        with self.path(path) as tmp:
+            tmp.write_text(text)
+
+    def write_bytes(self, data: bytes, path: str | Path) -> None:
+        with self.path(path) as tmp:
+            tmp.write_bytes(data)
+
+    def write_netcdf(self, obj: Trace | xr.Dataset, path: str | Path) -> None:
+        """Save a :class:`~hbnn.files.trace.Trace` or ``Dataset``, uncompressed, each group with its checksum
+        (:mod:`hbnn.files.integrity`); non-finite values are refused (see :func:`check_finite`).
+
+        ArviZ compresses every numeric variable by default: draws barely compress (86.5 against 92.1 MB for the
+        default transfer/informed.nc), and zlib took 2.1 of the 2.5 s that writing it took.
+        """
+        check_finite(obj, str(path))
+        with self.path(path) as tmp:
+            if isinstance(obj, xr.Dataset):  # netCDF4, xarray's default engine where it is installed
+                write_netcdf_groups({None: integrity.sealed(obj)}, tmp, "netcdf4")
+            else:  # a Trace (ArviZ's InferenceData writes the same way)
+                Trace(**{name: integrity.sealed(obj[name]) for name in obj.groups()}).to_netcdf(str(tmp),
+                                                                                              compress=False)
+
+    def remove(self, path: str | Path) -> None:
+        """Delete ``path`` when the outputs are committed (an output the stage no longer writes)."""
+        self._removals.append(Path(path))
+
+    def commit(self) -> None:
+        """Rename every staged file onto its destination, JSON last, with interrupts held back; first, each check
+        :func:`hbnn.errors.checked_before_commit` holds may refuse (by raising)."""
+        order = sorted(self._staged, key=lambda staged: staged[1].suffix == ".json")
+        if interrupt_received():  # a Ctrl-C whose KeyboardInterrupt a library callback swallowed
+            raise KeyboardInterrupt
+        run_commit_checks()
+        with commit_section():
+            for tmp, path in order:
+                with _writing(path):
+                    os.replace(tmp, path)
+            for path in self._removals:
+                path.unlink(missing_ok=True)
+        self._staged.clear()
+
+    def discard(self) -> None:
+        """Remove every temporary not yet committed."""
+        for tmp, _ in self._staged:
+            tmp.unlink(missing_ok=True)
+        self._staged.clear()
+
+
+@contextlib.contextmanager
+def staged_outputs() -> Iterator[Outputs]:
+    """Collect a stage's outputs; commit them together if the block succeeds, else discard them all."""
+    outputs = Outputs()
+    try:
+        yield outputs
+        outputs.commit()
+    finally:
+        outputs.discard()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def detail_path(metrics_out: str | Path) -> Path:
+    """Where a stage's complete metrics go (per group, every diagnostic): ``detail/`` beside ``metrics_out``.
+
+    ``metrics_out`` is the file DVC declares as metrics and holds the headline
+    keys only, because ``dvc exp show`` makes one column per key; the detail
+    file is a plain output, diffed with ``dvc metrics diff --targets <it>``.
+    """
+    return Path(metrics_out).parent / "detail" / Path(metrics_out).name
+
+
+def write_json(obj: Any, path: str | Path) -> None:
+    """Write ``obj`` as stable, sorted, indented JSON, atomically."""
+    with staged_outputs() as outputs:
+        outputs.write_json(obj, path)
+
+
+def write_text(text: str, path: str | Path) -> None:
+    with staged_outputs() as outputs:
+        outputs.write_text(text, path)
+
+
+def write_netcdf(obj: Trace | xr.Dataset, path: str | Path) -> None:
+    """Save a :class:`~hbnn.files.trace.Trace` or ``Dataset`` to NetCDF, atomically."""
+    with staged_outputs() as outputs:
+        outputs.write_netcdf(obj, path)
+
+
+# sample_stats may hold NaN by design (e.g. PyMC's unused eigenvalue stats).
+UNCHECKED_GROUPS = ("sample_stats", "warmup_sample_stats")
+
+
+def check_finite(obj: Trace | xr.Dataset, what: str) -> None:
+    """Raise :class:`NonFiniteError` naming the variable if any float in ``obj`` is NaN or infinite.
+
+    For a trace the groups in :data:`UNCHECKED_GROUPS` are skipped.
+    """
+    if not isinstance(obj, xr.Dataset):  # a trace
+        datasets = [(f"{what} group {g}", obj[g]) for g in obj.groups() if g not in UNCHECKED_GROUPS]
+    else:
+        datasets = [(what, obj)]
+    for where, ds in datasets:
+        for name, da in ds.data_vars.items():
+            if np.issubdtype(da.dtype, np.floating) and not np.isfinite(da.values).all():
+                bad = int((~np.isfinite(da.values)).sum())
+                raise NonFiniteError(f"{where}: {name} has {bad} non-finite values; nothing was written")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def provenance(stage: str, variant: str, params_hash: str, settings: dict[str, Any]) -> dict[str, str]:
+    """NetCDF-safe attrs saying what produced a file (nested values as JSON)."""
+    return {
+        "hbnn_stage": stage,
+        "hbnn_variant": variant,
+        "hbnn_params_hash": params_hash,
+        "hbnn_settings": json.dumps(settings, sort_keys=True),
+        "hbnn_versions": json.dumps(package_versions(), sort_keys=True),
+    }
+
+
+# What a trace records of the clock: ArviZ's creation time, and PyMC's (also NumPyro's and BlackJAX's, through
+# pm.sample) sampling time and per-draw timers. The stage's timings/*.json hold its seconds instead.
+RUN_TIME_ATTRS = ("created_at", "sampling_time")
+RUN_TIME_STATS = ("perf_counter_start", "perf_counter_diff", "process_time_diff")
+
+
+def stamp(idata: Trace, attrs: dict[str, str]) -> Trace:
+    """Copy provenance attrs onto every group of ``idata`` (in place) and return it.
+
+    Drops what records the clock (:data:`RUN_TIME_ATTRS`, :data:`RUN_TIME_STATS`), so the same params write a
+    byte-identical trace whatever the backend: DVC then sees an unchanged output, and a rerun of a stage upstream
+    that changes nothing does not rerun the stages after it.
+    """
+    for name in idata.groups():
+        group = idata[name]
+        for var in RUN_TIME_STATS:
+            if var in group.data_vars:
+                del group[var]
+        for attr in RUN_TIME_ATTRS:
+            group.attrs.pop(attr, None)
+        group.attrs.update(attrs)
+    return idata
+
+
+def _check_exists(path: Path, what: str) -> None:
+    if not path.is_file():
+        raise InputError(f"{what} {path} does not exist; run the stage that writes it first (dvc repro)")
+
+
+def load_dataset(path: str | Path, what: str, required: tuple[str, ...] = ()) -> xr.Dataset:
+    """Open a NetCDF dataset fully into memory, checking for required variables."""
+    path = Path(path)
+    _check_exists(path, what)
+    try:
+        with xr.open_dataset(path) as ds:
+            ds = ds.load()
+    except Exception as err:  # noqa: BLE001 - any decode failure means a bad file
+        raise InputError(f"{what} {path} is not a readable NetCDF file ({type(err).__name__}: {err})") from err
+    integrity.check(ds, f"{what} {path}")
+    missing = [v for v in required if v not in ds.variables]
+    if missing:
+        raise InputError(f"{what} {path} lacks variables {missing}; it was not written by this stage")
+    return ds
+
+
+def load_trace(
+    path: str | Path,
+    variant: str,
+    groups: tuple[str, ...] = ("posterior", "sample_stats", "observed_data"),
+    params=None,
+    only: tuple[str, ...] | None = None,
+) -> Trace:
+    """Open a trace and check it came from the expected model variant (and, given ``params``, made with them).
+
+    Every group of the file (or of ``only``, ``groups`` and ``posterior``, which the checks read, those the file
+    has: a reader that needs a few groups of the seven skips ~30 ms of decoding for each of the others) is opened
+    as ``az.from_netcdf`` opens it (xarray, h5netcdf, lazily) and those in ``groups`` are loaded; read without
+    importing ArviZ (~3 s of a process: the report's workers, forked before it is imported, read their traces
+    this way). Each opened group is checked against its checksum (:func:`hbnn.files.integrity.check`), which reads its
+    values once; xarray keeps them. Close it with :func:`close_trace`."""
+    import h5netcdf
+
+    path = Path(path)
+    _check_exists(path, "trace")
+    opened: dict[str, xr.Dataset] = {}
+    try:
+        with h5netcdf.File(path, mode="r") as f:
+            names = [name for name in f.groups
+                     if only is None or name in only or name in groups or name == "posterior"]
+        for name in names:
+            opened[name] = xr.open_dataset(path, group=name, engine="h5netcdf")
+        for name in groups:
+            opened[name].load()
+        trace = Trace(**opened)
+        for name, ds in opened.items():
+            integrity.check(ds, f"trace {path} (group {name})")
+    except InputError:
+        close_trace(opened)
+        raise
+    except KeyError as err:
+        close_trace(opened)
+        raise InputError(f"trace {path} has no {err} group") from err
+    except Exception as err:  # noqa: BLE001
+        close_trace(opened)
+        raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
+    if "posterior" not in trace:
+        close_trace(trace)
+        raise InputError(f"trace {path} has no 'posterior' group")
+    try:
+        _check_trace(trace.posterior.attrs, variant, params, path)
+    except InputError:
+        close_trace(trace)
+        raise
+    return trace
+
+
+def close_trace(trace) -> None:
+    """Close every group of a trace :func:`load_trace` opened (a :class:`~hbnn.files.trace.Trace` or a mapping)."""
+    for ds in trace.values():
+        ds.close()
+
+
+def load_posterior(path: str | Path, variant: str, params=None) -> xr.Dataset:
+    """A trace's ``posterior`` group alone, loaded, and checked as :func:`load_trace` checks it; read with xarray,
+    without importing ArviZ (~1 s of a stage that needs no more of the trace)."""
+    path = Path(path)
+    _check_exists(path, "trace")
+    try:
+        with xr.open_dataset(path, group="posterior", engine="h5netcdf") as ds:
+            posterior = ds.load()
+    except Exception as err:  # noqa: BLE001
+        if isinstance(err, OSError) and str(err.args[0] if err.args else "").startswith("group not found"):
+            raise InputError(f"trace {path} has no 'posterior' group") from err  # h5netcdf's words, above
+        raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
+    integrity.check(posterior, f"trace {path} (group posterior)")
+    _check_trace(posterior.attrs, variant, params, path)
+    return posterior
+
+
+def _check_trace(attrs: dict[str, Any], variant: str, params, path: Path) -> None:
+    found = attrs.get("hbnn_variant")
+    if found != variant:
+        raise InputError(f"trace {path} holds model variant {found!r}, expected {variant!r}")
+    check_made_with(attrs, params, path)
+
+
+def check_made_with(attrs: dict[str, Any], params, path: str | Path) -> None:
+    """Raise :class:`InputError` if the file at ``path`` was made with other params than ``params``.
+
+    Each stage stamps its outputs with the hash of the params it read
+    (``hbnn_params_hash``, :data:`hbnn.pipeline.variants.STAGE_PARAMS`). Under DVC they
+    always agree; run by hand after editing ``params.yaml``, a stage would
+    otherwise mix outputs of two parameter sets. Files without the stamp (written
+    by other tools or older versions) are not checked.
+    """
+    from hbnn.pipeline.variants import STAGE_PARAMS
+
+    stage, found = attrs.get("hbnn_stage"), attrs.get("hbnn_params_hash")
+    if params is None or stage not in STAGE_PARAMS or found is None:
+        return
+    keys = STAGE_PARAMS[stage]
+    if found != params.section_hash(*keys):
+        raise InputError(f"{path} was made by stage {stage} with other values of {', '.join(keys)} than the params "
+                         f"now hold; rerun {stage} first (dvc repro)")
+
+
+def settings_from_attrs(attrs: dict[str, Any], where: str = "the file") -> dict[str, Any]:
+    """Decode the ``hbnn_settings`` JSON attr (a JSON object); :class:`InputError` naming ``where`` otherwise."""
+    try:
+        settings = json.loads(attrs.get("hbnn_settings", "{}"))
+    except (TypeError, ValueError) as err:
+        raise InputError(f"{where} has an unreadable hbnn_settings attribute ({err})") from err
+    if not isinstance(settings, dict):
+        raise InputError(f"{where} has an hbnn_settings attribute that is not a JSON object")
+    return settings
+
+
+def as_builtin(x: Any) -> Any:
+    """NumPy scalars to Python scalars, rounding floats for readable diffs."""
+    if isinstance(x, dict):
+        return {str(k): as_builtin(v) for k, v in x.items()}
+    if isinstance(x, (np.floating, float)):
+        return None if not np.isfinite(x) else round(float(x), 6)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    return x

@@ -1,0 +1,376 @@
+"""Informed prior: from the hierarchical posterior to one MvNormal per layer.
+
+A tanh MLP computes the same function after permuting the units of a hidden
+layer or flipping the sign of one unit (its incoming column and outgoing row
+both change sign). Different chains can therefore sit in equivalent but
+differently labelled modes, and pooling their weights unaligned blurs the prior
+towards zero. :func:`align_to_reference` finds, per chain, the permutation and
+signs of every hidden layer that best match a reference chain (Hungarian
+matching on the chain-mean group weights ``mu``) and :func:`apply_symmetry`
+applies them to every draw.
+
+The prior file (``priors/informed.nc``) holds ``mean_<layer>`` and
+``cov_<layer>`` per layer and a JSON ``layers`` attr with each layer's shape and
+dims; :func:`prior_dataset` writes that layout and :func:`load_prior` reads and
+checks it.
+
+The derivation gives the same bytes on any x86-64 machine from the same trace and
+pins (``tests/test_reproducible.py``). It therefore calls no BLAS (whose kernels,
+picked by CPU, sum products in different orders and with or without FMA), sums
+in an order fixed here (:func:`fixed_sum`, element-wise additions only) rather
+than in whatever order a reduction's kernel picks, and draws its noise with
+:func:`standard_normal`, whose bits do not depend on the C math library.
+Element-wise ``+ - * /`` and ``sqrt`` are correctly rounded by IEEE 754 under
+every SIMD width, so NumPy's SIMD dispatch cannot move them either.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from hbnn.files.io import InputError, check_made_with, load_dataset
+from hbnn.model.network import LayerSpec
+
+# NumPy's ziggurat tail point (``ziggurat_nor_r``): the only standard normals it computes with the C library (log1p,
+# whose last bit differs between libm builds and between glibc's FMA and non-FMA code) lie beyond it.
+ZIGGURAT_R = 3.6541528853610088
+LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10  # ln 2 = HI + LO, HI with 32 bits
+SQRT_HALF = 0.70710678118654752440
+# 1/3, 1/5, ..., 1/23: the series 2 atanh(s) = log((1 + s) / (1 - s)), |s| <= 0.172, to below 1e-17 relative.
+_ATANH_TERMS = tuple(1.0 / k for k in range(23, 2, -2))
+
+
+def fixed_sum(x: np.ndarray, axis: int = 0) -> np.ndarray:
+    """The sum of ``x`` along ``axis`` in a pairwise order fixed by the length alone.
+
+    Each step adds the second half of the rows to the first, element by element
+    (an odd last row goes into the first), so the result is made of correctly
+    rounded additions in an order that no BLAS, SIMD width or reduction kernel
+    can change; its error grows with ``log2(n)``, as NumPy's pairwise sum's does.
+    An empty axis sums to zeros.
+    """
+    x = np.moveaxis(np.asarray(x, dtype=float), axis, 0)
+    if x.shape[0] == 0:
+        return np.zeros(x.shape[1:])
+    while x.shape[0] > 1:
+        half = x.shape[0] // 2
+        head = x[:half] + x[half : 2 * half]
+        if x.shape[0] % 2:
+            head[0] = head[0] + x[-1]
+        x = head
+    return np.array(x[0], copy=True)
+
+
+def fixed_mean(x: np.ndarray, axis: int = 0) -> np.ndarray:
+    """:func:`fixed_sum` over the length of ``axis``."""
+    x = np.asarray(x, dtype=float)
+    return fixed_sum(x, axis) / x.shape[axis]
+
+
+def ieee_log(x: np.ndarray) -> np.ndarray:
+    """Natural log of positive finite ``x`` from ``frexp`` and ``+ - * /`` alone (within ~2 ulp of ``np.log``).
+
+    ``x = m 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))``; ``log m = 2 atanh(s)``, ``s = (m - 1) / (m + 1)``, by its
+    series. Unlike ``np.log`` (NumPy's own SIMD code or the C library's, by CPU) it gives the same bits everywhere.
+    """
+    m, e = np.frexp(np.asarray(x, dtype=float))
+    low = m < SQRT_HALF
+    m = np.where(low, m + m, m)
+    e = (e - low).astype(float)
+    f = m - 1.0
+    s = f / (m + 1.0)
+    z = s * s
+    series = np.zeros_like(z)
+    for c in _ATANH_TERMS:
+        series = series * z + c
+    # log m = 2s + 2s z series, and 2s = f - s f (f = m - 1 is exact; the small s f carries the rounding)
+    return e * LN2_HI + (f - s * f + ((s + s) * z * series + e * LN2_LO))
+
+
+def normal_tail(n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` draws of ``|x|`` for a standard normal ``x`` beyond :data:`ZIGGURAT_R` (Marsaglia's tail method, as
+    NumPy's ziggurat draws them, with :func:`ieee_log`): ``R + a`` with ``a = -log(u1) / R``, kept where
+    ``-2 log(u2) > a^2``. Uniforms are ``1 - rng.random()``, in (0, 1]; each round draws two per value missing."""
+    out = np.empty(n)
+    filled = 0
+    while filled < n:
+        u = 1.0 - rng.random((2, n - filled))
+        a = -ieee_log(u[0]) / ZIGGURAT_R
+        b = -ieee_log(u[1])
+        kept = a[b + b > a * a]
+        out[filled : filled + kept.size] = ZIGGURAT_R + kept
+        filled += kept.size
+    return out
+
+
+def standard_normal(shapes: Sequence[tuple[int, ...]], rng: np.random.Generator) -> list[np.ndarray]:
+    """Standard normal arrays of ``shapes`` whose bits depend on ``rng``'s state alone, not on the C library.
+
+    ``rng.standard_normal`` draws every array first, then each value beyond :data:`ZIGGURAT_R` (about 1 in 3,800;
+    the values NumPy computes with libm's ``log1p``, which differ in their last bit between machines) is replaced, in
+    order, by :func:`normal_tail` drawn from ``rng`` with its sign kept. Replacing a normal beyond a point by an
+    independent draw from the normal beyond that point leaves the draws standard normal. What libm still decides:
+    whether a draw in a ziggurat wedge is kept (``u < exp(-x^2 / 2)``), which a last-bit change of ``exp`` flips
+    only where the two sides agree to ~16 digits.
+    """
+    eps = [rng.standard_normal(shape) for shape in shapes]
+    for e in eps:
+        flat = e.reshape(-1)
+        tail = np.flatnonzero(np.abs(flat) > ZIGGURAT_R)
+        if tail.size:
+            flat[tail] = np.copysign(normal_tail(tail.size, rng), flat[tail])
+    return eps
+
+
+@dataclass(frozen=True)
+class Symmetry:
+    """Per hidden layer: ``perm[k][j]`` = source unit placed at ``j``; ``sign[k][j]`` = +-1."""
+
+    perm: tuple[np.ndarray, ...]
+    sign: tuple[np.ndarray, ...]
+
+    @staticmethod
+    def identity(hidden_layers: Sequence[int]) -> Symmetry:
+        return Symmetry(tuple(np.arange(h) for h in hidden_layers), tuple(np.ones(h) for h in hidden_layers))
+
+    @property
+    def is_identity(self) -> bool:
+        return all((p == np.arange(p.size)).all() for p in self.perm) and all((s == 1).all() for s in self.sign)
+
+
+def apply_symmetry(weights: Sequence[np.ndarray], sym: Symmetry) -> list[np.ndarray]:
+    """Relabel hidden units of an MLP; the network function is unchanged.
+
+    ``weights`` follow :func:`hbnn.model.builders.layer_specs` with any leading batch dims.
+    Hidden layer ``k`` sits between weight matrix ``k`` (its columns) and ``k + 1``
+    (its rows; the output vector for the last hidden layer).
+    """
+    out = [np.array(w, copy=True) for w in weights]
+    for k, (perm, sign) in enumerate(zip(sym.perm, sym.sign, strict=True)):
+        # Incoming: columns of matrix k (a bias row moves and flips with its unit's column).
+        out[k] = out[k][..., perm] * sign
+        # Outgoing: rows of matrix k + 1 (or entries of the output vector); a last, bias row stays.
+        nxt, units = out[k + 1], perm.size
+        if k + 1 == len(out) - 1:
+            out[k + 1] = np.concatenate([nxt[..., perm] * sign, nxt[..., units:]], axis=-1)
+        else:
+            out[k + 1] = np.concatenate([nxt[..., perm, :] * sign[:, None], nxt[..., units:, :]], axis=-2)
+    return out
+
+
+def min_cost_assignment(cost: np.ndarray) -> np.ndarray:
+    """The permutation ``perm`` of a square ``cost`` matrix's columns that minimises ``sum(cost[j, perm[j]])``:
+    the Hungarian algorithm (Kuhn-Munkres with row and column potentials, one shortest augmenting path per row,
+    O(n^3)): SciPy's ``linear_sum_assignment``'s permutation where the optimum is unique, an optimal one where
+    costs tie (tested), without importing ``scipy.optimize`` (~0.2 s of ``derive_prior`` and ``transfer_prior``
+    for a few units). :class:`ValueError`, as SciPy's, for a matrix that is not square or not finite."""
+    cost = np.asarray(cost, dtype=float)
+    if cost.ndim != 2 or cost.shape[0] != cost.shape[1]:
+        raise ValueError(f"the cost matrix must be square, not of shape {cost.shape}")
+    if not np.isfinite(cost).all():
+        raise ValueError("the cost matrix contains invalid numeric entries (NaN or infinite)")
+    n = cost.shape[0]
+    u, v = np.zeros(n + 1), np.zeros(n + 1)  # potentials of rows and columns (1-based; column 0 is the root)
+    row_of = np.zeros(n + 1, dtype=np.int64)  # the row matched to each column, 0: none
+    for i in range(1, n + 1):
+        row_of[0] = i
+        j0 = 0
+        reduced = np.full(n + 1, np.inf)  # least reduced cost of reaching each column from the tree
+        came_from = np.zeros(n + 1, dtype=np.int64)
+        used = np.zeros(n + 1, dtype=bool)
+        while True:
+            used[j0] = True
+            i0 = row_of[j0]
+            here = cost[i0 - 1] - u[i0] - v[1:]
+            closer = ~used[1:] & (here < reduced[1:])
+            reduced[1:][closer] = here[closer]
+            came_from[1:][closer] = j0
+            j1 = 1 + int(np.argmin(np.where(used[1:], np.inf, reduced[1:])))
+            delta = reduced[j1]
+            u[row_of[used]] += delta
+            v[used] -= delta
+            reduced[~used] -= delta
+            j0 = j1
+            if row_of[j0] == 0:
+                break
+        while j0:  # the augmenting path, back to the root
+            j1 = came_from[j0]
+            row_of[j0] = row_of[j1]
+            j0 = j1
+    perm = np.empty(n, dtype=np.int64)
+    perm[row_of[1:] - 1] = np.arange(n)
+    return perm
+
+
+def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> Symmetry:
+    """The symmetry that maps ``candidate`` weights closest to ``reference``.
+
+    Both are single networks (no batch dims), with or without bias rows (a unit's bias counts as one of its
+    incoming weights). Layers are matched in order: units
+    of hidden layer ``k`` are compared by their incoming weights (after aligning
+    layer ``k - 1``) plus the sorted absolute values of their outgoing weights,
+    which do not depend on how later layers are labelled; for the last hidden
+    layer the signed outgoing weight is used directly. Each unit pair takes the
+    sign that fits best, and the Hungarian algorithm picks the permutation.
+    """
+    n_hidden = len(reference) - 1
+    current = [np.asarray(w, dtype=float) for w in candidate]
+    perms, signs = [], []
+    for k in range(n_hidden):
+        ref_in, cand_in = reference[k], current[k]  # (..., units) columns
+        ref_sig = ref_in.reshape(-1, ref_in.shape[-1]).T
+        cand_sig = cand_in.reshape(-1, cand_in.shape[-1]).T
+        last = k + 1 == n_hidden
+        units = ref_in.shape[-1]  # the next layer's rows past these are its bias row
+        if last:
+            ref_sig = np.hstack([ref_sig, reference[k + 1][:units, None]])
+            cand_sig = np.hstack([cand_sig, current[k + 1][:units, None]])
+            extra = 0.0
+        else:
+            ref_out = np.sort(np.abs(reference[k + 1][:units]), axis=1)
+            cand_out = np.sort(np.abs(current[k + 1][:units]), axis=1)
+            extra = _squared_sum(ref_out[:, None, :] - cand_out[None, :, :])
+        plus = _squared_sum(ref_sig[:, None, :] - cand_sig[None, :, :])
+        minus = _squared_sum(ref_sig[:, None, :] + cand_sig[None, :, :])
+        cost = np.minimum(plus, minus) + extra  # cost[j, i]: ref unit j vs candidate unit i
+        perm = min_cost_assignment(cost)
+        sign = np.where(minus[np.arange(perm.size), perm] < plus[np.arange(perm.size), perm], -1.0, 1.0)
+        step = Symmetry(
+            tuple(perm if i == k else np.arange(current[i].shape[-1]) for i in range(n_hidden)),
+            tuple(sign if i == k else np.ones(current[i].shape[-1]) for i in range(n_hidden)),
+        )
+        current = apply_symmetry(current, step)
+        perms.append(perm)
+        signs.append(sign)
+    # A layer's relabelling leaves other layers' units alone, so the per-layer
+    # matches (each made after earlier layers were aligned) combine directly.
+    return Symmetry(tuple(perms), tuple(signs))
+
+
+@dataclass
+class Alignment:
+    """Aligned group-mean draws and what was done to each chain."""
+
+    mu: list[np.ndarray]  # per layer (chain, draw, *shape), aligned
+    symmetries: list[Symmetry]  # per chain
+    distance_before: list[float]  # per chain, chain-mean distance to reference
+    distance_after: list[float]
+
+
+def align_to_reference(mu: Sequence[np.ndarray], reference_chain: int = 0) -> Alignment:
+    """Align every chain's group-mean weights to ``reference_chain``.
+
+    ``mu`` holds per-layer arrays ``(chain, draw, *layer.shape)``. The match is
+    made on chain means and applied to every draw of the chain.
+    """
+    n_chains = mu[0].shape[0]
+    if not 0 <= reference_chain < n_chains:
+        raise ValueError(f"reference_chain={reference_chain} but the trace has {n_chains} chains")
+    ref_mean = [fixed_mean(m[reference_chain]) for m in mu]
+    aligned = [np.empty_like(m) for m in mu]
+    syms, before, after = [], [], []
+    for c in range(n_chains):
+        chain_mean = [fixed_mean(m[c]) for m in mu]
+        sym = match_symmetry(ref_mean, chain_mean)
+        for layer, w in enumerate(apply_symmetry([m[c] for m in mu], sym)):
+            aligned[layer][c] = w
+        moved = apply_symmetry(chain_mean, sym)
+        before.append(_distance(ref_mean, chain_mean))
+        after.append(_distance(ref_mean, moved))
+        syms.append(sym)
+    return Alignment(aligned, syms, before, after)
+
+
+def _squared_sum(d: np.ndarray) -> np.ndarray:
+    """``(d ** 2).sum(-1)`` in :func:`fixed_sum`'s order."""
+    return fixed_sum(d * d, axis=-1)
+
+
+def _distance(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    """Euclidean distance between two networks' weights, all layers together."""
+    flat = np.concatenate([(np.asarray(x) - np.asarray(y)).reshape(-1) for x, y in zip(a, b, strict=True)])
+    return float(np.sqrt(_squared_sum(flat)))
+
+
+def new_group_draws(
+    mu: Sequence[np.ndarray], sd: Sequence[np.ndarray], draws_per_sample: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Weights of unseen groups: ``w = mu + sd * eps`` for each posterior draw.
+
+    ``mu[layer]`` is ``(sample, *shape)``, ``sd[layer]`` is ``(sample,)``. Returns
+    per-layer ``(sample * draws_per_sample, layer.size)`` flattened draws. The
+    ``eps`` of all layers come from :func:`standard_normal`, layer by layer.
+    """
+    shapes = [(m.shape[0], draws_per_sample, int(np.prod(m.shape[1:], dtype=int))) for m in mu]
+    out = []
+    for m, s, eps in zip(mu, sd, standard_normal(shapes, rng), strict=True):
+        n = m.shape[0]
+        flat = m.reshape(n, 1, -1)
+        out.append((flat + s.reshape(n, 1, 1) * eps).reshape(n * draws_per_sample, -1))
+    return out
+
+
+def fit_mvnormal(samples: np.ndarray, jitter: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sample mean and covariance (``n - 1`` divisor, as ``np.cov``; plus ``jitter * I``) of ``(n, k)`` draws.
+
+    No BLAS: the covariance's entry ``(i, j)``, ``i <= j``, is the :func:`fixed_sum` of the centred columns'
+    element-wise products over ``n - 1``, mirrored below the diagonal, so it is the same on every machine.
+    """
+    samples = np.asarray(samples, dtype=float)
+    n, k = samples.shape
+    mean = fixed_mean(samples)
+    centred = samples - mean
+    cov = np.empty((k, k))
+    for i in range(k):
+        row = fixed_sum(centred[:, i : i + 1] * centred[:, i:]) / (n - 1)
+        cov[i, i:] = row
+        cov[i:, i] = row
+    cov[np.diag_indices(k)] += jitter
+    return mean, cov
+
+
+def layer_arrays(posterior, specs: Sequence[LayerSpec], prefix: str) -> list[np.ndarray]:
+    """Per-layer ``(chain, draw, *shape)`` arrays of ``<prefix>_<layer>`` variables."""
+    return [posterior[f"{prefix}_{s.name}"].transpose("chain", "draw", *s.dims).values for s in specs]
+
+
+def prior_dataset(specs: Sequence[LayerSpec], layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> xr.Dataset:
+    """The prior file's layout: ``mean_<layer>``, ``cov_<layer>`` and the ``layers`` attr (shapes, dims)."""
+    data_vars, meta = {}, {}
+    for s, (mean, cov) in zip(specs, layers, strict=True):
+        data_vars[f"mean_{s.name}"] = (f"weight_{s.name}", mean)
+        data_vars[f"cov_{s.name}"] = ((f"weight_{s.name}", f"weight_{s.name}_col"), cov)
+        meta[s.name] = {"shape": list(s.shape), "dims": list(s.dims)}
+    ds = xr.Dataset(data_vars)
+    ds.attrs["layers"] = json.dumps(meta)
+    return ds
+
+
+def load_prior(path: Path, specs, params=None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Read ``priors/informed.nc``: its layers must match ``specs`` and, given ``params``, it was made with them."""
+    ds = load_dataset(path, "prior file")
+    check_made_with(ds.attrs, params, path)
+    try:
+        layers = json.loads(ds.attrs["layers"])
+    except (KeyError, ValueError) as err:
+        raise InputError(
+            f"prior file {path} has no valid 'layers' attribute; it was not written by derive_prior"
+        ) from err
+    expected = {s.name: list(s.shape) for s in specs}
+    found = {name: meta["shape"] for name, meta in layers.items()}
+    if found != expected:
+        raise InputError(f"prior file {path} has layer shapes {found} but the model needs {expected}")
+    out = {}
+    for s in specs:
+        mean, cov = ds[f"mean_{s.name}"].values, ds[f"cov_{s.name}"].values
+        if mean.shape != (s.size,) or cov.shape != (s.size, s.size):
+            raise InputError(f"prior file {path}: layer {s.name} has mean {mean.shape} / cov {cov.shape}, "
+                             f"expected ({s.size},) / ({s.size}, {s.size})")
+        out[s.name] = (mean, cov)
+    return out

@@ -1,0 +1,2 @@
+"""The DVC pipeline: the stage runner, each stage's body (``stages``), cost estimates (``budget``), the model variants
+and seed streams (``variants``), the transfer experiment, ``hbnn predict`` and ``hbnn summarise``."""

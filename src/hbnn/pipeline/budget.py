@@ -1,0 +1,422 @@
+"""Cost estimates that stop a run too large for this machine before it starts.
+
+Before generating data or sampling, each stage estimates its peak memory and
+wall-clock time from the sizes it is about to use, logs the estimate, and
+refuses with a :class:`~hbnn.config.ConfigError` when either exceeds
+``limits.max_memory_gib`` / ``limits.max_minutes``. The limits are guards, not
+inputs to any result, so no stage lists them as a DVC param (only
+``check_params`` reads the whole file) and changing them reruns nothing.
+
+The model of the cost is deliberately simple and errs on the high side:
+
+- a NUTS gradient costs ``GRAD_OVERHEAD_US`` plus ``NS_PER_ROW_WEIGHT`` per
+  (training row x network weight) it touches (nutpie, which samples the hand-written
+  density of :mod:`hbnn.density.kernel`: the ``KERNEL_`` pair), plus, for the informed prior,
+  ``NS_PER_PRIOR_ENTRY`` per entry of each layer's covariance;
+- a NUTS iteration takes ``STEPS_PER_ITERATION[backend]`` gradients (measured on the
+  default hierarchical fit: nutpie 63-72, PyMC 268, NumPyro 511 at target_accept 0.9-0.95;
+  nutpie with ``mass_matrix: diag_stan`` 511-1023; the tree-depth limit allows 1023);
+- an ADVI step costs ``ADVI_STEP_US`` plus ``NS_PER_ROW_WEIGHT`` per (row of its batch x
+  weight) plus ``NS_PER_ADVI_PARAM`` per model parameter: every step updates the mean and
+  sd of every parameter, so a hierarchical fit over many groups pays for all of its groups'
+  weights at each step, whatever the minibatch;
+- memory holds every stored draw of every parameter three times over (the
+  sampler's arrays, the xarray copy and the group stack) plus the posterior
+  predictions of every row.
+
+Calibrated on the default pipeline on 2 cores (``timings/*.json``): under
+PyTensor's density the hierarchical fit measured 510 us per gradient against
+380 us estimated, the flat fits 30 us against 40 us; under ``hbnn.density.kernel`` (nutpie)
+57 us against 57 us and 7 us against 6 us (its first block of draws took 90-98 s
+against 117 s estimated), and with the passes written out per network
+(:mod:`hbnn.density.written`) 31 us against 32 us and 3 us against 4 us; ``make_data`` of 20,000 moons groups took 15 s
+and 270 bytes per row. The estimate is an order of magnitude, meant
+to catch ``n_groups: 1000000`` or ``hidden_layers: [1000]``, not to plan a
+schedule.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+from dataclasses import dataclass
+
+from hbnn.config import ESS_MIN, ConfigError, Params
+from hbnn.pipeline.variants import FITS, HIERARCHICAL, INFORMED
+
+log = logging.getLogger(__name__)
+
+GRAD_OVERHEAD_US = 20.0
+NS_PER_ROW_WEIGHT = 10.0
+NS_PER_PRIOR_ENTRY = 1.0
+# Leapfrog steps per NUTS iteration, as adapted on the default fits. numpyro: scaled so the old fixed-length
+# default hierarchical fit (2 x (1000 + 3000), 403 s of sampling, seed 1) was estimated ~20% high (486 s); the
+# heartbeat reports the time left from this estimate only while NumPyro compiles (its iterations after that).
+STEPS_PER_ITERATION = {"nutpie": 64, "pymc": 256, "numpyro": 320, "blackjax": 512}
+# nutpie with the Stan-style mass matrix runs NumPyro's trajectory lengths: 511-1023 steps per draw at
+# target_accept 0.98-0.99 (FINDINGS.md); the cap of the tree depth, so the estimate errs high
+STEPS_PER_ITERATION_DIAG_STAN = 1023
+# nutpie samples the hand-written log density (hbnn.density.kernel, passes written out per network): measured 31 us
+# per gradient of the default hierarchical fit (900 rows x 40 weights) and 3 us for a flat one (50 x 40),
+# sampler overhead and the slower chain's wait included (timings/*.json).
+KERNEL_GRAD_OVERHEAD_US = 3.0
+KERNEL_NS_PER_ROW_WEIGHT = 0.8
+# ADVI, measured on 2 cores: 18 flat fits x 5000 steps took 7.4 s (82 us a step); the 1000-group
+# hierarchical minibatch fit (40,043 parameters) 194 s for 60,000 steps of 500 rows (3.2 ms a step) and
+# 92 s for 20,000 steps of 2000 rows (4.6 ms), estimated 316 s and 117 s.
+ADVI_STEP_US = 60.0
+NS_PER_ADVI_PARAM = 125.0
+BYTES = 8
+COPIES = 3
+# A fit stage's process before its data's share (Python, NumPy, PyMC and nutpie loaded, the density checked):
+# benchmarks/memory.py measured 0.80 and 1.32 GiB peaks for 0.5 and 4.0 million padded rows, 0.72 GiB at none.
+PROCESS_GIB = 0.75
+# The padded layout per row held: the tasks', the density's and PyMC's copies of the features, and the check's values
+# per unit (the activations and their gradients); 224 bytes a row for the measured network (159 measured)
+LAYOUT_COPIES = 3
+CHECK_VALUES_PER_UNIT = 2
+LOO_COPIES = 5  # the training rows' log-likelihood, its ratios for the relative ESS and az.loo's working arrays
+MEMORY_FRACTION = 0.8  # limits.max_memory_gib: 0 means this share of the machine's memory
+ROW_BYTES = 400  # one row of the tasks file and its copies while it is built (measured: 270)
+SECONDS_PER_MOONS_GROUP = 2e-3  # make_moons, scale and rotate one group (measured: 1.7 ms at 1000 groups)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Peak memory (GiB) and wall time (minutes) of one stage, and the sizes behind them."""
+
+    stage: str
+    memory_gib: float
+    minutes: float  # the most it can take: a fit that may go on drawing (max_draws) counted to its limit
+    sizes: str
+    first_minutes: float | None = None  # such a fit's time to its first convergence check, else None
+
+    def describe(self) -> str:
+        return f"{self.stage}: estimated {self.memory_gib:.2g} GiB and {self.minutes:.2g} min for {self.sizes}"
+
+
+def _past_counting(stage: str):
+    """An estimate of sizes too large for a float (``report.grid_size: 1e200`` as an integer) as infinite, naming
+    the values past 2**53 in the params, instead of an ``OverflowError`` traceback."""
+
+    def decorate(estimate):
+        @functools.wraps(estimate)
+        def counted(*args, **kwargs):
+            try:
+                return estimate(*args, **kwargs)
+            except OverflowError:
+                params = next(a for a in (*args, *kwargs.values()) if isinstance(a, Params))
+                huge = [f"{key}={value:.3g}" for key, value in _numbers(params.to_dict()) if abs(value) > 2**53]
+                return Estimate(stage or args[0], math.inf, math.inf,
+                                f"sizes past counting ({', '.join(huge) or 'the data'})")
+
+        return counted
+
+    return decorate
+
+
+def _numbers(node, prefix: str = ""):
+    """(dotted key, value) of every number in a nested dict of params."""
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from _numbers(value, f"{prefix}{key}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield f"{prefix}{key}", value
+
+
+def machine_memory_gib() -> float:
+    """Physical memory of this machine in GiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def memory_limit_gib(params: Params) -> float:
+    """``limits.max_memory_gib``, or ``MEMORY_FRACTION`` of this machine's memory where it is 0."""
+    return params.limits.max_memory_gib or MEMORY_FRACTION * machine_memory_gib()
+
+
+def enforce(estimate: Estimate, params: Params) -> None:
+    """Log ``estimate``; raise :class:`ConfigError` naming the limit it exceeds."""
+    log.info("%s", estimate.describe())
+    memory = memory_limit_gib(params)
+    if estimate.memory_gib > memory:
+        raise ConfigError(f"{estimate.describe()}: over limits.max_memory_gib={memory:.3g}. Lower the sizes above "
+                          "(groups, draws or max_draws, hidden units, the named keys), or raise limits.max_memory_gib "
+                          "if this machine has the memory")
+    if estimate.minutes > params.limits.max_minutes:
+        raise ConfigError(f"{estimate.describe()}: over limits.max_minutes={params.limits.max_minutes:g}. Lower the "
+                          "sizes above (groups, draws or max_draws, hidden units, the named keys), or raise "
+                          "limits.max_minutes to run it anyway")
+
+
+def n_weights(n_features: int, hidden_layers, bias: bool = False) -> list[int]:
+    """Weights per layer of the MLP ``features -> hidden... -> 1`` (biases included, with ``bias``)."""
+    sizes = [n_features, *hidden_layers, 1]
+    return [(a + int(bias)) * b for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
+
+
+@_past_counting("make_data")
+def data_estimate(params: Params) -> Estimate | None:
+    """``make_data``'s cost for moons (rows it generates); ``None`` for a table, whose size is the file's."""
+    if params.data.source != "moons":
+        return None
+    rows = params.n_groups * params.data.n_samples
+    return Estimate("make_data", rows * ROW_BYTES / 2**30, params.n_groups * SECONDS_PER_MOONS_GROUP / 60,
+                    f"{params.n_groups} groups x {params.data.n_samples} rows")
+
+
+def _hierarchical_weights(n_groups: int, layers: list[int]) -> int:
+    """Weights a hierarchical posterior draw stores: every group's, and each layer's mean and sd."""
+    return n_groups * sum(layers) + sum(layers) + len(layers)
+
+
+@_past_counting("")
+def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test: int, n_features: int,
+                 max_group_rows: int | None = None) -> Estimate:
+    """Cost of a fit (:data:`hbnn.pipeline.variants.FITS`: ``fit_flat``, ``fit_hier``, ..., ``transfer_informed``) on
+    tasks of these sizes.
+
+    ``n_train``/``n_test`` count rows over all groups; ``max_group_rows`` is the largest group's training rows
+    (``None``: as if every group had the same), which the hierarchical fit's padded layout and a per-group fit's
+    arrays grow with.
+    """
+    variant = FITS[stage][1]
+    s = params.sampler_for(stage)
+    layers = n_weights(n_features, params.model.hidden_layers, params.model.bias)
+    per_group = sum(layers)
+    hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
+    stored_params = _hierarchical_weights(n_groups, layers) if hierarchical else n_groups * per_group
+    kept = s.draw_limit if hierarchical else s.draws  # draws per chain a trace keeps (a per-group refit is thinned)
+    if s.backend == "advi":
+        steps_per_fit = s.advi.iterations
+        rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
+        stored_draws = s.chains * kept
+        grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * (stored_params if hierarchical else per_group)
+        run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
+    else:
+        stan_nutpie = s.backend == "nutpie" and s.mass_matrix == "diag_stan"  # the other backends' own figures
+        steps = STEPS_PER_ITERATION_DIAG_STAN if stan_nutpie else STEPS_PER_ITERATION[s.backend]
+        if hierarchical or s.max_draws <= s.draws:
+            iterations = s.tune + s.draw_limit
+        else:  # the first fit, then every refit k = 2 .. max_draws // draws (the worst case: one step at a time)
+            iterations = sum(s.tune + k * s.draws for k in range(1, s.max_refit_factor + 1))
+        refit = not hierarchical and s.refit_applies
+        if refit:  # ... and once more at refit_target_accept, at the longest (smaller steps: counted twice)
+            iterations += 2 * (s.tune + s.max_refit_factor * s.draws)
+        steps_per_fit = s.chains * iterations * steps
+        rows_per_step = n_train if hierarchical else n_train / n_groups
+        stored_draws = s.chains * (s.tune + kept)  # nutpie keeps the tuning draws too
+        grad_us = KERNEL_GRAD_OVERHEAD_US if s.backend == "nutpie" else GRAD_OVERHEAD_US
+        run = f"{s.chains} chains x {s.tune} + {s.draws} iterations" + (
+            "" if s.max_draws <= s.draws else
+            f", counted as if it drew on to max_draws={s.max_draws} (it stops once the bar is met)" if hierarchical
+            else f", counted as if every group were fitted again at every multiple of draws up to max_draws="
+                 f"{s.max_draws} (only those that miss the bar are)") + (
+            f" and at refit_target_accept={s.refit_target_accept} (only those that diverge past the bar are)"
+            if refit else "") + (
+            f", and as if its chains started again {s.restarts} times at their last look (restarts={s.restarts}; "
+            "they do where they go wrong)" if hierarchical and s.restarts_apply else "")
+    per_row_weight = KERNEL_NS_PER_ROW_WEIGHT if s.backend == "nutpie" else NS_PER_ROW_WEIGHT
+    grad_us += per_row_weight * 1e-3 * rows_per_step * per_group
+    if informed:
+        grad_us += NS_PER_PRIOR_ENTRY * 1e-3 * sum(w * w for w in layers)
+    fits = 1 if hierarchical else n_groups
+    parallel = 1 if s.backend == "advi" else max(1, min(s.chains, s.cores))
+    minutes = fits * steps_per_fit * grad_us * 1e-6 / parallel / 60
+    trace = stored_draws * stored_params * BYTES * COPIES
+    predictions = s.chains * kept * (n_train + n_test) * BYTES * COPIES
+    predictions += s.chains * kept * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.diagnostics.evaluation.psis_loo)
+    prior = sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
+    widest = max_group_rows if max_group_rows is not None else -(-n_train // max(n_groups, 1))
+    layout = _layout_bytes(n_groups if hierarchical else 1, widest, n_features, params)
+    sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
+    if hierarchical and widest * n_groups > 2 * n_train:  # the padding is what costs: say so
+        sizes += f"; every group padded to the largest's {widest} rows: {widest * n_groups} rows held"
+    first = minutes * (s.tune + s.draws) / (s.tune + s.draw_limit) if hierarchical and s.max_draws > s.draws else None
+    if hierarchical and s.restarts_apply:  # each attempt left behind at worst at the last look
+        minutes *= 1 + s.restarts
+    return Estimate(stage, PROCESS_GIB + (trace + predictions + prior + layout) / 2**30, minutes, sizes, first)
+
+
+def _layout_bytes(n_groups: int, rows: int, n_features: int, params: Params) -> float:
+    """The fit's data laid out ``(group, row, feature)``, every group padded to ``rows``: the padded tasks, the
+    hand-written density's buffer, and the first fit of a model's check of that density against PyMC's, which
+    evaluates PyMC's log density and gradient over the same layout (:data:`CHECK_VALUES_PER_UNIT`)."""
+    units = sum(params.model.hidden_layers) + 1  # every layer's output, per row
+    per_row = LAYOUT_COPIES * n_features + CHECK_VALUES_PER_UNIT * units
+    return n_groups * rows * per_row * BYTES
+
+
+# derive_prior: the hierarchical posterior as read (every stored weight), the new-group draws of each layer, their noise
+# and the fit's centred copy (hbnn.model.prior); reading counted at 50 MB/s (the 1000-group posterior, 0.3 GiB, took 8 s
+# in all, process start included)
+PRIOR_COPIES = 3
+NS_PER_PRIOR_VALUE = 5.0
+READ_BYTES_PER_S = 5e7
+# report: each model's worker (three at once) reads its model's posterior and, with trace.pointwise, the training
+# rows' log-likelihood for PSIS-LOO (LOO_COPIES), and holds the grid's points, one page's surfaces (mean and sd) and
+# matplotlib's images of them (its float64 copy, the colour-mapped RGBA: ~6 values a grid point a panel), besides a
+# fixed chunk of network outputs (hbnn.report.numbers.CHUNK_VALUES). Time, on the cores: the network over every kept
+# draw at every grid point (measured 20 ns a draw and point for the default 40-weight network, 0.5 ns a weight,
+# counted twice), ~0.06 s of matplotlib a surface panel (counted 0.1), PSIS-LOO (0.21 us a value), plus ~10 s of
+# reading, ArviZ's figures and writing (counted 15): 26 s for the default run (measured 17-21 s), 615 s for the
+# README's 1000-group configuration (measured 613 s; its report held 1.0 GiB, estimated 2.9 GiB).
+REPORT_WORKERS = 3
+SURFACE_VALUES_PER_PANEL_POINT = 6
+SURFACE_CHUNK_BYTES = 2**21 * 12
+NS_PER_SURFACE_WEIGHT = 1.0
+SECONDS_PER_SURFACE_PANEL = 0.1
+NS_PER_LOO_VALUE = 250.0
+REPORT_FIXED_SECONDS = 15.0
+
+
+@_past_counting("")
+def prior_estimate(stage: str, params: Params, posterior_draws: int, n_groups: int, n_features: int) -> Estimate:
+    """Cost of deriving the informed prior (``derive_prior``, and ``transfer_prior`` after its fit) from
+    ``posterior_draws`` draws (all chains) of a hierarchical posterior of ``n_groups`` groups: reading it, and
+    ``prior.draws_per_sample`` new-group draws of every layer's weights for each draw."""
+    layers = n_weights(n_features, params.model.hidden_layers, params.model.bias)
+    read = posterior_draws * _hierarchical_weights(n_groups, layers) * BYTES
+    values = posterior_draws * params.prior.draws_per_sample * sum(layers)
+    covariances = sum(w * w for w in layers) * BYTES * 4
+    memory = (read * COPIES + values * BYTES * PRIOR_COPIES + covariances) / 2**30
+    minutes = (read / READ_BYTES_PER_S + values * NS_PER_PRIOR_VALUE * 1e-9) / 60
+    return Estimate(stage, memory, minutes,
+                    f"{posterior_draws} posterior draws of {n_groups} groups x prior.draws_per_sample="
+                    f"{params.prior.draws_per_sample} new-group draws of {sum(layers)} weights")
+
+
+@_past_counting("report")
+def report_estimate(params: Params, n_groups: int, n_features: int, posterior_draws: int, n_train: int,
+                    models: int = 3) -> Estimate:
+    """Cost of the report for ``models`` models of ``n_groups`` groups (``posterior_draws`` draws each, all chains;
+    ``n_train`` training rows): each model's posterior and PSIS-LOO, and its decision surfaces
+    (``report.grid_size`` squared points, ``report.surface_draws`` draws, ``report.panels_per_page`` groups a page)."""
+    r = params.report
+    layers = n_weights(n_features, params.model.hidden_layers, params.model.bias)
+    points = r.grid_size**2 if n_features >= 2 else 0
+    panels = min(n_groups, r.panels_per_page)
+    loo_values = posterior_draws * n_train if params.trace.pointwise else 0
+    per_worker = (posterior_draws * _hierarchical_weights(n_groups, layers) * BYTES * COPIES
+                  + loo_values * BYTES * LOO_COPIES
+                  + points * BYTES * (2 * n_features + 2 * panels * SURFACE_VALUES_PER_PANEL_POINT)
+                  + SURFACE_CHUNK_BYTES)
+    draws = min(r.surface_draws, posterior_draws)
+    surface_s = models * n_groups * draws * points * sum(layers) * NS_PER_SURFACE_WEIGHT * 1e-9
+    panels_s = models * 2 * n_groups * SECONDS_PER_SURFACE_PANEL if points else 0.0
+    loo_s = models * loo_values * NS_PER_LOO_VALUE * 1e-9
+    cores = max(1, min(REPORT_WORKERS, os.cpu_count() or 1))
+    minutes = (REPORT_FIXED_SECONDS + (surface_s + panels_s + loo_s) / cores) / 60
+    return Estimate("report", REPORT_WORKERS * per_worker / 2**30, minutes,
+                    f"{models} models x {n_groups} groups, {posterior_draws} draws, {draws} of them on {points} grid "
+                    f"points (report.grid_size={r.grid_size}), {panels} panels a page")
+
+
+def check_params(params: Params) -> None:
+    """Body of the ``check_params`` stage, which depends on the whole ``params.yaml``.
+
+    Loading already validated every key, including keys no other stage reads
+    (a typo there would otherwise change nothing and be accepted silently).
+    Then the data's sizes: for moons the params fix them; a table (``data.source:
+    table``) is read and checked as ``make_data`` checks it, so a missing file, a bad
+    column or a group the pipeline cannot use is refused here, naming it. With
+    those sizes every stage's cost and the transfer stages' refusals are checked,
+    before any stage starts (else they would come after the fit stages had sampled).
+    A table edited with the params unchanged does not rerun this stage: ``make_data``
+    checks the table again, and ``transfer_prior`` its held-out groups before its fit.
+    """
+    _warn_too_few_draws(params)
+    if params.data.source == "table":
+        names, train, test, n_features = _table_sizes(params)
+    else:
+        enforce(data_estimate(params), params)
+        # as hbnn.pipeline.transfer.require_groups says it for a table's groups, naming the key here
+        if params.n_groups < 2:
+            raise ConfigError(f"invalid parameter n_groups={params.n_groups}: the transfer stages need at least 2 "
+                              "groups (one to fit, one to hold out)")
+        d = params.data
+        n_train = round(d.n_samples * d.train_fraction)
+        names = [f"g{g}" for g in range(params.n_groups)]  # only their count and order matter here
+        train = [n_train] * params.n_groups
+        test = [d.n_samples - n_train] * params.n_groups
+        n_features = 2  # moons: x1, x2
+    _check_stages(params, names, train, test, n_features)
+
+
+def _warn_too_few_draws(params: Params) -> None:
+    """Warn where a fit keeps fewer draws than the convergence bar's bulk ESS (:data:`hbnn.config.ESS_MIN`): a draw
+    counts about once at best, so such a fit can hardly back its numbers and the report will call its groups not
+    converged. Allowed (a quick look at a pipeline is a fair use), but said before any sampling."""
+    h = params.hier_sampler  # drawn on until the bar is met; a per-group fit drawn longer is thinned back to draws
+    for key, s, kept in (("sampler", params.sampler, params.sampler.draws), ("hier_sampler", h, h.draw_limit)):
+        if s.chains * kept < ESS_MIN:
+            what = f"{key}.max_draws" if kept > s.draws else f"{key}.draws"
+            log.warning("%s.chains x %s = %d x %d = %d draws per fit, fewer than the bulk ESS of %d the convergence "
+                        "bar asks of every reported quantity (a draw counts about once at best): expect the report to "
+                        "call its groups not converged; raise %s to at least %d for numbers it can back",
+                        key, what, s.chains, kept, s.chains * kept, ESS_MIN, what, -(-ESS_MIN // s.chains))
+
+
+def _table_sizes(params: Params) -> tuple[list[str], list[int], list[int], int]:
+    """A table's group names, training and test rows per group and features, read and checked as ``make_data``
+    reads and checks it (:func:`hbnn.data.tasks.make_tasks`)."""
+    import numpy as np
+
+    from hbnn.data.tasks import Tasks, make_tasks  # here: loads xarray and pandas (moons need not)
+    from hbnn.pipeline.runner import skip_dask_array_lookup
+    from hbnn.pipeline.transfer import data_name, require_groups
+
+    skip_dask_array_lookup()  # xarray is loaded only now, after the stage's own call (hbnn.pipeline.runner.run_stage)
+
+    tasks = Tasks(make_tasks(params))
+    require_groups(tasks.n_groups, data_name(params))
+    count = functools.partial(np.bincount, minlength=tasks.n_groups)
+    train, test = (count(tasks.split(part).group).tolist() for part in ("train", "test"))
+    return list(tasks.group_names), train, test, tasks.n_features
+
+
+def _check_stages(params: Params, names: list[str], train: list[int], test: list[int], n_features: int) -> None:
+    """Every stage's cost and the transfer stages' refusals, for groups ``names`` with ``train`` and ``test`` rows
+    each."""
+    from hbnn.pipeline.transfer import check_refits, holdout, refit_sizes
+
+    n = len(names)
+    h, s = params.hier_sampler, params.sampler
+    _check_prior_draws(params, n_features)
+    for stage in ("fit_flat", "fit_hier", "fit_informed"):
+        enforce(fit_estimate(stage, params, n, sum(train), sum(test), n_features, max(train)), params)
+    enforce(prior_estimate("derive_prior", params, h.chains * h.draw_limit, n, n_features), params)
+    enforce(report_estimate(params, n, n_features, max(h.chains * h.draw_limit, s.chains * s.draws), sum(train)),
+            params)
+    # the transfer stages (hbnn.pipeline.transfer): the groups they hold out, as transfer_prior chooses them
+    position = {name: g for g, name in enumerate(names)}
+    held = [position[name] for name in holdout(names, params.transfer)]
+    out = set(held)
+    kept = [g for g in range(n) if g not in out]
+    enforce(fit_estimate("transfer_hier", params, len(kept), sum(train[g] for g in kept), sum(test[g] for g in kept),
+                         n_features, max((train[g] for g in kept), default=0)), params)
+    enforce(prior_estimate("transfer_prior", params, h.chains * h.draw_limit, len(kept), n_features), params)
+    check_refits([train[g] for g in held], params.transfer)
+    refits = [(g, rows) for g in held for _, rows in refit_sizes(train[g], params.transfer)]
+    for stage in ("transfer_flat", "transfer_informed"):
+        enforce(fit_estimate(stage, params, len(refits), sum(rows for _, rows in refits),
+                             sum(test[g] for g, _ in refits), n_features, max((r for _, r in refits), default=0)),
+                params)
+
+
+def _check_prior_draws(params: Params, n_features: int) -> None:
+    """Refuse an informed prior whose widest layer's covariance would be fitted from no more draws than the layer
+    has weights: the fitted covariance is then singular, and the informed nets are pinned to ``prior.jitter`` in
+    the directions the draws miss (nothing else would say so). The draws are at least ``hier_sampler.draws`` per
+    chain (one chain with ``prior.align: reference_chain``) times ``prior.draws_per_sample``."""
+    h, p = params.hier_sampler, params.prior
+    chains = h.chains if p.align == "chains" else 1
+    draws = chains * h.draws * p.draws_per_sample
+    widest = max(n_weights(n_features, params.model.hidden_layers, params.model.bias))
+    if draws <= widest:
+        used = "hier_sampler.chains x " if chains > 1 else ""
+        raise ConfigError(f"invalid parameter prior.draws_per_sample={p.draws_per_sample}: the informed prior's "
+                          f"widest layer has {widest} weights, and its covariance would be fitted from {draws} draws "
+                          f"({used}hier_sampler.draws x prior.draws_per_sample), which leaves it singular; raise "
+                          f"prior.draws_per_sample or hier_sampler.draws so that there are more than {widest}")

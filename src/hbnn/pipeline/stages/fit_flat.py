@@ -1,0 +1,38 @@
+"""Stage ``fit_flat``: one flat BNN per group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hbnn.config import Params
+from hbnn.data.tasks import Tasks, load_tasks
+from hbnn.density.kernel import FlatDensity
+from hbnn.pipeline.stages import fitting
+
+
+def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
+    """One flat BNN per group, ``Normal(0, prior_sd)`` weights."""
+    tasks = load_tasks(tasks_path, params.model.likelihood, params)
+    fitting.enforce_budget("fit_flat", params, tasks)
+    sampled = fitting.fit_per_group("fit_flat", params, tasks, *flat_model(params, tasks, "fit_flat"))
+    return fitting.finish_fit("fit_flat", params, tasks, sampled, trace_out, metrics_out, timing_out,
+                              settings_extra={"prior_sd": params.model.prior_sd})
+
+
+def flat_model(params: Params, tasks: Tasks, stage: str):
+    """``build(X, y)``, the flat BNN as a PyMC model (:func:`hbnn.model.builders.build_flat_model`, imported only when
+    built), and ``density(X, y)``, its hand-written log density, on one group's rows, for fit ``stage``."""
+    m = params.model
+    batch = fitting.minibatch(params, stage)
+
+    def build(X, y):
+        from hbnn.model.builders import build_flat_model
+
+        return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd, minibatch_size=batch,
+                                likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias)
+
+    def density(X, y):
+        return FlatDensity.on_rows(X, y, m.hidden_layers, m.bias, m.likelihood, m.noise_sd, prior_sd=m.prior_sd,
+                                   features=tuple(tasks.features))
+
+    return build, density

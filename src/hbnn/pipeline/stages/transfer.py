@@ -1,0 +1,304 @@
+"""Stages ``transfer_prior`` and ``transfer``: the informed prior, measured on groups the hierarchy never saw.
+
+See :mod:`hbnn.pipeline.transfer` for the design. ``transfer_prior`` writes the
+hierarchical fit of the training groups, the prior derived from it (with the
+held-out groups in its settings attr, ``hbnn_settings``) and their metrics;
+``transfer`` refits the held-out groups and writes ``metrics/transfer.json``
+(headline: scores per model and size), its detail file, the ``dvc plots`` CSV
+and the two refit traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from hbnn.config import Params
+from hbnn.data.tasks import Tasks, load_tasks
+from hbnn.diagnostics import evaluation
+from hbnn.files.io import (
+    InputError,
+    as_builtin,
+    detail_path,
+    load_dataset,
+    load_posterior,
+    provenance,
+    settings_from_attrs,
+    staged_outputs,
+)
+from hbnn.logs import watch
+from hbnn.model import likelihoods
+from hbnn.model.network import layer_specs
+from hbnn.model.prior import load_prior, prior_dataset
+from hbnn.pipeline import budget, transfer
+from hbnn.pipeline.predict import population_weights
+from hbnn.pipeline.stages import fitting
+from hbnn.pipeline.stages.derive_prior import derive
+from hbnn.pipeline.stages.fit_flat import flat_model
+from hbnn.pipeline.stages.fit_hier import sample_hierarchical
+from hbnn.pipeline.stages.fit_informed import informed_model
+from hbnn.pipeline.variants import FLAT, INFORMED, STAGE_KEYS, STAGE_PARAMS, derive_seed
+
+log = logging.getLogger(__name__)
+
+MODELS = (FLAT.name, INFORMED.name)
+HELDOUT_ATTR = "heldout_groups"
+
+
+def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out: Path, metrics_out: Path,
+                   timing_out: Path) -> dict:
+    """Hold out groups, fit the hierarchical model on the rest and derive the informed prior from that fit.
+
+    ``metrics_out`` (a detail file, not a DVC metric) holds the held-out and
+    training groups, the hierarchical fit's metrics and the prior's.
+    """
+    tasks = load_tasks(tasks_path, params.model.likelihood, params)
+    heldout = transfer.holdout(tasks.group_names, params.transfer)
+    kept = [g for g in tasks.group_names if g not in heldout]
+    log.info("transfer_prior: holding out %d of %d groups (%s); fitting the hierarchical model on the other %d",
+             len(heldout), tasks.n_groups, ", ".join(heldout), len(kept))
+    train_tasks = tasks.subset(kept)
+    # Refused before the fit rather than by `transfer` after it: no held-out group with more training rows than a
+    # size (transfer.sizes, all_rows; check_params did it with the params' data, this checks the tasks as they are)
+    train_rows = np.bincount(tasks.split("train").group, minlength=tasks.n_groups)
+    transfer.check_refits([int(train_rows[tasks.group_names.index(g)]) for g in heldout], params.transfer)
+    s = params.hier_sampler  # the prior is derived after the fit: its cost is refused before it
+    budget.enforce(budget.prior_estimate("transfer_prior", params, s.chains * s.draw_limit, len(kept),
+                                         tasks.n_features), params)
+    sampled = sample_hierarchical("transfer_hier", params, train_tasks)
+    what = "transfer_prior: scoring the draws, PSIS-LOO and deriving the prior"
+    log.info("%s (sampling took %.1fs)", what, sampled.cost.seconds)
+    with watch(log, what):
+        idata, hier_metrics, timing, _ = fitting.score_fit("transfer_hier", params, train_tasks, sampled,
+                                                           {HELDOUT_ATTR: heldout})
+        specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
+        fitted, prior_metrics = derive(params.prior, sampled.posterior, specs, STAGE_KEYS["transfer_prior"],
+                                       trace_out)
+        ds = prior_dataset(specs, fitted)
+        ds.attrs.update(provenance("transfer_prior", "informed_prior",
+                                   params.section_hash(*STAGE_PARAMS["transfer_prior"]),
+                                   {"prior": dataclasses.asdict(params.prior),
+                                    "hidden_layers": list(params.model.hidden_layers), "bias": params.model.bias,
+                                    "features": tasks.features,
+                                    "hier_trace": str(trace_out), HELDOUT_ATTR: heldout}))
+        metrics = {"heldout_groups": heldout, "training_groups": kept, "hierarchical": hier_metrics,
+                   "prior": prior_metrics}
+        with staged_outputs() as outputs:
+            outputs.write_netcdf(idata, trace_out)
+            outputs.write_netcdf(ds, prior_out)
+            outputs.write_json(as_builtin(timing), timing_out)
+            outputs.write_json(as_builtin(metrics), metrics_out)
+    s = hier_metrics["sampling"]
+    log.info("transfer_prior: hierarchical fit of %d groups: %d groups and %d group sds not converged, max R-hat "
+             "%.4f, min ESS %.0f, %d divergences, %.1fs sampling", len(kept), s["groups_not_converged"],
+             s.get("sds_not_converged", 0), s["max_rhat"], s["min_ess_bulk"], s["divergences"], sampled.cost.seconds)
+    return metrics
+
+
+def heldout_groups(prior_path: Path, tasks: Tasks) -> list[str]:
+    """The held-out groups that ``transfer_prior`` recorded in the prior file's settings; each must be in
+    ``tasks``."""
+    heldout = settings_from_attrs(load_dataset(prior_path, "prior file").attrs).get(HELDOUT_ATTR)
+    if not isinstance(heldout, list):
+        raise InputError(f"prior file {prior_path} records no held-out groups; it was not written by transfer_prior")
+    missing = [g for g in heldout if g not in tasks.group_names]
+    if missing:
+        raise InputError(f"prior file {prior_path} holds out groups {missing} that the tasks file lacks; rerun "
+                         "transfer_prior (dvc repro)")
+    return heldout
+
+
+def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path: Path, prior_metrics: Path,
+                 flat_trace_out: Path, informed_trace_out: Path, metrics_out: Path, plot_out: Path,
+                 timing_out: Path) -> dict:
+    """Refit each held-out group on nested subsets of its rows (flat and informed prior) and score all of them,
+    and the hierarchical population's prediction, on the group's own test rows."""
+    m = params.model
+    tasks = load_tasks(tasks_path, m.likelihood, params)
+    heldout = heldout_groups(prior_path, tasks)
+    specs = layer_specs(tasks.n_features, m.hidden_layers, m.bias)
+    layer_prior = load_prior(prior_path, specs, params)
+    hier_posterior = load_posterior(hier_trace, "hierarchical", params=params)
+    try:
+        upstream = json.loads(prior_metrics.read_text())
+    except (OSError, ValueError) as err:
+        raise InputError(f"metrics file {prior_metrics} cannot be read ({err}); rerun transfer_prior (dvc repro)") \
+            from err
+    if not isinstance(upstream, dict) or upstream.get("heldout_groups") != heldout:
+        raise InputError(f"{prior_metrics} does not belong to {prior_path} (other held-out groups); rerun "
+                         "transfer_prior (dvc repro)")
+    refit, refits, skipped = transfer.refit_tasks(tasks, heldout, params.transfer)
+    for line in skipped:
+        log.info("transfer: skipping %s: a size must be smaller than the group's training rows", line)
+    by_size = transfer.groups_by_size(r.name for r in refits)
+    log.info("transfer: %d fits per model (%d held-out groups; sizes %s)", len(refits), len(heldout),
+             ", ".join(f"{size}: {len(groups)}" for size, groups in by_size.items()))
+    if transfer.pools_differ(by_size):
+        log.warning("transfer: the sizes are scored on different held-out groups (a group is fitted only at sizes "
+                    "below its training rows): compare the models within a size, not one size with another")
+    models = {FLAT.name: flat_model(params, tasks, f"transfer_{FLAT.name}"),
+              INFORMED.name: informed_model(params, tasks, layer_prior, f"transfer_{INFORMED.name}")}
+    for name in MODELS:
+        fitting.enforce_budget(f"transfer_{name}", params, refit)
+    traces, fit_metrics, timings, tests = {}, {}, {}, {}
+    for name in MODELS:
+        stage = f"transfer_{name}"
+        sampled = fitting.fit_per_group(stage, params, refit, *models[name])
+        with watch(log, f"{stage}: scoring the draws"):
+            traces[name], fit_metrics[name], timings[name], predictions = fitting.score_fit(
+                stage, params, refit, sampled, settings_extra={"prior_file": str(prior_path)})
+            tests[name] = predictions["test"]
+    population = population_predictions(params, tasks, hier_posterior, heldout, specs)
+    metrics = transfer_metrics(tasks.likelihood, params, refits, fit_metrics, tests, population, upstream, skipped)
+    headline = transfer_headline(metrics)
+    csv = transfer_csv(metrics, tasks.likelihood)
+    with staged_outputs() as outputs:
+        outputs.write_netcdf(traces[FLAT.name], flat_trace_out)
+        outputs.write_netcdf(traces[INFORMED.name], informed_trace_out)
+        outputs.write_json(as_builtin(timings), timing_out)
+        outputs.write_text(csv, plot_out)
+        outputs.write_json(as_builtin(metrics), detail_path(metrics_out))
+        outputs.write_json(as_builtin(headline), metrics_out)
+    score = likelihoods.get(tasks.likelihood).score
+    for label, row in metrics["sizes"].items():
+        log.info("transfer: %-4s test %s flat %.4f, informed %.4f (informed - flat log density per row %+.3f, "
+                 "se %.3f)", label, score, row["flat"]["test"][score], row["informed"]["test"][score],
+                 row["difference"]["mean"], row["difference"]["se"])
+    stop = metrics["stops_mattering"]
+    log.info("transfer: population (no rows of the group) test %s %.4f; %s", score,
+             metrics["population"]["test"][score],
+             (f"the informed prior stops mattering from size {stop}"
+              + (" (every training row)" if stop == transfer.ALL else "")) if stop else
+             "the informed prior still matters at the largest size (beyond 2 standard errors)")
+    return metrics
+
+
+def population_predictions(params: Params, tasks: Tasks, posterior, heldout: list[str], specs
+                           ) -> dict[str, list]:
+    """The hierarchical population's predictive (one new-group network per posterior draw, as ``hbnn predict``
+    scores an unseen group) on each held-out group's test rows, as one split of
+    :func:`hbnn.diagnostics.evaluation.evaluate_groups`."""
+    lik = likelihoods.get(tasks.likelihood)
+    rng = np.random.default_rng(derive_seed(params.transfer.seed, STAGE_KEYS["transfer_population"]))
+    weights = population_weights(posterior, specs, rng)
+    noise = tasks.y_sd * evaluation.group_noise(posterior, None) if lik.has_noise else None
+    test = tasks.split("test")
+    out = {"draws": [], "noise": [] if lik.has_noise else None, "y": []}
+    for name in heldout:
+        rows = test.rows(tasks.group_names.index(name))
+        out["draws"].append(evaluation.quantity_draws(tasks, weights, test.X[rows]))
+        if lik.has_noise:
+            out["noise"].append(noise)
+        out["y"].append(lik.mean_label(test.y[rows], tasks.y_mean, tasks.y_sd))
+    return out
+
+
+def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refit], fits: dict[str, dict],
+                     tests: dict[str, dict[str, list]], population: dict[str, list], upstream: dict,
+                     skipped: list[str]) -> dict:
+    """Everything ``metrics/detail/transfer.json`` holds: per size, each model's pooled test scores, the paired
+    informed-minus-flat difference in test log density and convergence; per fit, its scores and diagnostics.
+
+    ``fits`` and ``tests`` hold each model's :func:`hbnn.diagnostics.evaluation.fit_metrics` and its test
+    predictions."""
+    lik = likelihoods.get(likelihood)
+    heldout = upstream["heldout_groups"]
+    # per held-out group (population is in heldout order), so each size takes its groups' rows
+    pop_lpd = [transfer.row_lpd(lik, transfer.subset(population, [g])) for g in range(len(heldout))]
+    sizes = {}
+    for label in transfer.size_labels(params.transfer):
+        idx = [i for i, r in enumerate(refits) if r.size == label]
+        if not idx:
+            continue
+        row: dict = {"groups": len(idx), "rows_mean": float(np.mean([refits[i].rows for i in idx]))}
+        lpd = {}
+        for name in MODELS:
+            pred = transfer.subset(tests[name], idx)
+            pooled, _ = evaluation.split_scores(lik, pred)
+            lpd[name] = transfer.row_lpd(lik, pred)
+            per_fit = [fits[name]["per_group"][refits[i].name] for i in idx]
+            row[name] = {"test": pooled | {"lpd_mean": float(lpd[name].mean())}, "lpd_se": _se(lpd[name]),
+                         "fits_not_converged": sum(not f["converged"] for f in per_fit),
+                         "max_rhat": max(f["rhat_fn"] for f in per_fit),
+                         "min_ess_bulk": min(f["ess_bulk_fn"] for f in per_fit),
+                         "divergences": sum(f["divergences"] for f in per_fit)}
+        row["difference"] = transfer.paired_difference(lpd[INFORMED.name], lpd[FLAT.name])
+        # the same groups' rows, in the same order (a size can be skipped for some groups)
+        pop = np.concatenate([pop_lpd[heldout.index(refits[i].group)] for i in idx])
+        row["informed_vs_population"] = transfer.paired_difference(lpd[INFORMED.name], pop)
+        sizes[label] = row
+    pop_scores, _ = evaluation.split_scores(lik, population)
+    all_pop = np.concatenate(pop_lpd)
+    per_fit = {name: [fits[name]["per_group"][r.name] for r in refits] for name in MODELS}
+    return {
+        "heldout_groups": upstream["heldout_groups"],
+        "training_groups": upstream["training_groups"],
+        "sizes": sizes,
+        "population": {"test": pop_scores | {"lpd_mean": float(all_pop.mean())}, "lpd_se": _se(all_pop)},
+        "stops_mattering": transfer.stops_mattering({k: v["difference"] for k, v in sizes.items()}),
+        "skipped": skipped,
+        "sampling": {**{name: {"fits": len(f), "fits_not_converged": sum(not x["converged"] for x in f),
+                               "divergences": sum(x["divergences"] for x in f),
+                               # fits drawn longer and thinned (sampler.max_draws), with why
+                               "thinned_fits": fits[name]["sampling"].get("thinned_groups", {}),
+                               # fits drawn again at a higher target_accept (sampler.refit_target_accept), with why
+                               "raised_fits": fits[name]["sampling"].get("target_accept_raised", {})}
+                        for name, f in per_fit.items()},
+                     "hierarchical": {k: upstream["hierarchical"]["sampling"][k]
+                                      for k in (*evaluation.HEADLINE_SAMPLING,
+                                                *evaluation.HEADLINE_SAMPLING_IF_PRESENT, "restarted", "group_sd")
+                                      if k in upstream["hierarchical"]["sampling"]}},
+        "fits": {name: {r.name: {"group": r.group, "size": r.size, "rows": r.rows,
+                                 **{k: v for k, v in fits[name]["per_group"][r.name].items() if k != "train"}}
+                        for r in refits} for name in MODELS},
+    }
+
+
+def _se(values: np.ndarray) -> float:
+    """Standard error of the mean of per-row values."""
+    return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
+
+
+def transfer_headline(metrics: dict) -> dict:
+    """``metrics/transfer.json``: ``<model>.<size>.test.<score>`` (and ``population.n0.test.<score>``) for the
+    likelihood's test scores, and the convergence counts of every fit behind them."""
+    def scores(test: dict) -> dict:
+        return {k: v for k, v in test.items() if k not in ("n", "lpd_mean")}
+
+    out: dict = {name: {label: {"test": scores(row[name]["test"])} for label, row in metrics["sizes"].items()}
+                 for name in MODELS}
+    out["population"] = {transfer.POPULATION: {"test": scores(metrics["population"]["test"])}}
+    sampling = metrics["sampling"]
+    out["sampling"] = {name: {k: sampling[name][k] for k in ("fits_not_converged", "divergences")} for name in MODELS}
+    # the fit the transfer prior comes from, judged as fit_hier's headline judges that fit (its group sds included)
+    headline = (*evaluation.HEADLINE_SAMPLING, *evaluation.HEADLINE_SAMPLING_IF_PRESENT)
+    out["sampling"]["hierarchical"] = {k: v for k, v in sampling["hierarchical"].items() if k in headline}
+    return out
+
+
+def transfer_csv(metrics: dict, likelihood: str) -> str:
+    """``reports/plots/transfer.csv``: one row per model and size (``n`` = mean training rows per group), the
+    population at ``n = 0``.
+
+    The columns ``dvc plots`` draws are the same for every likelihood: ``score``
+    (its headline test score: accuracy, RMSE; named in ``score_name``) and
+    ``log_loss``, the mean negative log predictive density of the test labels
+    (the log loss of a classifier); the likelihood's other test scores follow.
+    """
+    score = likelihoods.get(likelihood).score
+    pop = metrics["population"]["test"]
+    others = [k for k in pop if k not in ("n", "lpd_mean", score, "log_loss")]
+
+    def line(model: str, size: str, n: float, test: dict) -> str:
+        values = [test[score], test.get("log_loss", -test["lpd_mean"]), *(test[k] for k in others)]
+        return ",".join([model, size, f"{n:.6g}", score, *(f"{v:.6g}" for v in values)])
+
+    lines = [",".join(["model", "size", "n", "score_name", "score", "log_loss", *others]),
+             line("population", transfer.POPULATION, 0, pop)]
+    lines += [line(name, label, row["rows_mean"], row[name]["test"]) for name in MODELS
+              for label, row in transfer.in_size_order(metrics["sizes"]).items()]  # dvc plots: x in this order
+    return "\n".join(lines) + "\n"

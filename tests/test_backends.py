@@ -17,7 +17,9 @@ from hbnn.files.io import RUN_TIME_ATTRS, RUN_TIME_STATS, write_netcdf
 from hbnn.files.trace import Trace
 from hbnn.model.builders import build_flat_model
 from hbnn.pipeline.stages.fit_hier import fit_hier
-from hbnn.sampling import inference
+from hbnn.sampling import nutpie_backend, pymc_backends, restarts, runlength
+from hbnn.sampling.backend import Iterations, _leapfrog_steps
+from hbnn.sampling.sampler import Sampler
 
 ADVI = {"iterations": 300, "learning_rate": 0.02}
 
@@ -99,7 +101,7 @@ def test_pymc_chains_start_safely_in_a_process_that_ran_jax(tasks_path, tmp_path
     deadlock (JAX warns, pytest fails on the warning), so the chains start from a forkserver."""
     jnp = pytest.importorskip("jax.numpy")
     assert float(jnp.ones(3).sum()) == 3.0  # starts JAX's runtime and its threads
-    assert inference._chain_process_context() == "forkserver"
+    assert pymc_backends._chain_process_context() == "forkserver"
     idata, metrics, _ = _fit_hier(_params("pymc"), tasks_path, tmp_path)
     assert idata.posterior.sizes["chain"] == TINY["hier_sampler"]["chains"]
 
@@ -109,7 +111,7 @@ def test_advi_per_group_fits_reuse_one_compile_and_are_independent(tiny_tasks):
     train = tiny_tasks.split("train")
     rows = [train.rows(g) for g in range(tiny_tasks.n_groups)]
     model = build_flat_model(train.X[rows[0]], train.y[rows[0]], tiny_tasks.features, (5, 5))
-    sampler = inference.Sampler(model, _params("advi").sampler)
+    sampler = Sampler(model, _params("advi").sampler)
     first = sampler.sample(11, data={"x": train.X[rows[0]], "y": train.y[rows[0]]})
     other = sampler.sample(12, data={"x": train.X[rows[1]], "y": train.y[rows[1]]})
     again = sampler.sample(11, data={"x": train.X[rows[0]], "y": train.y[rows[0]]})
@@ -136,12 +138,12 @@ def test_minibatch_likelihood_is_unbiased_for_the_full_one(tiny_tasks):
 
 
 def test_missing_jax_is_a_clear_config_error(tiny_tasks, monkeypatch):
-    real = inference.importlib.util.find_spec
-    monkeypatch.setattr(inference.importlib.util, "find_spec", lambda m: None if m == "numpyro" else real(m))
+    real = pymc_backends.importlib.util.find_spec
+    monkeypatch.setattr(pymc_backends.importlib.util, "find_spec", lambda m: None if m == "numpyro" else real(m))
     train = tiny_tasks.split("train")
     model = build_flat_model(train.X, train.y, tiny_tasks.features, (2,))
     with pytest.raises(ConfigError, match=r"sampler.backend='numpyro'.*make jax"):
-        inference.Sampler(model, _params("numpyro").sampler)
+        Sampler(model, _params("numpyro").sampler)
 
 
 @pytest.mark.parametrize("raw, key", [({"backend": "stan"}, "sampler.backend"),
@@ -162,7 +164,7 @@ def test_low_rank_mass_matrix_reaches_nutpie(tiny_tasks):
     fits = {}
     for mass_matrix in ("diag", "low_rank"):
         params = parse_params(dict(TINY, sampler=dict(TINY["sampler"], mass_matrix=mass_matrix)))
-        fits[mass_matrix] = inference.Sampler(model, params.sampler).sample(3).posterior
+        fits[mass_matrix] = Sampler(model, params.sampler).sample(3).posterior
     assert _layout(fits["low_rank"]) == _layout(fits["diag"])
     assert not np.array_equal(fits["low_rank"].posterior["w_in"].values, fits["diag"].posterior["w_in"].values)
 
@@ -174,16 +176,16 @@ def test_numpyro_progress_reaches_the_heartbeat_in_a_log_and_leaves_the_draws_al
     model = build_flat_model(train.X, train.y, tiny_tasks.features, (2,))
     # a step size adapted for 40% acceptance diverges now and then: the count below has something to count
     settings = dataclasses.replace(_params("numpyro").sampler, target_accept=0.4)
-    monkeypatch.setattr(inference.logs, "interactive", lambda: False)
-    sampler = inference.Sampler(model, settings)
+    monkeypatch.setattr(pymc_backends.logs, "interactive", lambda: False)
+    sampler = Sampler(model, settings)
     seen = []
-    real = inference.Iterations.add
+    real = Iterations.add
 
     def add(self, n):
         real(self, n)
         seen.append((self, self.status()))
 
-    monkeypatch.setattr(inference.Iterations, "add", add)
+    monkeypatch.setattr(Iterations, "add", add)
     counted = sampler.sample(3, watch=False).posterior
     total = settings.chains * (settings.tune + settings.draws)
     assert seen and seen[-1][1].startswith(f"{total}/{total} iterations")
@@ -192,7 +194,7 @@ def test_numpyro_progress_reaches_the_heartbeat_in_a_log_and_leaves_the_draws_al
     assert "divergences so far" in seen[-1][1]
     assert sampler.backend.iterations is None  # nothing left over once the fit is done
     counted = counted.posterior
-    plain = inference.JaxBackend.run(sampler.backend, 3, None, progressbar=False)[0].posterior
+    plain = pymc_backends.JaxBackend.run(sampler.backend, 3, None, progressbar=False)[0].posterior
     for var in counted.data_vars:
         np.testing.assert_array_equal(counted[var].values, plain[var].values)
 
@@ -210,7 +212,7 @@ def _blocks_fit(tiny_tasks, backend, max_draws, answers, **settings):
         assert posterior["w_in"].dims[:2] == ("chain", "draw")  # model variables, as the trace will hold them
         return answers[len(seen) - 1]
 
-    fit = inference.Sampler(model, settings).sample(3, watch=False, until=until)
+    fit = Sampler(model, settings).sample(3, watch=False, until=until)
     return fit, seen
 
 
@@ -240,7 +242,7 @@ def test_fit_stops_at_max_draws_even_while_the_bar_is_missed(tiny_tasks, backend
 def test_nutpie_keeps_the_draws_up_to_the_extrapolated_look_that_meets_the_bar(tiny_tasks, monkeypatch):
     from hbnn.diagnostics.evaluation import Shortfall
 
-    monkeypatch.setattr(inference, "CHECK_UNIT", 1)
+    monkeypatch.setattr(runlength, "CHECK_UNIT", 1)
     fixed, _ = _blocks_fit(tiny_tasks, "nutpie", 0, [])
     # ESS 390 after 25 draws: 25 x 440 / 390 = 28.2 draws needed, so it looks again at 29 (within 20% of 25 further),
     # and keeps those
@@ -259,7 +261,7 @@ def test_nutpie_starts_the_chains_again_from_the_best_chain_where_the_first_look
         judged.append((head.posterior.sizes["draw"], missing))
         return ("chain 0 is stuck", 1)
 
-    monkeypatch.setattr(inference, "restart_reason", reason)
+    monkeypatch.setattr(nutpie_backend, "restart_reason", reason)
     fixed, _ = _blocks_fit(tiny_tasks, "nutpie", 100, ["g00 misses", None])
     assert judged == []  # restarts 0: never judged
     fit, seen = _blocks_fit(tiny_tasks, "nutpie", 100, ["g00 misses", "g00 misses", None], restarts=1)
@@ -306,7 +308,7 @@ def test_nutpie_starts_the_chains_again_where_a_later_look_finds_them_failing(ti
         judged.append(head.posterior.sizes["draw"])
         return ("chain 0 drifted", 1) if len(judged) == 2 else None
 
-    monkeypatch.setattr(inference, "restart_reason", reason)
+    monkeypatch.setattr(nutpie_backend, "restart_reason", reason)
     fit, seen = _blocks_fit(tiny_tasks, "nutpie", 100, ["g00 misses"] * 3 + [None], restarts=1)
     assert seen == [25, 50, 25, 50] and judged == [25, 50]  # judged at both looks; after the restart, none left
     assert "restarting the chains from chain 1's draws (restart 1 of at most 1): chain 0 drifted" in caplog.text
@@ -319,17 +321,17 @@ def test_nutpie_counts_the_steps_of_chains_still_running(tiny_tasks):
     """An attempt left behind is counted up to its cancel: its chains run on past the first look."""
     train = tiny_tasks.split("train")
     settings = dataclasses.replace(_params("nutpie").sampler, max_draws=1_000_000)
-    backend = inference.NutpieBackend(build_flat_model(train.X, train.y, tiny_tasks.features, (2,)), settings)
+    backend = nutpie_backend.NutpieBackend(build_flat_model(train.X, train.y, tiny_tasks.features, (2,)), settings)
     backend.until = lambda posterior: "g00 misses"
     run = backend.start(3, None)
     try:
-        poll = inference._Poll(run.running, run.compiled.coords, backend)
+        poll = nutpie_backend._Poll(run.running, run.compiled.coords, backend)
         head = poll.first(settings.draws)
         steps = poll.steps_so_far()
         assert poll.final is None  # still running: counted from nutpie's trace so far
     finally:
         run.running.cancel()
-    assert steps >= inference._leapfrog_steps(head, "warmup_sample_stats", "sample_stats") > 0
+    assert steps >= _leapfrog_steps(head, "warmup_sample_stats", "sample_stats") > 0
 
 
 def test_nutpie_chains_start_at_the_unconstrained_values_of_a_draw(tiny_tasks):
@@ -345,7 +347,7 @@ def test_nutpie_chains_start_at_the_unconstrained_values_of_a_draw(tiny_tasks):
     posterior = xr.Dataset({name: (("chain", "draw", *(f"{name}_{i}" for i in range(len(shape)))),
                                    expanded[:, :, where].reshape(2, 6, *shape))
                             for name, where, shape in zip(names, slices, shapes, strict=True)})
-    start = inference.starting_from(compiled, posterior, 1).initial_point_func
+    start = nutpie_backend.starting_from(compiled, posterior, 1).initial_point_func
     points = [start(seed) for seed in range(20)]
     assert any("_log__" in n for n in names)  # the sds' unconstrained values are read, not the sds
     for point in points:  # each a draw of chain 1's second half
@@ -369,45 +371,45 @@ def test_restart_reason_names_divergent_or_stuck_chains_and_the_chain_to_start_f
     calm = np.zeros((2, 500), dtype=bool)
     disagree = Shortfall("sd_in misses", 4.0, 1.45, "sd_in")
     slow = Shortfall("g02 misses", 200.0, 1.08, "g02 test-point")
-    assert inference.restart_reason(_first_look(calm, logp), None) is None
-    assert inference.restart_reason(_first_look(calm, logp), disagree) is None  # similar log densities: no verdict
+    assert restarts.restart_reason(_first_look(calm, logp), None) is None
+    assert restarts.restart_reason(_first_look(calm, logp), disagree) is None  # similar log densities: no verdict
     stuck = logp - np.array([[0.0], [25.0]])
-    reason, best = inference.restart_reason(_first_look(calm, stuck), disagree)
+    reason, best = restarts.restart_reason(_first_look(calm, stuck), disagree)
     assert best == 0 and reason.startswith("the chains disagree (sd_in R-hat 1.45 after 500 draws per chain) and "
                                            f"chain 1's mean log density, {stuck[1].mean():.1f}, lies ")
     assert reason.endswith(f"standard errors below chain 0's, {stuck[0].mean():.1f}")
-    assert inference.restart_reason(_first_look(calm, stuck), slow) is None  # R-hat of slow mixing: no verdict
+    assert restarts.restart_reason(_first_look(calm, stuck), slow) is None  # R-hat of slow mixing: no verdict
     diverging = calm.copy()
     diverging[0, ::100] = True  # 5 of 1000 draws: a Poisson count at the bar's 0.1% reaches 5 with chance 0.004
-    reason, best = inference.restart_reason(_first_look(diverging, logp, (0.011, 0.0058)), None)
+    reason, best = restarts.restart_reason(_first_look(diverging, logp, (0.011, 0.0058)), None)
     assert best == 1 and reason.startswith("5 divergences in the first 500 draws per chain (chain 0: 5 at step "
                                            "size 0.011, chain 1: 0 at step size 0.0058), more than the 0.1%")
     diverging[0, 400] = False  # 4: chance 0.019, within what the bar's share gives at a look that goes on
-    assert inference.restart_reason(_first_look(diverging, logp), slow) is None
+    assert restarts.restart_reason(_first_look(diverging, logp), slow) is None
     # ... but where everything else meets the bar the fit would stop with 4 in 1000, past the bar's 1: every group
     # would count as not converged, and more draws do not dilute a steady rate
-    reason, best = inference.restart_reason(_first_look(diverging, logp), None)
+    reason, best = restarts.restart_reason(_first_look(diverging, logp), None)
     assert best == 1 and reason == ("4 divergences in the first 500 draws per chain (chain 0: 4 at step size 0.01, "
                                     "chain 1: 0 at step size 0.01), past the bar's 0.1% of draws where everything "
                                     "else meets it")
     within = calm.copy()
     within[1, 9] = True  # 1 in 1000: within the bar
-    assert inference.restart_reason(_first_look(within, logp), None) is None
+    assert restarts.restart_reason(_first_look(within, logp), None) is None
     # the healthy chain's stray divergence does not make the stuck chain the one to start from
     one = calm.copy()
     one[0, 7] = True
-    reason, best = inference.restart_reason(_first_look(one, stuck), disagree)
+    reason, best = restarts.restart_reason(_first_look(one, stuck), disagree)
     assert best == 0 and "chain 1's mean log density" in reason
-    assert inference.restart_reason(_first_look(calm, stuck), "a plain message") is None  # no R-hat: no verdict
+    assert restarts.restart_reason(_first_look(calm, stuck), "a plain message") is None  # no R-hat: no verdict
 
 
 def test_next_check_goes_where_the_smallest_ess_extrapolates_within_a_block(caplog):
     from hbnn.config import SamplerParams
     from hbnn.diagnostics.evaluation import Shortfall
 
-    caplog.set_level("INFO", logger=inference.log.name)
+    caplog.set_level("INFO", logger=runlength.log.name)
     s = SamplerParams(backend="nutpie", draws=500, max_draws=5000)
-    look = inference._next_check
+    look = runlength._next_check
     assert look(None, 500, s, 100) is None  # nothing misses: stop
     # ESS 388 at 1500: 1500 x 400 x 1.1 / 388 = 1701 draws needed, so look at 1800 (not at 2000)
     assert look(Shortfall("g02 misses", 388.0), 1500, s, 100) == 1800
@@ -432,11 +434,11 @@ def test_next_check_goes_where_the_smallest_ess_extrapolates_within_a_block(capl
 def test_nutpie_heartbeat_past_the_first_look_says_how_far_the_next_look_is(monkeypatch):
     from hbnn.config import SamplerParams
 
-    backend = object.__new__(inference.NutpieBackend)
+    backend = object.__new__(nutpie_backend.NutpieBackend)
     backend.settings = SamplerParams(backend="nutpie", draws=500, max_draws=5000)
     assert backend.progress(10.0) is None  # before the first look: the cost estimate speaks
     backend.towards = (1230, 1500, 30.0, 100.0)  # 270 draws to go at 30 per second, seen at t=100
-    monkeypatch.setattr(inference.time, "monotonic", lambda: 102.0)
+    monkeypatch.setattr(nutpie_backend.time, "monotonic", lambda: 102.0)
     assert backend.progress(60.0) == ("1230/1500 draws per chain at the next look (up to max_draws=5000), "
                                       "~7s to it at this rate")
     backend.towards = (0, 600, None, 100.0)  # no rate yet
@@ -445,8 +447,8 @@ def test_nutpie_heartbeat_past_the_first_look_says_how_far_the_next_look_is(monk
 
 def test_iterations_status_says_how_far_and_how_long_at_the_rate(monkeypatch):
     clock = iter([100.0, 110.0])
-    monkeypatch.setattr(inference.time, "monotonic", lambda: next(clock))
-    it = inference.Iterations()
+    monkeypatch.setattr(nutpie_backend.time, "monotonic", lambda: next(clock))
+    it = Iterations()
     assert it.status() is None  # still compiling
     it.total = 8000
     it.add(0)  # first report at t=100
@@ -457,15 +459,15 @@ def test_iterations_status_says_how_far_and_how_long_at_the_rate(monkeypatch):
 def test_advi_reports_its_iterations_to_the_heartbeat(tiny_tasks, monkeypatch):
     train = tiny_tasks.split("train")
     model = build_flat_model(train.X, train.y, tiny_tasks.features, (2,))
-    sampler = inference.Sampler(model, _params("advi").sampler)
+    sampler = Sampler(model, _params("advi").sampler)
     seen = []
-    real = inference.Iterations.add
+    real = Iterations.add
 
     def add(self, n):
         real(self, n)
         seen.append(sampler.backend.progress(0.0))
 
-    monkeypatch.setattr(inference.Iterations, "add", add)
+    monkeypatch.setattr(Iterations, "add", add)
     sampler.sample(4, watch=False)
     assert seen[-1].startswith(f"{ADVI['iterations']}/{ADVI['iterations']} ADVI iterations")
     assert sampler.backend.progress(0.0) is None  # nothing once the fit is done

@@ -35,7 +35,7 @@ from hbnn.pipeline.runner import run_stage
 from hbnn.pipeline.stages.fit_flat import fit_flat
 from hbnn.pipeline.stages.fit_hier import fit_hier
 from hbnn.pipeline.stages.make_data import make_data
-from hbnn.sampling.inference import _check_complete
+from hbnn.sampling.sampler import _check_complete
 
 ROOT = Path(__file__).resolve().parents[1]
 SITES = ROOT / "data" / "examples" / "sites.csv"
@@ -392,7 +392,7 @@ def test_a_model_whose_density_overflows_is_one_error_line(workspace, capsys):
 
 
 def test_nutpies_refusal_to_start_is_one_sampling_error():
-    from hbnn.sampling.inference import _no_start_refused
+    from hbnn.sampling.nutpie_backend import _no_start_refused
 
     rust = "All initialization points failed\n\nCaused by:\n    Logp function returned error: ErrorCode(3)\n\nStack"
     with pytest.raises(SamplingError, match=r"no initial point .* \(Logp function returned error: ErrorCode\(3\)\)"):

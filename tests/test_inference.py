@@ -8,7 +8,7 @@ from hbnn.config import parse_params
 from hbnn.model.builders import build_flat_model
 from hbnn.pipeline.stages.fitting import fit_per_group
 from hbnn.pipeline.variants import derive_seed
-from hbnn.sampling.inference import Sampler
+from hbnn.sampling.sampler import Sampler
 
 
 def test_derived_seeds_are_distinct_and_stable():
@@ -114,8 +114,8 @@ def test_nutpie_trace_converts_as_nutpie_converts_it_finished_and_while_running(
 
     import xarray as xr
 
-    from hbnn.sampling.inference import _arrow_idata, _draws_done, _nutpie_idata
     from hbnn.sampling.nutpie_cache import compile_numba
+    from hbnn.sampling.nutpie_trace import _arrow_idata, _draws_done, _nutpie_idata
 
     compiled = compile_numba(_tiny_flat_model((3,)))
     kw = {"tune": 30, "chains": 2, "cores": 2, "seed": 5, "progress_bar": False, "save_warmup": True}

@@ -14,7 +14,7 @@ from hbnn.model.builders import build_hierarchical_model
 from hbnn.pipeline.stages.fit_flat import fit_flat
 from hbnn.pipeline.stages.fit_hier import fit_hier
 from hbnn.pipeline.stages.make_data import make_data
-from hbnn.sampling.inference import Sampler
+from hbnn.sampling.sampler import Sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 

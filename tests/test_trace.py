@@ -73,7 +73,7 @@ import numpy as np
 for m in {modules!r}:
     __import__(m)
 from hbnn.density import kernel
-from hbnn.sampling.inference import _nutpie_idata
+from hbnn.sampling.nutpie_trace import _nutpie_idata
 from hbnn.sampling.nutpie_loader import nutpie
 rng = np.random.default_rng(0)
 density = kernel.FlatDensity.on_rows(rng.normal(size=(20, 2)), rng.integers(0, 2, 20), (3,), False, "bernoulli", 1.0,

@@ -164,7 +164,7 @@ class SamplerParams:
     the convergence bar, up to ``max_draws`` per chain. The hierarchical fit goes on: it looks again where its
     smallest ESS so far extrapolates to the bar, at most 20% of the draws so far and at most ``draws`` further
     (nutpie: in steps of 100 draws; numpyro: a block of ``draws`` at a time)
-    (:meth:`hbnn.sampling.inference.Sampler.sample`, :func:`hbnn.sampling.inference._next_check`). A per-group fit that
+    (:meth:`hbnn.sampling.sampler.Sampler.sample`, :func:`hbnn.sampling.runlength._next_check`). A per-group fit that
     misses it is fitted again from its seed with ``k`` times ``draws`` and its chains thinned by ``k``, since a stage's
     groups share one draw count (:func:`hbnn.pipeline.stages.fitting.fit_per_group`).
     ``refit_target_accept`` (the per-group NUTS fits; off at 0 or at most ``target_accept``): a group whose fit
@@ -174,7 +174,7 @@ class SamplerParams:
     ``restarts`` (the hierarchical fit, nutpie, with ``max_draws`` past ``draws``; ignored otherwise): at any look,
     chains that diverge past the bar's share or sit in a region of clearly lower log density while the chains
     disagree are started again, up to this many times, from the best chain's draws
-    (:func:`hbnn.sampling.inference.restart_reason`); the metrics and the trace record each restart with its numbers.
+    (:func:`hbnn.sampling.restarts.restart_reason`); the metrics and the trace record each restart with its numbers.
     """
 
     backend: str = "nutpie"

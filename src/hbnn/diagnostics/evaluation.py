@@ -268,7 +268,7 @@ class ShortfallCheck:
     two such full looks, every look says what evaluating every group says, and the fit looks and stops where
     it would. Where one does, it is named at the next full look, and until then the next look (set by the
     smallest ESS short of the bar) and a restart of chains that only that group shows split (R-hat past
-    :data:`hbnn.sampling.inference.RESTART_RHAT`) wait for it; the group sds are evaluated at every look.
+    :data:`hbnn.sampling.restarts.RESTART_RHAT`) wait for it; the group sds are evaluated at every look.
     """
 
     def __init__(self, tasks: Tasks, specs: Sequence[LayerSpec], scalar_vars: Sequence[str] = ()):

@@ -83,7 +83,7 @@ def _run_description(s: dict[str, Any], drawn: int | None = None, joint: bool = 
         blocks += (f"; a group whose transitions diverged past the bar is fitted again at target_accept "
                    f"{s['refit_target_accept']}")
     if joint and s.get("max_draws", 0) > s.get("draws", 0):
-        from hbnn.sampling.inference import LOOK_MAX_GROWTH
+        from hbnn.sampling.runlength import LOOK_MAX_GROWTH
 
         how = (f"drawn in blocks of {s['draws']}" if s.get("backend") != "nutpie" else
                f"checked after {s['draws']} draws, then where the smallest ESS extrapolated to the bar (at most "
@@ -506,7 +506,7 @@ def _nuts_remedy(short: Sequence[str], diverging: Sequence[str], settings: dict,
     ``diverging`` (R-hat and ESS met, divergences not: more draws do not remove them), by the params that say it
     (``settings``: each model's trace settings; ``drawn``: the draws per chain its trace holds). A joint fit drawn
     on until the bar is met that is short of it stopped at its ``max_draws``, which is said."""
-    from hbnn.sampling.inference import at_draw_limit, look_unit
+    from hbnn.sampling.runlength import at_draw_limit, look_unit
 
     order = list(MODELS)
     longer, stopped, accept = [], [], []

@@ -126,14 +126,14 @@ _COMPILED: dict[str, object] = {}
 
 def fit_shard(key: str, model: Model, jobs: Sequence[GroupJob],
               on_done: Callable[[GroupResult], None] | None = None) -> tuple[list[GroupResult], float | None]:
-    """Fit ``jobs`` in order (with nutpie, each beside the next: :meth:`hbnn.sampling.inference.Sampler.sample_each`)
+    """Fit ``jobs`` in order (with nutpie, each beside the next: :meth:`hbnn.sampling.sampler.Sampler.sample_each`)
     with ``model`` compiled once per process and fit ``key``.
 
     Returns the results and the seconds this call spent compiling (0 when the
     process had already compiled this fit; ``None`` for backends that compile
     while sampling). ``on_done`` is called after each group.
     """
-    from hbnn.sampling.inference import Sampler
+    from hbnn.sampling.sampler import Sampler
 
     compile_seconds = 0.0
     sampler = _COMPILED.get(key)

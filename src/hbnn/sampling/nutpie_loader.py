@@ -4,7 +4,7 @@
 pyplot, SciPy's stats, a numba ufunc compiled at import) costs a stage process
 ~2.5 s on a 2-core machine. nutpie uses it only to convert traces (``from_dict``,
 ``from_datatree``) and in its return annotations; hbnn asks for nutpie's raw
-trace and converts it itself (:func:`hbnn.sampling.inference._arrow_idata`). So while
+trace and converts it itself (:func:`hbnn.sampling.nutpie_trace._arrow_idata`). So while
 nutpie imports, ``arviz`` is a stand-in (:class:`_ArvizOnDemand`) that holds a
 placeholder for the annotations; once nutpie is in, the stand-in leaves
 ``sys.modules`` (a later ``import arviz`` gets the real package) and forwards

@@ -11,7 +11,7 @@ from hbnn.diagnostics import evaluation
 from hbnn.model.network import layer_specs
 from hbnn.pipeline.stages import fitting
 from hbnn.pipeline.variants import STAGE_KEYS, derive_seed
-from hbnn.sampling.inference import Sampler
+from hbnn.sampling.sampler import Sampler
 
 
 def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:

@@ -24,7 +24,8 @@ from hbnn.model.network import layer_specs
 from hbnn.pipeline import budget
 from hbnn.pipeline.variants import FITS, STAGE_KEYS, STAGE_PARAMS, derive_seed
 from hbnn.sampling import cluster
-from hbnn.sampling.inference import ESS_SPARE, backend_class
+from hbnn.sampling.runlength import ESS_SPARE
+from hbnn.sampling.sampler import backend_class
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,129 @@
+"""Mean-field ADVI, with its optimisation step compiled once and reused across fits."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import xarray as xr
+
+from hbnn.config import SamplerParams
+from hbnn.files.trace import Trace
+from hbnn.sampling.backend import Backend, Iterations
+
+if TYPE_CHECKING:
+    import pymc as pm
+
+log = logging.getLogger(__name__)
+
+
+class AdviBackend(Backend):
+    """Mean-field ADVI (:class:`_Advi`), then ``chains x draws`` draws from the approximation."""
+
+    name = "advi"
+
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+        super().__init__(model, settings)
+        self.advi = _Advi(self.model, settings.advi.learning_rate)
+
+    @staticmethod
+    def minibatch_size(settings: SamplerParams) -> int | None:
+        return settings.advi.minibatch_size or None
+
+    @staticmethod
+    def parallel_chains(settings: SamplerParams) -> int:
+        return 1
+
+    def label(self) -> str:
+        a = self.settings.advi
+        return f"fitting: backend=advi iterations={a.iterations} minibatch={a.minibatch_size}"
+
+    def run(self, seed, data):
+        self._set_data(data)
+        self.iterations = Iterations(self.settings.advi.iterations, "ADVI iterations")
+        try:
+            idata, loss = self.advi.fit(seed, self.settings, self.iterations)
+        finally:
+            self.iterations = None
+        return idata, loss, None
+
+
+class _Advi:
+    """Mean-field ADVI whose optimisation step is compiled once and reused.
+
+    Every :meth:`fit` restores the approximation's and the optimiser's starting
+    state, reseeds every random stream (Monte Carlo ELBO draws, minibatch indices)
+    and runs ``iterations`` Adam steps, so fits do not depend on earlier fits.
+    The approximation's means start at the model's initial point plus
+    ``N(0, init_jitter)`` noise: at all-zero weights a tanh network sits on a
+    saddle where every hidden unit looks alike, and ADVI started there stays
+    near it (hierarchical test accuracy 0.44 instead of 0.86 on the default data).
+    """
+
+    def __init__(self, model: pm.Model, learning_rate: float):
+        import pymc as pm
+        from pytensor.tensor.random.type import RandomType
+
+        self.model = model
+        with model:
+            self.inference = pm.ADVI()
+            self.step = self.inference.objective.step_function(
+                obj_optimizer=pm.adam(learning_rate=learning_rate), score=True
+            )
+        data = {id(v) for v in model.data_vars}
+        self.state = [v for v in self.step.get_shared() if id(v) not in data]
+        self.initial = [copy.deepcopy(v.get_value(borrow=False)) for v in self.state]
+        self.rngs = [v for v in self.state if isinstance(v.type, RandomType)]
+        (group,) = self.inference.approx.groups
+        self.mean = group.params_dict["mu"]
+        self.mean_start = self.mean.get_value(borrow=False).copy()
+
+    def fit(self, seed: int, s: SamplerParams, progress: Iterations | None = None
+            ) -> tuple[Trace, np.ndarray]:
+        from pymc.pytensorf import reseed_rngs
+
+        for var, value in zip(self.state, self.initial, strict=True):
+            var.set_value(copy.deepcopy(value))
+        fit_seed, draw_seed, init_seed = np.random.SeedSequence(seed).generate_state(3)
+        reseed_rngs(self.rngs, int(fit_seed))
+        jitter = np.random.default_rng(init_seed).normal(0.0, s.advi.init_jitter, self.mean_start.shape)
+        self.mean.set_value(self.mean_start + jitter)
+        loss = np.empty(s.advi.iterations)
+        for i in range(s.advi.iterations):
+            loss[i] = self.step()
+            if progress is not None:
+                progress.add(1)
+        if not np.all(np.isfinite(loss)):
+            bad = int(np.flatnonzero(~np.isfinite(loss))[0])
+            raise FloatingPointError(
+                f"ADVI loss became {loss[bad]} at iteration {bad}; lower sampler.advi.learning_rate "
+                f"(now {s.advi.learning_rate})"
+            )
+        with self.model:
+            draws = self.inference.approx.sample(s.chains * s.draws, random_seed=int(draw_seed),
+                                                 return_inferencedata=True)
+        posterior = _as_chains(draws.posterior, s.chains, s.draws)
+        stats = xr.Dataset(
+            {
+                "diverging": (("chain", "draw"), np.zeros((s.chains, s.draws), dtype=bool)),
+                "loss": ("advi_iteration", loss),
+            },
+            coords={"chain": posterior["chain"], "draw": posterior["draw"],
+                    "advi_iteration": np.arange(s.advi.iterations)},
+        )
+        return Trace(posterior=posterior, sample_stats=stats), loss
+
+
+def _as_chains(posterior: xr.Dataset, chains: int, draws: int) -> xr.Dataset:
+    """Split one chain of ``chains * draws`` independent draws into ``(chain, draw)``."""
+    out = {}
+    for name, da in posterior.data_vars.items():
+        da = da.isel(chain=0, drop=True)
+        values = da.values.reshape(chains, draws, *da.shape[1:])
+        dims = ("chain", "draw", *da.dims[1:])
+        coords = {d: da.coords[d] for d in da.dims[1:] if d in da.coords}
+        out[name] = xr.DataArray(values, dims=dims, coords=coords)
+    return xr.Dataset(out, coords={"chain": np.arange(chains), "draw": np.arange(draws)})

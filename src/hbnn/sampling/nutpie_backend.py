@@ -1,0 +1,287 @@
+"""nutpie's NUTS: the default backend, sampling the hand-written density, with run-length control and restarts."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+import xarray as xr
+
+from hbnn import logs
+from hbnn.config import SamplerParams
+from hbnn.errors import DENSITY_OVERFLOW, SamplingError
+from hbnn.files.trace import Trace
+from hbnn.pipeline.variants import derive_seed
+from hbnn.sampling.backend import Backend, _leapfrog_steps
+from hbnn.sampling.nutpie_trace import _arrow_idata, _draws_done, _nutpie_idata
+from hbnn.sampling.restarts import RESTART_SEED_KEY, _restart_record, _warn_divergent_stop, restart_reason
+from hbnn.sampling.runlength import _next_check, look_unit
+
+if TYPE_CHECKING:
+    import pymc as pm
+
+log = logging.getLogger(__name__)
+
+
+class NutpieBackend(Backend):
+    """nutpie (Rust NUTS over numba): compiled once, refitted to new data with ``with_data``.
+
+    With a hand-written log density (``density``, :mod:`hbnn.density.kernel`), nutpie's model is built from it alone
+    (:meth:`hbnn.density.kernel.Density.checked_nutpie_model`: no PyMC model is built or compiled once the density has
+    been checked against it), and new rows are packed into its buffer.
+    With ``max_draws`` and a :attr:`Backend.until` check, the chains run on towards ``max_draws`` while the
+    first ``n`` draws of every chain are checked as they arrive (``n = draws``, then as :func:`_next_check`
+    extrapolates, in steps of :data:`CHECK_UNIT` draws); the fit keeps exactly the first ``n`` that meet the
+    bar (or ``max_draws``) and stops the chains. Which draws are kept depends on the draws only, never on
+    timing, so the trace is the same on every run.
+    """
+
+    name = "nutpie"
+    poll_seconds = 1.0  # how often a run-length-controlled fit looks at the draws so far
+
+    density = None  # the hand-written log density in use, to repack for other rows
+    # After a run-length-controlled fit's first look: (draws per chain so far, at the next look, draws per second
+    # of the slowest chain or None, when), for the heartbeat; before it, the cost estimate speaks
+    towards: tuple[int, int, float | None, float] | None = None
+    restarting: str | None = None  # while restarted chains warm up again, what the heartbeat says
+
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+        super().__init__(model, settings)
+        if density is not None:
+            from hbnn.density.kernel import DensityMismatch
+
+            try:
+                self.compiled = density.checked_nutpie_model(lambda: self.model)
+                self.density = density
+                return
+            except DensityMismatch as err:  # not the model's density: PyTensor's is the same model, only slower
+                log.warning("sampling PyTensor's log density, not the hand-written one: %s", err)
+                self.compiled = err.compiled  # the check's own compile of PyMC's model
+                return
+        from hbnn.sampling.nutpie_cache import compile_numba
+
+        self.compiled = compile_numba(self.model)
+
+    def _with_data(self, data: Mapping[str, np.ndarray] | None):
+        if not data:
+            return self.compiled
+        if self.density is None:
+            return self.compiled.with_data(**data)
+        if set(data) != {"x", "y"}:
+            raise ValueError(f"the hand-written log density takes new rows as x and y, not {sorted(data)}")
+        rows = self.density.with_rows(data["x"], data["y"])
+        return replace(self.compiled, user_data=rows.pack(rows.offsets()))
+
+    def run(self, seed, data):
+        return self.finish(self.start(seed, data))
+
+    def start(self, seed: int, data: Mapping[str, np.ndarray] | None) -> _NutpieRun:
+        """Start a fit in nutpie's threads and return at once; :meth:`finish` waits for it (or cancel the
+        returned run's ``running``)."""
+        s = self.settings
+        compiled = self._with_data(data)
+        blocks = s.max_draws > s.draws and self.until is not None
+        return _NutpieRun(self._launch(compiled, seed, blocks), compiled, blocks, seed)
+
+    def _launch(self, compiled, seed: int, blocks: bool):
+        """nutpie's running sampler of ``compiled`` (non-blocking), with this backend's settings."""
+        from hbnn.sampling.nutpie_loader import nutpie as load_nutpie
+
+        s = self.settings
+        return load_nutpie().sample(
+            compiled,
+            draws=s.max_draws if blocks else s.draws,
+            tune=s.tune,
+            chains=s.chains,
+            cores=s.cores,
+            seed=seed,
+            target_accept=s.target_accept,
+            low_rank_modified_mass_matrix=s.mass_matrix == "low_rank",
+            **({"use_grad_based_mass_matrix": False} if s.mass_matrix == "diag_stan" else {}),
+            progress_bar=logs.interactive(),  # on a terminal; in a log, Sampler.sample's heartbeat
+            save_warmup=True,  # only to count the tuning phase's gradient evaluations
+            blocking=False,
+            return_raw_trace=True,  # converted by _nutpie_idata
+        )
+
+    def finish(self, run: _NutpieRun) -> tuple[Trace, None, int]:
+        """The trace of a fit :meth:`start` started, once it is over."""
+        # nutpie's blocking call turns Ctrl-C into an early return with the draws so far;
+        # here an interrupt stops the chains and propagates, so no partial trace is used.
+        with _no_start_refused():
+            if run.blocks:
+                try:
+                    return self._first_converged_blocks(run)
+                finally:
+                    self.towards = self.restarting = None
+            try:
+                idata = _nutpie_idata(run.running.wait(), run.compiled.coords)
+            except BaseException:
+                run.running.cancel()
+                raise
+        return idata, None, _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
+
+    def progress(self, elapsed: float) -> str | None:
+        """Past the first look, how far the chains are from the next one (the cost estimate covers the first
+        block only, so past it a heartbeat would otherwise say only that the fit runs over)."""
+        if self.towards is None:
+            return self.restarting
+        drawn, target, rate, at = self.towards
+        text = f"{drawn}/{target} draws per chain at the next look (up to max_draws={self.settings.max_draws})"
+        if rate:
+            text += f", ~{max(0.0, (target - drawn) / rate - (time.monotonic() - at)):.0f}s to it at this rate"
+        return text
+
+    def _first_converged_blocks(self, run: _NutpieRun) -> tuple[Trace, None, int]:
+        """The first ``n`` draws of every chain, for the first ``n`` of the checks (``draws``, then as
+        :func:`_next_check` says) whose draws :attr:`until` passes (or ``max_draws``); the chains are stopped
+        once that is known. At any look, chains that :func:`restart_reason` finds failing start again from
+        the best chain's draws (up to ``restarts`` times in all; a chain can drift into a worse region after the
+        first look: on 30 groups one did between 600 and 800 draws per chain), recorded in the trace's
+        ``sample_stats`` attribute ``hbnn_restarts``; the gradient evaluations returned count the attempts left
+        behind too (up to their cancel). Any error or interrupt stops the chains running."""
+        s = self.settings
+        running, restarts, spent = run.running, [], 0
+        try:
+            while True:
+                poll = _Poll(running, run.compiled.coords, self)
+                kept = s.draws
+                head = poll.first(kept)
+                missing = self.until(head.posterior)
+                # at every look: chains that went wrong start again (restart_reason), else the fit looks further on
+                while (why := restart_reason(head, missing) if len(restarts) < s.restarts else None) is None:
+                    following = _next_check(missing, kept, s, look_unit(s.backend, s.draws))
+                    if following is None:
+                        break
+                    kept = following
+                    head = poll.first(kept)
+                    missing = self.until(head.posterior)
+                if why is None:
+                    _warn_divergent_stop(head, missing, len(restarts), s.restarts)
+                    break
+                reason, best = why
+                # the cost: every step until the cancel (timing-dependent, for the timings only); the record: the
+                # steps up to the look, which the draws decide, so that the trace and metrics stay the same
+                spent += poll.steps_so_far()
+                running.cancel()
+                restarts.append(_restart_record(head, reason, best,
+                                                _leapfrog_steps(head, "warmup_sample_stats", "sample_stats")))
+                log.warning("restarting the chains from chain %d's draws (restart %d of at most %d): %s",
+                            best, len(restarts), s.restarts, reason)
+                self.restarting = (f"restart {len(restarts)} of at most {s.restarts}: warming up again from chain "
+                                   f"{best}'s draws")
+                self.towards = None  # a look past the first set it: the heartbeat says the restart instead
+                running = self._launch(starting_from(run.compiled, head.posterior, best),
+                                       derive_seed(run.seed, RESTART_SEED_KEY, len(restarts)), True)
+            self.restarting = None
+            running.cancel()
+        except BaseException:
+            running.cancel()
+            raise
+        if restarts:
+            head.sample_stats.attrs["hbnn_restarts"] = json.dumps(restarts, sort_keys=True)
+        return head, None, spent + _leapfrog_steps(head, "warmup_sample_stats", "sample_stats")
+
+
+class _Poll:
+    """The draws of a running nutpie fit as they arrive: :meth:`first` waits for a number of draws per chain
+    (polling, or once the chains have finished) and returns that prefix of every chain."""
+
+    def __init__(self, running, coords, backend: NutpieBackend):
+        self.running, self.coords, self.backend = running, coords, backend
+        self.final = None  # the whole trace, once the chains have finished (nutpie hands it over once)
+        self.rate = None  # draws per second of the slowest chain, from the last two polls
+        self.last = None
+
+    def steps_so_far(self) -> int:
+        """Leapfrog steps the chains have taken so far, warmup included (they run on past the last look)."""
+        import pyarrow
+
+        if self.final is not None:
+            return _leapfrog_steps(self.final, "warmup_sample_stats", "sample_stats")
+        _, stats = self.running.inspect().get_arrow_trace()
+        return int(sum(np.asarray(pyarrow.array(batch.column("n_steps")).to_numpy(zero_copy_only=False)).sum()
+                       for batch in stats))
+
+    def first(self, kept: int) -> Trace:
+        backend, s = self.backend, self.backend.settings
+        trace = self.final
+        while trace is None:
+            if _finished(self.running):
+                trace = self.final = _nutpie_idata(self.running.wait(), self.coords)
+                backend.towards = None  # no more polls: the heartbeat's own estimate speaks again
+                break
+            draws, stats = self.running.inspect().get_arrow_trace()
+            drawn = _draws_done(stats)
+            if drawn >= kept:
+                trace = _arrow_idata(draws, stats, self.coords)
+                break
+            now = time.monotonic()
+            if self.last is not None and drawn > self.last[1]:
+                self.rate = (drawn - self.last[1]) / (now - self.last[0])
+            self.last = (now, drawn)
+            if kept > s.draws:
+                backend.towards = (drawn, kept, self.rate, now)
+            # Each look copies the whole trace, so look again about when the block should be complete.
+            wait = (kept - drawn) / self.rate if self.rate else backend.poll_seconds
+            time.sleep(min(max(wait, backend.poll_seconds), 10 * backend.poll_seconds))
+        return Trace(warmup_sample_stats=trace["warmup_sample_stats"],
+                     **{g: trace[g].isel(draw=slice(0, kept)) for g in ("posterior", "sample_stats")})
+
+
+def starting_from(compiled, posterior: xr.Dataset, chain: int):
+    """``compiled`` whose chains start at draws of ``posterior``'s ``chain`` (its second half: past where it came
+    from), one drawn for each chain from the seed nutpie gives its initial point, on the unconstrained scale
+    (the value variables of ``compiled.shape_info``, ``*_log__`` for the sds)."""
+    names, slices, _ = compiled.shape_info
+    draws = posterior.isel(chain=chain)
+    n = draws.sizes["draw"]
+    points = np.full((n - n // 2, compiled.n_dim), np.nan)
+    for name, where in zip(names, slices, strict=True):
+        if where.stop <= compiled.n_dim:
+            points[:, where] = draws[name].values[n // 2:].reshape(len(points), -1)
+    if not np.isfinite(points).all():
+        raise ValueError(f"chain {chain}'s draws do not fill every unconstrained coordinate with finite values")
+
+    def initial_point(seed) -> np.ndarray:
+        return points[np.random.default_rng(seed).integers(len(points))].copy()
+
+    return replace(compiled, initial_point_func=initial_point)
+
+
+@contextlib.contextmanager
+def _no_start_refused():
+    """nutpie's refusal to start (no initial point with a finite log density and gradient: a Rust error with its
+    backtrace) as one :class:`SamplingError` line; any other error as it is."""
+    try:
+        yield
+    except RuntimeError as err:
+        if not str(err).startswith("All initialization points failed"):
+            raise
+        cause = next((line.strip() for line in str(err).splitlines()[1:] if "error" in line.lower()), "")
+        raise SamplingError("nutpie found no initial point where the log density and its gradient are finite"
+                            f"{f' ({cause})' if cause else ''}: {DENSITY_OVERFLOW}") from None
+
+
+class _NutpieRun(NamedTuple):
+    """A fit :meth:`NutpieBackend.start` started: nutpie's running sampler, the model it samples, and whether it
+    draws in blocks until the bar is met."""
+
+    running: object
+    compiled: object
+    blocks: bool
+    seed: int
+
+
+def _finished(running) -> bool:
+    """Whether a non-blocking nutpie run is over (nutpie 0.16 answers a running one with ``TimeoutError``)."""
+    try:
+        return bool(running.is_finished)
+    except TimeoutError:
+        return False

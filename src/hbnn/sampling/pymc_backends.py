@@ -1,0 +1,239 @@
+"""PyMC's own NUTS and NumPyro's and BlackJAX's through PyMC's JAX bridge."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hbnn import logs
+from hbnn.config import ConfigError, SamplerParams
+from hbnn.sampling.backend import Backend, Iterations, _leapfrog_steps
+from hbnn.sampling.runlength import _next_check, look_unit
+
+if TYPE_CHECKING:
+    import pymc as pm
+
+log = logging.getLogger(__name__)
+
+
+def _require_jax(backend: str) -> None:
+    """Fail before any sampling, naming the param, when the JAX extra is missing."""
+    missing = [m for m in ("jax", backend) if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(
+            f"invalid parameter sampler.backend={backend!r}: needs the JAX extra ({', '.join(missing)} not "
+            "installed); run `make jax` (pins in requirements-jax.lock)"
+        )
+
+
+def _use_host_devices(n: int) -> None:
+    """Let JAX see ``n`` CPU devices so chains can run in parallel (before JAX starts)."""
+    flag = f"--xla_force_host_platform_device_count={n}"
+    current = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in current:
+        os.environ["XLA_FLAGS"] = f"{current} {flag}".strip()
+
+
+class PymcBackend(Backend):
+    """PyMC's own NUTS through ``pm.sample``, which compiles on every call."""
+
+    name = "pymc"
+    compiles_in_sampling = True
+
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+        super().__init__(model, settings)
+        self.model  # noqa: B018 - built now, not inside the first fit's sampling seconds
+
+    def _sample_kwargs(self) -> dict:
+        # keep the tuning steps to count gradient evaluations
+        return {"discard_tuned_samples": False, "mp_ctx": _chain_process_context()}
+
+    def run(self, seed, data, progressbar: bool | None = None):
+        import pymc as pm
+
+        s = self.settings
+        self._set_data(data)
+        with self.model:
+            idata = pm.sample(
+                draws=s.draws,
+                tune=s.tune,
+                chains=s.chains,
+                cores=min(s.cores, s.chains),
+                random_seed=seed,
+                target_accept=s.target_accept,
+                progressbar=logs.interactive() if progressbar is None else progressbar,
+                compute_convergence_checks=False,
+                nuts_sampler=self.name,
+                **self._sample_kwargs(),
+            )
+        return idata, None, self._grad_evals(idata)
+
+    def _grad_evals(self, idata) -> int | None:
+        return _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
+
+
+def _chain_process_context() -> str | None:
+    """How PyMC starts its chain processes: its default (fork on Linux) unless JAX is loaded.
+
+    JAX runs threads from import on; a forked child of a multithreaded process can deadlock
+    (JAX warns so at every fork). A process that has used a JAX backend and then samples with
+    PyMC's NUTS (library use, the test suite) starts its chains from a forkserver instead.
+    """
+    return "forkserver" if "jax" in sys.modules else None
+
+
+class JaxBackend(PymcBackend):
+    """NumPyro's or BlackJAX's NUTS through PyMC's JAX bridge (the JAX extra: ``make jax``).
+
+    The bridge traces and jits on every call and does not report tuning steps,
+    so gradient evaluations are unknown (``None``).
+    """
+
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+        _require_jax(self.name)
+        super().__init__(model, settings)
+        _use_host_devices(max(settings.cores, 1))
+
+    def _sample_kwargs(self) -> dict:
+        s = self.settings
+        return {"discard_tuned_samples": True,
+                "nuts_sampler_kwargs": {"chain_method": "parallel" if s.chains <= s.cores else "sequential"}}
+
+    def _grad_evals(self, idata) -> int | None:
+        return None
+
+
+class NumpyroBackend(JaxBackend):
+    """NumPyro's NUTS. In a log, its progress callbacks are recorded (not drawn) for the heartbeat.
+
+    With ``max_draws`` and a :attr:`Backend.until` check, a run whose draws miss the convergence bar goes
+    on from where it stopped (no new warmup: the adapted step size and mass matrix are kept) in blocks of
+    ``draws`` per chain, up to ``max_draws``; the trace holds every block.
+    """
+
+    name = "numpyro"
+
+    def run(self, seed, data, progressbar=None):
+        # NumPyro reports progress from inside its compiled loop only when the chains run in parallel;
+        # sequential chains with a progress bar fall back to a Python loop, one dispatch per step.
+        count = not logs.interactive() and self._sample_kwargs()["nuts_sampler_kwargs"]["chain_method"] == "parallel"
+        extend = self._extension() if self.settings.max_draws > self.settings.draws and self.until else None
+        if not count and extend is None:
+            return super().run(seed, data, progressbar)
+        with _numpyro_patched(count, extend) as self.iterations:
+            try:
+                return super().run(seed, data, progressbar=True if count else progressbar)
+            finally:
+                self.iterations = None
+
+    def _extension(self):
+        """``more(states)``: whether to draw another block, given NumPyro's states so far (chain, draw, ...)."""
+        import arviz
+        import jax
+        from pymc.backends.arviz import coords_and_dims_for_inferencedata
+        from pymc.sampling.jax import get_jaxified_graph
+        from pymc.util import get_default_varnames
+
+        s, model, until = self.settings, self.model, self.until
+        outputs = list(get_default_varnames(model.unobserved_value_vars, include_transformed=False))
+        constrain = jax.jit(jax.vmap(jax.vmap(get_jaxified_graph(inputs=model.value_vars, outputs=outputs))))
+        coords, dims = coords_and_dims_for_inferencedata(model)
+
+        def more(states: dict) -> bool:
+            drawn = states["diverging"].shape[1]
+            values = constrain(*states["z"])
+            posterior = arviz.dict_to_dataset({v.name: np.asarray(x) for v, x in zip(outputs, values, strict=True)},
+                                           coords=coords, dims=dims, library=None)
+            return _next_check(until(posterior), drawn, s, look_unit(s.backend, s.draws)) is not None
+
+        return more
+
+
+@contextlib.contextmanager
+def _numpyro_patched(count: bool, extend=None):
+    """NumPyro's ``MCMC``, as PyMC's bridge runs it, changed in two ways while the context lasts.
+
+    ``count``: its progress-bar updates are counted instead of drawn (``numpyro.util.progress_bar_factory``
+    makes one ``tqdm_auto`` bar per chain and updates it from a host callback every few iterations), and
+    every draw after tuning reports whether it diverged (a host callback from NUTS's sample step), so the
+    heartbeat shows divergences as they happen; the context yields the :class:`Iterations` (``None``
+    without ``count``). ``extend``: after the run, while
+    ``extend(states)`` says so, the chains go on from their last state for another ``num_samples`` draws
+    (no warmup), NumPyro's own recipe for more draws (``post_warmup_state = last_state``), and every block
+    is kept.
+    """
+    import jax
+    import numpyro.infer
+    import numpyro.util
+
+    iterations = Iterations() if count else None
+    lock = threading.Lock()
+
+    def diverged(flag) -> None:  # called from NumPyro's compiled loop, one thread per chain
+        with lock:
+            iterations.divergences += int(flag)
+
+    class CountedNUTS(numpyro.infer.NUTS):
+        def init(self, rng_key, num_warmup, *args, **kwargs):
+            self.tuning = num_warmup  # iterations with state.i below this are tuning (also on going on)
+            return super().init(rng_key, num_warmup, *args, **kwargs)
+
+        def sample(self, state, model_args, model_kwargs):
+            new = super().sample(state, model_args, model_kwargs)
+            jax.debug.callback(diverged, new.diverging & (state.i >= self.tuning))
+            return new
+
+    class Recorder:
+        def __init__(self, iterable, **_):
+            iterations.total += len(iterable)
+
+        def set_description(self, *args, **kwargs) -> None:
+            pass
+
+        def update(self, n: int) -> None:
+            iterations.add(int(n))
+
+        def close(self) -> None:
+            pass
+
+    class Patched(numpyro.infer.MCMC):
+        def __init__(self, *args, progress_bar: bool = True, **kwargs):
+            super().__init__(*args, progress_bar=progress_bar, **kwargs)
+            # NumPyro turns its progress callbacks off where ``CI`` is set (CI services, `dvc repro` in a
+            # pipeline): exactly the logs the heartbeat is for. Keep them on; they are counted, never drawn.
+            if count and self.chain_method == "parallel":
+                self.progress_bar = progress_bar
+
+        def run(self, rng_key, *args, **kwargs):
+            super().run(rng_key, *args, **kwargs)
+            if extend is None:
+                return
+            states = jax.device_get(self._states)
+            while extend(states):
+                self.post_warmup_state = self.last_state
+                super().run(self.post_warmup_state.rng_key, *args, **kwargs)
+                states = jax.tree.map(lambda a, b: np.concatenate([a, b], axis=1), states,
+                                      jax.device_get(self._states))
+            self._states, self._states_flat = states, None
+
+    real = numpyro.util.tqdm_auto, numpyro.infer.MCMC, numpyro.infer.NUTS
+    if count:
+        numpyro.util.tqdm_auto, numpyro.infer.NUTS = Recorder, CountedNUTS
+        iterations.divergences = 0
+    numpyro.infer.MCMC = Patched
+    try:
+        yield iterations
+    finally:
+        numpyro.util.tqdm_auto, numpyro.infer.MCMC, numpyro.infer.NUTS = real
+
+
+class BlackjaxBackend(JaxBackend):
+    name = "blackjax"

@@ -155,7 +155,7 @@ def direct_us_per_grad(backend: str, repeats: int = 20, inner: int = 200) -> flo
     rng = np.random.default_rng(0)
     flat = np.concatenate([np.ravel(v) for v in x.values()]) + rng.normal(0, 0.1, sum(np.size(v) for v in x.values()))
     if backend == "nutpie":  # nutpie samples the hand-written log density (hbnn.density.kernel), not PyTensor's
-        from hbnn.density.kernel import HierarchicalDensity
+        from hbnn.density.densities import HierarchicalDensity
 
         pad, m = tasks.padded("train"), params.model
         density = HierarchicalDensity(pad.X, pad.y, pad.counts, tuple(m.hidden_layers), m.bias, m.likelihood,

@@ -335,10 +335,10 @@ def test_nutpie_counts_the_steps_of_chains_still_running(tiny_tasks):
 
 
 def test_nutpie_chains_start_at_the_unconstrained_values_of_a_draw(tiny_tasks):
-    from hbnn.density import kernel
+    from hbnn.density import densities, kernel
 
     pad = tiny_tasks.padded("train")
-    density = kernel.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0,
+    density = densities.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0,
                                          features=tuple(tiny_tasks.features), groups=tuple(tiny_tasks.group_names))
     compiled = density.nutpie_model()
     names, slices, shapes = compiled.shape_info

@@ -149,11 +149,11 @@ def test_fits_started_beside_each_other_draw_what_fits_one_at_a_time_draw():
     import pytest
 
     from hbnn.config import SamplerParams
-    from hbnn.density import kernel
+    from hbnn.density.densities import FlatDensity
 
     rng = np.random.default_rng(2)
     groups = [(rng.normal(size=(n, 2)), rng.integers(0, 2, n).astype(float)) for n in (10, 14, 10, 12)]
-    density = kernel.FlatDensity.on_rows(*groups[0], (3,), False, "bernoulli", 1.0, prior_sd=1.0, features=("a", "b"))
+    density = FlatDensity.on_rows(*groups[0], (3,), False, "bernoulli", 1.0, prior_sd=1.0, features=("a", "b"))
     sampler = Sampler(lambda: build_flat_model(*groups[0], ["a", "b"], (3,)),
                       SamplerParams(tune=40, draws=30, chains=2, cores=2), density)
     jobs = [(11 + g, {"x": x, "y": y}) for g, (x, y) in enumerate(groups)]
@@ -179,7 +179,7 @@ def test_groups_that_miss_the_bar_are_fitted_again_longer_and_thinned(ragged_tas
     metrics and trace say which groups, how far and why."""
     import logging
 
-    from hbnn.density.kernel import FlatDensity
+    from hbnn.density.densities import FlatDensity
     from hbnn.pipeline.stages import fitting
 
     raw = {"model": {"hidden_layers": [2]}, "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 60}}
@@ -233,7 +233,7 @@ def test_groups_that_diverge_past_the_bar_are_fitted_again_at_a_higher_target_ac
     groups, with their divergences before and after. Off at 0, and where it is not above target_accept."""
     import logging
 
-    from hbnn.density.kernel import FlatDensity
+    from hbnn.density.densities import FlatDensity
     from hbnn.diagnostics import evaluation
     from hbnn.pipeline.stages import fitting
 
@@ -283,7 +283,7 @@ def test_a_group_both_short_and_diverging_is_drawn_longer_at_the_higher_target_a
     thinned."""
     import logging
 
-    from hbnn.density.kernel import FlatDensity
+    from hbnn.density.densities import FlatDensity
     from hbnn.diagnostics import evaluation
 
     raw = {"model": {"hidden_layers": [2]},

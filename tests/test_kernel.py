@@ -11,7 +11,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from hbnn.density import kernel
+from hbnn.density import densities, kernel, numerics
 from hbnn.model.builders import build_flat_model, build_hierarchical_model, build_informed_model
 from hbnn.model.network import layer_specs
 from hbnn.sampling.nutpie_cache import compile_numba
@@ -63,7 +63,7 @@ def test_log_density_and_gradient_equal_pymcs(likelihood, hidden, bias, counts):
     noise_sd = 0.7
     model = build_hierarchical_model(X, y, valid, groups, features, hidden, likelihood=likelihood,
                                      noise_sd=noise_sd, bias=bias)
-    density = kernel.HierarchicalDensity(X, y, counts, hidden, bias, likelihood, noise_sd)
+    density = densities.HierarchicalDensity(X, y, counts, hidden, bias, likelihood, noise_sd)
     _assert_same_density(model, density)
 
 
@@ -80,13 +80,13 @@ def _assert_same_density(model, density):
     for scale in (0.0, 0.5, 1.5, 4.0):  # 4.0: saturated tanh units, large logits and rates
         theta = rng.normal(0.0, scale, n_dim)
         want, want_grad = pymc(theta)
-        # The passes over rows run in float32 (kernel.ROW_DTYPE): equal to kernel.ROW_RTOL of the scale. At 4.0 a
+        # The passes over rows run in float32 (numerics.ROW_DTYPE): equal to densities.ROW_RTOL of the scale. At 4.0 a
         # Poisson log density reaches -1e9 (rates up to e^20), where the float32 sums of the gradient lose more.
-        grad_rtol = 1e-2 if scale == 4.0 and density.likelihood == "poisson" else kernel.ROW_RTOL
+        grad_rtol = 1e-2 if scale == 4.0 and density.likelihood == "poisson" else densities.ROW_RTOL
         for fn in (kernel.logp_grad, written_out):
             grad = np.full(n_dim, np.nan)
             got = fn(theta, grad, buf)
-            assert abs(got - want) <= kernel.ROW_RTOL * max(1.0, abs(want))
+            assert abs(got - want) <= densities.ROW_RTOL * max(1.0, abs(want))
             assert np.abs(grad - want_grad).max() <= grad_rtol * max(1.0, np.abs(want_grad).max())
 
 
@@ -94,14 +94,14 @@ def _assert_same_density(model, density):
 @pytest.mark.parametrize("likelihood, hidden, bias, counts", [CASES[0], CASES[5], ("poisson", (2,), False, (17, 3, 9))])
 def test_rows_padded_to_either_vector_width_give_pymcs_density(monkeypatch, lanes, likelihood, hidden, bias, counts):
     """The kernel pads each group's rows to whole vectors of the width numba compiles on the machine (8 or 16
-    float32 rows, :func:`hbnn.density.kernel.row_lanes`); both paddings compute PyMC's density, whichever this machine
-    has."""
-    monkeypatch.setattr(kernel, "row_lanes", lambda: lanes)
+    float32 rows, :func:`hbnn.density.densities.row_lanes`); both paddings compute PyMC's density, whichever this
+    machine has."""
+    monkeypatch.setattr(densities, "row_lanes", lambda: lanes)
     X, y, counts, valid = _data(likelihood, counts, n_features=3 if bias else 2)
     model = build_hierarchical_model(X, y, valid, [f"g{i}" for i in range(len(counts))],
                                      [f"x{i}" for i in range(X.shape[2])], hidden, likelihood=likelihood,
                                      noise_sd=0.7, bias=bias)
-    density = kernel.HierarchicalDensity(X, y, counts, hidden, bias, likelihood, 0.7)
+    density = densities.HierarchicalDensity(X, y, counts, hidden, bias, likelihood, 0.7)
     buf = density.pack(density.offsets())
     assert int(buf[3]) % lanes == 0 and int(buf[3]) >= max(counts) and int(buf[14]) == lanes
     _assert_same_density(model, density)
@@ -110,18 +110,18 @@ def test_rows_padded_to_either_vector_width_give_pymcs_density(monkeypatch, lane
 def test_the_row_lanes_are_what_numba_compiles_here_and_kept_for_later_processes(fresh_kernel_cache):
     import numba
 
-    lanes = kernel.row_lanes.__wrapped__()
+    lanes = densities.row_lanes.__wrapped__()
     signature = (numba.float32, numba.float32[::1], numba.float32[::1], numba.int64)
-    asm = numba.njit(signature, fastmath=True)(kernel._axpy).inspect_asm(signature)
+    asm = numba.njit(signature, fastmath=True)(densities._axpy).inspect_asm(signature)
     assert lanes == (16 if "zmm" in asm else 8)
     (kept,) = fresh_kernel_cache.glob("row_lanes_*")
     assert kept.read_text() == str(lanes)
     other = 24 - lanes
     kept.write_text(str(other))  # what a later process reads instead of compiling the probe again
-    assert kernel.row_lanes.__wrapped__() == other
+    assert densities.row_lanes.__wrapped__() == other
     for damaged in ("4", "sixteen", ""):  # ... and where it reads no width, it probes again and writes it afresh
         kept.write_text(damaged)
-        assert kernel.row_lanes.__wrapped__() == lanes and kept.read_text() == str(lanes)
+        assert densities.row_lanes.__wrapped__() == lanes and kept.read_text() == str(lanes)
 
 
 def test_networks_past_the_written_out_size_get_a_module_of_the_generic_loops():
@@ -139,8 +139,9 @@ def test_networks_past_the_written_out_size_get_a_module_of_the_generic_loops():
 
 
 def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
-    """numba's cache checks the written module's time stamp, not what it imports from hbnn.density.kernel, so any change
-    to hbnn.density.kernel must give the module another file (its name is a hash of its source)."""
+    """numba's cache checks the written module's time stamp, not what it imports from hbnn.density.kernel and
+    hbnn.density.numerics, so any change to either must give the module another file (its name is a hash of its
+    source)."""
     import hashlib
     import inspect
     from pathlib import Path
@@ -149,7 +150,8 @@ def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
 
     assert kernel.SOURCE == Path(kernel.__file__).read_text()
     source = kernel_unrolled.module_source(2, (3,), False)
-    assert hashlib.sha256(kernel.SOURCE.encode()).hexdigest() in source
+    both = kernel.SOURCE + Path(numerics.__file__).read_text()
+    assert hashlib.sha256(both.encode()).hexdigest() in source
     assert "def _forward(" in source and "def _backward(" in source and "def logp_grad(" in source
     assert "def _group_weights(" in source and "def _group_chain_rule(" in source  # loops of constant length
     for name in ("_group_loglik", "logp_grad"):  # the kernel's own functions, whole and unchanged
@@ -231,7 +233,7 @@ def test_a_module_that_cannot_be_imported_from_any_folder_is_compiled_in_memory(
 
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
-    density = kernel.FlatDensity(X, y, np.array([20]), (3, 2), False, "bernoulli", 1.0)
+    density = densities.FlatDensity(X, y, np.array([20]), (3, 2), False, "bernoulli", 1.0)
     buf = density.pack(density.offsets())
     theta = rng.normal(size=sum(int(np.prod(s)) for s in density.names().values()))
 
@@ -254,10 +256,10 @@ def test_a_module_that_cannot_be_imported_from_any_folder_is_compiled_in_memory(
 _CALL_ONE = """
 import ctypes, hashlib, logging, numpy as np
 logging.basicConfig(level=logging.WARNING)
-from hbnn.density import kernel
+from hbnn.density import densities, kernel, numerics
 rng = np.random.default_rng(0)
 X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
-density = kernel.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
+density = densities.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
 buf = density.pack({"w_in": 0, "w_h1_h2": 10, "w_out": 35})
 theta = rng.normal(size=40)
 P = ctypes.POINTER(ctypes.c_double)
@@ -330,7 +332,7 @@ def test_per_group_log_densities_equal_pymcs(which, likelihood, hidden, bias, ro
     if which == "flat":
         model = build_flat_model(x, y, features, hidden, prior_sd, likelihood=likelihood, noise_sd=noise_sd,
                                  bias=bias)
-        template = kernel.FlatDensity(X, y, counts, hidden, bias, likelihood, noise_sd, prior_sd=prior_sd)
+        template = densities.FlatDensity(X, y, counts, hidden, bias, likelihood, noise_sd, prior_sd=prior_sd)
     else:
         prior = {}
         for s in layer_specs(x.shape[1], hidden, bias):
@@ -338,7 +340,7 @@ def test_per_group_log_densities_equal_pymcs(which, likelihood, hidden, bias, ro
             prior[s.name] = (rng.normal(size=s.size), a @ a.T / s.size + 0.1 * np.eye(s.size))
         model = build_informed_model(x, y, features, hidden, prior, likelihood=likelihood, noise_sd=noise_sd,
                                      bias=bias)
-        template = kernel.InformedDensity(X, y, counts, hidden, bias, likelihood, noise_sd, prior=prior)
+        template = densities.InformedDensity(X, y, counts, hidden, bias, likelihood, noise_sd, prior=prior)
     _assert_same_density(model, template)
     # another group's rows, as the per-group fits refit them
     x2, y2 = rng.normal(size=(rows + 3, x.shape[1])), _data(likelihood, (rows + 3,), seed=6)[1]
@@ -348,11 +350,11 @@ def test_per_group_log_densities_equal_pymcs(which, likelihood, hidden, bias, ro
 
 
 def test_tanh_and_exp_are_accurate_over_the_whole_range():
-    """float32 (kernel.ROW_DTYPE), against float64's exact values at the same float32 inputs."""
+    """float32 (numerics.ROW_DTYPE), against float64's exact values at the same float32 inputs."""
     a = np.concatenate([np.linspace(-25, 25, 20001), [0.0, -0.0, 1e-30, -1e-12, 9.0, -9.0, 19.0, -19.0, 3e38,
                                                        -3e38]]).astype(np.float32)
     out = a.copy()
-    kernel._tanh_inplace(out, out.size)
+    numerics._tanh_inplace(out, out.size)
     assert out.dtype == np.float32
     exact = np.tanh(a.astype(np.float64))
     # measured 2.4e-7 here (the saturated tails; 2.9e-7 over every float32 in (0, 9.06] where numba fuses
@@ -365,12 +367,12 @@ def test_tanh_and_exp_are_accurate_over_the_whole_range():
     for top, rtol in ((1.0, 4e-7), (40.0, 4e-7), (87.0, 4e-7)):
         x = (-np.linspace(0.0, top, 7001)).astype(np.float32)
         e = np.empty_like(x)
-        kernel._exp_nonpositive(x, e, x.size, np.empty(x.size, dtype=np.int32))
+        numerics._exp_nonpositive(x, e, x.size, np.empty(x.size, dtype=np.int32))
         np.testing.assert_allclose(e, np.exp(x.astype(np.float64)), rtol=rtol, atol=0)
     # below -87, exp(-87): never a wrapped exponent (0, inf or 4e33 without the clamp)
     x = np.array([-87.0, -88.0, -89.0, -100.0, -1e30, -np.inf], dtype=np.float32)
     e = np.empty_like(x)
-    kernel._exp_nonpositive(x, e, x.size, np.empty(x.size, dtype=np.int32))
+    numerics._exp_nonpositive(x, e, x.size, np.empty(x.size, dtype=np.int32))
     np.testing.assert_allclose(e, np.exp(-87.0), rtol=4e-7)
 
 
@@ -381,11 +383,11 @@ def test_tanh_and_exp_loops_convert_no_float_to_an_integer():
 
     @numba.njit(fastmath=True, error_model="numpy")
     def both(a, e, bits):
-        kernel._tanh_inplace(a, a.size)
-        kernel._exp_nonpositive(a, e, a.size, bits)
+        numerics._tanh_inplace(a, a.size)
+        numerics._exp_nonpositive(a, e, a.size, bits)
 
-    a = np.linspace(-3.0, 0.0, 64).astype(kernel.ROW_DTYPE)
-    both(a, np.empty(64, kernel.ROW_DTYPE), np.empty(64, dtype=np.int32))
+    a = np.linspace(-3.0, 0.0, 64).astype(numerics.ROW_DTYPE)
+    both(a, np.empty(64, numerics.ROW_DTYPE), np.empty(64, dtype=np.int32))
     (asm,) = both.inspect_asm().values()
     assert not any(op in asm for op in ("cvttsd2si", "cvtsd2si", "cvttss2si", "cvtss2si"))
 
@@ -400,7 +402,7 @@ def test_the_passes_over_rows_run_in_float32_vectors():
 
     import numba
 
-    density = kernel.HierarchicalDensity(*_data("bernoulli")[:3], (5, 5), False, "bernoulli", 1.0)
+    density = densities.HierarchicalDensity(*_data("bernoulli")[:3], (5, 5), False, "bernoulli", 1.0)
     # The written-out function compiled here: loaded from numba's cache (or a module imported before), it has no IR.
     fn = numba.njit(fastmath=True, error_model="numpy")(density.logp_grad().py_func)
     n = sum(int(np.prod(s)) for s in density.names().values())
@@ -413,18 +415,18 @@ def test_the_passes_over_rows_run_in_float32_vectors():
     # 512-bit registers (on some CPUs only integer address arithmetic does, and float32 takes 256-bit ones)
     (asm,) = fn.inspect_asm().values()
     wide = re.search(r"^\s*v(?:fmadd\w*|mul|add|sub)ps\s.*zmm", asm, re.MULTILINE)
-    assert kernel.row_lanes() == (16 if wide else 8)
+    assert densities.row_lanes() == (16 if wide else 8)
 
 
 def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, caplog, fresh_density_checks):
     import nutpie
 
     from hbnn.config import SamplerParams
-    from hbnn.sampling import inference
+    from hbnn.sampling.sampler import Sampler
 
     pad = tiny_tasks.padded("train")
     model = build_hierarchical_model(pad.X, pad.y, pad.valid, tiny_tasks.group_names, tiny_tasks.features, (3,))
-    density = kernel.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0,
+    density = densities.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0,
                                          features=tuple(tiny_tasks.features), groups=tuple(tiny_tasks.group_names))
     compiled = compile_numba(model)
     density.check(compiled)
@@ -436,8 +438,8 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
     status = ours.compiled_logp_func.ctypes(compiled.n_dim, *pointers, ours.user_data.ctypes.data)
     want, want_grad = compiled.logp_func(theta)
     assert status == 0
-    assert abs(value[0] - want) <= kernel.ROW_RTOL * max(1.0, abs(want))  # float32 passes over rows
-    assert np.abs(grad - want_grad).max() <= kernel.ROW_RTOL * max(1.0, np.abs(want_grad).max())
+    assert abs(value[0] - want) <= densities.ROW_RTOL * max(1.0, abs(want))  # float32 passes over rows
+    assert np.abs(grad - want_grad).max() <= densities.ROW_RTOL * max(1.0, np.abs(want_grad).max())
     wrong_size = ours.compiled_logp_func.ctypes(compiled.n_dim + 1, *pointers, ours.user_data.ctypes.data)
     assert wrong_size == -1  # a vector of the wrong size is refused
     # the expanded draw: PyTensor's, variable for variable (sds on their own scale, w = mu + sd * z)
@@ -457,13 +459,13 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
         dataclasses.replace(density, hidden_layers=(4,)).check(compiled)
     with pytest.raises(ValueError, match="disagrees with PyMC"):
         dataclasses.replace(density, noise_sd=2.0, likelihood="poisson").check(compiled)
-    with pytest.raises(kernel.DensityMismatch, match="dims and coordinates would differ"):
+    with pytest.raises(densities.DensityMismatch, match="dims and coordinates would differ"):
         dataclasses.replace(density, groups=tuple(reversed(density.groups))).check(compiled)
     # the sampler then keeps PyTensor's density, with a warning: the same draws as without a density
     settings = SamplerParams(tune=20, draws=10, cores=1)
-    refused = inference.Sampler(model, settings, dataclasses.replace(density, hidden_layers=(4,)))
+    refused = Sampler(model, settings, dataclasses.replace(density, hidden_layers=(4,)))
     assert refused.backend.density is None and "sampling PyTensor's log density" in caplog.text
-    plain = inference.Sampler(model, settings)
+    plain = Sampler(model, settings)
     np.testing.assert_array_equal(refused.sample(4, watch=False).posterior.posterior["w_out"].values,
                                   plain.sample(4, watch=False).posterior.posterior["w_out"].values)
 
@@ -472,9 +474,9 @@ def test_a_checked_density_samples_without_pymc_afterwards(tiny_tasks, fresh_den
     """The first sampler of a density builds PyMC's model and checks the density against it; later ones (other
     processes: the record is a file) neither build nor compile it, and sample the same draws."""
     from hbnn.config import SamplerParams
-    from hbnn.sampling import inference
+    from hbnn.sampling.sampler import Sampler
 
-    caplog.set_level("DEBUG", logger=kernel.log.name)
+    caplog.set_level("DEBUG", logger=densities.log.name)
     pad = tiny_tasks.padded("train")
     built = []
 
@@ -482,13 +484,13 @@ def test_a_checked_density_samples_without_pymc_afterwards(tiny_tasks, fresh_den
         built.append(1)
         return build_hierarchical_model(pad.X, pad.y, pad.valid, tiny_tasks.group_names, tiny_tasks.features, (3,))
 
-    density = kernel.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0,
+    density = densities.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0,
                                          features=tuple(tiny_tasks.features), groups=tuple(tiny_tasks.group_names))
     settings = SamplerParams(tune=20, draws=10, cores=1)
-    first = inference.Sampler(model, settings, density)
+    first = Sampler(model, settings, density)
     assert built == [1] and "checking the hand-written HierarchicalDensity" in caplog.text
     assert (fresh_density_checks / density.check_key()).exists()
-    later = inference.Sampler(model, settings, density)
+    later = Sampler(model, settings, density)
     assert built == [1] and later.backend.density is density  # checked before: no PyMC model
     np.testing.assert_array_equal(first.sample(4, watch=False).posterior.posterior["w_out"].values,
                                   later.sample(4, watch=False).posterior.posterior["w_out"].values)
@@ -514,11 +516,11 @@ def test_the_nutpie_model_built_from_a_density_is_nutpies_compile_of_pymcs(which
         groups = ["a", "b", "c"]
         model = build_hierarchical_model(X, y, valid, groups, features, hidden, likelihood=likelihood, noise_sd=0.7,
                                          bias=bias)
-        density = kernel.HierarchicalDensity(X, y, counts, hidden, bias, likelihood, 0.7, features=tuple(features),
+        density = densities.HierarchicalDensity(X, y, counts, hidden, bias, likelihood, 0.7, features=tuple(features),
                                              groups=tuple(groups))
     elif which == "flat":
         model = build_flat_model(X[0], y, features, hidden, 1.3, likelihood=likelihood, noise_sd=0.7, bias=bias)
-        density = kernel.FlatDensity.on_rows(X[0], y, hidden, bias, likelihood, 0.7, prior_sd=1.3,
+        density = densities.FlatDensity.on_rows(X[0], y, hidden, bias, likelihood, 0.7, prior_sd=1.3,
                                              features=tuple(features))
     else:
         rng = np.random.default_rng(4)
@@ -528,7 +530,7 @@ def test_the_nutpie_model_built_from_a_density_is_nutpies_compile_of_pymcs(which
             prior[s.name] = (rng.normal(size=s.size), a @ a.T / s.size + 0.1 * np.eye(s.size))
         model = build_informed_model(X[0], y, features, hidden, prior, likelihood=likelihood, noise_sd=0.7,
                                      bias=bias)
-        density = kernel.InformedDensity.on_rows(X[0], y, hidden, bias, likelihood, 0.7, prior=prior,
+        density = densities.InformedDensity.on_rows(X[0], y, hidden, bias, likelihood, 0.7, prior=prior,
                                                  features=tuple(features))
     compiled = compile_numba(model)
     density.check(compiled)
@@ -549,11 +551,11 @@ def test_informed_fits_expand_every_draw_on_the_prior_and_refit_other_rows(fresh
     """Every draw's weights are ``mean + L @ z`` (the prior sits in the density's buffer), on the first group's
     rows and after a refit on other rows, which samples what a model built on those rows samples."""
     from hbnn.config import SamplerParams
-    from hbnn.sampling import inference
+    from hbnn.sampling.sampler import Sampler
 
     X, y, _, _ = _data("bernoulli", (9,), seed=7)
     model, density, prior = _informed(X[0], y, seed=8)
-    sampler = inference.Sampler(model, SamplerParams(tune=30, draws=10, cores=1), density)
+    sampler = Sampler(model, SamplerParams(tune=30, draws=10, cores=1), density)
     assert sampler.backend.density is density  # the hand-written density is the one sampled
     x2, y2 = np.random.default_rng(9).normal(size=(14, 2)), np.arange(14) % 2 * 1.0
     for data in (None, {"x": x2, "y": y2}):
@@ -562,7 +564,7 @@ def test_informed_fits_expand_every_draw_on_the_prior_and_refit_other_rows(fresh
             mean, cov = prior[s.name]
             want = mean + np.einsum("ij,cdj->cdi", np.linalg.cholesky(cov), post[f"z_{s.name}"].values)
             np.testing.assert_allclose(post[s.var].values.reshape(want.shape), want, rtol=1e-12, atol=1e-12)
-    rebuilt = inference.Sampler(_informed(x2, y2, seed=8)[0], SamplerParams(tune=30, draws=10, cores=1),
+    rebuilt = Sampler(_informed(x2, y2, seed=8)[0], SamplerParams(tune=30, draws=10, cores=1),
                                 density.with_rows(x2, y2))
     refit = sampler.sample(3, {"x": x2, "y": y2}, watch=False).posterior.posterior
     np.testing.assert_array_equal(rebuilt.sample(3, watch=False).posterior.posterior["w_out"].values,
@@ -578,16 +580,16 @@ def _informed(x, y, seed: int, hidden=(3,)):
         a = rng.normal(size=(s.size, s.size))
         prior[s.name] = (rng.normal(size=s.size), a @ a.T / s.size + 0.1 * np.eye(s.size))
     model = build_informed_model(x, y, ["x0", "x1"], hidden, prior)
-    return model, kernel.InformedDensity.on_rows(x, y, hidden, False, "bernoulli", 1.0, prior=prior,
+    return model, densities.InformedDensity.on_rows(x, y, hidden, False, "bernoulli", 1.0, prior=prior,
                                                  features=("x0", "x1")), prior
 
 
 _DRAW_ONE = """
 import ctypes, hashlib, numpy as np
-from hbnn.density import kernel
+from hbnn.density import densities, kernel, numerics
 rng = np.random.default_rng(0)
 X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
-density = kernel.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
+density = densities.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
 buf = density.pack({"w_in": 0, "w_h1_h2": 10, "w_out": 35})
 theta = rng.normal(size=40)
 P = ctypes.POINTER(ctypes.c_double)

@@ -72,11 +72,11 @@ import sys
 import numpy as np
 for m in {modules!r}:
     __import__(m)
-from hbnn.density import kernel
+from hbnn.density import densities, kernel
 from hbnn.sampling.nutpie_trace import _nutpie_idata
 from hbnn.sampling.nutpie_loader import nutpie
 rng = np.random.default_rng(0)
-density = kernel.FlatDensity.on_rows(rng.normal(size=(20, 2)), rng.integers(0, 2, 20), (3,), False, "bernoulli", 1.0,
+density = densities.FlatDensity.on_rows(rng.normal(size=(20, 2)), rng.integers(0, 2, 20), (3,), False, "bernoulli", 1.0,
                                      prior_sd=1.0)
 model = density.nutpie_model()
 trace = _nutpie_idata(nutpie().sample(model, draws=5, tune=5, chains=1, seed=1, progress_bar=False,

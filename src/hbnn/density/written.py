@@ -42,7 +42,7 @@ import threading
 import types
 from pathlib import Path
 
-from hbnn.density import cache_guard
+from hbnn.density import cache_guard, kernel, numerics
 from hbnn.model.network import layer_specs
 
 log = logging.getLogger(__name__)
@@ -231,8 +231,6 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
     """The module for one network: its passes written out (:data:`GENERIC`: :mod:`hbnn.density.kernel`'s own loops, for
     a network past :data:`MAX_WEIGHTS` weights per group), then :mod:`hbnn.density.kernel`'s functions around them (from
     its source as imported, :data:`hbnn.density.kernel.SOURCE`, not as the file may read now)."""
-    from hbnn.density import kernel
-
     if sum(s.size for s in layer_specs(n_features, hidden, bias)) > MAX_WEIGHTS:
         passes = [_function_source(kernel.SOURCE, name) for name in GENERIC]
     else:
@@ -242,8 +240,8 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
         f'"""hbnn.density.kernel for {n_features} features, hidden layers {list(hidden)}, bias {bias}: written by '
         'hbnn.density.written; do not edit."""',
         *_kernel_header(),
-        "from hbnn.density.kernel import (_F0, _F1, _HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, ROW_DTYPE,\n"
-        "                         _mean_plus_chol, _output, _tanh_inplace)",
+        "from hbnn.density.kernel import _HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, _mean_plus_chol, _output",
+        "from hbnn.density.numerics import _F0, _F1, ROW_DTYPE, _tanh_inplace",
         "",
         *passes,
         _function_source(kernel.SOURCE, "_group_loglik"),
@@ -252,12 +250,11 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
 
 
 def _kernel_header() -> list[str]:
-    """The lines every written module starts with: the hash of :mod:`hbnn.density.kernel`'s whole source (numba's cache
-    checks the written file's time stamp only, not the functions it imports, so the module's name, a hash of its
-    source, must change with anything in hbnn.density.kernel) and the imports."""
-    from hbnn.density import kernel
-
-    return [f"# hbnn.density.kernel source sha256 {hashlib.sha256(kernel.SOURCE.encode()).hexdigest()}",
+    """The lines every written module starts with: the hash of :mod:`hbnn.density.kernel`'s and
+    :mod:`hbnn.density.numerics`' whole sources (numba's cache checks the written file's time stamp only, not the
+    functions it imports, so the module's name, a hash of its source, must change with anything in them) and the
+    imports."""
+    return [f"# hbnn.density.kernel and numerics source sha256 {hashlib.sha256(_KERNEL_SOURCES.encode()).hexdigest()}",
             "import math", "import numba", "import numpy as np"]
 
 
@@ -265,8 +262,6 @@ def expand_source() -> str:
     """A module holding nutpie's expand callback (:func:`hbnn.density.kernel.expand` behind
     :func:`hbnn.density.kernel._expand_callback`) compiled with numba's disk cache: one for every network, since the
     buffer describes the layout."""
-    from hbnn.density import kernel
-
     return "\n".join([
         '"""nutpie\'s expand callback: written by hbnn.density.written; do not edit."""',
         *_kernel_header(),
@@ -278,6 +273,9 @@ def expand_source() -> str:
         "",
     ])
 
+
+# what the written modules compile: hbnn.density.kernel's functions and the numerics they inline, as imported
+_KERNEL_SOURCES = kernel.SOURCE + Path(numerics.__file__).read_text()
 
 _LOADING = threading.Lock()  # one thread writes and imports a module at a time; the others then find it whole
 
@@ -299,8 +297,6 @@ def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool):
 def callback_source(network: str, skip: int) -> str:
     """A module holding nutpie's callback (:data:`hbnn.density.kernel.CALLBACK_SOURCE`) around the module ``network``'s
     ``logp_grad``, its buffer ``skip`` slots into ``user_data``, compiled with numba's disk cache."""
-    from hbnn.density import kernel
-
     return "\n".join([
         f'"""nutpie\'s logp callback over {network}, buffer at slot {skip}: written by hbnn.density.written; '
         'do not edit."""',

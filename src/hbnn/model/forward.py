@@ -24,7 +24,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from hbnn.density.kernel import _tanh_inplace
+from hbnn.density.numerics import _tanh_inplace
 
 BLOCK = 512  # rows per pass through the network: 2 x width x 512 values stay in the L1 cache
 
@@ -39,7 +39,7 @@ def _exp_reduced64(x):
     """``exp(x) = p * 2**k`` in float64: ``k = round(x / ln 2)``, ``p = exp(r)`` for ``|r| <= ln(2) / 2`` as its
     degree-12 Taylor polynomial (error < 1e-16 relative) by Estrin's scheme; returns ``p`` and ``k +
     _EXP_SHIFT``, whose low mantissa bits are ``k + 1023`` (float64's version of
-    :func:`hbnn.density.kernel._exp_reduced`: no library call and no float-to-integer conversion, so loops over it
+    :func:`hbnn.density.numerics._exp_reduced`: no library call and no float-to-integer conversion, so loops over it
     vectorise on AVX2)."""
     k = np.floor(x * _LOG2E + 0.5)
     r = (x - k * _LN2_HI) - k * _LN2_LO

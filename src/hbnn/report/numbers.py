@@ -9,7 +9,7 @@ import numba
 import numpy as np
 from scipy.special import expit
 
-from hbnn.density.kernel import _exp_nonpositive
+from hbnn.density.numerics import _exp_nonpositive
 from hbnn.diagnostics.evaluation import ESS_MIN, RHAT_MAX
 from hbnn.model import forward
 from hbnn.model.network import BIAS, BIAS_SUFFIX, LayerSpec

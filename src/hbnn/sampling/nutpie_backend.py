@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 class NutpieBackend(Backend):
     """nutpie (Rust NUTS over numba): compiled once, refitted to new data with ``with_data``.
 
-    With a hand-written log density (``density``, :mod:`hbnn.density.kernel`), nutpie's model is built from it alone
-    (:meth:`hbnn.density.kernel.Density.checked_nutpie_model`: no PyMC model is built or compiled once the density has
-    been checked against it), and new rows are packed into its buffer.
+    With a hand-written log density (``density``, :mod:`hbnn.density.densities`), nutpie's model is built from it
+    alone (:meth:`~hbnn.density.densities.Density.checked_nutpie_model`: no PyMC model is built or compiled once the
+    density has been checked against it), and new rows are packed into its buffer.
     With ``max_draws`` and a :attr:`Backend.until` check, the chains run on towards ``max_draws`` while the
     first ``n`` draws of every chain are checked as they arrive (``n = draws``, then as :func:`_next_check`
     extrapolates, in steps of :data:`CHECK_UNIT` draws); the fit keeps exactly the first ``n`` that meet the
@@ -54,7 +54,7 @@ class NutpieBackend(Backend):
     def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
         super().__init__(model, settings)
         if density is not None:
-            from hbnn.density.kernel import DensityMismatch
+            from hbnn.density.densities import DensityMismatch
 
             try:
                 self.compiled = density.checked_nutpie_model(lambda: self.model)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks, load_tasks
-from hbnn.density.kernel import FlatDensity
+from hbnn.density.densities import FlatDensity
 from hbnn.pipeline.stages import fitting
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks, load_tasks
-from hbnn.density.kernel import HierarchicalDensity
+from hbnn.density.densities import HierarchicalDensity
 from hbnn.diagnostics import evaluation
 from hbnn.model.network import layer_specs
 from hbnn.pipeline.stages import fitting

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks, load_tasks
-from hbnn.density.kernel import InformedDensity
+from hbnn.density.densities import InformedDensity
 from hbnn.model.network import layer_specs
 from hbnn.model.prior import load_prior
 from hbnn.pipeline.stages import fitting

@@ -36,7 +36,8 @@ import pytensor
 import pytensor.tensor as pt
 
 from hbnn.config import parse_params
-from hbnn.data.tasks import Tasks, make_moons_tasks
+from hbnn.data.moons import make_moons_tasks
+from hbnn.data.tasks import Tasks
 from hbnn.model.builders import build_hierarchical_model
 from hbnn.model.network import layer_coords, layer_specs
 

@@ -2,7 +2,7 @@
 
 For each group count it writes a CSV of that many groups of ``--rows`` rows each
 (two features, a 0/1 label in both classes in every group, no split column: the
-table is split by :func:`hbnn.data.tasks.stratified_split`), then times in this process:
+table is split by :func:`hbnn.data.tables.stratified_split`), then times in this process:
 
 - ``check_params``: :func:`hbnn.pipeline.budget.check_params` (reads and checks the table,
   then every stage's cost);

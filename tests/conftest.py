@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from hbnn.config import parse_params
-from hbnn.data.tasks import Tasks, make_moons_tasks, tasks_dataset
+from hbnn.data.layout import tasks_dataset
+from hbnn.data.moons import make_moons_tasks
+from hbnn.data.tasks import Tasks
 
 TINY = {
     "n_groups": 3,

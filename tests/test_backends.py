@@ -12,7 +12,7 @@ import xarray as xr
 from conftest import TINY
 
 from hbnn.config import ConfigError, parse_params
-from hbnn.data.tasks import make_moons_tasks
+from hbnn.data.moons import make_moons_tasks
 from hbnn.files.io import RUN_TIME_ATTRS, RUN_TIME_STATS, write_netcdf
 from hbnn.files.trace import Trace
 from hbnn.model.builders import build_flat_model

@@ -14,7 +14,7 @@ import pytest
 from conftest import TINY
 
 from hbnn.config import parse_params
-from hbnn.data.tasks import make_moons_tasks
+from hbnn.data.moons import make_moons_tasks
 from hbnn.errors import InputError, SamplingError
 from hbnn.files.io import write_netcdf
 from hbnn.model.builders import build_flat_model

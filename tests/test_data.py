@@ -6,7 +6,9 @@ from sklearn.datasets import make_moons
 from sklearn.preprocessing import scale
 
 from hbnn.config import Params, parse_params
-from hbnn.data.tasks import Tasks, group_names, make_moons_tasks, standardise_columns, tasks_dataset, two_moons
+from hbnn.data.layout import tasks_dataset
+from hbnn.data.moons import group_names, make_moons_tasks, standardise_columns, two_moons
+from hbnn.data.tasks import Tasks
 
 
 def original_notebook_data(seed=31, n_grps=18, n_samples=100):

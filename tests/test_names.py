@@ -27,7 +27,7 @@ from test_report import RAW, write_fits
 
 from hbnn import cli
 from hbnn.config import MAX_NAME_LENGTH, load_params
-from hbnn.data import tasks as data
+from hbnn.data import tables
 from hbnn.data.tasks import load_tasks
 from hbnn.pipeline.runner import run_stage
 from hbnn.pipeline.stages.make_data import make_data
@@ -112,7 +112,7 @@ def test_a_column_name_that_is_not_printable_text_is_one_error_naming_the_key(wo
 
 
 def test_predict_refuses_a_group_name_that_is_not_printable_text(scored_inputs, capsys, tmp_path):
-    """``hbnn predict`` reads its input table's groups as make_data reads a table's (hbnn.data.tasks.group_column)."""
+    """``hbnn predict`` reads its input table's groups as make_data reads a table's (hbnn.data.tables.group_column)."""
     table = pd.read_csv("new.csv")
     table.loc[2, "shop"] = "new\x00er"
     table.to_csv("new.csv", index=False)
@@ -284,11 +284,11 @@ def test_reading_a_table_reads_each_row_a_fixed_number_of_times_whatever_the_gro
     n_groups, rows = 500, 4
     names = np.repeat([f"g{i}" for i in range(n_groups)], rows)
     y = np.tile(np.arange(rows) % 2, n_groups)
-    split = data.stratified_split(names, y, 0.5, 1)
+    split = tables.stratified_split(names, y, 0.5, 1)
     _Counted.read = 0
     counted = names.view(_Counted)
     if check == "split":
-        assert np.array_equal(data.stratified_split(counted, y, 0.5, 1), split)
+        assert np.array_equal(tables.stratified_split(counted, y, 0.5, 1), split)
     else:
-        data._check_groups(counted, y, split, "bernoulli", "table")
+        tables._check_groups(counted, y, split, "bernoulli", "table")
     assert _Counted.read <= 4 * names.size, f"read {_Counted.read / names.size:.0f} times the rows"

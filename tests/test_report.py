@@ -15,7 +15,8 @@ import xarray as xr
 from scipy.special import expit
 
 from hbnn.config import parse_params
-from hbnn.data.tasks import Tasks, make_moons_tasks
+from hbnn.data.moons import make_moons_tasks
+from hbnn.data.tasks import Tasks
 from hbnn.diagnostics.evaluation import predict_output, predict_proba
 from hbnn.files.io import InputError, detail_path, provenance, stamp, write_json, write_netcdf
 from hbnn.model.network import layer_coords, layer_specs

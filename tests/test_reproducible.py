@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np, xarray as xr
 import hashlib
 from hbnn.config import PriorParams, parse_params
-from hbnn.data.tasks import make_moons_tasks
+from hbnn.data.moons import make_moons_tasks
 from hbnn.model.network import layer_specs
 from hbnn.model.prior import new_group_draws
 from hbnn.pipeline.stages.derive_prior import derive
@@ -133,7 +133,7 @@ def test_new_group_draws_do_not_depend_on_libm(configurations):
 
 
 def test_the_default_moons_data_do_not_depend_on_the_blas_kernel(configurations):
-    """The rotation of each group (hbnn.data.tasks.rotate) is what BLAS computed with fused multiply-adds,
+    """The rotation of each group (hbnn.data.moons.rotate) is what BLAS computed with fused multiply-adds,
     everywhere."""
     native, forced = configurations
     if native["blas_probe"] == forced["blas_probe"]:

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from hbnn.config import parse_params
-from hbnn.data.tasks import Tasks, load_table_tasks, make_tasks, stratified_split
+from hbnn.data.tables import load_table_tasks, stratified_split
+from hbnn.data.tasks import Tasks, make_tasks
 from hbnn.files.io import InputError
 
 

@@ -11,7 +11,8 @@ import pytest
 from test_stages import pipeline  # noqa: F401 - the module-scoped tiny pipeline fixture
 
 from hbnn.config import TransferParams, parse_params
-from hbnn.data.tasks import Tasks, make_moons_tasks
+from hbnn.data.moons import make_moons_tasks
+from hbnn.data.tasks import Tasks
 from hbnn.files.io import InputError
 from hbnn.model import likelihoods
 from hbnn.pipeline import transfer

@@ -156,13 +156,14 @@ def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tupl
     The nested row order of each group comes from ``transfer.seed`` and the
     group's position in the tasks, so it is the same for every size and model.
     """
-    from hbnn.data.tasks import Tasks, group_slices
+    from hbnn.data.layout import group_slices
+    from hbnn.data.tasks import Tasks
 
     lik = likelihoods.get(tasks.likelihood)
     ds = tasks.ds
     split = ds["split"].values.astype(str)
     position = {name: g for g, name in enumerate(tasks.group_names)}
-    # split: (order, bounds) of its rows by group (hbnn.data.tasks.group_slices), each group in stored order
+    # split: (order, bounds) of its rows by group (hbnn.data.layout.group_slices), each group in stored order
     rows_of = {}
     for part in ("train", "test"):
         idx = np.flatnonzero(split == part)

@@ -35,7 +35,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 
-from hbnn.config import parse_params
+from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.data.tasks import Tasks
 from hbnn.model.builders import build_hierarchical_model

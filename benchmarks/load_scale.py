@@ -59,7 +59,7 @@ def params_for(table: Path) -> dict:
 
 
 def time_one(n_groups: int, rows: int, d: Path) -> dict[str, float]:
-    from hbnn.config import load_params
+    from hbnn.config_read import load_params
     from hbnn.data.tasks import load_tasks
     from hbnn.pipeline.budget import check_params
     from hbnn.pipeline.stages.make_data import make_data

@@ -65,7 +65,7 @@ def run(script: str, args: list[str], cwd: Path, env: dict) -> tuple[float, floa
 
 def measure(small: int, rows: int, large: int) -> dict:
     """Peak memory and seconds of make_data and fit_hier on one table, and the budget's estimate."""
-    from hbnn.config import parse_params
+    from hbnn.config_read import parse_params
     from hbnn.pipeline.budget import fit_estimate
 
     with tempfile.TemporaryDirectory(prefix="hbnn-memory-") as tmp:

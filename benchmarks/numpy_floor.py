@@ -180,7 +180,7 @@ def us_per_grad(floor: NumpyFloor, repeats: int = 7, number: int = 2000, seed: i
 
 
 def default_floor() -> NumpyFloor:
-    from hbnn.config import parse_params
+    from hbnn.config_read import parse_params
     from hbnn.data.moons import make_moons_tasks
 
     params = parse_params({})

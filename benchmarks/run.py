@@ -124,7 +124,7 @@ def _draw_steps(trace: Path) -> int:
 
 # ----------------------------------------------------------------------------- gradients
 def _default_model():
-    from hbnn.config import parse_params
+    from hbnn.config_read import parse_params
     from hbnn.data.moons import make_moons_tasks
     from hbnn.data.tasks import Tasks
     from hbnn.model.builders import build_hierarchical_model

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from hbnn.config import params_schema
+from hbnn.config_schema import params_schema
 
 if __name__ == "__main__":
     path = Path(__file__).resolve().parents[1] / "params.schema.json"

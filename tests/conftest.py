@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hbnn.config import parse_params
+from hbnn.config_read import parse_params
 from hbnn.data.layout import tasks_dataset
 from hbnn.data.moons import make_moons_tasks
 from hbnn.data.tasks import Tasks

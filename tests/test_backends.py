@@ -11,7 +11,8 @@ import pytest
 import xarray as xr
 from conftest import TINY
 
-from hbnn.config import ConfigError, parse_params
+from hbnn.config import ConfigError
+from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.files.io import RUN_TIME_ATTRS, RUN_TIME_STATS, write_netcdf
 from hbnn.files.trace import Trace

@@ -27,7 +27,8 @@ from conftest import TINY
 from test_predict import NEW, write_trace
 
 from hbnn import cli
-from hbnn.config import ConfigError, load_params, parse_params
+from hbnn.config import ConfigError
+from hbnn.config_read import load_params, parse_params
 from hbnn.data.tasks import Tasks
 from hbnn.errors import SamplingError
 from hbnn.pipeline.budget import check_params

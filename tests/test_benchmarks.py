@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from dvc.utils.hydra import apply_overrides
 
-from hbnn.config import load_params
+from hbnn.config_read import load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks/ is a package at the repository root

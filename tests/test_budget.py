@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hbnn.config import ConfigError, parse_params
+from hbnn.config import ConfigError
+from hbnn.config_read import parse_params
 from hbnn.pipeline.budget import fit_estimate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import TINY
 
-from hbnn.config import parse_params
+from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.errors import InputError, SamplingError
 from hbnn.files.io import write_netcdf

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hbnn.config import ConfigError, Params, load_params, parse_params
+from hbnn.config import ConfigError, Params
+from hbnn.config_read import load_params, parse_params
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,7 +20,8 @@ def test_a_partial_section_keeps_that_sections_defaults():
     params.yaml and params.schema.json): hier_sampler's own, not the per-group sampler's."""
     import dataclasses
 
-    from hbnn.config import HIER_SAMPLER, SAMPLER, params_schema
+    from hbnn.config import HIER_SAMPLER, SAMPLER
+    from hbnn.config_schema import params_schema
 
     p = parse_params({"hier_sampler": {"draws": 800, "max_draws": 4000}, "sampler": {"seed": 7},
                       "data": {"noise": 0.2}})
@@ -205,7 +207,7 @@ def test_published_schema_is_current_and_describes_params_yaml():
 
     import yaml
 
-    from hbnn.config import params_schema
+    from hbnn.config_schema import params_schema
 
     root = Path(__file__).resolve().parents[1]
     schema = json.loads((root / "params.schema.json").read_text())

@@ -5,7 +5,8 @@ import pytest
 from sklearn.datasets import make_moons
 from sklearn.preprocessing import scale
 
-from hbnn.config import Params, parse_params
+from hbnn.config import Params
+from hbnn.config_read import parse_params
 from hbnn.data.layout import tasks_dataset
 from hbnn.data.moons import group_names, make_moons_tasks, standardise_columns, two_moons
 from hbnn.data.tasks import Tasks

@@ -131,7 +131,7 @@ def test_params_yaml_survives_the_overrides_the_readme_shows(tmp_path):
     set where params.yaml had no ``advi`` block. Applied one after another, as a workspace's experiments are."""
     from dvc.utils.hydra import apply_overrides
 
-    from hbnn.config import load_params
+    from hbnn.config_read import load_params
 
     path = tmp_path / "params.yaml"
     path.write_text((ROOT / "params.yaml").read_text())

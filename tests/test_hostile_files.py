@@ -24,7 +24,7 @@ from test_bad_inputs import _assert_one_error, _run, _tiny_text
 from test_predict import NEW, write_trace
 
 from hbnn import cli
-from hbnn.config import load_params
+from hbnn.config_read import load_params
 from hbnn.files import integrity
 from hbnn.files.io import load_dataset, load_posterior, load_trace, staged_outputs, write_text
 from hbnn.pipeline.runner import run_stage

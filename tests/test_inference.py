@@ -4,7 +4,7 @@ import json
 import numpy as np
 import nutpie
 
-from hbnn.config import parse_params
+from hbnn.config_read import parse_params
 from hbnn.model.builders import build_flat_model
 from hbnn.pipeline.stages.fitting import fit_per_group
 from hbnn.pipeline.variants import derive_seed

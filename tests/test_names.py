@@ -1,7 +1,7 @@
 """Names that are not plain text (issue 45): refused where they are read, escaped where they are written.
 
 Group names come from the table (and ``hbnn predict``'s input table), column names from the params. A name must be
-printable text, not empty and at most :data:`hbnn.config.MAX_NAME_LENGTH` characters; anything else ends in one
+printable text, not empty and at most :data:`hbnn.names.MAX_NAME_LENGTH` characters; anything else ends in one
 ``error:`` line naming the column and the row (or the key). A usable name that holds Markdown, HTML or mathtext
 (``$``) goes through make_data, the fits and the report, and is shown as written in report.md, report.html and the
 figures.
@@ -26,9 +26,10 @@ from test_bad_inputs import _assert_one_error, _run, _set, _sites, _table_params
 from test_report import RAW, write_fits
 
 from hbnn import cli
-from hbnn.config import MAX_NAME_LENGTH, load_params
+from hbnn.config_read import load_params
 from hbnn.data import tables
 from hbnn.data.tasks import load_tasks
+from hbnn.names import MAX_NAME_LENGTH
 from hbnn.pipeline.runner import run_stage
 from hbnn.pipeline.stages.make_data import make_data
 from hbnn.report import plots

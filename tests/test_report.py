@@ -14,7 +14,7 @@ import pytest
 import xarray as xr
 from scipy.special import expit
 
-from hbnn.config import parse_params
+from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.data.tasks import Tasks
 from hbnn.diagnostics.evaluation import predict_output, predict_proba
@@ -158,7 +158,7 @@ def test_every_group_is_drawn_once_per_model_and_kind(run):
 _REPORT_AGAIN = """
 import json, sys
 from pathlib import Path
-from hbnn.config import parse_params
+from hbnn.config_read import parse_params
 from hbnn.report.stage import report
 raw, d, out = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 assert "jax" not in sys.modules  # so the models' figures are drawn in forked workers

@@ -45,7 +45,8 @@ import json, sys
 from pathlib import Path
 import numpy as np, xarray as xr
 import hashlib
-from hbnn.config import PriorParams, parse_params
+from hbnn.config import PriorParams
+from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.model.network import layer_specs
 from hbnn.model.prior import new_group_draws

@@ -9,7 +9,8 @@ import arviz as az
 import numpy as np
 import pytest
 
-from hbnn.config import SamplerParams, load_params, parse_params
+from hbnn.config import SamplerParams
+from hbnn.config_read import load_params, parse_params
 from hbnn.model.builders import build_hierarchical_model
 from hbnn.pipeline.stages.fit_flat import fit_flat
 from hbnn.pipeline.stages.fit_hier import fit_hier

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hbnn.config import parse_params
+from hbnn.config_read import parse_params
 from hbnn.data.tables import load_table_tasks, stratified_split
 from hbnn.data.tasks import Tasks, make_tasks
 from hbnn.files.io import InputError

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from test_stages import pipeline  # noqa: F401 - the module-scoped tiny pipeline fixture
 
-from hbnn.config import TransferParams, parse_params
+from hbnn.config import TransferParams
+from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.data.tasks import Tasks
 from hbnn.files.io import InputError

@@ -1,8 +1,10 @@
 """Typed, validated parameters.
 
-``params.yaml`` is read once per stage into a frozen :class:`Params`. Every
-check happens here, before any data is generated or any sampler starts, and a
-failure raises :class:`ConfigError` naming the dotted key and the bad value.
+``params.yaml`` is read once per stage into a frozen :class:`Params`
+(:mod:`hbnn.config_read`). Every check of a value and of keys against each other
+is here (each section's ``check``, then :meth:`Params.check`), before any data is
+generated or any sampler starts, and a failure raises :class:`ConfigError` naming
+the dotted key and the bad value.
 """
 
 from __future__ import annotations
@@ -10,37 +12,59 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import reprlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any
 
 from hbnn.model import likelihoods
+from hbnn.names import name_problem
 
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
+
+
 BACKENDS = (*NUTS_BACKENDS, "advi")
+
+
 # nutpie's adaptations: diag (from the draws' and the gradients' variances), low_rank (its low-rank modified mass
 # matrix: nutpie only) and diag_stan (from the draws' variances, as Stan, PyMC, NumPyro and BlackJAX adapt it: the
 # other backends' one adaptation, which either diag word gives them)
 MASS_MATRICES = ("diag", "low_rank", "diag_stan")
+
+
 ALIGN_METHODS = ("chains", "reference_chain")
+
+
 SOURCES = ("moons", "table")
+
+
 LIKELIHOODS = tuple(likelihoods.LIKELIHOODS)
+
+
 PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
 TABLE_SUFFIXES = (".csv", *PARQUET_SUFFIXES)
+
+
 MAX_SEED = 2**32 - 1  # NumPy's legacy RandomState (the moons data) takes seeds below 2**32
+
+
 HIERARCHICAL_FITS = ("fit_hier", "transfer_hier")  # fits that take hier_sampler (hbnn.pipeline.variants.FITS)
-MAX_VALUES = 10_000  # a params file larger than this, aliases expanded, is refused (a YAML "alias bomb")
+
+
 # The convergence bar (DESIGN.md, Stan/ArviZ practice) every reported quantity is judged against
 # (hbnn.diagnostics.evaluation); here so that check_params can hold the settings against it without loading the
 # evaluation's imports.
 RHAT_MAX = 1.01
+
+
 ESS_MIN = 400
+
+
 DIVERGENT_SHARE_MAX = 0.001  # of a fit's draws
-# A column's or group's name is shown in table cells, figure titles, legends and error lines: 100 characters holds any
-# identifier or label a person types, and a longer one would crowd those out (or be a whole text pasted by mistake)
-MAX_NAME_LENGTH = 100
+
+
 
 
 class ConfigError(ValueError):
@@ -258,6 +282,7 @@ class SamplerParams:
 # A group that diverges past the bar is fitted again at target_accept 0.97 (refit_target_accept).
 SAMPLER = SamplerParams(draws=1000, max_draws=4000, refit_target_accept=0.97)
 
+
 # The hierarchical fit's defaults, chosen by measurement (benchmarks/FINDINGS.md, "Converged defaults" and
 # "A hand-written log density"): nutpie with the model's hand-written log density and a Stan-style diagonal mass
 # matrix runs NumPyro's trajectory lengths at about half its time per leapfrog step; the slowest groups'
@@ -443,6 +468,8 @@ class Params:
 
 
 _short = reprlib.Repr()  # Python 3.11's Repr takes no keyword arguments
+
+
 _short.maxlevel, _short.maxlist, _short.maxdict, _short.maxstring, _short.maxother = 2, 4, 4, 60, 60
 
 
@@ -456,27 +483,6 @@ def _require(ok: bool, key: str, value: Any, why: str) -> None:
         raise ConfigError(f"invalid parameter {key}={_show(value)}: {why}")
 
 
-def name_problem(name: str) -> str | None:
-    """What makes ``name`` unfit to name a column or a group, as words that follow "the name", or ``None``.
-
-    A name must be printable text (``str.isprintable``: no NUL, newline, tab or
-    other control or format character, which files cut at, tables break on or
-    terminals act on), not empty or only spaces, and at most
-    :data:`MAX_NAME_LENGTH` characters. Names are shown in tables, figures and
-    error lines; what would mark them up there is escaped where they are written
-    (:mod:`hbnn.report.document`, :mod:`hbnn.report.plots`), not refused here.
-    """
-    if not name.strip():
-        return "is empty" if not name else "is only spaces"
-    bad = next((c for c in name if not c.isprintable()), None)
-    if bad is not None:
-        return (f"holds the non-printable character U+{ord(bad):04X} ({bad!r}) at character {name.index(bad) + 1}; "
-                "names must be printable text")
-    if len(name) > MAX_NAME_LENGTH:
-        return f"is {len(name)} characters long; names may have at most {MAX_NAME_LENGTH}"
-    return None
-
-
 def _require_name(name: str, key: str) -> None:
     problem = name_problem(name)
     _require(problem is None, key, name, f"not usable as a column name: the name {problem}")
@@ -484,206 +490,3 @@ def _require_name(name: str, key: str) -> None:
 
 def _check_seed(seed: int, key: str) -> None:
     _require(0 <= seed <= MAX_SEED, key, seed, f"must lie in [0, {MAX_SEED}] (2**32 - 1)")
-
-
-def _coerce(value: Any, hint: Any, key: str, default: Any = None) -> Any:
-    """Check ``value`` against a type hint; ints are accepted where floats are.
-
-    A section (a dataclass) starts from ``default``, the value it has where it is left out, so keys a
-    partial section leaves out keep that section's defaults (``hier_sampler``'s, not :class:`SamplerParams`').
-    """
-    origin = get_origin(hint)
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value, key, default)
-    if origin is tuple:
-        (item,) = {a for a in get_args(hint) if a is not Ellipsis}
-        # A bare 0 means an empty list, so `hidden_layers: 0` reads as "no hidden layers".
-        if isinstance(value, int) and not isinstance(value, bool) and value == 0:
-            return ()
-        if not isinstance(value, (list, tuple)):
-            none = " (or 0 for none)" if item is int else ""  # hidden_layers, sizes (an empty column list is refused)
-            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected a list of {item.__name__}{none}")
-        return tuple(_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value))
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected true or false")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected a number")
-        if not math.isfinite(value):
-            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected a finite number")
-        return float(value)
-    if hint is int:
-        # 1e3 or 1000.0 (as `dvc exp run -S` may write it) is the integer 1000; 2.5 is not an integer.
-        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected an integer")
-        return value
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"invalid parameter {key}={_show(value)}: expected a string")
-        return value
-    raise TypeError(f"unsupported type hint {hint!r} for {key}")  # pragma: no cover
-
-
-def _build(cls: type, raw: Any, prefix: str, default: Any = None) -> Any:
-    """``default`` (``cls()`` where None) with the keys ``raw`` gives, each checked and built the same way."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"invalid parameter {prefix or 'params'}={_show(raw)}: expected a mapping")
-    default = cls() if default is None else default
-    hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    for key in raw:
-        if key not in known:
-            dotted = f"{prefix}.{key}" if prefix else str(key)
-            raise ConfigError(f"unknown parameter {dotted}={_show(raw[key])}: allowed keys here are {sorted(known)}")
-    kwargs = {}
-    for name in known:
-        if name in raw:
-            dotted = f"{prefix}.{name}" if prefix else name
-            kwargs[name] = _coerce(raw[name], hints[name], dotted, getattr(default, name))
-    return dataclasses.replace(default, **kwargs)
-
-
-def parse_params(raw: dict[str, Any] | None) -> Params:
-    """Validate a nested dict (as loaded from YAML) into :class:`Params`.
-
-    Missing keys take their defaults; unknown keys, wrong types and out-of-range
-    values raise :class:`ConfigError` naming the dotted key.
-    """
-    params = _build(Params, raw or {}, "")
-    params.check()
-    return params
-
-
-def _count_values(node: Any, limit: int) -> int:
-    """Values in ``node`` with every alias expanded, counting stops past ``limit``."""
-    count, todo = 0, [node]
-    while todo and count <= limit:
-        item = todo.pop()
-        count += 1
-        if isinstance(item, dict):
-            todo.extend(item.values())
-        elif isinstance(item, list):
-            todo.extend(item)
-    return count
-
-
-def read_yaml(text: str, what: str) -> Any:
-    """Parse ``text`` as YAML 1.2, exactly as DVC reads ``params.yaml`` (ruamel.yaml's safe loader).
-
-    PyYAML would read YAML 1.1 instead, where ``010`` is 8, ``yes`` is true and
-    ``1e-5`` is a string, so the stages and ``dvc params diff`` would disagree.
-    """
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import MarkedYAMLError, YAMLError
-
-    try:
-        raw = YAML(typ="safe").load(text)
-    except MarkedYAMLError as err:  # one line: where and what, without ruamel's multi-line excerpt
-        mark = err.problem_mark or err.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = " ".join(str(err.problem or err.context or "").split())
-        raise ConfigError(f"{what} is not valid YAML{where}: {problem}") from err
-    except YAMLError as err:
-        raise ConfigError(f"{what} is not valid YAML: {' '.join(str(err).split())}") from err
-    if _count_values(raw, MAX_VALUES) > MAX_VALUES:
-        raise ConfigError(f"{what} holds more than {MAX_VALUES} values once its YAML aliases are expanded; "
-                          "write the parameters out plainly")
-    return raw
-
-
-def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read and validate ``params.yaml`` (YAML 1.2, as DVC reads it)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError as err:
-        raise ConfigError(f"parameter file {path} does not exist") from err
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"parameter file {path} cannot be read: {err}") from err
-    return parse_params(read_yaml(text, f"parameter file {path}"))
-
-
-def unchanged_check(path: str | Path, params: Params):
-    """A check for :func:`hbnn.files.io.checked_before_commit`: raises :class:`~hbnn.errors.ChangedMeanwhile` where the
-    parameter file at ``path`` no longer holds ``params`` (edited, or rewritten by another ``dvc exp run`` in the
-    same workspace, while the stage ran): DVC records the params it finds after the stage, so outputs made from the
-    earlier values would be recorded as made from the new ones."""
-    from hbnn.errors import ChangedMeanwhile
-
-    def check() -> None:
-        try:
-            now = load_params(path)
-        except ConfigError as err:
-            raise ChangedMeanwhile(f"parameter file {path} changed while the stage ran and is now invalid ({err}); "
-                                   "no output was written") from err
-        if now != params:
-            changed = _differences(params.to_dict(), now.to_dict())
-            raise ChangedMeanwhile(f"parameter file {path} changed while the stage ran ({', '.join(changed[:3])}"
-                                   f"{' ...' if len(changed) > 3 else ''}): its outputs were made with the earlier "
-                                   "values, so none was written. Another `dvc exp run` in this workspace, or an "
-                                   "edit? Check the file and run again (dvc repro)")
-
-    return check
-
-
-def _differences(before: Any, after: Any, prefix: str = "") -> list[str]:
-    """``key: old -> new`` for every dotted key whose value differs between two nested dicts."""
-    if isinstance(before, dict) and isinstance(after, dict):
-        out = []
-        for key in sorted(set(before) | set(after)):
-            out += _differences(before.get(key), after.get(key), f"{prefix}.{key}" if prefix else str(key))
-        return out
-    return [] if before == after else [f"{prefix}: {_show(before)} -> {_show(after)}"]
-
-
-
-
-# Values a string key may take, for the JSON schema (the checks above enforce them too).
-ENUMS = {
-    "data.source": SOURCES,
-    "model.likelihood": LIKELIHOODS,
-    "sampler.backend": BACKENDS,
-    "sampler.mass_matrix": MASS_MATRICES,
-    "prior.align": ALIGN_METHODS,
-}
-
-
-def _schema(hint: Any, default: Any, key: str) -> dict[str, Any]:
-    if dataclasses.is_dataclass(hint):
-        hints = get_type_hints(hint)
-        return {
-            "type": "object",
-            "description": (hint.__doc__ or "").strip().split("\n\n")[0].replace("\n", " "),
-            "properties": {f.name: _schema(hints[f.name], getattr(default, f.name), f"{key}.{f.name}".lstrip("."))
-                           for f in fields(hint)},
-            "additionalProperties": False,
-        }
-    if get_origin(hint) is tuple:
-        (item,) = {a for a in get_args(hint) if a is not Ellipsis}
-        array = {"type": "array", "items": {"type": _JSON_TYPES[item]}}
-        schema = {"anyOf": [array, {"const": 0}]} if item is int else array  # hidden_layers: 0 means []
-        return {**schema, "default": list(default)}
-    out: dict[str, Any] = {"type": _JSON_TYPES[hint]}
-    if default is not None:
-        out["default"] = default
-    if key in ENUMS:
-        out["enum"] = list(ENUMS[key])
-    return out
-
-
-_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
-
-
-def params_schema() -> dict[str, Any]:
-    """JSON Schema of ``params.yaml`` (keys, types, defaults, allowed words), for editors.
-
-    Published as ``params.schema.json``; ranges and cross-key rules are checked
-    by :func:`load_params` only.
-    """
-    schema = _schema(Params, Params(), "")
-    schema.update({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "hbnn params.yaml"})
-    return schema

@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from hbnn.config import Params, name_problem
+from hbnn.config import Params
 from hbnn.data.layout import MIN_TRAIN_ROWS, SPLITS, group_slices, tasks_dataset
 from hbnn.errors import counted, plural, rows_phrase, rows_text
 from hbnn.files.io import InputError
 from hbnn.model import likelihoods
+from hbnn.names import name_problem
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def numeric_features(df: pd.DataFrame, features: list[str], where: str) -> np.nd
 
 def group_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
     """Group names as strings; a missing group value, or a name that is not printable text, not empty and at most
-    :data:`hbnn.config.MAX_NAME_LENGTH` characters (:func:`hbnn.config.name_problem`), is an :class:`InputError`
+    :data:`hbnn.names.MAX_NAME_LENGTH` characters (:func:`hbnn.names.name_problem`), is an :class:`InputError`
     naming the column and its rows.
 
     Checked once here, where a table's groups are read (``make_data``, ``check_params``, ``hbnn predict``): a NUL

@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hbnn import logs
-from hbnn.config import ConfigError, Params, load_params, unchanged_check
+from hbnn.config import ConfigError, Params
+from hbnn.config_read import load_params, unchanged_check
 from hbnn.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,

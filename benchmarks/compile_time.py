@@ -27,7 +27,7 @@ import nutpie  # noqa: E402
 import nutpie.compile_pymc as ncp  # noqa: E402
 import pytensor  # noqa: E402
 
-from hbnn.config import parse_params  # noqa: E402
+from hbnn.config_read import parse_params  # noqa: E402
 from hbnn.data.tasks import Tasks, make_moons_tasks  # noqa: E402
 from hbnn.model.builders import build_hierarchical_model  # noqa: E402
 from hbnn.sampling.nutpie_cache import compile_numba  # noqa: E402

@@ -241,7 +241,7 @@ def test_fit_stops_at_max_draws_even_while_the_bar_is_missed(tiny_tasks, backend
 
 
 def test_nutpie_keeps_the_draws_up_to_the_extrapolated_look_that_meets_the_bar(tiny_tasks, monkeypatch):
-    from hbnn.diagnostics.evaluation import Shortfall
+    from hbnn.diagnostics.criterion import Shortfall
 
     monkeypatch.setattr(runlength, "CHECK_UNIT", 1)
     fixed, _ = _blocks_fit(tiny_tasks, "nutpie", 0, [])
@@ -287,11 +287,11 @@ def test_nutpie_starts_the_chains_again_from_the_best_chain_where_the_first_look
 
 
 def test_a_fit_that_stops_with_divergences_past_the_bar_and_no_restart_left_says_so(tiny_tasks, monkeypatch, caplog):
-    from hbnn.diagnostics import evaluation
+    from hbnn.diagnostics import criterion
 
     _blocks_fit(tiny_tasks, "nutpie", 100, [None])
     assert "no restart left" not in caplog.text  # within the bar: nothing to say
-    monkeypatch.setattr(evaluation, "divergences_within_bar", lambda total, draws: False)
+    monkeypatch.setattr(criterion, "divergences_within_bar", lambda total, draws: False)
     fit, seen = _blocks_fit(tiny_tasks, "nutpie", 100, [None])
     assert seen == [25]
     total = int(fit.posterior.sample_stats["diverging"].values.sum())
@@ -365,7 +365,7 @@ def _first_look(diverging, logp, step_size=(0.01, 0.01)) -> Trace:
 
 
 def test_restart_reason_names_divergent_or_stuck_chains_and_the_chain_to_start_from():
-    from hbnn.diagnostics.evaluation import Shortfall
+    from hbnn.diagnostics.criterion import Shortfall
 
     rng = np.random.default_rng(0)
     logp = rng.normal(-2155.0, 25.0, (2, 500))
@@ -406,7 +406,7 @@ def test_restart_reason_names_divergent_or_stuck_chains_and_the_chain_to_start_f
 
 def test_next_check_goes_where_the_smallest_ess_extrapolates_within_a_block(caplog):
     from hbnn.config import SamplerParams
-    from hbnn.diagnostics.evaluation import Shortfall
+    from hbnn.diagnostics.criterion import Shortfall
 
     caplog.set_level("INFO", logger=runlength.log.name)
     s = SamplerParams(backend="nutpie", draws=500, max_draws=5000)

@@ -2,14 +2,10 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from hbnn.diagnostics import evaluation
-from hbnn.diagnostics.evaluation import (
-    function_space_diagnostics,
-    group_weights,
-    predict_output,
-    predict_proba,
-    reliability,
-)
+from hbnn.diagnostics import criterion, evaluation, predictions
+from hbnn.diagnostics.criterion import function_space_diagnostics
+from hbnn.diagnostics.evaluation import reliability
+from hbnn.diagnostics.predictions import group_weights, predict_output, predict_proba
 from hbnn.model import forward
 from hbnn.model.likelihoods import Bernoulli, Gaussian, mixture_cdf, mixture_quantiles
 from hbnn.model.network import layer_specs, mlp_logit
@@ -137,7 +133,7 @@ def test_mixture_quantiles_invert_the_mixture_cdf():
     (float("nan"), 450.0, 0, False),
 ])
 def test_the_convergence_bar(rhat, ess, divergences, expected):
-    from hbnn.diagnostics.evaluation import group_converged
+    from hbnn.diagnostics.criterion import group_converged
 
     assert group_converged(rhat, ess, divergences, draws=2000) is expected
 
@@ -175,15 +171,15 @@ def test_advi_loss_trend_calls_a_curve_still_falling_only_beyond_chance_and_half
     rng = np.random.default_rng(0)
     it = np.arange(4000)
     flat = 40.0 + rng.normal(0.0, 6.0, (1000, it.size))  # levelled off: MC noise only
-    trend = evaluation.advi_loss_trend(flat)
+    trend = criterion.advi_loss_trend(flat)
     assert sum(t["still_falling"] for t in trend) == 0  # 1000 curves, no false alarm at the Bonferroni bar
     falling = 40.0 + 20.0 * np.exp(-it / 3000.0) + rng.normal(0.0, 6.0, it.size)  # still 1.9% down in a quarter
-    (one,) = evaluation.advi_loss_trend(falling)
+    (one,) = criterion.advi_loss_trend(falling)
     assert one["still_falling"] and one["z"] > 5 and one["drop"] > 0.01
     slight = 4000.0 - 5.0 * it / it.size + rng.normal(0.0, 0.1, it.size)  # certain, but 0.03%: not worth it
-    (tiny,) = evaluation.advi_loss_trend(slight)
+    (tiny,) = criterion.advi_loss_trend(slight)
     assert tiny["z"] > 50 and not tiny["still_falling"]
-    assert evaluation.advi_loss_trend(np.ones(7)) == [{"drop": None, "z": None, "still_falling": False}]
+    assert criterion.advi_loss_trend(np.ones(7)) == [{"drop": None, "z": None, "still_falling": False}]
 
 
 @pytest.mark.parametrize("rhat, ess, falling, expected", [
@@ -192,7 +188,7 @@ def test_advi_loss_trend_calls_a_curve_still_falling_only_beyond_chance_and_half
     (1.0, 900.0, True, False),  # the optimisation has not settled
 ])
 def test_the_advi_bar(rhat, ess, falling, expected):
-    assert evaluation.group_converged(rhat, ess, 0, 2000, {"still_falling": falling}) is expected
+    assert criterion.group_converged(rhat, ess, 0, 2000, {"still_falling": falling}) is expected
 
 
 def test_fit_metrics_judge_advi_fits_by_their_loss(ragged_tasks):
@@ -217,17 +213,17 @@ def test_fit_metrics_judge_advi_fits_by_their_loss(ragged_tasks):
 def test_distinct_chains_needs_well_sampled_chains_that_disagree():
     rng = np.random.default_rng(0)
     mixed = rng.normal(0.5, 0.1, (2, 1000, 3))
-    assert evaluation.distinct_chains(mixed) is None  # one function, sampled twice
+    assert criterion.distinct_chains(mixed) is None  # one function, sampled twice
     apart = mixed.copy()
     apart[1] += 0.05  # each chain well sampled, in its own place
-    evidence = evaluation.distinct_chains(apart)
-    assert evidence is not None and evidence["separation_sigma"] > evaluation.DISTINCT_SIGMA
+    evidence = criterion.distinct_chains(apart)
+    assert evidence is not None and evidence["separation_sigma"] > criterion.DISTINCT_SIGMA
     assert set(evidence["chain_means"]) == {"0", "1"}
     # Slow chains (random walks) that happen to sit apart are not evidence: more draws would mix them.
     slow = 0.5 + 0.01 * np.cumsum(rng.normal(size=(2, 1000, 3)), axis=1)
     slow[1] += 0.05
-    assert evaluation.distinct_chains(slow) is None
-    assert evaluation.distinct_chains(apart[:1]) is None  # one chain: nothing to compare
+    assert criterion.distinct_chains(slow) is None
+    assert criterion.distinct_chains(apart[:1]) is None  # one chain: nothing to compare
 
 
 def _iid_posterior(tasks, specs, rng, chains=2, draws=600):
@@ -242,18 +238,18 @@ def _iid_posterior(tasks, specs, rng, chains=2, draws=600):
 def test_convergence_shortfall_names_what_misses_the_bar_and_is_silent_when_nothing_does(tiny_tasks):
     specs = layer_specs(tiny_tasks.n_features, (2,))
     post = _iid_posterior(tiny_tasks, specs, np.random.default_rng(0))
-    assert evaluation.convergence_shortfall(tiny_tasks, post, specs, ["sd_out"]) is None
+    assert criterion.convergence_shortfall(tiny_tasks, post, specs, ["sd_out"]) is None
     stuck = post.copy(deep=True)
     name = tiny_tasks.group_names[1]
     stuck["w_out"].loc[{"group": name, "chain": 1}] = stuck["w_out"].sel(group=name, chain=1) + 5.0  # chains apart
     stuck["sd_out"][:] = np.repeat(np.abs(np.random.default_rng(1).normal(size=(2, 30))), 20, axis=1)  # sticky
-    short = evaluation.convergence_shortfall(tiny_tasks, stuck, specs, ["sd_out"])
+    short = criterion.convergence_shortfall(tiny_tasks, stuck, specs, ["sd_out"])
     message = str(short)
     assert message.startswith("2 quantities miss R-hat <= 1.01 and bulk ESS >= 400")
     assert f"{name} (test-point R-hat" in message and "sd_out (R-hat" in message
     # the smallest ESS of what misses, listed first (worst first): what the run-length control extrapolates from
     assert 0 < short.min_ess < 400 and message.split(": ", 1)[1].split(")")[0].endswith(f"bulk ESS {short.min_ess:.0f}")
-    assert evaluation.convergence_shortfall(tiny_tasks, stuck, specs) is not None  # the group alone misses
+    assert criterion.convergence_shortfall(tiny_tasks, stuck, specs) is not None  # the group alone misses
 
 
 def test_shortfall_check_computes_new_draws_only_and_says_what_the_whole_computation_says(tiny_tasks, monkeypatch):
@@ -262,17 +258,17 @@ def test_shortfall_check_computes_new_draws_only_and_says_what_the_whole_computa
     name = tiny_tasks.group_names[1]
     post["w_out"].loc[{"group": name, "chain": 1}] = post["w_out"].sel(group=name, chain=1) + 0.3  # short at first
     computed = []
-    real = evaluation._test_draws
-    monkeypatch.setattr(evaluation, "_test_draws", lambda t, p, s: computed.append(p.sizes["draw"]) or real(t, p, s))
-    check = evaluation.ShortfallCheck(tiny_tasks, specs, ["sd_out"])
+    real = predictions._test_draws
+    monkeypatch.setattr(criterion, "_test_draws", lambda t, p, s: computed.append(p.sizes["draw"]) or real(t, p, s))
+    check = criterion.ShortfallCheck(tiny_tasks, specs, ["sd_out"])
     for n in (200, 350, 600):  # ever longer prefixes of the same chains, as a fit drawn until the bar looks
         head = post.isel(draw=slice(0, n))
-        got, want = check(head), evaluation.convergence_shortfall(tiny_tasks, head, specs, ["sd_out"])
+        got, want = check(head), criterion.convergence_shortfall(tiny_tasks, head, specs, ["sd_out"])
         assert (got is None) == (want is None) and str(got) == str(want)
     assert computed[0::2] == [200, 150, 250]  # the check's own calls: the new draws only
     other = _iid_posterior(tiny_tasks, specs, np.random.default_rng(5))  # another run: computed whole
     computed.clear()
-    assert str(check(other)) == str(evaluation.convergence_shortfall(tiny_tasks, other, specs, ["sd_out"]))
+    assert str(check(other)) == str(criterion.convergence_shortfall(tiny_tasks, other, specs, ["sd_out"]))
     assert computed[0] == 600
 
 
@@ -286,15 +282,15 @@ def test_shortfall_check_evaluates_the_groups_near_the_bar_until_they_meet_it_th
     post["w_out"].loc[{"group": slow, "chain": 1, "draw": slice(0, 99)}] += 3.0
     post["w_out"].loc[{"group": late, "chain": 1, "draw": slice(1000, None)}] += 3.0
     evaluated = []
-    real = evaluation.function_space_diagnostics
-    monkeypatch.setattr(evaluation, "function_space_diagnostics", lambda d: evaluated.append(d.shape) or real(d))
-    check = evaluation.ShortfallCheck(tiny_tasks, specs, ["sd_out"])
+    real = criterion.function_space_diagnostics
+    monkeypatch.setattr(criterion, "function_space_diagnostics", lambda d: evaluated.append(d.shape) or real(d))
+    check = criterion.ShortfallCheck(tiny_tasks, specs, ["sd_out"])
     looks = {}
     for n in (700, 1000, 1500, 2000):
         evaluated.clear()
         got = check(post.isel(draw=slice(0, n)))
         counted = len(evaluated)
-        want = evaluation.convergence_shortfall(tiny_tasks, post.isel(draw=slice(0, n)), specs, ["sd_out"])
+        want = criterion.convergence_shortfall(tiny_tasks, post.isel(draw=slice(0, n)), specs, ["sd_out"])
         looks[n] = (str(got), str(want), counted)
     # the first look evaluates every group: the slow one misses, the others are well past the bar
     assert looks[700][0] == looks[700][1] and slow in looks[700][0] and looks[700][2] == len(names)

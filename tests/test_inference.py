@@ -234,7 +234,7 @@ def test_groups_that_diverge_past_the_bar_are_fitted_again_at_a_higher_target_ac
     import logging
 
     from hbnn.density.densities import FlatDensity
-    from hbnn.diagnostics import evaluation
+    from hbnn.diagnostics import criterion
     from hbnn.pipeline.stages import fitting
 
     raw = {"model": {"hidden_layers": [2]},
@@ -250,7 +250,7 @@ def test_groups_that_diverge_past_the_bar_are_fitted_again_at_a_higher_target_ac
     first = fit_per_group("fit_flat", parse_params({**raw, "sampler": {**raw["sampler"], "refit_target_accept": 0}}),
                           ragged_tasks, build, density)
     assert first.raised is None and first.thinned is None
-    monkeypatch.setattr(evaluation, "DIVERGENT_SHARE_MAX", -1.0)  # even 0 divergences miss it
+    monkeypatch.setattr(criterion, "DIVERGENT_SHARE_MAX", -1.0)  # even 0 divergences miss it
     with caplog.at_level(logging.INFO):
         sampled = fit_per_group("fit_flat", params, ragged_tasks, build, density)
     assert set(sampled.raised) == {"a", "b", "c"} and sampled.thinned is None
@@ -284,7 +284,7 @@ def test_a_group_both_short_and_diverging_is_drawn_longer_at_the_higher_target_a
     import logging
 
     from hbnn.density.densities import FlatDensity
-    from hbnn.diagnostics import evaluation
+    from hbnn.diagnostics import criterion
 
     raw = {"model": {"hidden_layers": [2]},
            "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 60, "refit_target_accept": 0.95}}
@@ -295,7 +295,7 @@ def test_a_group_both_short_and_diverging_is_drawn_longer_at_the_higher_target_a
     def density(X, y):
         return FlatDensity.on_rows(X, y, (2,), False, "bernoulli", 1.0, prior_sd=1.0, features=("x1", "x2"))
 
-    monkeypatch.setattr(evaluation, "DIVERGENT_SHARE_MAX", -1.0)  # every fit "diverges" past the bar
+    monkeypatch.setattr(criterion, "DIVERGENT_SHARE_MAX", -1.0)  # every fit "diverges" past the bar
     with caplog.at_level(logging.INFO):
         sampled = fit_per_group("fit_flat", parse_params(raw), ragged_tasks, build, density)
     assert set(sampled.thinned) == set(sampled.raised) == {"a", "b", "c"}

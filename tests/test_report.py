@@ -17,7 +17,7 @@ from scipy.special import expit
 from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.data.tasks import Tasks
-from hbnn.diagnostics.evaluation import predict_output, predict_proba
+from hbnn.diagnostics.predictions import predict_output, predict_proba
 from hbnn.files.io import InputError, detail_path, provenance, stamp, write_json, write_netcdf
 from hbnn.model.network import layer_coords, layer_specs
 from hbnn.pipeline import transfer

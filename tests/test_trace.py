@@ -152,7 +152,7 @@ def test_a_stage_process_builds_its_datasets_without_importing_dask_array(tmp_pa
     code = (f"import sys\nfrom hbnn.pipeline.runner import run_stage\n"
             f"from hbnn.pipeline.stages.make_data import make_data\n"
             f"assert run_stage('make_data', ['out'], make_data, ['--out', {str(out)!r}]) == 0\n"
-            f"from hbnn.data.tasks import load_tasks\nfrom hbnn.config import load_params\n"
+            f"from hbnn.data.tasks import load_tasks\nfrom hbnn.config_read import load_params\n"
             f"tasks = load_tasks({str(out)!r}, params=load_params('params.yaml'))\n"
             "print(tasks.n_groups, 'dask.array' in sys.modules, 'dask' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -178,7 +178,8 @@ def test_check_params_on_a_table_reads_it_without_importing_dask():
     """On a table, check_params loads xarray and pandas to read it as make_data does, after the stage's own call to
     hbnn.pipeline.runner.skip_dask_array_lookup: the table's check installs it then, so dask (~0.5 s) stays out."""
     root = Path(__file__).resolve().parents[1]
-    code = ("import sys, yaml\nfrom hbnn.config import parse_params\nfrom hbnn.pipeline.budget import check_params\n"
+    code = ("import sys, yaml\nfrom hbnn.config_read import parse_params\n"
+            "from hbnn.pipeline.budget import check_params\n"
             f"raw = yaml.safe_load(open({str(root / 'params.yaml')!r}))\n"
             f"raw['data'].update(source='table', path={str(root / 'data/examples/sites.csv')!r})\n"
             "check_params(parse_params(raw))\n"

@@ -124,7 +124,7 @@ def test_row_lpd_is_minus_the_log_loss_for_a_classifier():
     rng = np.random.default_rng(0)
     draws = [rng.uniform(0.05, 0.95, size=(2, 50, 7)), rng.uniform(0.05, 0.95, size=(2, 50, 4))]
     pred = {"draws": draws, "noise": None, "y": [rng.integers(0, 2, 7), rng.integers(0, 2, 4)]}
-    from hbnn.diagnostics.evaluation import split_scores
+    from hbnn.diagnostics.predictions import split_scores
 
     pooled, _ = split_scores(lik, pred)
     assert -transfer.row_lpd(lik, pred).mean() == pytest.approx(pooled["log_loss"], rel=1e-12)

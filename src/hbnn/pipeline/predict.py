@@ -40,7 +40,7 @@ import xarray as xr
 
 from hbnn.config import PARQUET_SUFFIXES, TABLE_SUFFIXES
 from hbnn.data.tables import check_columns, group_column, numeric_features, read_table
-from hbnn.diagnostics.evaluation import group_noise, group_weights, predict_output
+from hbnn.diagnostics.predictions import group_noise, group_weights, predict_output
 from hbnn.errors import counted, rows_phrase
 from hbnn.files import integrity
 from hbnn.files.io import InputError, settings_from_attrs, staged_outputs

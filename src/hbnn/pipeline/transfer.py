@@ -195,7 +195,7 @@ def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tupl
 
 
 def subset(pred: dict[str, list], indices: Sequence[int]) -> dict[str, list]:
-    """The fits ``indices`` of one split of :func:`hbnn.diagnostics.evaluation.evaluate_groups` (for its
+    """The fits ``indices`` of one split of :func:`hbnn.diagnostics.predictions.evaluate_groups` (for its
     ``split_scores``)."""
     return {"draws": [pred["draws"][i] for i in indices], "y": [pred["y"][i] for i in indices],
             "noise": None if pred["noise"] is None else [pred["noise"][i] for i in indices]}

@@ -23,7 +23,8 @@ from scipy.special import expit
 from hbnn.config import Params, ReportParams
 from hbnn.data.tasks import Split, Tasks
 from hbnn.diagnostics import evaluation
-from hbnn.diagnostics.evaluation import group_weights, predict_proba, reliability
+from hbnn.diagnostics.evaluation import reliability
+from hbnn.diagnostics.predictions import group_weights, predict_proba
 from hbnn.files.io import close_trace, load_trace
 from hbnn.model import likelihoods
 from hbnn.model.network import LayerSpec

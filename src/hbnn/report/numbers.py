@@ -9,8 +9,8 @@ import numba
 import numpy as np
 from scipy.special import expit
 
+from hbnn.config import ESS_MIN, RHAT_MAX
 from hbnn.density.numerics import _exp_nonpositive
-from hbnn.diagnostics.evaluation import ESS_MIN, RHAT_MAX
 from hbnn.model import forward
 from hbnn.model.network import BIAS, BIAS_SUFFIX, LayerSpec
 from hbnn.pipeline.variants import VARIANTS

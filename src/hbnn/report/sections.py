@@ -10,8 +10,8 @@ import numpy as np
 
 from hbnn.config import ReportParams
 from hbnn.data.tasks import Tasks
-from hbnn.diagnostics import evaluation
-from hbnn.diagnostics.evaluation import ADVI_MIN_DROP
+from hbnn.diagnostics import criterion
+from hbnn.diagnostics.criterion import ADVI_MIN_DROP
 from hbnn.errors import counted
 from hbnn.model import likelihoods
 from hbnn.model.network import has_bias
@@ -396,7 +396,7 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
         missing_any |= bool(missing)
         if not _fitted_with_advi(s):
             for g in missing:  # R-hat and ESS met but the group misses: its (or its joint fit's) divergences
-                met = evaluation.meets_bar(lookup(metrics[v], "per_group", g, "rhat_fn"),
+                met = criterion.meets_bar(lookup(metrics[v], "per_group", g, "rhat_fn"),
                                            lookup(metrics[v], "per_group", g, "ess_bulk_fn"))
                 (diverging if met else short).append(v)
         bad_k = lookup(metrics[v], "loo", "n_bad_k")
@@ -493,7 +493,7 @@ def _sds_missing(sds: dict, sd_vars: Sequence[str], advi: bool) -> list[str]:
     """The hierarchical group sds of ``sds`` (the metrics' ``sampling.group_sd``) that miss the bar, with their
     numbers, in ``sd_vars``' order."""
     return [f"{var} (R-hat {fmt(sds[var].get('rhat'))}, ESS {fmt(sds[var].get('ess_bulk'), '.0f')})"
-            for var in sd_vars if var in sds and not evaluation.sd_converged(sds[var], advi)]
+            for var in sd_vars if var in sds and not criterion.sd_converged(sds[var], advi)]
 
 
 def _sampler_section(model: str) -> str:

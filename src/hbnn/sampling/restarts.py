@@ -38,10 +38,10 @@ RESTART_LOGP_Z = 4.0
 
 def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
     """Why the chains of a fit's look (``head``: ``posterior``, ``sample_stats``; ``missing``: its
-    :class:`hbnn.diagnostics.evaluation.Shortfall` or ``None``) should start again, and from which chain's draws, or
+    :class:`hbnn.diagnostics.criterion.Shortfall` or ``None``) should start again, and from which chain's draws, or
     ``None``.
 
-    - More divergences than the bar's share (:data:`hbnn.diagnostics.evaluation.DIVERGENT_SHARE_MAX` of the draws)
+    - More divergences than the bar's share (:data:`hbnn.config.DIVERGENT_SHARE_MAX` of the draws)
     explains
       by chance: a one-sided Poisson test at :data:`RESTART_DIVERGENCE_P` (at 2 x 500 draws: 5 or more). A chain
       whose warmup ended on too large a step size diverges at a steady rate, so drawing on does not dilute them.
@@ -60,8 +60,8 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
     """
     from scipy.special import pdtrc
 
+    from hbnn.config import DIVERGENT_SHARE_MAX
     from hbnn.diagnostics.convergence import ess_mean
-    from hbnn.diagnostics.evaluation import DIVERGENT_SHARE_MAX
 
     stats = head.sample_stats
     diverging, mean = _chain_numbers(stats)
@@ -96,7 +96,7 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
 def _stops_past_the_bar(head: Trace, missing) -> tuple[int, int] | None:
     """``(divergences, draws)`` of a look that would stop the fit (``missing`` is ``None``: R-hat and ESS meet the
     bar) with divergences past the bar's share of its draws; ``None`` otherwise."""
-    from hbnn.diagnostics.evaluation import divergences_within_bar
+    from hbnn.diagnostics.criterion import divergences_within_bar
 
     diverging = head.sample_stats["diverging"].values
     total = int(diverging.sum())
@@ -108,7 +108,7 @@ def _stops_past_the_bar(head: Trace, missing) -> tuple[int, int] | None:
 def _warn_divergent_stop(head: Trace, missing, used: int, allowed: int) -> None:
     """Log a fit that stops meeting the R-hat and ESS bar with divergences past it and no restart left to mend
     them (:func:`restart_reason` restarts such a fit while it can)."""
-    from hbnn.diagnostics.evaluation import DIVERGENT_SHARE_MAX
+    from hbnn.config import DIVERGENT_SHARE_MAX
 
     if (past := _stops_past_the_bar(head, missing)) is not None:
         total, draws = past

@@ -55,7 +55,7 @@ def _next_check(missing, drawn: int, s: SamplerParams, unit: int) -> int | None:
     ``max_draws`` still short.
 
     A bulk ESS grows in proportion to the draws of a mixing chain, so the draws that the smallest ESS so far
-    (``missing.min_ess``, :class:`hbnn.diagnostics.evaluation.Shortfall`) extrapolates to, times :data:`ESS_SPARE`, are
+    (``missing.min_ess``, :class:`hbnn.diagnostics.criterion.Shortfall`) extrapolates to, times :data:`ESS_SPARE`, are
     what the fit needs: the next look is there, rounded up to whole ``unit`` draws, at least ``unit`` and
     :data:`LOOK_GROWTH` of the draws so far further, and at most ``unit`` or :data:`LOOK_MAX_GROWTH` of them
     (rounded up to whole units) and at most ``draws`` (a ``missing`` without an ESS: that most; one whose ESS
@@ -71,7 +71,7 @@ def _next_check(missing, drawn: int, s: SamplerParams, unit: int) -> int | None:
     step = s.draws
     ess = getattr(missing, "min_ess", None)
     if ess is not None and np.isfinite(ess) and ess > 0:
-        from hbnn.diagnostics.evaluation import ESS_MIN
+        from hbnn.config import ESS_MIN
 
         short = max(drawn * ESS_MIN * ESS_SPARE / ess - drawn, LOOK_GROWTH * drawn)
         step = min(s.draws, max(unit, -(-short // unit) * unit))

@@ -7,7 +7,7 @@ from pathlib import Path
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks, load_tasks
 from hbnn.density.densities import HierarchicalDensity
-from hbnn.diagnostics import evaluation
+from hbnn.diagnostics import criterion
 from hbnn.model.network import layer_specs
 from hbnn.pipeline.stages import fitting
 from hbnn.pipeline.variants import STAGE_KEYS, derive_seed
@@ -59,8 +59,8 @@ def sample_hierarchical(stage: str, params: Params, tasks: Tasks) -> fitting.Sam
     sd_vars = [f"sd_{s.name}" for s in specs]
     fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS[stage]),
                          expected_seconds=60 * (estimate.first_minutes or estimate.minutes),
-                         until=evaluation.ShortfallCheck(tasks, specs, sd_vars))
+                         until=criterion.ShortfallCheck(tasks, specs, sd_vars))
     posterior = fit.posterior.posterior
     return fitting.Sampled(posterior, fit.posterior.sample_stats,
                            fitting.Cost(fit.seconds, sampler.compile_seconds, fit.grad_evals),
-                           evaluation.scalar_diagnostics(posterior, sd_vars))
+                           criterion.scalar_diagnostics(posterior, sd_vars))

@@ -13,9 +13,17 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from hbnn.config import Params, SamplerParams
+from hbnn.config import DIVERGENT_SHARE_MAX, ESS_MIN, Params, SamplerParams
 from hbnn.data.tasks import Tasks
-from hbnn.diagnostics import evaluation
+from hbnn.diagnostics import criterion, evaluation
+from hbnn.diagnostics.predictions import (
+    evaluate_groups,
+    group_noise,
+    group_weights,
+    pointwise_log_likelihood,
+    quantity_draws,
+    split_order,
+)
 from hbnn.files.io import as_builtin, detail_path, provenance, staged_outputs, stamp
 from hbnn.files.trace import Trace
 from hbnn.logs import watch
@@ -107,19 +115,19 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
               ) -> tuple[Trace, dict, dict, dict[str, dict[str, list]]]:
     """The trace (stamped with the provenance of the DVC stage that runs ``stage``), the metrics of
     :func:`hbnn.diagnostics.evaluation.fit_metrics` (with PSIS-LOO), the timing of a fit and the predictions behind the
-    metrics (:func:`hbnn.diagnostics.evaluation.evaluate_groups`); nothing is written.
+    metrics (:func:`hbnn.diagnostics.predictions.evaluate_groups`); nothing is written.
 
     ``stage`` is a fit of :data:`hbnn.pipeline.variants.FITS`.
     """
     posterior, cost = sampled.posterior, sampled.cost
     observed, constant = _observed(tasks)
     specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
-    predictions = evaluation.evaluate_groups(
+    predictions = evaluate_groups(
         tasks,
-        lambda g: evaluation.group_weights(posterior, specs, tasks.group_names[g]),
-        noise_of=lambda g: evaluation.group_noise(posterior, tasks.group_names[g]),
+        lambda g: group_weights(posterior, specs, tasks.group_names[g]),
+        noise_of=lambda g: group_noise(posterior, tasks.group_names[g]),
     )
-    log_lik = evaluation.pointwise_log_likelihood(tasks, predictions["train"])
+    log_lik = pointwise_log_likelihood(tasks, predictions["train"])
     # PSIS-LOO (FFTs and sorts over every training row's draws, which release the GIL) beside the rest: after the
     # sampling only this thread is busy, and LOO is ~half of what it does here
     s = params.sampler_for(stage)
@@ -202,13 +210,13 @@ def _pointwise_groups(stage: str, params: Params, tasks: Tasks, test: dict[str, 
     split = tasks.split("test")
     coords = {"obs": split.obs, "obs_group": ("obs", np.array(tasks.group_names)[split.group])}
     dims = ("chain", "draw", "obs")
-    quantity = evaluation.split_order(split, test["draws"]) if split.y.size else np.zeros((*log_lik.shape[:2], 0))
+    quantity = split_order(split, test["draws"]) if split.y.size else np.zeros((*log_lik.shape[:2], 0))
     pred = {lik.quantity: (dims, quantity)}
     rng = np.random.default_rng(derive_seed(params.sampler_for(stage).seed, STAGE_KEYS[stage], *PREDICTIVE_KEYS))
     noise = test["noise"] or [None] * tasks.n_groups
     draws = [lik.predictive_draws(d, n, rng) for d, n in zip(test["draws"], noise, strict=True)]
     if split.y.size and draws[0] is not None:
-        pred["y"] = (dims, evaluation.split_order(split, draws))
+        pred["y"] = (dims, split_order(split, draws))
     return {
         "log_likelihood": xr.Dataset({"y": (dims, log_lik)}, coords=dict(observed.coords)),
         "predictions": xr.Dataset(pred, coords=coords),
@@ -343,8 +351,8 @@ def _group_test_diagnostics(tasks: Tasks, g: int, posterior: xr.Dataset, specs) 
     rows = test.rows(g)
     if not rows.size:
         return None
-    draws = evaluation.quantity_draws(tasks, evaluation.group_weights(posterior, specs, None), test.X[rows])
-    return evaluation.function_space_diagnostics(draws)
+    draws = quantity_draws(tasks, group_weights(posterior, specs, None), test.X[rows])
+    return criterion.function_space_diagnostics(draws)
 
 
 def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Sequence[cluster.GroupJob],
@@ -389,21 +397,21 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
         by_fit: dict[tuple[int, float], list[int]] = {}
         for g, (k, ta, d, div) in pending.items():
             transitions = s.chains * k * s.draws
-            short = d is not None and not evaluation.meets_bar(d["max_rhat"], d["min_ess_bulk"])
-            diverging = not evaluation.divergences_within_bar(div, transitions)
+            short = d is not None and not criterion.meets_bar(d["max_rhat"], d["min_ess_bulk"])
+            diverging = not criterion.divergences_within_bar(div, transitions)
             if not short and not diverging:
                 continue
             k_next = k
             if short:
                 ess = d["min_ess_bulk"]
                 grow = k + 1
-                if np.isfinite(ess) and 0 < ess < evaluation.ESS_MIN:
-                    grow = max(grow, int(np.ceil(k * evaluation.ESS_MIN * ESS_SPARE / ess)))
+                if np.isfinite(ess) and 0 < ess < ESS_MIN:
+                    grow = max(grow, int(np.ceil(k * ESS_MIN * ESS_SPARE / ess)))
                 k_next = max(k, min(grow, s.max_refit_factor))
             ta_next = s.refit_target_accept if diverging and s.refit_target_accept > ta else ta
             what = ", ".join(([f"function-space R-hat {d['max_rhat']:.3f}, bulk ESS {d['min_ess_bulk']:.0f}"]
                               if short else []) +
-                             ([f"{div} divergences, past the bar's {evaluation.DIVERGENT_SHARE_MAX:.1%} of "
+                             ([f"{div} divergences, past the bar's {DIVERGENT_SHARE_MAX:.1%} of "
                                f"{transitions} transitions"] if diverging else []))
             if k_next == k and ta_next == ta:
                 if short and s.max_draws > s.draws:

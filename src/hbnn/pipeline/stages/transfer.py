@@ -19,7 +19,7 @@ import numpy as np
 
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks, load_tasks
-from hbnn.diagnostics import evaluation
+from hbnn.diagnostics import evaluation, predictions
 from hbnn.files.io import (
     InputError,
     as_builtin,
@@ -181,16 +181,16 @@ def population_predictions(params: Params, tasks: Tasks, posterior, heldout: lis
                            ) -> dict[str, list]:
     """The hierarchical population's predictive (one new-group network per posterior draw, as ``hbnn predict``
     scores an unseen group) on each held-out group's test rows, as one split of
-    :func:`hbnn.diagnostics.evaluation.evaluate_groups`."""
+    :func:`hbnn.diagnostics.predictions.evaluate_groups`."""
     lik = likelihoods.get(tasks.likelihood)
     rng = np.random.default_rng(derive_seed(params.transfer.seed, STAGE_KEYS["transfer_population"]))
     weights = population_weights(posterior, specs, rng)
-    noise = tasks.y_sd * evaluation.group_noise(posterior, None) if lik.has_noise else None
+    noise = tasks.y_sd * predictions.group_noise(posterior, None) if lik.has_noise else None
     test = tasks.split("test")
     out = {"draws": [], "noise": [] if lik.has_noise else None, "y": []}
     for name in heldout:
         rows = test.rows(tasks.group_names.index(name))
-        out["draws"].append(evaluation.quantity_draws(tasks, weights, test.X[rows]))
+        out["draws"].append(predictions.quantity_draws(tasks, weights, test.X[rows]))
         if lik.has_noise:
             out["noise"].append(noise)
         out["y"].append(lik.mean_label(test.y[rows], tasks.y_mean, tasks.y_sd))
@@ -218,7 +218,7 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
         lpd = {}
         for name in MODELS:
             pred = transfer.subset(tests[name], idx)
-            pooled, _ = evaluation.split_scores(lik, pred)
+            pooled, _ = predictions.split_scores(lik, pred)
             lpd[name] = transfer.row_lpd(lik, pred)
             per_fit = [fits[name]["per_group"][refits[i].name] for i in idx]
             row[name] = {"test": pooled | {"lpd_mean": float(lpd[name].mean())}, "lpd_se": _se(lpd[name]),
@@ -231,7 +231,7 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
         pop = np.concatenate([pop_lpd[heldout.index(refits[i].group)] for i in idx])
         row["informed_vs_population"] = transfer.paired_difference(lpd[INFORMED.name], pop)
         sizes[label] = row
-    pop_scores, _ = evaluation.split_scores(lik, population)
+    pop_scores, _ = predictions.split_scores(lik, population)
     all_pop = np.concatenate(pop_lpd)
     per_fit = {name: [fits[name]["per_group"][r.name] for r in refits] for name in MODELS}
     return {

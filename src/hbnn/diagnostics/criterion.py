@@ -1,0 +1,274 @@
+"""The convergence criterion (DESIGN.md, Stan and ArviZ practice) applied to a fit: rank-normalised split R-hat
+and bulk ESS of every group's test-point quantities and of the group sds, divergences within 0.1% of the
+draws, and what a fit's draws so far still miss (:class:`Shortfall`, judged at each look of run-length
+control). Convergence is judged in function space, because weight space is symmetric under hidden-unit
+permutations and sign flips and so weight-space R-hat says little.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+
+from hbnn.config import DIVERGENT_SHARE_MAX, ESS_MIN, RHAT_MAX  # the convergence bar
+from hbnn.data.tasks import Tasks
+from hbnn.diagnostics import convergence
+from hbnn.diagnostics.predictions import _test_draws
+from hbnn.model.network import LayerSpec
+
+
+def function_space_diagnostics(probs: np.ndarray) -> dict[str, float]:
+    """Max rank-normalised split R-hat and min bulk ESS over prediction points: what the convergence bar judges.
+
+    ``probs`` is ``(chain, draw, point)``. The values equal ArviZ's (``az.rhat``,
+    ``az.ess``), computed for all points at once (:mod:`hbnn.diagnostics.convergence`); R-hat
+    needs at least 2 chains and is NaN otherwise, as in ArviZ.
+    """
+    rhat, bulk = convergence.rhat_and_ess_bulk(probs)
+    # NaN where every value is NaN (R-hat of one chain), as np.nanmax gives it, without its warning: no
+    # warnings.catch_warnings here, which would swap the process's filters while score_fit's PSIS thread runs
+    return {"max_rhat": _nan_extreme(rhat, np.max), "min_ess_bulk": _nan_extreme(bulk, np.min)}
+
+
+def _nan_extreme(values: np.ndarray, extreme) -> float:
+    """``extreme`` (``np.max``, ``np.min``) of the values that are not NaN, NaN where there are none."""
+    kept = values[~np.isnan(values)]
+    return float(extreme(kept)) if kept.size else float("nan")
+
+
+def distinct_chains(probs: np.ndarray) -> dict[str, float] | None:
+    """Evidence that a group's chains settled in distinct functions rather than mixing slowly.
+
+    ``probs`` is ``(chain, draw, point)``. At the point with the largest R-hat,
+    each chain's mean and its Monte Carlo standard error (sd / sqrt(the chain's
+    own bulk ESS)) are compared: the chains are distinct when two means lie more
+    than ``DISTINCT_SIGMA`` standard errors apart while every chain has at least
+    ``DISTINCT_CHAIN_ESS`` effective draws of its own (each chain is well sampled,
+    they just sample different places). Returns the numbers behind that verdict,
+    or ``None`` when the evidence is absent (fewer than 2 chains, or chains
+    that are merely slow: more draws would fix those).
+    """
+    if probs.shape[0] < 2:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rhat = convergence.rhat(probs)
+    if not np.isfinite(rhat).any():
+        return None
+    i = int(np.nanargmax(rhat))
+    x = probs[:, :, i]
+    ess = convergence.ess_bulk(x.T[None])  # each chain as one quantity of a one-chain array
+    means = x.mean(axis=1)
+    se = x.std(axis=1, ddof=1) / np.sqrt(np.maximum(ess, 1.0))
+    with np.errstate(invalid="ignore", divide="ignore"):  # two constant chains: 0/0
+        sigma = float(np.nanmax(np.abs(means[:, None] - means[None, :]) / np.hypot(se[:, None], se[None, :]),
+                                initial=0.0))
+    if sigma < DISTINCT_SIGMA or ess.min() < DISTINCT_CHAIN_ESS:
+        return None
+    return {"rhat": float(rhat[i]), "test_point": i, "chain_means": {str(c): float(m) for c, m in enumerate(means)},
+            "chain_ess_bulk": {str(c): float(e) for c, e in enumerate(ess)}, "separation_sigma": sigma}
+
+
+def scalar_diagnostics(posterior: xr.Dataset, var_names: Sequence[str], tail: bool = True
+                       ) -> dict[str, dict[str, float]]:
+    """R-hat and ESS (bulk and, with ``tail``, tail) of scalar posterior variables (the hierarchical group sds),
+    as ``az.rhat`` and ``az.ess`` give them (:mod:`hbnn.diagnostics.convergence`)."""
+    x = np.stack([posterior[v].transpose("chain", "draw").values for v in var_names], axis=-1)
+    rhat, bulk = convergence.rhat_and_ess_bulk(x)
+    tails = convergence.ess_tail(x) if tail else None
+    return {v: {"rhat": float(rhat[i]), "ess_bulk": float(bulk[i]), **({"ess_tail": float(tails[i])} if tail else {})}
+            for i, v in enumerate(var_names)}
+
+
+DISTINCT_SIGMA = 4.0  # chain means this many standard errors apart: distinct functions (distinct_chains)
+
+
+DISTINCT_CHAIN_ESS = 100  # ... found by chains with at least this many effective draws each
+
+
+def group_converged(rhat: float | None, ess: float | None, divergences: int, draws: int,
+                    advi: dict | None = None) -> bool:
+    """A group meets the bar: function-space R-hat <= 1.01, bulk ESS >= 400 and divergences (of the fit the
+    group's draws come from) <= 0.1% of ``draws``. A missing R-hat (one chain) does not meet it.
+
+    ADVI fits (``advi``: :func:`advi_loss_trend` of the loss the group's draws come from) are judged on
+    what applies to them: their draws are independent draws from the approximation, so R-hat tests nothing
+    (across thousands of quantities it exceeds 1.01 by chance alone) and there are no divergences; the bar
+    is a loss no longer falling and bulk ESS >= 400 (Monte Carlo precision of the reported numbers)."""
+    if advi is not None:
+        return bool(ess is not None and ess >= ESS_MIN and not advi["still_falling"])
+    return bool(meets_bar(rhat, ess) and divergences_within_bar(divergences, draws))
+
+
+def divergences_within_bar(divergences: int, draws: int) -> bool:
+    """At most 0.1% (:data:`DIVERGENT_SHARE_MAX`) of ``draws`` diverged: the divergence part of
+    :func:`group_converged`'s bar."""
+    return bool(divergences <= DIVERGENT_SHARE_MAX * draws)
+
+
+def sd_converged(diagnostics: dict, advi: bool = False) -> bool:
+    """A hierarchical group sd meets the bar (``diagnostics``: its ``rhat`` and ``ess_bulk``); for ADVI's
+    independent draws only the ESS is judged, as :func:`group_converged` judges ADVI's groups."""
+    if advi:
+        return bool((diagnostics.get("ess_bulk") or 0) >= ESS_MIN)
+    return meets_bar(diagnostics.get("rhat"), diagnostics.get("ess_bulk"))
+
+
+def meets_bar(rhat: float | None, ess: float | None) -> bool:
+    """R-hat <= 1.01 and bulk ESS >= 400 (a missing or NaN R-hat does not meet it): the MCMC part of
+    :func:`group_converged`'s bar, for any quantity."""
+    return bool(rhat is not None and np.isfinite(rhat) and rhat <= RHAT_MAX and ess is not None and ess >= ESS_MIN)
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """What in a fit's draws misses the bar, as a log line says it (``text``, worst first), and the smallest
+    bulk ESS among the quantities that miss it (``min_ess``: past :data:`ESS_MIN` where only R-hat misses), from
+    which a fit drawn until the bar is met estimates the draws it still needs, and the largest R-hat among them
+    (``max_rhat``, of the quantity ``rhat_of``), which says whether the chains sit in different places."""
+
+    text: str
+    min_ess: float
+    max_rhat: float = float("nan")
+    rhat_of: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def convergence_shortfall(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[LayerSpec],
+                          scalar_vars: Sequence[str] = ()) -> Shortfall | None:
+    """What in a joint fit's draws misses the R-hat and ESS bar of :func:`group_converged` (every group's
+    test-point quantity and the ``scalar_vars``, e.g. the group sds), worst first; ``None`` when nothing does.
+
+    The same numbers as the metrics' (:func:`fit_metrics`), so a fit drawn until this says ``None`` reports
+    every group converged unless its divergences miss the bar, which more draws do not mend.
+    """
+    return _shortfall(tasks, _test_draws(tasks, posterior, specs), posterior, scalar_vars)[0]
+
+
+# A group whose test-point quantities all have at least this bulk ESS and at most this R-hat at a look is evaluated
+# again only once every other group meets the bar (:class:`ShortfallCheck`)
+COMFORT_ESS = 1.5 * ESS_MIN
+
+
+COMFORT_RHAT = 1 + (RHAT_MAX - 1) / 2
+
+
+class ShortfallCheck:
+    """:func:`convergence_shortfall` for a fit drawn until it meets the bar, which looks at ever longer prefixes
+    of the same chains: the test-point quantity of the draws seen at the last look is kept, so a look computes
+    it for the new draws only. A posterior that does not start with the draws seen before (another run) is
+    computed whole.
+
+    R-hat and ESS (most of a look's cost: ~0.27 s of a core per look of the default fit, taken from the chains'
+    two cores) are evaluated for every group at the first look; at later ones only for the groups that were
+    not past the bar by a margin (:data:`COMFORT_ESS`, :data:`COMFORT_RHAT`) when last evaluated, and for the
+    ``scalar_vars``. Once those meet the bar every group is evaluated again, so a fit stops only at a look
+    where everything meets the bar. Where no group left out falls from the margin to under the bar between
+    two such full looks, every look says what evaluating every group says, and the fit looks and stops where
+    it would. Where one does, it is named at the next full look, and until then the next look (set by the
+    smallest ESS short of the bar) and a restart of chains that only that group shows split (R-hat past
+    :data:`hbnn.sampling.restarts.RESTART_RHAT`) wait for it; the group sds are evaluated at every look.
+    """
+
+    def __init__(self, tasks: Tasks, specs: Sequence[LayerSpec], scalar_vars: Sequence[str] = ()):
+        self.tasks, self.specs, self.scalar_vars = tasks, specs, list(scalar_vars)
+        self.draws: list[np.ndarray] | None = None  # per group, (chain, seen, n)
+        self.last: np.ndarray | None = None  # the first weights' values at the last draw seen, to recognise a prefix
+        self.watched: set[str] | None = None  # groups evaluated at every look (None: every group)
+
+    def __call__(self, posterior: xr.Dataset) -> Shortfall | None:
+        seen = 0 if self.draws is None else self.draws[0].shape[1]
+        marker = posterior[self.specs[0].var]
+        n = posterior.sizes["draw"]
+        if not 0 < seen <= n or not np.array_equal(marker.isel(draw=seen - 1).values, self.last):
+            seen, self.draws, self.watched = 0, None, None
+        new = _test_draws(self.tasks, posterior.isel(draw=slice(seen, n)), self.specs)
+        self.draws = new if self.draws is None else [np.concatenate(p, axis=1) for p in zip(self.draws, new,
+                                                                                           strict=True)]
+        self.last = marker.isel(draw=n - 1).values
+        numbers = {}
+        if self.watched is not None:
+            short, numbers = _shortfall(self.tasks, self.draws, posterior, self.scalar_vars, self.watched)
+            if short is not None:
+                self.watched = _near_the_bar(numbers)
+                return short
+        short, numbers = _shortfall(self.tasks, self.draws, posterior, self.scalar_vars, known=numbers)
+        self.watched = _near_the_bar(numbers)
+        return short
+
+
+def _near_the_bar(numbers: dict[str, tuple[float, float]]) -> set[str]:
+    """The groups of ``numbers`` (``name: (max R-hat, min bulk ESS)``) not past the bar by the margin."""
+    return {name for name, (rhat, ess) in numbers.items()
+            if not (np.isfinite(rhat) and rhat <= COMFORT_RHAT and ess >= COMFORT_ESS)}
+
+
+def _shortfall(tasks: Tasks, test_draws: Sequence[np.ndarray], posterior: xr.Dataset, scalar_vars: Sequence[str],
+               groups: set[str] | None = None, known: dict[str, tuple[float, float]] | None = None
+               ) -> tuple[Shortfall | None, dict[str, tuple[float, float]]]:
+    """What misses the bar among ``groups`` (default: all) and the ``scalar_vars``, and each evaluated group's
+    test-point ``(max R-hat, min bulk ESS)``; ``known``: those numbers of some groups at these draws already."""
+    misses, numbers = [], {}
+    for name, draws in zip(tasks.group_names, test_draws, strict=True):
+        if draws.shape[2] and (groups is None or name in groups):
+            if known and name in known:
+                numbers[name] = known[name]
+            else:
+                d = function_space_diagnostics(draws)
+                numbers[name] = (d["max_rhat"], d["min_ess_bulk"])
+            misses.append((name, "test-point", *numbers[name]))
+    for var, d in (scalar_diagnostics(posterior, scalar_vars, tail=False) if scalar_vars else {}).items():
+        misses.append((var, "", d["rhat"], d["ess_bulk"]))
+    misses = [m for m in misses if not meets_bar(m[2], m[3])]
+    if not misses:
+        return None, numbers
+    misses.sort(key=lambda m: m[3])
+    shown = ", ".join(f"{n} ({k + ' ' if k else ''}R-hat {r:.3f}, bulk ESS {e:.0f})" for n, k, r, e in misses[:3])
+    more = f" and {len(misses) - 3} more" if len(misses) > 3 else ""
+    what = "1 quantity misses" if len(misses) == 1 else f"{len(misses)} quantities miss"
+    worst = max(misses, key=lambda m: -np.inf if np.isnan(m[2]) else m[2])
+    return Shortfall(f"{what} R-hat <= {RHAT_MAX} and bulk ESS >= {ESS_MIN}: {shown}{more}", float(misses[0][3]),
+                     float(worst[2]), f"{worst[0]}{' ' + worst[1] if worst[1] else ''}"), numbers
+
+
+ADVI_FALSE_ALARM = 0.01  # chance that some curve of a flat set of ADVI loss curves is called still falling
+
+
+ADVI_MIN_DROP = 0.005  # ... and a fall smaller than this share of the loss is not worth more iterations
+
+
+def advi_loss_trend(loss: np.ndarray) -> list[dict]:
+    """Whether each ADVI loss curve (``(fits, iterations)``, the negative ELBO per iteration) is still falling.
+
+    Compares the mean loss of the last quarter of the iterations with that of the quarter before:
+    ``drop`` is the fall as a share of the final loss, ``z`` the fall in standard errors (iterations taken
+    as independent: the loss is mostly Monte Carlo noise around a slow trend). A curve is still falling
+    when ``z`` exceeds the one-sided normal quantile that keeps the chance of any false alarm over all
+    ``fits`` curves at :data:`ADVI_FALSE_ALARM` (Bonferroni: 2.3 for one curve, 4.3 for 1000) and the
+    fall exceeds :data:`ADVI_MIN_DROP`. On a 60-group flat fit this called 0 of 60 curves still falling
+    after 5000 iterations; the hierarchical fit at 1000 iterations (z 16, 10% fall) and at 5000 (z 8,
+    2% fall) were.
+    """
+    from scipy.special import ndtri
+
+    loss = np.atleast_2d(np.asarray(loss, dtype=float))
+    w = loss.shape[1] // 4
+    critical = float(ndtri(1 - ADVI_FALSE_ALARM / loss.shape[0]))
+    out = []
+    for curve in loss:
+        if w < 2:  # too few iterations to tell
+            out.append({"drop": None, "z": None, "still_falling": False})
+            continue
+        before, last = curve[-2 * w:-w], curve[-w:]
+        fall = before.mean() - last.mean()
+        se = np.sqrt((before.var(ddof=1) + last.var(ddof=1)) / w)
+        z = fall / se if se > 0 else (np.inf if fall > 0 else 0.0)
+        drop = fall / abs(last.mean()) if last.mean() else 0.0
+        out.append({"drop": float(drop), "z": float(z), "still_falling": bool(z > critical and drop > ADVI_MIN_DROP)})
+    return out

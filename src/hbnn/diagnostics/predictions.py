@@ -1,0 +1,126 @@
+"""Each group's posterior draws of the function-space quantity (a probability, a mean, a rate) from the
+posterior weights, and the scores the likelihood (:mod:`hbnn.model.likelihoods`) gives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import xarray as xr
+from scipy.special import expit
+
+from hbnn.data.tasks import Split, Tasks
+from hbnn.model import likelihoods
+from hbnn.model.network import LayerSpec
+
+
+def group_weights(posterior: xr.Dataset, specs: Sequence[LayerSpec], group: str | None) -> list[np.ndarray]:
+    """Per-layer weight arrays ``(chain, draw, *layer.shape)`` for one group.
+
+    ``group=None`` reads weights without a group dim (e.g. a population net).
+    """
+    out = []
+    for s in specs:
+        da = posterior[s.var]
+        values, dims = da.values, list(da.dims)
+        if group is not None:  # NumPy's indexing: xarray's sel and transpose took ~1.7 ms a layer and group
+            axis = dims.index("group")
+            # a view: np.take copies a non-contiguous array whole first (a per-group stage's stacked posterior is
+            # group-major in memory), ~3 ms a call on the transfer stage's 36 groups
+            values = values[(slice(None),) * axis + (da.indexes["group"].get_loc(group),)]
+            del dims[axis]
+        out.append(np.transpose(values, [dims.index(d) for d in ("chain", "draw", *s.dims)]))
+    return out
+
+
+def group_noise(posterior: xr.Dataset, group: str | None) -> np.ndarray:
+    """The gaussian noise sd ``sigma`` as ``(chain, draw)`` for one group (shared or per-group)."""
+    da = posterior["sigma"]
+    if "group" in da.dims:
+        da = da.sel(group=group)
+    return da.transpose("chain", "draw").values
+
+
+def predict_output(weights: Sequence[np.ndarray], X: np.ndarray, link=None) -> np.ndarray:
+    """Network outputs ``(chain, draw, n)`` at rows ``X (n, feature)``, passed through ``link`` if given: the
+    compiled float64 forward pass (:func:`hbnn.model.forward.outputs`), which agrees with
+    :func:`hbnn.model.network.mlp_logit` to ~1e-15 relative."""
+    from hbnn.model import forward  # numba: imported where outputs are wanted, not by every user of this module
+
+    chains, draws = weights[0].shape[:2]
+    flat = [w.reshape(chains * draws, *w.shape[2:]) for w in weights]
+    out = forward.outputs(X, flat, np.float64)
+    return (out if link is None else link(out)).reshape(chains, draws, X.shape[0])
+
+
+def predict_proba(weights: Sequence[np.ndarray], X: np.ndarray) -> np.ndarray:
+    """Probabilities ``(chain, draw, n)`` of ``y = 1`` at rows ``X (n, feature)``."""
+    return predict_output(weights, X, link=expit)
+
+
+def quantity_draws(tasks: Tasks, weights: Sequence[np.ndarray], X: np.ndarray) -> np.ndarray:
+    """The function-space quantity ``(chain, draw, n)`` (the likelihood's mean, in the label's original units) at
+    rows ``X`` of ``tasks``, for per-layer weight draws ``weights`` (:func:`group_weights`)."""
+    return likelihoods.get(tasks.likelihood).mean(predict_output(weights, X), tasks.y_mean, tasks.y_sd)
+
+
+def evaluate_groups(
+    tasks: Tasks, weights_of, splits: Sequence[str] = ("train", "test"), noise_of=None
+) -> dict[str, dict[str, list]]:
+    """Posterior draws of the function-space quantity ``(chain, draw, n)`` for every group and split.
+
+    ``weights_of(g)`` returns :func:`group_weights` for group index ``g``; where
+    the likelihood has a noise sd, ``noise_of(g)`` returns it (:func:`group_noise`).
+    Gives ``{split: {"draws": [per group], "noise": [per group (chain, draw)] or
+    None, "y": [per group]}}``, all in the label's original units (the tasks'
+    ``y_mean`` and ``y_sd`` undone).
+    """
+    lik = likelihoods.get(tasks.likelihood)
+    result = {}
+    for name in splits:
+        split: Split = tasks.split(name)
+        draws, noise, ys = [], [], []
+        for g in range(tasks.n_groups):
+            rows = split.rows(g)
+            draws.append(quantity_draws(tasks, weights_of(g), split.X[rows]))
+            if lik.has_noise:
+                noise.append(tasks.y_sd * noise_of(g))
+            ys.append(lik.mean_label(split.y[rows], tasks.y_mean, tasks.y_sd))
+        result[name] = {"draws": draws, "noise": noise if lik.has_noise else None, "y": ys}
+    return result
+
+
+def split_scores(lik: likelihoods.Likelihood, pred: dict[str, list]
+                 ) -> tuple[dict[str, float], list[dict[str, float] | None]]:
+    """Pooled scores over every row of a split and per-group scores (None for a group without rows).
+
+    ``pred`` is one split of :func:`evaluate_groups`.
+    """
+    noise = pred["noise"] or [None] * len(pred["draws"])
+    points = [lik.pointwise(d, n, y) for d, n, y in zip(pred["draws"], noise, pred["y"], strict=True)]
+    pooled = lik.scores({k: np.concatenate([p[k] for p in points]) for k in points[0]})
+    per = [lik.scores(p) if y.size else None for p, y in zip(points, pred["y"], strict=True)]
+    return pooled, per
+
+
+def _test_draws(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[LayerSpec]) -> list[np.ndarray]:
+    """Every group's test-point quantity ``(chain, draw, n)`` at ``posterior``'s draws."""
+    return evaluate_groups(tasks, lambda g: group_weights(posterior, specs, tasks.group_names[g]), ("test",),
+                           noise_of=lambda g: group_noise(posterior, tasks.group_names[g]))["test"]["draws"]
+
+
+def split_order(split: Split, per_group: Sequence[np.ndarray]) -> np.ndarray:
+    """Per-group arrays ``(..., n_g)`` (in :meth:`Split.rows` order) as one ``(..., n)`` in the split's row order."""
+    out = np.empty((*per_group[0].shape[:-1], split.y.size), dtype=np.result_type(*per_group))
+    for g, values in enumerate(per_group):
+        out[..., split.rows(g)] = values
+    return out
+
+
+def pointwise_log_likelihood(tasks: Tasks, pred: dict[str, list], split: str = "train") -> np.ndarray:
+    """``log p(y_i | draw)`` as ``(chain, draw, n)`` over the rows of ``split``, from :func:`evaluate_groups` output."""
+    lik = likelihoods.get(tasks.likelihood)
+    noise = pred["noise"] or [None] * len(pred["draws"])
+    per_group = [lik.log_density(d, n, y) for d, n, y in zip(pred["draws"], noise, pred["y"], strict=True)]
+    return split_order(tasks.split(split), per_group)

@@ -22,7 +22,8 @@ from hbnn.files.io import InputError, detail_path, provenance, stamp, write_json
 from hbnn.model.network import layer_coords, layer_specs
 from hbnn.pipeline import transfer
 from hbnn.pipeline.variants import STAGE_PARAMS
-from hbnn.report import numbers, outputs, plots, sections
+from hbnn.report import numbers, outputs, plots, sections, transfer_section
+from hbnn.report import status as report_status
 from hbnn.report.stage import report
 
 N_GROUPS = 7
@@ -548,14 +549,15 @@ def test_transfer_reading_where_the_largest_size_is_beyond_two_standard_errors(w
         return {"difference": {"mean": mean, "se": 0.01}, "rows_mean": rows}
 
     sizes = {"n2": size(0.005 if within else 0.05, 2), "n8": size(0.05, 8), "all": size(0.03, 50)}
-    text = sections._transfer_reading(sizes, None)
+    text = transfer_section._transfer_reading(sizes, None)
     assert text.endswith(expected)
     # without an all-rows fit, the largest size is not every row the groups have
-    assert "every training row" not in sections._transfer_reading({"n2": size(0.05, 2), "n8": size(0.05, 8)}, None)
+    sizes = {"n2": size(0.05, 2), "n8": size(0.05, 8)}
+    assert "every training row" not in transfer_section._transfer_reading(sizes, None)
     # one test row: no standard error, and stops_mattering cannot call it within; the reading does not call it beyond
     lone = {"n2": size(0.05, 2), "all": {"difference": {"mean": 0.2, "se": float("nan")}, "rows_mean": 50}}
     assert transfer.stops_mattering({k: v["difference"] for k, v in lone.items()}) is None
-    text = sections._transfer_reading(lone, None)
+    text = transfer_section._transfer_reading(lone, None)
     assert "beyond 2 standard errors at the largest" not in text and "no standard error to judge it by" in text
 
 
@@ -599,11 +601,11 @@ def test_status_is_green_when_every_model_converged():
     good = {"per_group": {g: {"converged": True, "rhat_fn": 1.0, "ess_bulk_fn": 900.0} for g in names},
             "sampling": {"max_rhat_fn": 1.0, "min_ess_bulk_fn": 900.0, "divergences": 0}}
     metrics = {v: good for v in numbers.MODELS}
-    sec = sections._status_section(metrics, names, ["sd_in"])
+    sec = report_status._status_section(metrics, names, ["sd_in"])
     assert sec.failing is False and sec.anchor == "status" and sec.blocks[0].text.startswith("CONVERGED")
     bad = {**good, "per_group": {**good["per_group"], "b": {"converged": False, "rhat_fn": 1.03, "ess_bulk_fn": 97.0,
                                                            "divergences": 2}}}
-    sec = sections._status_section({**metrics, "informed": bad}, names, ["sd_in"])
+    sec = report_status._status_section({**metrics, "informed": bad}, names, ["sd_in"])
     assert sec.failing is True and "b (R-hat 1.030, ESS 97, 2 divergences)" in sec.blocks[1].rows[2]
 
 
@@ -614,11 +616,11 @@ def test_status_lists_the_chains_started_again_with_their_reason():
     restarted = {**good, "sampling": {**good["sampling"], "restarts": 1, "restarted": [
         {"reason": "87 divergences in the first 500 draws per chain", "restarted_from_chain": 1,
          "draws_per_chain": 500, "leapfrog_steps": 1532869, "chains": []}]}}
-    sec = sections._status_section({**{v: good for v in numbers.MODELS}, "hierarchical": restarted}, names,
+    sec = report_status._status_section({**{v: good for v in numbers.MODELS}, "hierarchical": restarted}, names,
                                    ["sd_in"])
     (para,) = [b for b in sec.blocks if getattr(b, "text", "").startswith("Chains started again")]
     none = {**good, "sampling": {**good["sampling"], "restarts": 0}}
-    sec0 = sections._status_section({**{v: good for v in numbers.MODELS}, "hierarchical": none}, names, ["sd_in"])
+    sec0 = report_status._status_section({**{v: good for v in numbers.MODELS}, "hierarchical": none}, names, ["sd_in"])
     assert any(getattr(b, "text", "").startswith("No chains were started again") for b in sec0.blocks)
     assert sec.failing is False  # a restart is not a miss: the new chains are judged like any others
     assert ("Hierarchical, after 500 draws per chain: 87 divergences in the first 500 draws per chain; started again "
@@ -636,27 +638,27 @@ def test_status_judges_advi_fits_by_their_loss_not_by_r_hat():
             "sampling": {"max_rhat_fn": 1.016, "min_ess_bulk_fn": 480.0, "divergences": 0, "advi_still_falling": 0,
                          "group_sd": {"sd_in": {"rhat": 1.02, "ess_bulk": 900.0}}}}
     metrics = {"flat": advi, "hierarchical": advi, "informed": good}
-    sec = sections._status_section(metrics, names, ["sd_in"])
+    sec = report_status._status_section(metrics, names, ["sd_in"])
     assert sec.failing is False and sec.blocks[0].text.startswith("CONVERGED")  # R-hat 1.016 is not a failure
     assert sec.blocks[1].rows[0][0] == "Flat (ADVI)" and sec.blocks[1].rows[0][3] == "1.016 (not judged)"
     assert "Fitted with ADVI: Flat, Hierarchical" in sec.blocks[2].text
     falling = {"drop": 0.02, "z": 8.06, "still_falling": True}
     joint = {"per_group": {g: {**advi["per_group"][g], "converged": False, "advi_loss": falling} for g in names},
              "sampling": {**advi["sampling"], "advi_still_falling": 1}}
-    sec = sections._status_section({**metrics, "hierarchical": joint}, names, ["sd_in"])
+    sec = report_status._status_section({**metrics, "hierarchical": joint}, names, ["sd_in"])
     cell = sec.blocks[1].rows[1][6]
     assert sec.failing is True and cell == ("all 20 (one joint fit, its loss still falling: 2.0% over the last "
                                             "quarter of the iterations, 8.1 standard errors)")
     assert ("sample longer or with more chains (NUTS), or, for ADVI, run more iterations (advi.iterations) where the "
             "loss was still falling or draw more (draws) where only the ESS misses," in sec.blocks[0].text)
-    sec = sections._status_section({**metrics, "hierarchical": joint, "informed": advi}, names, ["sd_in"])
+    sec = report_status._status_section({**metrics, "hierarchical": joint, "informed": advi}, names, ["sd_in"])
     # every model ADVI: the remedy names both of its causes (a loss still falling; too few draws for the ESS)
     assert ("diagnostics; run more ADVI iterations (advi.iterations) where the loss was still falling, or draw more "
             "from the approximation (draws) where only the ESS misses, before relying" in sec.blocks[0].text)
     one = {**advi, "per_group": {**advi["per_group"], "g3": {**advi["per_group"]["g3"], "converged": False,
                                                               "advi_loss": falling}},
            "sampling": {**advi["sampling"], "advi_still_falling": 1}}
-    sec = sections._status_section({**metrics, "flat": one}, names, ["sd_in"])
+    sec = report_status._status_section({**metrics, "flat": one}, names, ["sd_in"])
     assert sec.blocks[1].rows[0][6] == ("g3 (loss still falling: 2.0% over the last quarter of the iterations, "
                                         "8.1 standard errors, ESS 480)")
 
@@ -666,7 +668,7 @@ def test_transfer_status_names_why_the_hierarchical_fit_misses_the_bar():
 
     def status(**hier):
         h = {"groups_not_converged": 0, "max_rhat": 1.004, "min_ess_bulk": 900.0, **hier}
-        return sections._transfer_status({"training_groups": [f"g{i}" for i in range(990)],
+        return report_status._transfer_status({"training_groups": [f"g{i}" for i in range(990)],
                                           "sampling": {"hierarchical": h, **refits}})
 
     assert status() == ("Transfer experiment (Transfer to new groups): the hierarchical fit of the 990 training "
@@ -683,7 +685,7 @@ def test_transfer_status_names_why_the_hierarchical_fit_misses_the_bar():
     assert failing and "ADVI: its loss was still falling, so every group misses: 990 groups;" in text
     assert "R-hat" not in text
     assert status(max_rhat=1.015, advi_still_falling=0)[1] is False  # ADVI's R-hat is not judged
-    one = sections._transfer_status({"training_groups": ["g1"], "sampling": {
+    one = report_status._transfer_status({"training_groups": ["g1"], "sampling": {
         "hierarchical": {"groups_not_converged": 1, "max_rhat": 1.02, "min_ess_bulk": 90.0}, **refits}})[0]
     assert "the hierarchical fit of the 1 training group MISSES it (1 group missing it; max R-hat" in one
 
@@ -701,7 +703,7 @@ def test_status_remedy_names_the_settings_that_say_how_long_and_a_fit_stopped_at
     metrics = {v: good for v in numbers.MODELS}
 
     def verdict(changed: dict, drawn: dict = drawn, sets: dict = settings) -> str:
-        return sections._status_section({**metrics, **changed}, names, ["sd_in"], None, sets, drawn).blocks[0].text
+        return report_status._status_section({**metrics, **changed}, names, ["sd_in"], None, sets, drawn).blocks[0].text
 
     assert ("diagnostics; the Hierarchical fit stopped at 1200 draws per chain (hier_sampler.max_draws=1200): sample "
             "longer (raise hier_sampler.max_draws) or with more chains before relying"
@@ -810,13 +812,13 @@ def test_report_wording_follows_the_likelihood():
 
     for name, words in (("bernoulli", "predicted test probabilities"), ("gaussian", "predicted test means"),
                         ("poisson", "predicted test rates")):
-        text = sections._diagnostics_section({v: {} for v in numbers.MODELS}, ["g0"], [], [], None,
+        text = report_status._diagnostics_section({v: {} for v in numbers.MODELS}, ["g0"], [], [], None,
                                              likelihoods.LIKELIHOODS[name]).how_to_read
         assert f"on the {words} of each group" in text
     # the transfer's row subsets are stratified by label for a classifier only (hbnn.pipeline.transfer.nested_order)
     bernoulli, gaussian = likelihoods.LIKELIHOODS["bernoulli"], likelihoods.LIKELIHOODS["gaussian"]
-    assert "rows, stratified by label, and all" in sections._transfer_section(None, bernoulli).how_to_read
-    assert "stratified" not in sections._transfer_section(None, gaussian).how_to_read
+    assert "rows, stratified by label, and all" in transfer_section._transfer_section(None, bernoulli).how_to_read
+    assert "stratified" not in transfer_section._transfer_section(None, gaussian).how_to_read
 
 
 def test_a_linear_models_weight_correlations_name_the_output_not_hidden_units():
@@ -862,12 +864,13 @@ def test_transfer_sizes_that_pool_different_groups_are_flagged():
     fits = {name: {} for name in ("A/n2", "A/all", "F/n2", "F/n16", "F/all", "C/n2", "C/all")}
     by_size = groups_by_size(fits)
     assert by_size == {"n2": ["A", "F", "C"], "n16": ["F"], "all": ["A", "F", "C"]}
-    text = sections._uneven_groups(by_size)
+    text = transfer_section._uneven_groups(by_size)
     assert "scored on different held-out groups" in text and "n16: F;" in text and "and at all" in text
-    assert "and at all" not in sections._uneven_groups({"n2": ["A", "B"], "n16": ["B"]})  # transfer.all_rows false
-    many = sections._uneven_groups({"n2": [f"G{i}" for i in range(25)], "n16": ["G1"]})
+    # transfer.all_rows false
+    assert "and at all" not in transfer_section._uneven_groups({"n2": ["A", "B"], "n16": ["B"]})
+    many = transfer_section._uneven_groups({"n2": [f"G{i}" for i in range(25)], "n16": ["G1"]})
     assert "G9 and 15 more" in many and "G10" not in many
-    assert sections._uneven_groups(groups_by_size({"A/n2": {}, "A/all": {}, "B/n2": {}, "B/all": {}})) == ""
+    assert transfer_section._uneven_groups(groups_by_size({"A/n2": {}, "A/all": {}, "B/n2": {}, "B/all": {}})) == ""
     # the figure writes each size's group count under its tick where they differ
     series = {m: {"score": [0.7, 0.8, 0.9], "log_loss": [0.5, 0.4, 0.3], "lpd_se": [0.1] * 3}
               for m in ("flat", "informed")}
@@ -885,18 +888,18 @@ def test_transfer_reading_where_only_the_last_size_stops_mattering():
     """stops_mattering == the last size ("all"): "From all on ... at every larger size" read as if there were one."""
     sizes = {"n2": {"difference": {"mean": 0.2, "se": 0.05}, "rows_mean": 2},
              "all": {"difference": {"mean": 0.01, "se": 0.05}, "rows_mean": 30}}
-    text = sections._transfer_reading(sizes, "all")
+    text = transfer_section._transfer_reading(sizes, "all")
     assert "At the largest size (all) the difference is within 2 standard errors; at n2 it is not." in text
     assert "every larger size" not in text
     # a smaller size within, the one before the last beyond: the sentence must not say "only at the largest"
     within_beyond = {"n2": {"difference": {"mean": 0.0, "se": 0.05}, "rows_mean": 2},
                      "n8": {"difference": {"mean": 0.3, "se": 0.05}, "rows_mean": 8},
                      "all": {"difference": {"mean": 0.0, "se": 0.05}, "rows_mean": 30}}
-    text = sections._transfer_reading(within_beyond, "all")
+    text = transfer_section._transfer_reading(within_beyond, "all")
     assert "within 2 standard errors at n2 (+0.000, se 0.050), all" in text and "at n8 it is not" in text
     sizes["n8"] = {"difference": {"mean": 0.0, "se": 0.05}, "rows_mean": 8}
     ordered = {k: sizes[k] for k in ("n2", "n8", "all")}
-    assert "From n8 on the difference stays within" in sections._transfer_reading(ordered, "n8")
+    assert "From n8 on the difference stays within" in transfer_section._transfer_reading(ordered, "n8")
 
 
 def test_a_transfer_hierarchy_of_few_groups_is_cautioned():
@@ -910,7 +913,7 @@ def test_a_transfer_hierarchy_of_few_groups_is_cautioned():
     bernoulli = likelihoods.LIKELIHOODS["bernoulli"]
 
     def text(n):
-        section = sections._transfer_section({**tm, "training_groups": tm["training_groups"][:n]}, bernoulli)
+        section = transfer_section._transfer_section({**tm, "training_groups": tm["training_groups"][:n]}, bernoulli)
         return " ".join(b.text for b in section.blocks if isinstance(b, sections.Para))
 
     assert "With 2 groups to fit, the hierarchy can tell little" in text(2)
@@ -918,7 +921,7 @@ def test_a_transfer_hierarchy_of_few_groups_is_cautioned():
     assert "With one group to fit" in text(1)
     assert "groups to fit" not in text(12)
     # 4 groups in all: at most 3 can be fitted, so holding fewer out cannot reach 4
-    few = sections._transfer_section({**tm, "training_groups": tm["training_groups"][:2],
+    few = transfer_section._transfer_section({**tm, "training_groups": tm["training_groups"][:2],
                                       "heldout_groups": tm["heldout_groups"][:2]}, bernoulli)
     words = " ".join(b.text for b in few.blocks if isinstance(b, sections.Para))
     assert "With 2 groups to fit" in words and "fewer held out" not in words
@@ -943,8 +946,8 @@ def test_sampler_diagnostics_mark_advi_fits_as_the_status_does():
             "per_group": {"g0": {"rhat_fn": 1.03}}}
     nuts = {"sampling": {"divergences": 2, "max_rhat_fn": 1.02, "min_ess_bulk_fn": 500.0},
             "per_group": {"g0": {"rhat_fn": 1.02}}}
-    sec = sections._diagnostics_section({"flat": advi, "hierarchical": nuts, "informed": nuts}, ["g0"], [], [], None,
-                                        likelihoods.LIKELIHOODS["bernoulli"])
+    sec = report_status._diagnostics_section({"flat": advi, "hierarchical": nuts, "informed": nuts}, ["g0"], [], [],
+                                             None, likelihoods.LIKELIHOODS["bernoulli"])
     table = sec.blocks[0]
     assert table.rows[0][0] == "Flat (ADVI)" and table.rows[0][3] == "n/a" and table.rows[0][4].endswith("(not judged)")
     assert table.rows[1][3] == "2" and "not judged" not in table.rows[1][4]
@@ -962,7 +965,7 @@ def test_status_says_which_groups_were_fitted_again_at_a_higher_target_accept():
     drawn = {v: 1000 for v in numbers.MODELS}
 
     def text(metrics):
-        section = sections._status_section(metrics, names, [], None, settings, drawn)
+        section = report_status._status_section(metrics, names, [], None, settings, drawn)
         return " ".join(getattr(b, "text", "") for b in section.blocks)
 
     metrics = {v: good for v in numbers.MODELS}

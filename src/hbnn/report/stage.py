@@ -45,7 +45,6 @@ from hbnn.report.sections import (
     _calibration_section,
     _comparison_section,
     _correlation_section,
-    _diagnostics_section,
     _group_sd_section,
     _intro,
     _loss_section,
@@ -54,12 +53,12 @@ from hbnn.report.sections import (
     _per_group_section,
     _regression_surface_sections,
     _scores_section,
-    _status_section,
     _surface_sections,
-    _transfer_section,
     model_settings,
     on_moons,
 )
+from hbnn.report.status import _diagnostics_section, _status_section
+from hbnn.report.transfer_section import _transfer_section
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ on-disk caches, e.g.::
     PYTENSOR_FLAGS=base_compiledir=/tmp/ptc python benchmarks/compile_time.py   # cold
     PYTENSOR_FLAGS=base_compiledir=/tmp/ptc python benchmarks/compile_time.py   # warm
 
-By default it compiles as the pipeline does (``hbnn.sampling.nutpie_cache.compile_numba``,
+By default it compiles as the pipeline does (``hbnn.sampling.nutpie_adapter.compile_numba``,
 which lets the warm run load nutpie's two wrappers from numba's cache); with the
 argument ``plain`` it calls ``nutpie.compile_pymc_model(model, backend="numba")``
 as nutpie does by default.
@@ -30,7 +30,7 @@ import pytensor  # noqa: E402
 from hbnn.config_read import parse_params  # noqa: E402
 from hbnn.data.tasks import Tasks, make_moons_tasks  # noqa: E402
 from hbnn.model.builders import build_hierarchical_model  # noqa: E402
-from hbnn.sampling.nutpie_cache import compile_numba  # noqa: E402
+from hbnn.sampling.nutpie_adapter import compile_numba  # noqa: E402
 
 t_import = time.perf_counter() - t0
 

@@ -63,7 +63,7 @@ def _tiny_flat_model(hidden, seed=0):
 def test_nutpie_wrappers_are_reused_across_compiles_and_sample_identically(tmp_path, monkeypatch):
     import numba
 
-    from hbnn.sampling import nutpie_cache
+    from hbnn.sampling import nutpie_adapter as nutpie_cache
 
     monkeypatch.setattr(nutpie_cache, "cache_dir", lambda: tmp_path)  # an empty cache
     compile_numba = nutpie_cache.compile_numba
@@ -94,7 +94,7 @@ def test_nutpie_wrappers_are_reused_across_compiles_and_sample_identically(tmp_p
 
 
 def test_wrapper_key_refuses_closures_it_cannot_describe(caplog):
-    from hbnn.sampling.nutpie_cache import wrapper_key
+    from hbnn.sampling.nutpie_adapter import wrapper_key
 
     def outer(held):
         def logp_numba():
@@ -104,7 +104,7 @@ def test_wrapper_key_refuses_closures_it_cannot_describe(caplog):
         return logp_numba
 
     assert wrapper_key(outer(3)) == wrapper_key(outer(3)) != wrapper_key(outer(4))
-    with caplog.at_level("DEBUG", logger="hbnn.sampling.nutpie_cache"):
+    with caplog.at_level("DEBUG", logger="hbnn.sampling.nutpie_adapter"):
         assert wrapper_key(outer(object())) is None
     assert "holds object" in caplog.text
 
@@ -114,13 +114,12 @@ def test_nutpie_trace_converts_as_nutpie_converts_it_finished_and_while_running(
 
     import xarray as xr
 
-    from hbnn.sampling.nutpie_cache import compile_numba
-    from hbnn.sampling.nutpie_trace import _arrow_idata, _draws_done, _nutpie_idata
+    from hbnn.sampling.nutpie_adapter import compile_numba, draws_done, trace_from_batches, trace_from_raw
 
     compiled = compile_numba(_tiny_flat_model((3,)))
     kw = {"tune": 30, "chains": 2, "cores": 2, "seed": 5, "progress_bar": False, "save_warmup": True}
     theirs = nutpie.sample(compiled, draws=25, **kw)
-    ours = _nutpie_idata(nutpie.sample(compiled, draws=25, return_raw_trace=True, **kw), compiled.coords)
+    ours = trace_from_raw(nutpie.sample(compiled, draws=25, return_raw_trace=True, **kw), compiled.coords)
     for group in ("posterior", "sample_stats"):
         theirs[group].attrs.pop("created_at")
         xr.testing.assert_identical(ours[group], theirs[group])
@@ -131,14 +130,14 @@ def test_nutpie_trace_converts_as_nutpie_converts_it_finished_and_while_running(
     try:
         time.sleep(0.5)
         draws, stats = running.inspect().get_arrow_trace()
-        looked = _arrow_idata(draws, stats, compiled.coords)
+        looked = trace_from_batches(draws, stats, compiled.coords)
     finally:
         running.cancel()
     finite = np.isfinite(looked.sample_stats["step_size"].values).sum(axis=1)
     assert looked.posterior.sizes["draw"] == finite.max() > 0
     assert np.isfinite(looked.posterior["w_in"].values).all(axis=(2, 3)).sum(axis=1).tolist() == finite.tolist()
     # what a poll counts from the tuning flags alone: the slowest chain's draws after tuning
-    assert _draws_done(stats) == finite.min()
+    assert draws_done(stats) == finite.min()
 
 
 def test_fits_started_beside_each_other_draw_what_fits_one_at_a_time_draw():

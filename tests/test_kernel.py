@@ -14,7 +14,7 @@ import pytest
 from hbnn.density import densities, kernel, numerics
 from hbnn.model.builders import build_flat_model, build_hierarchical_model, build_informed_model
 from hbnn.model.network import layer_specs
-from hbnn.sampling.nutpie_cache import compile_numba
+from hbnn.sampling.nutpie_adapter import compile_numba
 
 
 def _data(likelihood: str, counts=(7, 3, 12), n_features: int = 2, seed: int = 0):

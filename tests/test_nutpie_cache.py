@@ -7,7 +7,7 @@ import pymc as pm
 import pytensor.tensor as pt
 import pytest
 
-from hbnn.sampling import nutpie_cache
+from hbnn.sampling import nutpie_adapter as nutpie_cache
 
 nutpie = pytest.importorskip("nutpie")
 
@@ -34,7 +34,7 @@ def _draws(compiled) -> np.ndarray:
 def test_a_wrapper_numba_refuses_to_cache_still_compiles(empty_cache, caplog):
     # 200,000 floats (1.6 MB) are linked as a "dynamic global", which numba will not cache;
     # its refusal used to crash on the custom locator (AttributeError: '_py_file').
-    with caplog.at_level("DEBUG", logger="hbnn.sampling.nutpie_cache"):
+    with caplog.at_level("DEBUG", logger="hbnn.sampling.nutpie_adapter"):
         compiled = nutpie_cache.compile_numba(_model(200_000))
     assert np.isfinite(_draws(compiled)).all()
     assert "dynamic globals" in caplog.text
@@ -48,7 +48,7 @@ def test_a_corrupt_cache_entry_is_recompiled(empty_cache, caplog):
     assert entries
     for path in entries:
         path.write_bytes(b"not a numba cache entry")
-    with caplog.at_level("WARNING", logger="hbnn.sampling.nutpie_cache"):
+    with caplog.at_level("WARNING", logger="hbnn.sampling.nutpie_adapter"):
         compiled = nutpie_cache.compile_numba(_model())
     assert compiled.compiled_logp_func.cache_hits == 0
     np.testing.assert_array_equal(_draws(compiled), reference)
@@ -59,7 +59,7 @@ def test_an_error_inside_the_cache_falls_back_to_an_uncached_compile(empty_cache
         raise RuntimeError("simulated cache failure")
 
     monkeypatch.setattr(nutpie_cache, "wrapper_key", broken)
-    with caplog.at_level("WARNING", logger="hbnn.sampling.nutpie_cache"):
+    with caplog.at_level("WARNING", logger="hbnn.sampling.nutpie_adapter"):
         compiled = nutpie_cache.compile_numba(_model())
     assert np.isfinite(_draws(compiled)).all()
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]

@@ -73,13 +73,13 @@ import numpy as np
 for m in {modules!r}:
     __import__(m)
 from hbnn.density import densities, kernel
-from hbnn.sampling.nutpie_trace import _nutpie_idata
-from hbnn.sampling.nutpie_loader import nutpie
+from hbnn.sampling.nutpie_adapter import trace_from_raw
+from hbnn.sampling.nutpie_adapter import load as nutpie
 rng = np.random.default_rng(0)
 density = densities.FlatDensity.on_rows(rng.normal(size=(20, 2)), rng.integers(0, 2, 20), (3,), False, "bernoulli", 1.0,
                                      prior_sd=1.0)
 model = density.nutpie_model()
-trace = _nutpie_idata(nutpie().sample(model, draws=5, tune=5, chains=1, seed=1, progress_bar=False,
+trace = trace_from_raw(nutpie().sample(model, draws=5, tune=5, chains=1, seed=1, progress_bar=False,
                                       return_raw_trace=True), model.coords)
 assert trace.posterior.sizes["draw"] == 5
 print(sorted(m for m in sys.modules if m.split('.')[0] in ('arviz', 'matplotlib', 'pymc')))
@@ -93,7 +93,7 @@ def test_nutpie_uses_the_real_arviz_once_it_asks_for_it():
     and leaves sys.modules to it."""
     code = """
 import sys
-from hbnn.sampling.nutpie_loader import nutpie
+from hbnn.sampling.nutpie_adapter import load as nutpie
 nutpie()
 assert "arviz" not in sys.modules
 sample = sys.modules["nutpie.sample"]  # (the package binds the name to its function)

@@ -1,18 +1,22 @@
 """Hierarchical Bayesian neural networks as a reproducible DVC pipeline.
 
-Modules, one concern each:
+Subpackages, one layer each:
 
-- ``config`` (typed, validated params), ``budget`` (cost estimates and limits),
-  ``variants`` (the model variants, stage params and seed streams);
-- ``data`` (moons and tables, the tasks file), ``network`` (layer layout and the
-  NumPy forward pass), ``models`` (PyMC builders), ``inference`` (samplers),
-  ``nutpie_cache`` (compiled wrappers reused across runs), ``prior`` (the
-  informed prior and its file), ``evaluation`` and ``convergence`` (predictions,
-  scores, function-space R-hat and ESS);
-- ``plots``, ``report`` (the report stage), ``predict`` (``hbnn predict``);
-- ``io`` (atomic, committed-together outputs; checked loading), ``errors``;
-- ``stages`` (the body of each DVC stage), ``cli`` (the stage runner),
-  ``cli`` (the ``hbnn`` command line).
+- ``model``: the specification: the network's layout and forward passes, the likelihoods, PyMC's model builders
+  and the informed prior;
+- ``density``: the hand-written log density and gradient nutpie samples, the code written out per network, and the
+  integrity of numba's cache of it;
+- ``sampling``: the backends (nutpie, PyMC, NumPyro, BlackJAX, ADVI), run-length control, restarts, the adapters
+  to nutpie's and NumPyro's internals, and the Dask cluster;
+- ``diagnostics``: R-hat and ESS, PSIS-LOO, predictions and scores, the convergence criterion and a fit's metrics;
+- ``data``: the tasks (rotated moons or a user's table) and their layouts;
+- ``files``: atomic outputs, traces, checksums and checked loading;
+- ``pipeline``: the DVC stages' bodies, the runner, cost estimates, variants and seeds, the transfer experiment,
+  ``hbnn predict`` and ``hbnn summarise``;
+- ``report``: the report stage, its sections, figures and plots.
+
+Beside them: ``config`` (typed, validated params; ``config_read`` reads ``params.yaml``, ``config_schema`` writes
+its schema), ``names``, ``errors``, ``logs``, ``homes`` and ``cli`` (the ``hbnn`` command line).
 """
 
 __version__ = "0.1.0"

@@ -4,8 +4,8 @@ numba keeps compiled machine code in files beside a module (``__pycache__/<modul
 the index, and ``....1.nbc``, the code) and loads whatever it finds there. A truncated or damaged file fails the
 load with an exception deep inside numba; a flipped bit in the machine code itself may load and then compute
 something else. The caches hbnn writes (the kernel modules of :mod:`hbnn.density.written`, nutpie's wrappers in
-:mod:`hbnn.sampling.nutpie_cache`) therefore keep, beside their entries, a manifest of each entry's SHA-256 written by a
-process that wrote or loaded them (:func:`record`). Before numba may load anything, :func:`verify` removes every
+:mod:`hbnn.sampling.nutpie_adapter`) therefore keep, beside their entries, a manifest of each entry's SHA-256 written by
+a process that wrote or loaded them (:func:`record`). Before numba may load anything, :func:`verify` removes every
 entry the manifest does not vouch for, and numba compiles those again from the same source: the same machine code,
 so the same draws. A caller whose load still fails removes the entries (:func:`purge`) and compiles elsewhere.
 

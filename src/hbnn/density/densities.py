@@ -170,9 +170,7 @@ class Density:
         import pandas as pd
 
         from hbnn.density.written import expand_callback
-        from hbnn.sampling.nutpie_loader import nutpie
-
-        CompiledPyMCModel = nutpie().compile_pymc.CompiledPyMCModel
+        from hbnn.sampling.nutpie_adapter import compiled_model
 
         value = self.variables()
         expanded = value + self.derived()
@@ -187,7 +185,7 @@ class Density:
         coords["unconstrained_parameter"] = pd.Index(
             [name if not shape else f"{name}_{'.'.join(map(str, i))}" for name, shape, _ in value
              for i in np.ndindex(*shape)])
-        return CompiledPyMCModel(
+        return compiled_model(
             dims={name: dims for name, _, dims in expanded if dims}, _n_dim=n_dim, _coords=coords,
             _shapes={name: tuple(int(d) for d in shape) for name, shape in zip(names, shapes, strict=True)},
             compiled_logp_func=self.callback(0), compiled_expand_func=expand_callback(),
@@ -206,7 +204,7 @@ class Density:
         if stamp.exists():
             log.debug("kernel: %s was checked against PyMC's model before (%s)", type(self).__name__, key)
             return self.nutpie_model()
-        from hbnn.sampling.nutpie_cache import compile_numba
+        from hbnn.sampling.nutpie_adapter import compile_numba
 
         log.info("kernel: checking the hand-written %s against PyMC's model (once per network, likelihood, "
                  "settings, data shapes and code version)", type(self).__name__)

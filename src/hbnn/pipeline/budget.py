@@ -326,6 +326,7 @@ def check_params(params: Params) -> None:
     A table edited with the params unchanged does not rerun this stage: ``make_data``
     checks the table again, and ``transfer_prior`` its held-out groups before its fit.
     """
+    _check_sampler_packages(params)
     _warn_too_few_draws(params)
     if params.data.source == "table":
         names, train, test, n_features = _table_sizes(params)
@@ -342,6 +343,21 @@ def check_params(params: Params) -> None:
         test = [d.n_samples - n_train] * params.n_groups
         n_features = 2  # moons: x1, x2
     _check_stages(params, names, train, test, n_features)
+
+
+def _check_sampler_packages(params: Params) -> None:
+    """Refuse, before any stage starts, a nutpie or NumPyro outside the releases hbnn's adapters to their internals
+    support (:mod:`hbnn.sampling.nutpie_adapter`, :mod:`hbnn.sampling.numpyro_adapter`), where a fit uses them; the
+    fits check again as they start."""
+    backends = {params.sampler.backend, params.hier_sampler.backend}
+    if "nutpie" in backends:
+        from hbnn.sampling.nutpie_adapter import check_version
+
+        check_version()
+    if "numpyro" in backends:
+        from hbnn.sampling.numpyro_adapter import check_version
+
+        check_version()
 
 
 def _warn_too_few_draws(params: Params) -> None:

@@ -7,7 +7,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -19,7 +18,14 @@ from hbnn.errors import DENSITY_OVERFLOW, SamplingError
 from hbnn.files.trace import Trace
 from hbnn.pipeline.variants import derive_seed
 from hbnn.sampling.backend import Backend, _leapfrog_steps
-from hbnn.sampling.nutpie_trace import _arrow_idata, _draws_done, _nutpie_idata
+from hbnn.sampling.nutpie_adapter import (
+    check_version,
+    draws_done,
+    trace_from_batches,
+    trace_from_raw,
+    with_initial_points,
+    with_user_data,
+)
 from hbnn.sampling.restarts import RESTART_SEED_KEY, _restart_record, _warn_divergent_stop, restart_reason
 from hbnn.sampling.runlength import _next_check, look_unit
 
@@ -53,6 +59,7 @@ class NutpieBackend(Backend):
 
     def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
         super().__init__(model, settings)
+        check_version()  # before anything is built: the model class and trace it uses are nutpie's own
         if density is not None:
             from hbnn.density.densities import DensityMismatch
 
@@ -64,7 +71,7 @@ class NutpieBackend(Backend):
                 log.warning("sampling PyTensor's log density, not the hand-written one: %s", err)
                 self.compiled = err.compiled  # the check's own compile of PyMC's model
                 return
-        from hbnn.sampling.nutpie_cache import compile_numba
+        from hbnn.sampling.nutpie_adapter import compile_numba
 
         self.compiled = compile_numba(self.model)
 
@@ -76,7 +83,7 @@ class NutpieBackend(Backend):
         if set(data) != {"x", "y"}:
             raise ValueError(f"the hand-written log density takes new rows as x and y, not {sorted(data)}")
         rows = self.density.with_rows(data["x"], data["y"])
-        return replace(self.compiled, user_data=rows.pack(rows.offsets()))
+        return with_user_data(self.compiled, rows.pack(rows.offsets()))
 
     def run(self, seed, data):
         return self.finish(self.start(seed, data))
@@ -91,7 +98,7 @@ class NutpieBackend(Backend):
 
     def _launch(self, compiled, seed: int, blocks: bool):
         """nutpie's running sampler of ``compiled`` (non-blocking), with this backend's settings."""
-        from hbnn.sampling.nutpie_loader import nutpie as load_nutpie
+        from hbnn.sampling.nutpie_adapter import load as load_nutpie
 
         s = self.settings
         return load_nutpie().sample(
@@ -107,7 +114,7 @@ class NutpieBackend(Backend):
             progress_bar=logs.interactive(),  # on a terminal; in a log, Sampler.sample's heartbeat
             save_warmup=True,  # only to count the tuning phase's gradient evaluations
             blocking=False,
-            return_raw_trace=True,  # converted by _nutpie_idata
+            return_raw_trace=True,  # converted by nutpie_adapter.trace_from_raw
         )
 
     def finish(self, run: _NutpieRun) -> tuple[Trace, None, int]:
@@ -121,7 +128,7 @@ class NutpieBackend(Backend):
                 finally:
                     self.towards = self.restarting = None
             try:
-                idata = _nutpie_idata(run.running.wait(), run.compiled.coords)
+                idata = trace_from_raw(run.running.wait(), run.compiled.coords)
             except BaseException:
                 run.running.cancel()
                 raise
@@ -214,13 +221,13 @@ class _Poll:
         trace = self.final
         while trace is None:
             if _finished(self.running):
-                trace = self.final = _nutpie_idata(self.running.wait(), self.coords)
+                trace = self.final = trace_from_raw(self.running.wait(), self.coords)
                 backend.towards = None  # no more polls: the heartbeat's own estimate speaks again
                 break
             draws, stats = self.running.inspect().get_arrow_trace()
-            drawn = _draws_done(stats)
+            drawn = draws_done(stats)
             if drawn >= kept:
-                trace = _arrow_idata(draws, stats, self.coords)
+                trace = trace_from_batches(draws, stats, self.coords)
                 break
             now = time.monotonic()
             if self.last is not None and drawn > self.last[1]:
@@ -252,7 +259,7 @@ def starting_from(compiled, posterior: xr.Dataset, chain: int):
     def initial_point(seed) -> np.ndarray:
         return points[np.random.default_rng(seed).integers(len(points))].copy()
 
-    return replace(compiled, initial_point_func=initial_point)
+    return with_initial_points(compiled, initial_point)
 
 
 @contextlib.contextmanager

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
 import os
 import sys
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -15,7 +13,8 @@ import numpy as np
 
 from hbnn import logs
 from hbnn.config import ConfigError, SamplerParams
-from hbnn.sampling.backend import Backend, Iterations, _leapfrog_steps
+from hbnn.sampling.backend import Backend, _leapfrog_steps
+from hbnn.sampling.numpyro_adapter import check_version, numpyro_patched
 from hbnn.sampling.runlength import _next_check, look_unit
 
 if TYPE_CHECKING:
@@ -121,6 +120,10 @@ class NumpyroBackend(JaxBackend):
 
     name = "numpyro"
 
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+        check_version()  # before the model is built or traced: the patch below needs a supported NumPyro
+        super().__init__(model, settings, density)
+
     def run(self, seed, data, progressbar=None):
         # NumPyro reports progress from inside its compiled loop only when the chains run in parallel;
         # sequential chains with a progress bar fall back to a Python loop, one dispatch per step.
@@ -128,7 +131,7 @@ class NumpyroBackend(JaxBackend):
         extend = self._extension() if self.settings.max_draws > self.settings.draws and self.until else None
         if not count and extend is None:
             return super().run(seed, data, progressbar)
-        with _numpyro_patched(count, extend) as self.iterations:
+        with numpyro_patched(count, extend) as self.iterations:
             try:
                 return super().run(seed, data, progressbar=True if count else progressbar)
             finally:
@@ -155,84 +158,6 @@ class NumpyroBackend(JaxBackend):
             return _next_check(until(posterior), drawn, s, look_unit(s.backend, s.draws)) is not None
 
         return more
-
-
-@contextlib.contextmanager
-def _numpyro_patched(count: bool, extend=None):
-    """NumPyro's ``MCMC``, as PyMC's bridge runs it, changed in two ways while the context lasts.
-
-    ``count``: its progress-bar updates are counted instead of drawn (``numpyro.util.progress_bar_factory``
-    makes one ``tqdm_auto`` bar per chain and updates it from a host callback every few iterations), and
-    every draw after tuning reports whether it diverged (a host callback from NUTS's sample step), so the
-    heartbeat shows divergences as they happen; the context yields the :class:`Iterations` (``None``
-    without ``count``). ``extend``: after the run, while
-    ``extend(states)`` says so, the chains go on from their last state for another ``num_samples`` draws
-    (no warmup), NumPyro's own recipe for more draws (``post_warmup_state = last_state``), and every block
-    is kept.
-    """
-    import jax
-    import numpyro.infer
-    import numpyro.util
-
-    iterations = Iterations() if count else None
-    lock = threading.Lock()
-
-    def diverged(flag) -> None:  # called from NumPyro's compiled loop, one thread per chain
-        with lock:
-            iterations.divergences += int(flag)
-
-    class CountedNUTS(numpyro.infer.NUTS):
-        def init(self, rng_key, num_warmup, *args, **kwargs):
-            self.tuning = num_warmup  # iterations with state.i below this are tuning (also on going on)
-            return super().init(rng_key, num_warmup, *args, **kwargs)
-
-        def sample(self, state, model_args, model_kwargs):
-            new = super().sample(state, model_args, model_kwargs)
-            jax.debug.callback(diverged, new.diverging & (state.i >= self.tuning))
-            return new
-
-    class Recorder:
-        def __init__(self, iterable, **_):
-            iterations.total += len(iterable)
-
-        def set_description(self, *args, **kwargs) -> None:
-            pass
-
-        def update(self, n: int) -> None:
-            iterations.add(int(n))
-
-        def close(self) -> None:
-            pass
-
-    class Patched(numpyro.infer.MCMC):
-        def __init__(self, *args, progress_bar: bool = True, **kwargs):
-            super().__init__(*args, progress_bar=progress_bar, **kwargs)
-            # NumPyro turns its progress callbacks off where ``CI`` is set (CI services, `dvc repro` in a
-            # pipeline): exactly the logs the heartbeat is for. Keep them on; they are counted, never drawn.
-            if count and self.chain_method == "parallel":
-                self.progress_bar = progress_bar
-
-        def run(self, rng_key, *args, **kwargs):
-            super().run(rng_key, *args, **kwargs)
-            if extend is None:
-                return
-            states = jax.device_get(self._states)
-            while extend(states):
-                self.post_warmup_state = self.last_state
-                super().run(self.post_warmup_state.rng_key, *args, **kwargs)
-                states = jax.tree.map(lambda a, b: np.concatenate([a, b], axis=1), states,
-                                      jax.device_get(self._states))
-            self._states, self._states_flat = states, None
-
-    real = numpyro.util.tqdm_auto, numpyro.infer.MCMC, numpyro.infer.NUTS
-    if count:
-        numpyro.util.tqdm_auto, numpyro.infer.NUTS = Recorder, CountedNUTS
-        iterations.divergences = 0
-    numpyro.infer.MCMC = Patched
-    try:
-        yield iterations
-    finally:
-        numpyro.util.tqdm_auto, numpyro.infer.MCMC, numpyro.infer.NUTS = real
 
 
 class BlackjaxBackend(JaxBackend):

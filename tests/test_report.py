@@ -18,7 +18,7 @@ from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.data.tasks import Tasks
 from hbnn.diagnostics.predictions import predict_output, predict_proba
-from hbnn.files.io import InputError, detail_path, provenance, stamp, write_json, write_netcdf
+from hbnn.files.io import InputError, detail_path, made_by, provenance, stamp, write_json, write_netcdf
 from hbnn.model.network import layer_coords, layer_specs
 from hbnn.pipeline import transfer
 from hbnn.pipeline.variants import STAGE_PARAMS
@@ -100,13 +100,17 @@ def write_fits(d, params, tasks: Tasks, rng) -> tuple[dict, dict]:
         stamp(idata, provenance(stage, v, params.section_hash(*STAGE_PARAMS[stage]), settings))
         paths[v] = d / "traces" / f"{v}.nc"
         write_netcdf(idata, paths[v])
-        metrics[v] = _metrics(rng, names, v == "hierarchical")
+        metrics[v] = {**_metrics(rng, names, v == "hierarchical"), "made_by": made_by(stage, params)}
         write_json(metrics[v], detail_path(d / "metrics" / numbers.METRICS_FILES[v]))
         write_json({"backend": "nutpie", "sampling": {"seconds": 1.0, "compile_seconds": 2.0}},
                    d / "timings" / numbers.METRICS_FILES[v])
-    write_netcdf(_prior(rng, specs), d / "prior.nc")
+    prior = _prior(rng, specs)
+    prior.attrs.update(provenance("derive_prior", "informed_prior", params.section_hash(*STAGE_PARAMS["derive_prior"]),
+                                  {}))
+    write_netcdf(prior, d / "prior.nc")
     prior_metrics = {"layers": {s.name: {"group_sd": {"mean": 1.0, "sd": 0.1, "q05": 0.8, "q95": 1.2}} for s in specs},
-                     "alignment": {"chain_0": {"relabelled": 0}, "chain_1": {"relabelled": 1}}}
+                     "alignment": {"chain_0": {"relabelled": 0}, "chain_1": {"relabelled": 1}},
+                     "made_by": made_by("derive_prior", params)}
     write_json(prior_metrics, detail_path(d / "metrics" / "prior.json"))
     return paths, metrics
 

@@ -139,7 +139,7 @@ class Tasks:
 def load_tasks(path: Path, likelihood: str | None = None, params: Params | None = None) -> Tasks:
     """Read ``data/tasks.nc``; with ``likelihood``, check the file was made for it, with ``params``, made with them."""
     ds = load_dataset(path, "tasks file", required=("X", "y", "group", "split"))
-    check_made_with(ds.attrs, params, path)
+    check_made_with(ds.attrs, params, path, "make_data")
     tasks = Tasks(ds)
     if likelihood is not None and tasks.likelihood != likelihood:
         raise InputError(f"tasks file {path} was made for model.likelihood={tasks.likelihood!r} but the params say "

@@ -12,7 +12,9 @@ mismatched files into :class:`InputError` naming the file and what is wrong.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -39,12 +41,27 @@ from hbnn.files.trace import Trace, write_netcdf_groups
 PACKAGES = ("hbnn", "pymc", "pytensor", "nutpie", "arviz", "numpy", "xarray", "scikit-learn")
 
 
+# A temporary's name adds 14 bytes to its output's (``.<name>.<8 random>.tmp``); past this many bytes the output's
+# name is replaced by its hash there, so that any name the file system takes (255 bytes) can be written
+LONG_NAME_BYTES = 200
+
+
+def _temporary_stem(path: Path) -> str:
+    """What the temporaries of ``path`` are named after: its name, or its name's hash where that is long."""
+    if len(path.name.encode()) <= LONG_NAME_BYTES:
+        return path.name
+    return "long-" + hashlib.sha256(path.name.encode()).hexdigest()[:32]
+
+
 def _temporary(path: Path) -> Path:
     """A new empty temporary file beside ``path``, after removing those a killed run left there."""
+    if path.parent.exists() and not path.parent.is_dir():
+        raise NotADirectoryError(20, f"its folder {path.parent} is a file, not a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+    stem = _temporary_stem(path)
+    for stale in path.parent.glob(f".{glob.escape(stem)}.*.tmp"):
         stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     return Path(tmp)
 
@@ -67,10 +84,10 @@ def _writing(path: Path) -> Iterator[None]:
         yield
     except (OSError, RuntimeError) as err:
         why = err.strerror if isinstance(err, OSError) and err.strerror else f"{type(err).__name__}: {err}"
-        try:
-            free = f"; {shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free on its disk"
-        except OSError:
-            free = ""
+        free = ""
+        if not isinstance(err, OSError) or err.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk: say how full
+            with contextlib.suppress(OSError):
+                free = f"; {shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free on its disk"
         raise OutputError(f"cannot write {path} ({why}{free}); earlier outputs are unchanged") from err
 
 
@@ -265,6 +282,8 @@ def stamp(idata: Trace, attrs: dict[str, str]) -> Trace:
 
 
 def _check_exists(path: Path, what: str) -> None:
+    if path.exists() and not path.is_file():  # a folder, a pipe, a device: nothing a stage wrote
+        raise InputError(f"{what} {path} is not a regular file; run the stage that writes it (dvc repro)")
     if not path.is_file():
         raise InputError(f"{what} {path} does not exist; run the stage that writes it first (dvc repro)")
 
@@ -291,8 +310,10 @@ def load_trace(
     groups: tuple[str, ...] = ("posterior", "sample_stats", "observed_data"),
     params=None,
     only: tuple[str, ...] | None = None,
+    stage: str | None = None,
 ) -> Trace:
-    """Open a trace and check it came from the expected model variant (and, given ``params``, made with them).
+    """Open a trace and check it came from the expected model variant (and, given ``params``, made with them; given
+    ``stage``, by that stage: :func:`check_made_with`).
 
     Every group of the file (or of ``only``, ``groups`` and ``posterior``, which the checks read, those the file
     has: a reader that needs a few groups of the seven skips ~30 ms of decoding for each of the others) is opened
@@ -329,7 +350,7 @@ def load_trace(
         close_trace(trace)
         raise InputError(f"trace {path} has no 'posterior' group")
     try:
-        _check_trace(trace.posterior.attrs, variant, params, path)
+        _check_trace(trace.posterior.attrs, variant, params, path, stage)
     except InputError:
         close_trace(trace)
         raise
@@ -342,7 +363,7 @@ def close_trace(trace) -> None:
         ds.close()
 
 
-def load_posterior(path: str | Path, variant: str, params=None) -> xr.Dataset:
+def load_posterior(path: str | Path, variant: str, params=None, stage: str | None = None) -> xr.Dataset:
     """A trace's ``posterior`` group alone, loaded, and checked as :func:`load_trace` checks it; read with xarray,
     without importing ArviZ (~1 s of a stage that needs no more of the trace)."""
     path = Path(path)
@@ -355,35 +376,61 @@ def load_posterior(path: str | Path, variant: str, params=None) -> xr.Dataset:
             raise InputError(f"trace {path} has no 'posterior' group") from err  # h5netcdf's words, above
         raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
     integrity.check(posterior, f"trace {path} (group posterior)")
-    _check_trace(posterior.attrs, variant, params, path)
+    _check_trace(posterior.attrs, variant, params, path, stage)
     return posterior
 
 
-def _check_trace(attrs: dict[str, Any], variant: str, params, path: Path) -> None:
+def _check_trace(attrs: dict[str, Any], variant: str, params, path: Path, stage: str | None) -> None:
     found = attrs.get("hbnn_variant")
     if found != variant:
         raise InputError(f"trace {path} holds model variant {found!r}, expected {variant!r}")
-    check_made_with(attrs, params, path)
+    check_made_with(attrs, params, path, stage)
 
 
-def check_made_with(attrs: dict[str, Any], params, path: str | Path) -> None:
-    """Raise :class:`InputError` if the file at ``path`` was made with other params than ``params``.
+def check_made_with(attrs: dict[str, Any], params, path: str | Path, stage: str | None = None) -> None:
+    """Raise :class:`InputError` if the file at ``path`` was made by another stage than ``stage`` (where given) or
+    with other params than ``params``.
 
-    Each stage stamps its outputs with the hash of the params it read
-    (``hbnn_params_hash``, :data:`hbnn.pipeline.variants.STAGE_PARAMS`). Under DVC they
-    always agree; run by hand after editing ``params.yaml``, a stage would
-    otherwise mix outputs of two parameter sets. Files without the stamp (written
-    by other tools or older versions) are not checked.
+    Each stage stamps its outputs with its name (``hbnn_stage``) and the hash of the params it read
+    (``hbnn_params_hash``, :data:`hbnn.pipeline.variants.STAGE_PARAMS`). Under DVC both always agree; a file copied
+    over another stage's output (``traces/hier.nc`` over ``traces/transfer/hier.nc``: the held-out groups' fit would
+    then have seen them), or a stage run by hand after editing ``params.yaml``, would otherwise mix outputs. A file
+    without the stamps (written by hbnn's functions outside a stage) is not checked.
     """
     from hbnn.pipeline.variants import STAGE_PARAMS
 
-    stage, found = attrs.get("hbnn_stage"), attrs.get("hbnn_params_hash")
+    made_by = attrs.get("hbnn_stage")
+    if stage is not None and made_by is not None and made_by != stage:
+        raise InputError(f"{path} was written by stage {made_by!r}, not by {stage} (a file copied in from another "
+                         f"stage's outputs?); rerun {stage} (dvc repro)")
+    stage, found = made_by, attrs.get("hbnn_params_hash")
     if params is None or stage not in STAGE_PARAMS or found is None:
         return
     keys = STAGE_PARAMS[stage]
     if found != params.section_hash(*keys):
         raise InputError(f"{path} was made by stage {stage} with other values of {', '.join(keys)} than the params "
                          f"now hold; rerun {stage} first (dvc repro)")
+
+
+def made_by(stage: str, params) -> dict[str, str]:
+    """The ``made_by`` entry of a stage's detail metrics (``metrics/detail/*.json``): the stage and the hash of the
+    params it read, as its NetCDF outputs' attributes hold them, so that a reader can refuse a file copied in from
+    another stage's outputs or made with other params (:func:`check_made_by`)."""
+    from hbnn.pipeline.variants import STAGE_PARAMS
+
+    return {"stage": stage, "params_hash": params.section_hash(*STAGE_PARAMS[stage])}
+
+
+def check_made_by(doc: Any, path: str | Path, stage: str, params) -> None:
+    """:class:`InputError` unless the detail metrics ``doc`` read from ``path`` were written by ``stage`` with
+    ``params`` (:func:`made_by`, :func:`check_made_with`)."""
+    found = doc.get("made_by") if isinstance(doc, dict) else None
+    if found is None:  # written outside a stage: nothing to check
+        return
+    if not isinstance(found, dict):
+        raise InputError(f"metrics file {path} has a made_by entry that is not an object; rerun {stage} (dvc repro)")
+    check_made_with({"hbnn_stage": found.get("stage"), "hbnn_params_hash": found.get("params_hash")}, params,
+                    path, stage)
 
 
 def settings_from_attrs(attrs: dict[str, Any], where: str = "the file") -> dict[str, Any]:

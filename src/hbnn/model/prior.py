@@ -352,10 +352,11 @@ def prior_dataset(specs: Sequence[LayerSpec], layers: Sequence[tuple[np.ndarray,
     return ds
 
 
-def load_prior(path: Path, specs, params=None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Read ``priors/informed.nc``: its layers must match ``specs`` and, given ``params``, it was made with them."""
+def load_prior(path: Path, specs, params=None, stage: str = "derive_prior") -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Read ``priors/informed.nc`` (written by ``stage``: ``derive_prior``, or ``transfer_prior`` for the transfer
+    experiment's): its layers must match ``specs`` and, given ``params``, it was made with them."""
     ds = load_dataset(path, "prior file")
-    check_made_with(ds.attrs, params, path)
+    check_made_with(ds.attrs, params, path, stage)
     try:
         layers = json.loads(ds.attrs["layers"])
     except (KeyError, ValueError) as err:

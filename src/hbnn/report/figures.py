@@ -29,6 +29,7 @@ from hbnn.files.io import close_trace, load_trace
 from hbnn.model import likelihoods
 from hbnn.model.network import LayerSpec
 from hbnn.pipeline.transfer import in_size_order
+from hbnn.pipeline.variants import BY_NAME
 from hbnn.report import plots
 from hbnn.report.inputs import load_vars
 from hbnn.report.numbers import (
@@ -157,7 +158,8 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], tasks: T
                   params: Params) -> ModelOutputs:
     """:class:`ModelOutputs` of the trace of ``variant`` at ``path`` (checked by the caller), which it opens,
     reads and closes: the report runs one per model in worker processes (:func:`all_model_outputs`)."""
-    idata = load_trace(path, variant, groups=(), params=params, only=("posterior", "log_likelihood"))
+    idata = load_trace(path, variant, groups=(), params=params, only=("posterior", "log_likelihood"),
+                       stage=BY_NAME[variant].stage)
     try:
         post = load_vars(idata, [s.var for s in specs])
         loo = None

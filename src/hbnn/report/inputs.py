@@ -208,8 +208,8 @@ def read_metrics(metrics_dir: Path, timings_dir: Path, names: Sequence[str], sco
 def open_traces(paths: dict[str, Path], params: Params) -> dict[str, Any]:
     """Every trace's ``posterior`` and ``sample_stats`` opened lazily (variant and params checked, nothing loaded
     yet): what the report's own process reads; each model's worker opens what it reads itself."""
-    return {v: load_trace(p, v, groups=(), params=params, only=("posterior", "sample_stats"))
-            for v, p in paths.items()}
+    return {v: load_trace(p, v, groups=(), params=params, only=("posterior", "sample_stats"),
+                          stage=BY_NAME[v].stage) for v, p in paths.items()}
 
 
 def group_level_vars(specs: Sequence[LayerSpec]) -> list[str]:

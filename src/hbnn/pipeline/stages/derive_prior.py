@@ -16,6 +16,7 @@ from hbnn.files.io import (
     check_finite,
     detail_path,
     load_posterior,
+    made_by,
     provenance,
     settings_from_attrs,
     staged_outputs,
@@ -38,7 +39,7 @@ def headline(metrics: dict) -> dict:
 def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out: Path) -> dict:
     """Fit one MvNormal per layer to new-group weight draws of the hierarchical posterior."""
     p = params.prior
-    posterior = load_posterior(hier_trace, "hierarchical", params=params)
+    posterior = load_posterior(hier_trace, "hierarchical", params=params, stage="fit_hier")
     settings = settings_from_attrs(posterior.attrs)
     hidden = tuple(settings.get("hidden_layers", params.model.hidden_layers))
     bias = bool(settings.get("bias", False))
@@ -52,6 +53,7 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
                                params.section_hash(*STAGE_PARAMS["derive_prior"]),
                                {"prior": dataclasses.asdict(p), "hidden_layers": list(hidden), "bias": bias,
                                 "features": list(features), "hier_trace": str(hier_trace)}))
+    metrics["made_by"] = made_by("derive_prior", params)
     with staged_outputs() as outputs:
         outputs.write_netcdf(ds, prior_out)
         outputs.write_json(as_builtin(metrics), detail_path(metrics_out))

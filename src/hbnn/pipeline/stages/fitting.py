@@ -24,7 +24,7 @@ from hbnn.diagnostics.predictions import (
     quantity_draws,
     split_order,
 )
-from hbnn.files.io import as_builtin, detail_path, provenance, staged_outputs, stamp
+from hbnn.files.io import as_builtin, detail_path, made_by, provenance, staged_outputs, stamp
 from hbnn.files.trace import Trace
 from hbnn.logs import watch
 from hbnn.model import likelihoods
@@ -90,6 +90,7 @@ def finish_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, trace
     log.info("%s (sampling took %.1fs)", what, sampled.cost.seconds)
     with watch(log, what):
         idata, metrics, timing, _ = score_fit(stage, params, tasks, sampled, settings_extra)
+        metrics["made_by"] = made_by(FITS[stage][0], params)
         score = likelihoods.get(tasks.likelihood).score
         with staged_outputs() as outputs:
             outputs.write_netcdf(idata, trace_out)

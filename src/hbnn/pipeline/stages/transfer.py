@@ -23,9 +23,12 @@ from hbnn.diagnostics import evaluation, predictions
 from hbnn.files.io import (
     InputError,
     as_builtin,
+    check_made_by,
+    check_made_with,
     detail_path,
     load_dataset,
     load_posterior,
+    made_by,
     provenance,
     settings_from_attrs,
     staged_outputs,
@@ -86,7 +89,7 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
                                     "features": tasks.features,
                                     "hier_trace": str(trace_out), HELDOUT_ATTR: heldout}))
         metrics = {"heldout_groups": heldout, "training_groups": kept, "hierarchical": hier_metrics,
-                   "prior": prior_metrics}
+                   "prior": prior_metrics, "made_by": made_by("transfer_prior", params)}
         with staged_outputs() as outputs:
             outputs.write_netcdf(idata, trace_out)
             outputs.write_netcdf(ds, prior_out)
@@ -102,7 +105,9 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
 def heldout_groups(prior_path: Path, tasks: Tasks) -> list[str]:
     """The held-out groups that ``transfer_prior`` recorded in the prior file's settings; each must be in
     ``tasks``."""
-    heldout = settings_from_attrs(load_dataset(prior_path, "prior file").attrs).get(HELDOUT_ATTR)
+    attrs = load_dataset(prior_path, "prior file").attrs
+    check_made_with(attrs, None, prior_path, "transfer_prior")
+    heldout = settings_from_attrs(attrs).get(HELDOUT_ATTR)
     if not isinstance(heldout, list):
         raise InputError(f"prior file {prior_path} records no held-out groups; it was not written by transfer_prior")
     missing = [g for g in heldout if g not in tasks.group_names]
@@ -121,13 +126,14 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     tasks = load_tasks(tasks_path, m.likelihood, params)
     heldout = heldout_groups(prior_path, tasks)
     specs = layer_specs(tasks.n_features, m.hidden_layers, m.bias)
-    layer_prior = load_prior(prior_path, specs, params)
-    hier_posterior = load_posterior(hier_trace, "hierarchical", params=params)
+    layer_prior = load_prior(prior_path, specs, params, stage="transfer_prior")
+    hier_posterior = load_posterior(hier_trace, "hierarchical", params=params, stage="transfer_prior")
     try:
         upstream = json.loads(prior_metrics.read_text())
     except (OSError, ValueError) as err:
         raise InputError(f"metrics file {prior_metrics} cannot be read ({err}); rerun transfer_prior (dvc repro)") \
             from err
+    check_made_by(upstream, prior_metrics, "transfer_prior", params)
     if not isinstance(upstream, dict) or upstream.get("heldout_groups") != heldout:
         raise InputError(f"{prior_metrics} does not belong to {prior_path} (other held-out groups); rerun "
                          "transfer_prior (dvc repro)")
@@ -154,6 +160,7 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
             tests[name] = predictions["test"]
     population = population_predictions(params, tasks, hier_posterior, heldout, specs)
     metrics = transfer_metrics(tasks.likelihood, params, refits, fit_metrics, tests, population, upstream, skipped)
+    metrics["made_by"] = made_by("transfer", params)
     headline = transfer_headline(metrics)
     csv = transfer_csv(metrics, tasks.likelihood)
     with staged_outputs() as outputs:

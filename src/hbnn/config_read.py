@@ -153,7 +153,7 @@ def unchanged_check(path: str | Path, params: Params):
             raise ChangedMeanwhile(f"parameter file {path} changed while the stage ran and is now invalid ({err}); "
                                    "no output was written") from err
         if now != params:
-            changed = _differences(params.to_dict(), now.to_dict())
+            changed = params_differences(params.to_dict(), now.to_dict())
             raise ChangedMeanwhile(f"parameter file {path} changed while the stage ran ({', '.join(changed[:3])}"
                                    f"{' ...' if len(changed) > 3 else ''}): its outputs were made with the earlier "
                                    "values, so none was written. Another `dvc exp run` in this workspace, or an "
@@ -162,11 +162,11 @@ def unchanged_check(path: str | Path, params: Params):
     return check
 
 
-def _differences(before: Any, after: Any, prefix: str = "") -> list[str]:
+def params_differences(before: Any, after: Any, prefix: str = "") -> list[str]:
     """``key: old -> new`` for every dotted key whose value differs between two nested dicts."""
     if isinstance(before, dict) and isinstance(after, dict):
         out = []
         for key in sorted(set(before) | set(after)):
-            out += _differences(before.get(key), after.get(key), f"{prefix}.{key}" if prefix else str(key))
+            out += params_differences(before.get(key), after.get(key), f"{prefix}.{key}" if prefix else str(key))
         return out
     return [] if before == after else [f"{prefix}: {_show(before)} -> {_show(after)}"]

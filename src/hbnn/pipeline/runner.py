@@ -22,6 +22,7 @@ from hbnn.errors import (
     one_line,
     unexpected,
 )
+from hbnn.pipeline.same_run import same_params_as_this_run
 
 
 def run_stage(
@@ -49,6 +50,7 @@ def run_stage(
     try:
         with interrupts_reported():
             params: Params = load_params(args.params)
+            same_params_as_this_run(params)  # the same values as this dvc run's earlier stages read
             with checked_before_commit(unchanged_check(args.params, params)):
                 body(params, **{name: getattr(args, name) for name in paths})
     except SystemExit as stop:

@@ -8,7 +8,7 @@ from hbnn.errors import exit_stage, interrupts_reported
 PATHS = []
 
 if __name__ == "__main__":
-    with interrupts_reported():
+    with interrupts_reported(exit_now=True):
         from hbnn.pipeline.budget import check_params
         from hbnn.pipeline.runner import run_stage
 

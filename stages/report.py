@@ -9,7 +9,7 @@ PATHS = [
 ]
 
 if __name__ == "__main__":
-    with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
+    with interrupts_reported(exit_now=True):  # an interrupt while the libraries load ends without a traceback too
         from hbnn.pipeline.runner import run_stage
         from hbnn.report.stage import report
 

@@ -8,7 +8,7 @@ PATHS = ["tasks_path", "hier_trace", "prior_path", "prior_metrics", "flat_trace_
          "metrics_out", "plot_out", "timing_out"]
 
 if __name__ == "__main__":
-    with interrupts_reported():  # an interrupt while the libraries load ends without a traceback too
+    with interrupts_reported(exit_now=True):  # an interrupt while the libraries load ends without a traceback too
         from hbnn.pipeline.runner import run_stage
         from hbnn.pipeline.stages.transfer import run_transfer
 

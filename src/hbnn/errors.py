@@ -102,7 +102,7 @@ def run_commit_checks() -> None:
 
 
 _committing = threading.Lock()  # held while a stage's outputs are renamed into place (commit_section)
-_state = {"deferred": False, "committed": False, "active": False}
+_state = {"deferred": False, "committed": False, "active": False, "exit_now": False}
 # After Ctrl-C or SIGTERM, how long the main thread has to stop by itself: Python runs signal handlers only between
 # bytecodes, so one long call into compiled code (a compile, an allocation of GiBs) would otherwise hold the
 # interrupt back until it returns.
@@ -174,8 +174,12 @@ def exit_stage(code: int) -> NoReturn:
 
 
 @contextlib.contextmanager
-def interrupts_reported() -> Iterator[None]:
+def interrupts_reported(exit_now: bool = False) -> Iterator[None]:
     """Within the block, Ctrl-C or SIGTERM exits with ``interrupted: outputs unchanged`` and status 130.
+
+    ``exit_now`` (a stage script's process): the process then ends at once, giving exit handlers at most
+    :data:`GRACE_SECONDS`, instead of Python's teardown, which waits for every thread a library left running (a
+    Dask cluster's kept a stage alive for minutes after the message).
 
     Stage scripts import their body inside it, so an interrupt while the
     libraries load ends the same way as one while sampling: no traceback. The
@@ -188,6 +192,7 @@ def interrupts_reported() -> Iterator[None]:
     outermost = signal.getsignal(signal.SIGINT) is not _raise_interrupt
     if outermost:  # a stage's or a command's first step: its libraries load inside the block
         use_writable_homes()
+        _state["exit_now"] = exit_now
         _received.clear()  # forget earlier runs' signals
         _reported.clear()
         _state.update(committed=False, active=True)
@@ -227,12 +232,32 @@ def _interrupt_message() -> str:
 
 
 def _report_interrupt() -> NoReturn:
-    """Say ``interrupted: outputs unchanged`` once, however many blocks the interrupt passes, and exit 130."""
+    """Say ``interrupted: outputs unchanged`` once, however many blocks the interrupt passes, and exit 130 (at once,
+    for a block opened with ``exit_now``)."""
     with _REPORTING:
         if not _reported:
             print(_interrupt_message(), file=sys.stderr)
             _reported.append(True)
+    if _state.get("exit_now"):
+        _exit_within(GRACE_SECONDS, EXIT_INTERRUPTED)
     sys.exit(EXIT_INTERRUPTED)
+
+
+def _exit_within(seconds: float, code: int) -> NoReturn:
+    """End the process with ``code`` after its exit handlers, or after ``seconds`` if they take longer."""
+    done = threading.Event()
+
+    def handlers() -> None:
+        with contextlib.suppress(Exception):
+            atexit._run_exitfuncs()
+        done.set()
+
+    threading.Thread(target=handlers, name="hbnn-exit-handlers", daemon=True).start()
+    done.wait(seconds)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _start_watchdog() -> tuple[int, int, int, threading.Thread] | None:

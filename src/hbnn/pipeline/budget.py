@@ -20,9 +20,13 @@ The model of the cost is deliberately simple and errs on the high side:
   weight) plus ``NS_PER_ADVI_PARAM`` per model parameter: every step updates the mean and
   sd of every parameter, so a hierarchical fit over many groups pays for all of its groups'
   weights at each step, whatever the minibatch;
-- memory holds every stored draw of every parameter three times over (the
-  sampler's arrays, the xarray copy and the group stack) plus the posterior
-  predictions of every row.
+- a NUTS step also costs ``NS_PER_DIM`` per sampled coordinate, and its
+  trajectories grow with the coordinates (as their square root, up to the
+  tree-depth cap);
+- memory holds every stored draw of every value four times over (the
+  sampler's batches, their conversion, the xarray copy and the group stack;
+  a hierarchical draw stores each group's ``z`` and its weights) plus the
+  posterior predictions of every row, and the hierarchical fit's padded layout.
 
 Calibrated on the default pipeline on 2 cores (``timings/*.json``): under
 PyTensor's density the hierarchical fit measured 510 us per gradient against
@@ -62,6 +66,12 @@ STEPS_PER_ITERATION_DIAG_STAN = 1023
 # per gradient of the default hierarchical fit (900 rows x 40 weights) and 3 us for a flat one (50 x 40),
 # sampler overhead and the slower chain's wait included (timings/*.json).
 KERNEL_GRAD_OVERHEAD_US = 3.0
+# Per sampled coordinate and leapfrog step: the sampler's own vector arithmetic, the priors and the chain rule. With
+# the trajectories' growth with the coordinates (the steps per iteration above were measured at DIMS_MEASURED, the
+# default hierarchical fit's 763), fitted to a hierarchical fit of 20,000 groups of 2 training rows (800,043
+# coordinates, 2 x (40 + 25) iterations: 615 s of sampling, estimated 5 s before these two terms)
+NS_PER_DIM = 10.0
+DIMS_MEASURED = 763
 KERNEL_NS_PER_ROW_WEIGHT = 0.8
 # ADVI, measured on 2 cores: 18 flat fits x 5000 steps took 7.4 s (82 us a step); the 1000-group
 # hierarchical minibatch fit (40,043 parameters) 194 s for 60,000 steps of 500 rows (3.2 ms a step) and
@@ -69,7 +79,7 @@ KERNEL_NS_PER_ROW_WEIGHT = 0.8
 ADVI_STEP_US = 60.0
 NS_PER_ADVI_PARAM = 125.0
 BYTES = 8
-COPIES = 3
+COPIES = 4  # the sampler's own (Arrow) batches, their conversion, the xarray copy and the group stack
 # A fit stage's process before its data's share (Python, NumPy, PyMC and nutpie loaded, the density checked):
 # benchmarks/memory.py measured 0.80 and 1.32 GiB peaks for 0.5 and 4.0 million padded rows, 0.72 GiB at none.
 PROCESS_GIB = 0.75
@@ -167,8 +177,15 @@ def data_estimate(params: Params) -> Estimate | None:
 
 
 def _hierarchical_weights(n_groups: int, layers: list[int]) -> int:
-    """Weights a hierarchical posterior draw stores: every group's, and each layer's mean and sd."""
-    return n_groups * sum(layers) + sum(layers) + len(layers)
+    """Values a hierarchical posterior draw stores: every group's weights twice (the sampler's ``z`` and the weights
+    ``w = mu + sd * z``), and each layer's mean and sd."""
+    return 2 * n_groups * sum(layers) + sum(layers) + len(layers)
+
+
+def _sampled_dims(n_groups: int, layers: list[int], hierarchical: bool) -> int:
+    """The coordinates one fit samples: the hierarchical fit's every ``z``, ``mu`` and ``log sd``, a per-group
+    fit's one group's weights."""
+    return n_groups * sum(layers) + sum(layers) + len(layers) if hierarchical else sum(layers)
 
 
 @_past_counting("")
@@ -192,22 +209,26 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         steps_per_fit = s.advi.iterations
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
         stored_draws = s.chains * kept
-        grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * (stored_params if hierarchical else per_group)
+        grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * _sampled_dims(n_groups, layers, hierarchical)
         run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
     else:
         stan_nutpie = s.backend == "nutpie" and s.mass_matrix == "diag_stan"  # the other backends' own figures
         steps = STEPS_PER_ITERATION_DIAG_STAN if stan_nutpie else STEPS_PER_ITERATION[s.backend]
+        dims = _sampled_dims(n_groups, layers, hierarchical)
+        # longer trajectories in more dimensions, as measured (see DIMS_MEASURED), up to NUTS' tree-depth cap
+        steps = min(STEPS_PER_ITERATION_DIAG_STAN, steps * max(1.0, (dims / DIMS_MEASURED) ** 0.5))
         if hierarchical or s.max_draws <= s.draws:
             iterations = s.tune + s.draw_limit
         else:  # the first fit, then every refit k = 2 .. max_draws // draws (the worst case: one step at a time)
-            iterations = sum(s.tune + k * s.draws for k in range(1, s.max_refit_factor + 1))
+            k = s.max_refit_factor  # sum of tune + j * draws over j = 1..k, in closed form (k may be ~1e12)
+            iterations = k * s.tune + s.draws * k * (k + 1) // 2
         refit = not hierarchical and s.refit_applies
         if refit:  # ... and once more at refit_target_accept, at the longest (smaller steps: counted twice)
             iterations += 2 * (s.tune + s.max_refit_factor * s.draws)
         steps_per_fit = s.chains * iterations * steps
         rows_per_step = n_train if hierarchical else n_train / n_groups
         stored_draws = s.chains * (s.tune + kept)  # nutpie keeps the tuning draws too
-        grad_us = KERNEL_GRAD_OVERHEAD_US if s.backend == "nutpie" else GRAD_OVERHEAD_US
+        grad_us = (KERNEL_GRAD_OVERHEAD_US if s.backend == "nutpie" else GRAD_OVERHEAD_US) + NS_PER_DIM * 1e-3 * dims
         run = f"{s.chains} chains x {s.tune} + {s.draws} iterations" + (
             "" if s.max_draws <= s.draws else
             f", counted as if it drew on to max_draws={s.max_draws} (it stops once the bar is met)" if hierarchical

@@ -58,6 +58,9 @@ from hbnn.errors import InputError, SamplingError, one_line
 log = logging.getLogger(__name__)
 
 SCHEDULER_ENV = "HBNN_DASK_SCHEDULER"
+# local:N starts N worker processes here, each holding a Python, NumPy and a compiled model (~0.5 GB): more than this
+# many per core only queue for the cores and fill the memory (local:99999 started workers until the machine ran out)
+MAX_WORKERS_PER_CORE = 4
 SHARDS_ENV = "HBNN_DASK_SHARDS"
 SHARDS_PER_WORKER = 4
 GROUPS_PER_SHARD = 10
@@ -309,6 +312,11 @@ def local_workers(scheduler: str) -> int | None:
     if not raw.isdigit() or int(raw) < 1:
         raise InputError(f"{SCHEDULER_ENV}={scheduler!r}: expected local, local:N with N >= 1 workers, or a "
                          "scheduler address such as tcp://host:8786")
+    cores = os.cpu_count() or 1
+    if int(raw) > MAX_WORKERS_PER_CORE * cores:
+        raise InputError(f"{SCHEDULER_ENV}={scheduler!r}: {int(raw)} worker processes on this machine's {cores} "
+                         f"cores (at most {MAX_WORKERS_PER_CORE * cores}: each worker is a process of its own, with "
+                         "its own memory); use local, or a scheduler address for a larger cluster")
     return int(raw)
 
 

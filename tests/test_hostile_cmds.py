@@ -300,6 +300,7 @@ def test_predict_replaces_an_earlier_table_of_its_format(scored, capsys):
     ("tcp://a host:1", "'a host:1' is not host:port"),
     ("local:0", "HBNN_DASK_SCHEDULER='local:0': expected local, local:N with N >= 1"),
     ("LOCAL", "HBNN_DASK_SCHEDULER='LOCAL': 'LOCAL' is not host:port"),
+    ("local:99999", "HBNN_DASK_SCHEDULER='local:99999': 99999 worker processes on this machine's"),
 ])
 def test_an_unsupported_scheduler_is_named(value, expected):
     with pytest.raises(InputError) as err:
@@ -572,3 +573,27 @@ def test_the_default_traces_are_scored_in_large_chunks():
     with pytest.raises(InputError, match="over the limit of 256 MiB"):
         predict.chunk_rows(60_000, 40, "bernoulli", 10**6)
     assert predict.chunk_rows(60_000, 40, "bernoulli", 2).rows == BLOCK  # two rows to score: they fit
+
+
+def test_headline_refuses_an_endless_input_before_it_fills_the_memory(tmp_path, capsys, monkeypatch):
+    """`hbnn headline /dev/zero` read the endless file whole (3.8 GB before a memory limit stopped it)."""
+    monkeypatch.setattr(cli, "MAX_INPUT_BYTES", 1000)
+    big = tmp_path / "big.json"
+    big.write_text("[" + " " * 2000 + "]")
+    assert cli.main(["headline", str(big)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "big.json holds more than 0 MiB" in err
+    assert cli.main(["headline", "/dev/zero"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds more than" in err
+
+
+def test_the_plots_data_hold_names_that_cannot_end_the_plots_pages_scripts():
+    """DVC's plots page embeds the data as JSON inside a <script> without escaping it."""
+    import numpy as np
+
+    from hbnn.report.outputs import per_group_csv
+
+    name = "</script><script>alert(1)</script><!--"
+    text = per_group_csv({m: np.array([0.5]) for m in ("flat", "hierarchical", "informed")}, [name])
+    assert "</" not in text and "<!--" not in text and "<\\/script><script>alert(1)<\\/script><\\!--" in text

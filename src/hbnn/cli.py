@@ -101,6 +101,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+# `dvc exp show --json` of thousands of experiments is a few MiB; an input past this is not one (an endless
+# /dev/zero, a trace piped in by mistake) and is refused before it fills the memory
+MAX_INPUT_BYTES = 256 * 2**20
+
+
+def _read_limited(path: Path, where: str) -> str:
+    """The text of ``path`` (``-``: standard input), at most :data:`MAX_INPUT_BYTES`; :class:`InputError` past it."""
+    if str(path) == "-":
+        stream = getattr(sys.stdin, "buffer", None)  # a text stream without one (a test's, an embedding's) as text
+        data = stream.read(MAX_INPUT_BYTES + 1) if stream else sys.stdin.read(MAX_INPUT_BYTES + 1).encode()
+    else:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"{where} holds more than {MAX_INPUT_BYTES // 2**20} MiB; the output of `dvc exp show "
+                         "--json` is far smaller: pipe that in")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{where} is not UTF-8 text ({err}); pipe `dvc exp show --json` into it") from err
+
+
 def _summarise(args) -> int:
     """``hbnn summarise`` and ``hbnn headline``: one ``error:`` line and exit 2 on input that is not
     ``dvc exp show --json``."""
@@ -112,7 +134,7 @@ def _summarise(args) -> int:
         with interrupts_reported():
             where = "standard input" if str(args.input) == "-" else str(args.input)
             try:
-                text = sys.stdin.read() if str(args.input) == "-" else args.input.read_text()
+                text = _read_limited(args.input, where)
                 data = json.loads(text)
             except OSError as err:
                 raise InputError(f"cannot read {where}: {err.strerror or err}") from err

@@ -48,7 +48,7 @@ def use_writable_homes() -> None:
         return str(spare[0] / name)
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or _home() / ".cache")
-    if not _writable(cache):
+    if not all(_writable(folder) for folder in (cache, cache / "arviz", cache / "hbnn")):
         os.environ["XDG_CACHE_HOME"] = temporary("cache")
         _MOVED.append(f"caches ({cache})")
     config = Path(os.environ.get("XDG_CONFIG_HOME") or _home() / ".config")

@@ -32,6 +32,8 @@ def read_table(path: str | Path, what: str = "table", text_columns: tuple[str, .
     missing. Parquet columns keep their stored type.
     """
     path = Path(path)
+    if path.exists() and not path.is_file():  # a folder, a pipe (which would be read until it closes), a device
+        raise InputError(f"{what} {path} is not a regular file; give the path of a CSV or Parquet file")
     if not path.is_file():
         # `dvc exp run --temp` (and --queue) runs in a copy of what git or DVC tracks: a table that is neither is
         # missing there though it is in the workspace

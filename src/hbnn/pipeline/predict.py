@@ -85,6 +85,8 @@ def _is_prior(path: Path) -> bool:
 
 def load_fitted(path: Path) -> Fitted:
     """A trace written by a fit stage, with the groups prediction needs, or :class:`InputError`."""
+    if path.exists() and not path.is_file():
+        raise InputError(f"trace {path} is not a regular file; pass a fit's trace (traces/*.nc)")
     if not path.is_file():
         raise InputError(f"trace {path} does not exist; run the fit stages first (dvc repro)")
     try:

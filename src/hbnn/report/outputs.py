@@ -33,6 +33,16 @@ def summary(metrics: dict[str, dict], n_groups: int, lik: likelihoods.Likelihood
     return as_builtin({"comparison": comparison, "n_groups": n_groups})
 
 
+def plot_label(name: str) -> str:
+    """A group's name as the ``dvc plots`` data hold it: ``</`` and ``<!--`` written ``<\\/`` and ``<\\!--``.
+
+    DVC's plots page embeds each plot's data as JSON inside a ``<script>`` element without escaping it, so a name
+    holding ``</script>`` would end that element there and run what follows (``report.html`` and ``report.md``
+    escape names themselves). A backslash stops the browser seeing either sequence; the label shows it.
+    """
+    return name.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
 def per_group_csv(per_group: dict[str, np.ndarray], names: Sequence[str]) -> str:
     """``group,flat,hierarchical,informed`` rows of test accuracy (empty where a group has no test rows; one row
     without values where there are no groups to show, as for likelihoods that are not classifiers:
@@ -42,7 +52,7 @@ def per_group_csv(per_group: dict[str, np.ndarray], names: Sequence[str]) -> str
     writer.writerow(["group", *MODELS])
     for g, name in enumerate(names):
         vals = [per_group[v][g] for v in MODELS]
-        writer.writerow([name, *("" if not np.isfinite(x) else as_builtin(float(x)) for x in vals)])
+        writer.writerow([plot_label(name), *("" if not np.isfinite(x) else as_builtin(float(x)) for x in vals)])
     if not names:
         _nothing_to_plot(writer, "")
     return buf.getvalue()

@@ -62,6 +62,19 @@ def literal(text: str) -> str:
     return str(text).replace("$", r"\$")
 
 
+# Names drawn where their neighbours' stand beside them (panel titles, tick labels) are cut to these many characters
+# (the rest as "..."): a 100-character group name (the longest names.py allows) overprinted the next panels' titles.
+# The report's tables and the plots data hold every name whole.
+TITLE_CHARS = 24
+TICK_CHARS = 16
+
+
+def short(text: str, limit: int) -> str:
+    """:func:`literal` of ``text`` cut to ``limit`` characters, its end shown as ``...``."""
+    text = str(text)
+    return literal(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
 def png_bytes(fig, dpi: int = DPI, tight: bool = False) -> bytes:
     """Render ``fig`` to PNG bytes and close it; ``tight`` crops (or grows) the canvas to what is drawn,
     for figures laid out by other libraries whose text :func:`readable` enlarged."""
@@ -192,7 +205,7 @@ def plot_surface_page(
         ax.set_xlim(-limit, limit)
         ax.set_ylim(-limit, limit)
         # y given: matplotlib does not measure every tick label of the panel to place the title (~0.3 s a page)
-        ax.set_title(literal(names[k]), fontsize=SMALL, pad=2, y=1.0)
+        ax.set_title(short(names[k], TITLE_CHARS), fontsize=SMALL, pad=2, y=1.0)
         ax.tick_params(labelsize=SMALL, length=2, pad=1)
         ax.label_outer()
     if image is not None:
@@ -254,7 +267,7 @@ def plot_per_group(
                 ax.plot(x + offset, vals, "os^Dv"[i % 5], ms=4, color=color, label=literal(series))
         for level in hlines:
             ax.axhline(level, color="k", lw=0.7, ls="--")
-        ax.set_xticks(x, [literal(names[i]) for i in chunk], rotation=90, fontsize=SMALL)
+        ax.set_xticks(x, [short(names[i], TICK_CHARS) for i in chunk], rotation=90, fontsize=SMALL)
         ax.set_xlim(-0.6, width - 0.4)
         ax.tick_params(axis="y", labelsize=SMALL)
         ax.set_ylabel(literal(ylabel), fontsize=SMALL)
@@ -385,7 +398,7 @@ def plot_correlations(matrices: Mapping[str, np.ndarray], labels: Sequence[str])
     image = None
     for ax, (title, mat) in zip(axes, matrices.items(), strict=True):
         image = ax.imshow(mat, cmap="RdBu_r", vmin=-1.0, vmax=1.0, interpolation="nearest")
-        ax.set_xticks(ticks, [literal(labels[i]) for i in ticks], rotation=90, fontsize=SMALL)
+        ax.set_xticks(ticks, [short(labels[i], TICK_CHARS) for i in ticks], rotation=90, fontsize=SMALL)
         ax.set_yticks(ticks, [literal(labels[i]) for i in ticks], fontsize=SMALL)
         ax.set_title(literal(title), fontsize=SMALL)
     cbar = fig.colorbar(image, ax=axes, shrink=0.8)

@@ -15,6 +15,7 @@ wrong result, since an entry it does not vouch for is compiled again.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import glob
 import hashlib
@@ -34,10 +35,10 @@ def manifest_path(directory: Path, stem: str) -> Path:
     return Path(directory) / f"hbnn-manifest-{stem or 'all'}.json"
 
 
-def entries(directory: Path, stem: str) -> list[Path]:
-    """numba's cache files in ``directory`` of the module named ``stem`` (``""``: all of them), sorted."""
+def entries(directory: Path, stem: str, suffixes: tuple[str, ...] = SUFFIXES) -> list[Path]:
+    """The cache files (numba's, by default) in ``directory`` of the module named ``stem`` (``""``: all), sorted."""
     pattern = f"{glob.escape(stem)}.*" if stem else "*"
-    return sorted(p for p in Path(directory).glob(pattern) if p.suffix in SUFFIXES and p.is_file())
+    return sorted(p for p in Path(directory).glob(pattern) if p.suffix in suffixes and p.is_file())
 
 
 def _digest(path: Path) -> str:
@@ -54,7 +55,7 @@ def _manifest(directory: Path, stem: str) -> dict[str, str]:
     return found
 
 
-def verify(directory: Path, stem: str = "") -> list[str]:
+def verify(directory: Path, stem: str = "", suffixes: tuple[str, ...] = SUFFIXES) -> list[str]:
     """Remove the entries of ``stem`` in ``directory`` that its manifest does not list with their current hash.
 
     Returns the names removed (a warning names them): entries written by a process that did not record them, or
@@ -62,7 +63,7 @@ def verify(directory: Path, stem: str = "") -> list[str]:
     """
     vouched = _manifest(directory, stem)
     removed = []
-    for path in entries(directory, stem):
+    for path in entries(directory, stem, suffixes):
         try:
             ok = vouched.get(path.name) == _digest(path)
         except OSError:  # vanished or unreadable: nothing numba could load either
@@ -77,11 +78,11 @@ def verify(directory: Path, stem: str = "") -> list[str]:
     return removed
 
 
-def record(directory: Path, stem: str = "") -> None:
+def record(directory: Path, stem: str = "", suffixes: tuple[str, ...] = SUFFIXES) -> None:
     """Write the manifest of ``stem``'s entries in ``directory`` as they are now (atomically); a cache that cannot
     be written is left as it is (its entries are then compiled again by the next process)."""
     try:
-        hashes = {path.name: _digest(path) for path in entries(directory, stem)}
+        hashes = {path.name: _digest(path) for path in entries(directory, stem, suffixes)}
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".manifest.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
@@ -127,3 +128,41 @@ def _install_locator() -> None:
             return super().from_function(py_func, py_file)
 
     CacheImpl._locator_classes.insert(0, BesideLocator)
+
+
+def pytensor_base_compiledir() -> Path:
+    """PyTensor's cache folder as it will pick it, without importing PyTensor: ``base_compiledir`` from
+    ``PYTENSOR_FLAGS``, else ``~/.pytensor`` (a ``.pytensorrc`` setting is not read)."""
+    for flag in os.environ.get("PYTENSOR_FLAGS", "").split(","):
+        key, _, value = flag.partition("=")
+        if key.strip() == "base_compiledir" and value.strip():
+            return Path(value.strip()).expanduser()
+    return Path.home() / ".pytensor"
+
+
+def _pytensor_folders() -> list[tuple[Path, tuple[str, ...]]]:
+    """The folders of PyTensor's cache whose damage fails every later fit: its numba cache (entries as ours, without
+    the subfolders hbnn keeps there) and the compiled C module every PyTensor function runs through
+    (``lazylinker_ext``: truncated, it crashed the process with SIGBUS). PyTensor rebuilds either when missing."""
+    base = pytensor_base_compiledir()
+    linkers = sorted(base.glob("compiledir_*/lazylinker_ext"))
+    return [(base / "numba", SUFFIXES), *((folder, (".so",)) for folder in linkers)]
+
+
+@functools.cache
+def guard_pytensor() -> None:
+    """Before PyTensor is first used in this process: remove what of its cache (:func:`_pytensor_folders`) differs
+    from what a process of hbnn's recorded after using it, so that PyTensor builds it again; record it at exit."""
+    for folder, suffixes in _pytensor_folders():
+        if folder.is_dir():
+            try:
+                verify(folder, "", suffixes)
+            except OSError as err:  # a folder of another user's, read-only: PyTensor's own errors speak for it
+                log.debug("compile cache %s: cannot check its entries (%s)", folder, err)
+
+    def record_all() -> None:
+        for folder, suffixes in _pytensor_folders():
+            if folder.is_dir():
+                record(folder, "", suffixes)
+
+    atexit.register(record_all)

@@ -58,6 +58,9 @@ class Backend:
     def model(self) -> pm.Model:
         """The PyMC model, built on first use where the backend was given a function that builds it."""
         if not hasattr(self._model, "free_RVs"):
+            from hbnn.density.cache_guard import guard_pytensor
+
+            guard_pytensor()  # a damaged PyTensor cache is built again, not loaded: before PyMC imports PyTensor
             self._model = self._model()
         return self._model
 

@@ -286,3 +286,169 @@ def test_an_output_named_like_a_pattern_removes_only_its_own_temporaries(tmp_pat
     with staged_outputs() as out:
         out.write_text("x", tmp_path / "[a-z]*")
     assert other.exists()
+
+
+# ----------------------------------------------------------------------------- files swapped between stages
+def test_a_file_copied_from_another_stages_outputs_is_refused(tmp_path):
+    """The transfer experiment's held-out fit must not have seen its held-out groups: a trace or prior copied in from
+    the other stage's outputs (of the right variant, and made with the same params) is refused by the stage it
+    names, not read."""
+    from conftest import TINY
+
+    from hbnn.config_read import parse_params
+    from hbnn.data.moons import make_moons_tasks
+    from hbnn.data.tasks import load_tasks
+    from hbnn.errors import InputError
+    from hbnn.files.io import provenance, write_netcdf
+    from hbnn.pipeline.variants import STAGE_PARAMS
+
+    params = parse_params(TINY)
+    for stage in ("fit_hier", "transfer_prior"):
+        other = "transfer_prior" if stage == "fit_hier" else "fit_hier"
+        ds = xr.Dataset({"v": ("x", np.arange(3.0))})
+        ds.attrs.update(provenance(other, "hierarchical", params.section_hash(*STAGE_PARAMS[other]), {}))
+        write_netcdf(ds, tmp_path / f"{other}.nc")
+        from hbnn.files.io import check_made_with
+
+        with pytest.raises(InputError, match=f"was written by stage '{other}', not by {stage}"):
+            check_made_with(load_dataset(tmp_path / f"{other}.nc", "file").attrs, params, tmp_path / f"{other}.nc",
+                            stage)
+    tasks = make_moons_tasks(params)
+    tasks.attrs.update(provenance("derive_prior", "moons", "x", {}))
+    write_netcdf(tasks, tmp_path / "tasks.nc")
+    with pytest.raises(InputError, match="was written by stage 'derive_prior', not by make_data"):
+        load_tasks(tmp_path / "tasks.nc", params=params)
+
+
+def test_detail_metrics_swapped_between_models_are_refused_by_the_report(tmp_path):
+    from conftest import TINY
+
+    from hbnn.config_read import parse_params
+    from hbnn.errors import InputError
+    from hbnn.files.io import check_made_by, made_by
+
+    params = parse_params(TINY)
+    flat = {"per_group": {}, "made_by": made_by("fit_flat", params)}
+    check_made_by(flat, "flat.json", "fit_flat", params)
+    with pytest.raises(InputError, match="flat.json was written by stage 'fit_flat', not by fit_informed"):
+        check_made_by(flat, "flat.json", "fit_informed", params)
+    other = parse_params({**TINY, "sampler": {**TINY["sampler"], "draws": 26}})
+    with pytest.raises(InputError, match="with other values of model, sampler, trace"):
+        check_made_by(flat, "flat.json", "fit_flat", other)
+
+
+# ----------------------------------------------------------------------------- one dvc run, one set of params
+def test_params_changed_between_the_stages_of_one_dvc_run_stop_the_later_stage(tmp_path, monkeypatch):
+    """A second `dvc exp run` writes its values into params.yaml before DVC refuses it; the first run's next stage
+    then finds other values than its earlier stages read, and stops."""
+    from conftest import TINY
+
+    from hbnn.config_read import parse_params
+    from hbnn.errors import ChangedMeanwhile
+    from hbnn.pipeline import same_run
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".dvc").mkdir()
+    monkeypatch.setattr(same_run, "dvc_process", lambda: "4242-100")
+    first = parse_params(TINY)
+    same_run.same_params_as_this_run(first)  # the run's first stage notes its params
+    same_run.same_params_as_this_run(first)  # ... the next finds the same
+    second = parse_params({**TINY, "sampler": {**TINY["sampler"], "draws": 29}})
+    with pytest.raises(ChangedMeanwhile, match=r"changed between the stages of this dvc run \(sampler.draws: 25 -> 29"):
+        same_run.same_params_as_this_run(second)
+    monkeypatch.setattr(same_run, "dvc_process", lambda: "4243-100")  # another dvc run: its own note
+    same_run.same_params_as_this_run(second)
+    monkeypatch.setattr(same_run, "dvc_process", lambda: None)  # a stage run by hand: nothing compared
+    same_run.same_params_as_this_run(first)
+
+
+def test_the_dvc_process_is_found_among_the_stages_ancestors(tmp_path):
+    """`dvc` -> a shell -> python: what the note is keyed on (a process that is not under dvc finds none)."""
+    from hbnn.pipeline import same_run
+
+    assert same_run.dvc_process() is None  # pytest runs under no dvc
+    fake = tmp_path / "dvc"
+    fake.write_text(f"#!/bin/sh\n{sys.executable} -c 'from hbnn.pipeline import same_run; "
+                    "print(same_run.dvc_process())'\n")
+    fake.chmod(0o755)
+    done = subprocess.run([str(fake)], capture_output=True, text=True, timeout=60)
+    found = done.stdout.strip()
+    assert found != "None" and found.split("-")[0].isdigit(), done.stderr
+
+
+# ----------------------------------------------------------------------------- names a file system takes
+def test_an_output_name_as_long_as_the_file_system_takes_is_written(tmp_path):
+    name = "a" * 251 + ".csv"  # 255 bytes, the most a Linux file system names
+    write_text("x", tmp_path / name)
+    assert (tmp_path / name).read_text() == "x" and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_an_output_whose_folder_is_a_file_says_so(tmp_path):
+    from hbnn.errors import OutputError
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(OutputError, match=r"its folder .*afile is a file, not a folder\); earlier outputs") as err:
+        write_text("x", tmp_path / "afile" / "out.csv")
+    assert "MiB free" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_an_input_that_is_not_a_regular_file_says_so(tmp_path, kind):
+    from hbnn.errors import InputError
+
+    path = tmp_path / "t.nc"
+    path.mkdir() if kind == "folder" else os.mkfifo(path)
+    with pytest.raises(InputError, match="is not a regular file"):
+        load_posterior(path, "hierarchical")
+
+
+_LINGERING = """
+import threading, time
+import hbnn.errors as errors
+errors.GRACE_SECONDS = 1.0
+threading.Thread(target=time.sleep, args=(600,)).start()  # a library's thread that never ends (a Dask cluster's)
+with errors.interrupts_reported(exit_now=True):
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_stage_ends_after_an_interrupt_although_a_library_left_a_thread_running():
+    """Python's own exit waits for every non-daemon thread: a stage's process ends within its grace period."""
+    with subprocess.Popen([sys.executable, "-c", _LINGERING], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        assert proc.stdout.readline().strip() == "ready"
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip() == "interrupted: outputs unchanged", err
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.slow
+def test_a_damaged_pytensor_cache_is_built_again_and_the_fit_gives_the_same_numbers(tmp_path):
+    """PyTensor's numba cache truncated and its C linker module cut to a third (what a full disk leaves): before,
+    every later fit whose density was checked failed (UnpicklingError) or crashed (SIGBUS); now the damaged files are
+    removed before PyTensor loads them and built again."""
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "params.yaml").write_text(_tiny_text(""))
+    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'pytensor'}",
+           "HBNN_KERNEL_CACHE": str(tmp_path / "kernels")}
+
+    def fit(checks: str) -> str:
+        for script, args in (("make_data.py", ["--out", "data/tasks.nc"]),
+                             ("fit_flat.py", ["--tasks-path", "data/tasks.nc", "--trace-out", "traces/flat.nc",
+                                              "--metrics-out", "metrics/flat.json", "--timing-out", "t.json"])):
+            done = subprocess.run([sys.executable, str(ROOT / "stages" / script), *args], cwd=work, capture_output=True,
+                                  text=True, timeout=900, env={**env, "HBNN_DENSITY_CHECKS": str(tmp_path / checks)})
+            assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        return (work / "metrics" / "flat.json").read_text()
+
+    clean = fit("checks1")
+    base = tmp_path / "pytensor"
+    damaged = sorted((base / "numba").glob("*.nb?")) + sorted(base.glob("compiledir_*/lazylinker_ext/*.so"))
+    assert any(p.suffix == ".so" for p in damaged) and any(p.suffix == ".nbi" for p in damaged)
+    for path in damaged:
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+    assert fit("checks2") == clean  # a new record of checks: the density is checked, so PyTensor compiles again

@@ -1,0 +1,101 @@
+"""The ``poisson`` likelihood: counts, the network's output the log of the rate."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hbnn.errors import InputError, rows_phrase
+from hbnn.model.likelihoods.base import QUANTILES, Predictive
+
+
+class Poisson(Predictive):
+    """Counts (0, 1, 2, ...: sales, visits, failures); the network output is the log of the rate.
+
+    Labels are not standardised (a count's scale is its meaning). The predictive
+    distribution of a row is the mixture over draws of ``Poisson(rate_s)``: its
+    central 94% interval ``[lo, hi]`` holds the smallest counts whose mixture CDF
+    reaches 0.03 and 0.97, and a row is covered when ``lo <= y <= hi``.
+    """
+
+    name = "poisson"
+    label_dtype = np.int64
+    surface_titles = ("posterior mean rate", "posterior sd of the rate")
+    description = "Poisson likelihood on the log rate"
+    quantity_words = "predicted test rates"
+    noise_words = "the Poisson counting noise"
+    quantity = "rate"
+
+    MAX_COUNT = 2.0**53  # counts up to here are exact as floats (and as int64)
+
+    def check_labels(self, values, column, where):
+        bad = np.flatnonzero((values < 0) | (values != np.round(values)) | (values > self.MAX_COUNT))
+        if bad.size:
+            shown = sorted({float(v) for v in values[bad]})[:5]
+            raise InputError(f"{where}: label column {column!r} must hold counts (0, 1, 2, ... up to 2**53) for "
+                             f"model.likelihood=poisson; found {shown} in {rows_phrase(bad)}")
+        return values.astype(np.int64)
+
+    def add_observed(self, output, y, noise_sd, total_size=None):
+        """``y * log_rate - exp(log_rate) - log(y!)`` as an observed ``CustomDist`` (no ``log(exp(.))`` round trip)."""
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        def logp(value, log_rate):
+            return value * log_rate - pt.exp(log_rate) - pt.gammaln(value + 1)
+
+        kwargs = {"dims": "obs"} if total_size is None else {"total_size": [total_size]}
+        pm.CustomDist("y_obs", output, logp=logp, observed=y, **kwargs)
+
+    def mean(self, output, y_mean=0.0, y_sd=1.0):
+        with np.errstate(over="ignore"):  # an overflowing rate is inf; callers refuse non-finite results
+            return np.exp(output)
+
+    @staticmethod
+    def mixture_cdf(k: np.ndarray, rates: np.ndarray) -> np.ndarray:
+        """``mean_s P(Poisson(rates[s, i]) <= k[i])`` for ``rates (sample, n)``; 0 where ``k < 0``."""
+        from scipy.stats import poisson
+
+        return poisson.cdf(k[None, :], rates).mean(axis=0)
+
+    def quantiles(self, rates: np.ndarray, qs) -> np.ndarray:
+        """Smallest counts ``(len(qs), n)`` whose mixture CDF reaches each ``q``, by bisection over counts."""
+        from scipy.stats import poisson
+
+        hi0 = poisson.ppf(max(qs), rates.max(axis=0)) + 1  # an upper bracket: the largest rate's quantile
+        out = []
+        for q in qs:
+            lo, hi = np.full(rates.shape[1], -1.0), hi0.copy()  # F(lo) < q <= F(hi)
+            while np.any(hi - lo > 1):
+                mid = np.floor((lo + hi) / 2)
+                reached = self.mixture_cdf(mid, rates) >= q
+                hi, lo = np.where(reached, mid, hi), np.where(reached, lo, mid)
+            out.append(hi)
+        return np.array(out)
+
+    def log_density(self, draws, noise, y):
+        from scipy.special import gammaln
+
+        with np.errstate(divide="ignore"):  # a rate of exactly 0 gives log 0 = -inf, the right log density
+            return y * np.log(draws) - draws - gammaln(y + 1.0)
+
+    def predictive_draws(self, draws, noise, rng):
+        return rng.poisson(draws)
+
+    def pointwise(self, draws, noise, y):
+        from scipy.special import logsumexp
+
+        rates = draws.reshape(-1, draws.shape[-1])
+        logpmf = self.log_density(rates, None, y)
+        lo, hi = self.quantiles(rates, QUANTILES)
+        return {
+            "sq_err": (y - rates.mean(axis=0)) ** 2,
+            "lpd": logsumexp(logpmf, axis=0) - np.log(rates.shape[0]),
+            "covered": (lo <= y) & (y <= hi),
+        }
+
+    def summarise(self, draws, noise):
+        """Of the posterior predictive count: mean ``E[rate]``, sd ``sqrt(Var[rate] + E[rate])``, central 94%
+        interval (whole counts)."""
+        lower, upper = self.quantiles(draws, QUANTILES)
+        sd = np.sqrt(draws.var(axis=0) + draws.mean(axis=0))
+        return {"mean": draws.mean(axis=0), "sd": sd, "lower_94": lower, "upper_94": upper}

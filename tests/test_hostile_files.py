@@ -156,7 +156,7 @@ def test_an_unusable_home_moves_the_library_caches_to_a_temporary_folder(tmp_pat
         use_writable_homes()  # as a stage's or a command's first step does (hbnn.errors.interrupts_reported)
         import arviz, matplotlib
         from pytensor.configdefaults import config
-        from hbnn.density.written import cache_dir
+        from hbnn.density.modules import cache_dir
         tmp = tempfile.gettempdir()
         assert all(str(p).startswith(tmp) for p in (cache_dir(), config.base_compiledir, matplotlib.get_configdir()))
         print(len(moved()))

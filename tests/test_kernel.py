@@ -11,7 +11,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from hbnn.density import densities, kernel, numerics
+from hbnn.density import densities, kernel, modules, numerics
 from hbnn.model.builders import build_flat_model, build_hierarchical_model, build_informed_model
 from hbnn.model.network import layer_specs
 from hbnn.sampling.nutpie_adapter import compile_numba
@@ -244,7 +244,7 @@ def test_a_module_that_cannot_be_imported_from_any_folder_is_compiled_in_memory(
     want = evaluate(kernel_unrolled.logp_grad_for(2, (3, 2), False))
     name = kernel_unrolled._network_module(2, (3, 2), False)[0]
     monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setattr(kernel_unrolled, "_import_at", lambda *args: (_ for _ in ()).throw(OSError("no folder")))
+    monkeypatch.setattr(modules, "_import_at", lambda *args: (_ for _ in ()).throw(OSError("no folder")))
     kernel_unrolled.logp_grad_for.cache_clear()
     fn = kernel_unrolled.logp_grad_for(2, (3, 2), False)
     assert "compiled in memory, without a cache" in caplog.text
@@ -256,7 +256,7 @@ def test_a_module_that_cannot_be_imported_from_any_folder_is_compiled_in_memory(
 _CALL_ONE = """
 import ctypes, hashlib, logging, numpy as np
 logging.basicConfig(level=logging.WARNING)
-from hbnn.density import densities, kernel, numerics
+from hbnn.density import densities, kernel, modules, numerics
 rng = np.random.default_rng(0)
 X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
 density = densities.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
@@ -586,7 +586,7 @@ def _informed(x, y, seed: int, hidden=(3,)):
 
 _DRAW_ONE = """
 import ctypes, hashlib, numpy as np
-from hbnn.density import densities, kernel, numerics
+from hbnn.density import densities, kernel, modules, numerics
 rng = np.random.default_rng(0)
 X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
 density = densities.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)

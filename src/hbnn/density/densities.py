@@ -56,9 +56,9 @@ class DensityMismatch(ValueError):
 
 def check_dir() -> Path:
     """Where passed :meth:`Density.check` results are recorded: ``$HBNN_DENSITY_CHECKS``, else ``checked/`` beside the
-    written-out kernels (:func:`hbnn.density.written.cache_dir`). The test suite gives each of its runs its own, so
+    written-out kernels (:func:`hbnn.density.modules.cache_dir`). The test suite gives each of its runs its own, so
     every run checks every density it samples."""
-    from hbnn.density.written import cache_dir
+    from hbnn.density.modules import cache_dir
 
     return Path(os.environ["HBNN_DENSITY_CHECKS"]) if os.environ.get("HBNN_DENSITY_CHECKS") else cache_dir() / "checked"
 
@@ -344,13 +344,13 @@ def row_lanes() -> int:
     once a process: padding the rows to 16 where the vectors hold 8 costs ~6%, to 8 where they hold 16 ~9%. The
     padding decides the order of the loops' float32 sums, so the draws of one machine differ in their last bits
     from those of a machine with the other width (as they do between other CPUs). The answer is kept in a file of
-    :func:`hbnn.density.written.cache_dir` named by what decides it (the CPU and its features as numba targets them,
+    :func:`hbnn.density.modules.cache_dir` named by what decides it (the CPU and its features as numba targets them,
     numba's and llvmlite's versions, this module's source), since the probe's compile costs ~0.4 s a process."""
     import llvmlite
     import llvmlite.binding as llvm
     from numba.core import codegen, config
 
-    from hbnn.density.written import cache_dir
+    from hbnn.density.modules import cache_dir
 
     # as numba targets the CPU (its own reading of the host's features, NUMBA_ENABLE_AVX, NUMBA_OPT, NUMBA_CPU_*)
     target = (config.CPU_NAME or llvm.get_host_cpu_name(), config.CPU_FEATURES or codegen.get_host_cpu_features(),

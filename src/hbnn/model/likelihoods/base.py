@@ -4,6 +4,7 @@ posterior predictive (:class:`Predictive`), and the predictive interval they rep
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -18,8 +19,19 @@ INTERVAL = 0.94  # central posterior (predictive) interval reported by metrics a
 QUANTILES = ((1 - INTERVAL) / 2, (1 + INTERVAL) / 2)
 
 
+HALFNORMAL_CONST = math.log(2.0) - 0.5 * math.log(2.0 * math.pi)  # log density of HalfNormal(1) at 0
+
+
 class Likelihood:
-    """What a likelihood decides; subclasses set the class attributes and override the methods."""
+    """What a likelihood decides; subclasses set the class attributes and override the methods.
+
+    Its part of the hand-written log density (:mod:`hbnn.density`), which nutpie samples instead of PyTensor's
+    compile of the PyMC model, is :attr:`density_source` and :meth:`density_constant`; a likelihood without them
+    is sampled with PyMC's density. Its *extra parameter* (:attr:`extra`) is the one positive parameter a likelihood
+    may add to the model, with prior ``HalfNormal(model.noise_sd)``: gaussian's noise sd, negative_binomial's
+    dispersion. The hand-written density samples it on the log scale as PyMC does (``<extra>_log__``, the last value
+    variable) and adds its prior and log-Jacobian itself.
+    """
 
     name: ClassVar[str]
     classifier: ClassVar[bool] = False  # scores of P(y = 1); the report draws calibration and accuracy
@@ -27,11 +39,12 @@ class Likelihood:
     score_keys: ClassVar[tuple[str, ...]]  # every score key of a split, headline first (and "n")
     label_dtype: ClassVar[type] = np.float64
     standardise_labels: ClassVar[bool] = False  # labels are standardised with the training mean and sd
-    has_noise: ClassVar[bool] = False  # a noise sd ``sigma`` is a model parameter
+    extra: ClassVar[str | None] = None  # the extra parameter's name (``sigma``, ``alpha``); None: the output says all
     surface_titles: ClassVar[tuple[str, str]]  # the report's titles of mean and sd surfaces
     quantity: ClassVar[str]  # name of the function-space quantity in a trace's ``predictions`` group
     description: ClassVar[str]  # the report's one-phrase account of the likelihood
     quantity_words: ClassVar[str]  # the report's name for the function-space quantity at test rows, plural
+    density_source: ClassVar[str | None] = None  # the row terms of the hand-written density (below); None: PyMC's
 
     def check_labels(self, values: np.ndarray, column: str, where: str) -> np.ndarray:
         """Finite label values as read; return them in ``label_dtype`` or raise :class:`InputError`."""
@@ -45,12 +58,53 @@ class Likelihood:
         return np.zeros(y.size, dtype=np.int64)
 
     def add_observed(self, output, y, noise_sd: float, total_size=None) -> None:
-        """Add ``y_obs`` (and any noise parameter) to the current PyMC model, given the network ``output``.
+        """Add ``y_obs`` (and any extra parameter, :meth:`add_extra`) to the current PyMC model, given the network
+        ``output``.
 
         With a minibatch, ``total_size`` rows are represented by the batch and the
         log-likelihood is scaled by ``total_size / batch``.
         """
         raise NotImplementedError
+
+    def add_extra(self, noise_sd: float):
+        """The extra parameter, ``HalfNormal(noise_sd)``, added to the current PyMC model (where :attr:`extra` is set).
+
+        Parameters
+        ----------
+        noise_sd : float
+            The prior's scale (``model.noise_sd``).
+
+        Returns
+        -------
+        pytensor.tensor.TensorVariable
+            The parameter, for the likelihood's term.
+        """
+        import pymc as pm
+
+        return pm.HalfNormal(self.extra, noise_sd)
+
+    def extra_in_label_units(self, values: np.ndarray, y_sd: float) -> np.ndarray:
+        """Draws of the extra parameter in the label's units, as the scores and predictions take them (default: as
+        sampled; a parameter on the standardised label scale is multiplied by the labels' training sd ``y_sd``)."""
+        return values
+
+    def density_constant(self, y: np.ndarray, noise_sd: float) -> float:
+        """The terms of the log-likelihood (and of the extra parameter's prior) that depend on neither the weights
+        nor the extra parameter: the hand-written density adds them once.
+
+        Parameters
+        ----------
+        y : numpy.ndarray
+            The labels of every real row, as the model sees them.
+        noise_sd : float
+            The extra parameter's prior scale.
+
+        Returns
+        -------
+        float
+            The constant; with an extra parameter it includes ``HALFNORMAL_CONST - log(noise_sd)``.
+        """
+        return 0.0
 
     def mean(self, output: np.ndarray, y_mean: float = 0.0, y_sd: float = 1.0) -> np.ndarray:
         """The function-space quantity, in the label's units, from network outputs."""

@@ -1,0 +1,167 @@
+"""Our own generated source compiled by numba with its disk cache: each text is written to a module file under
+:func:`cache_dir`, named by a hash of the text, and imported (:func:`load`), so numba compiles it once and
+every later process loads the machine code.
+
+The cache's entries are loaded only as they were written (:mod:`hbnn.density.cache_guard`), and where that cannot
+be done :func:`load` compiles the same text elsewhere: a damaged or unusable cache costs time, never a different
+draw. The hand-written densities (:mod:`hbnn.density.written`) and the compiled forward passes
+(:mod:`hbnn.model.forward`) are loaded this way.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import types
+from pathlib import Path
+
+from hbnn.density import cache_guard
+
+log = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path:
+    """Where the written-out modules live: ``$HBNN_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/hbnn/kernels``
+    (``~/.cache/hbnn/kernels``)."""
+    if os.environ.get("HBNN_KERNEL_CACHE"):
+        return Path(os.environ["HBNN_KERNEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hbnn" / "kernels"
+
+
+LOADING = threading.Lock()  # one thread writes and imports a module at a time; the others then find it whole
+
+
+_LOADED: dict[str, Path] = {}  # module name -> the folder it was imported from (its entries recorded at exit)
+
+
+def load(name: str, source: str, defines: str, depends: tuple[str, ...] = ()):
+    """The module ``name`` with ``source``, which ``defines`` that callable: imported once per process; ``depends``:
+    the written modules it imports, whose functions numba compiles (or loads) as it runs.
+
+    From the shared cache (:func:`cache_dir`), whose entries numba may load only as they were written
+    (:func:`hbnn.density.cache_guard.verify`); where importing there fails (an entry damaged in a way its hash could not
+    show, a folder that cannot be written), its entries are removed and it is tried once more, then in a folder of
+    this process's own, and last compiled in memory without any cache. Every way compiles the same source, so the
+    machine code, and the draws, are the same; only the time to compile differs. A warning says which way was taken.
+    """
+    if name in sys.modules:
+        return sys.modules[name]
+    problems = []
+    for folder, attempt in ((cache_dir, "the shared cache"), (cache_dir, "the shared cache, emptied"),
+                            (_private_dir, "a folder of this process")):
+        try:
+            module = _import_at(folder(), name, source, defines)
+        except Exception as err:  # noqa: BLE001 - any failure: try the next way, which compiles the same source
+            problems.append(f"{attempt}: {type(err).__name__}: {err}")
+            for stem in (name, *depends):  # what importing it may have loaded
+                with contextlib.suppress(Exception):
+                    cache_guard.purge(_LOADED.get(stem, folder()) / "__pycache__", stem)
+            continue
+        if problems:
+            log.warning("kernel: %s could not be used from %s; compiled in %s", name, "; ".join(problems), attempt)
+        return module
+    log.warning("kernel: %s could not be used from any folder (%s); compiled in memory, without a cache", name,
+                "; ".join(problems))
+    return _exec_in_memory(name, source, defines)
+
+
+def _import_at(folder: Path, name: str, source: str, defines: str):
+    """Import the module ``name`` from ``folder``, writing its file first where it is missing or differs."""
+    path = folder / f"{name}.py"
+    entries = folder / "__pycache__"
+    entries.mkdir(parents=True, exist_ok=True)
+    if not os.access(entries, os.W_OK):
+        raise PermissionError(f"{entries} cannot be written")
+    cache_guard.keep_beside(folder)
+    cache_guard.verify(entries, name)
+    if path.exists() and path.read_bytes() != source.encode():  # damaged after it was written: write it again
+        log.warning("kernel: %s does not hold what its name says; writing it again", path)
+        cache_guard.purge(entries, name)
+        path.unlink(missing_ok=True)
+    if not path.exists():
+        _write(path, source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    _run(module, spec.loader.exec_module, defines)
+    _LOADED[name] = folder
+    _record(name)
+    return module
+
+
+def _write(path: Path, source: str) -> None:
+    """Write ``path`` whole and readable by whoever shares the cache, keeping a file another process put there
+    first (and its time stamp, which numba's cache of it keys on)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        except OSError:  # where links are not supported, the rename is atomic too
+            os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _run(module, execute, defines: str) -> None:
+    """Run ``execute(module)`` with the module in ``sys.modules`` meanwhile, as an import does: a cfunc compiles as
+    its module runs, and numba caches only functions whose module it can find. Other threads look only under
+    :data:`LOADING`, so see it only whole."""
+    sys.modules[module.__name__] = module
+    try:
+        execute(module)
+        if not callable(getattr(module, defines, None)):
+            raise ImportError(f"{module.__name__} defines no {defines}")
+    except BaseException:
+        del sys.modules[module.__name__]
+        raise
+
+
+def _exec_in_memory(name: str, source: str, defines: str):
+    """The module compiled from ``source`` in memory, its functions without numba's disk cache."""
+    module = types.ModuleType(name)
+    code = compile(source.replace("cache=True", "cache=False"), f"<{name}>", "exec")
+    _run(module, lambda m: exec(code, m.__dict__), defines)  # noqa: S102 - our own text
+    return module
+
+
+_PRIVATE: list[Path] = []
+
+
+def _private_dir() -> Path:
+    """A folder of this process's own for written modules (removed when it exits)."""
+    if not _PRIVATE:
+        folder = Path(tempfile.mkdtemp(prefix="hbnn-kernels-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _PRIVATE.append(folder)
+    return _PRIVATE[0]
+
+
+def _record(name: str) -> None:
+    """Record the entries of the module ``name`` as they are now (:func:`hbnn.density.cache_guard.record`)."""
+    entries = _LOADED[name] / "__pycache__"
+    if entries.is_dir():
+        cache_guard.record(entries, name)
+
+
+@atexit.register
+def _record_all() -> None:
+    """At exit, record what this process's modules compiled since they were imported (numba compiles an ``njit``
+    function, and writes its entries, when it is first called)."""
+    for name in list(_LOADED):
+        with contextlib.suppress(Exception):
+            _record(name)

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from hbnn.density import numerics
 from hbnn.diagnostics import criterion, evaluation, predictions
 from hbnn.diagnostics.criterion import function_space_diagnostics
 from hbnn.diagnostics.evaluation import reliability
@@ -38,21 +39,21 @@ def test_predict_proba_uses_every_draw_and_matches_numpys_forward_pass(hidden, b
     specs = layer_specs(2, hidden, bias)
     weights = [rng.normal(scale=3.0, size=(2, 30, *s.shape)) for s in specs]
     X = rng.normal(size=(forward.BLOCK + 13, 2))
-    p = predict_proba(weights, X)
+    p = predict_proba(weights, X, "tanh")
     assert p.shape == (2, 30, X.shape[0]) and p.dtype == np.float64
     for c, d in [(0, 0), (1, 4), (1, 29)]:
         logit = mlp_logit(X, [w[c, d] for w in weights])
-        np.testing.assert_allclose(predict_output(weights, X)[c, d], logit, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(predict_output(weights, X, "tanh")[c, d], logit, rtol=1e-13, atol=1e-13)
         np.testing.assert_allclose(p[c, d], 1 / (1 + np.exp(-logit)), rtol=1e-13, atol=1e-15)
 
 
 def test_float64_tanh_within_its_stated_error():
     x = np.concatenate([np.linspace(-25, 25, 200_001), [0.0, -0.0, 1e-300, 19.0, 19.5, -40.0]])
     a = x.copy()
-    forward._tanh64_inplace(a, a.size, np.empty_like(a), np.empty(a.size, dtype=np.int64))
+    numerics._tanh64_inplace(a, a.size, np.empty_like(a), np.empty(a.size, dtype=np.int64))
     assert np.max(np.abs(a - np.tanh(x))) <= 2.3e-16
     b = -x
-    forward._tanh64_inplace(b, b.size, np.empty_like(b), np.empty(b.size, dtype=np.int64))
+    numerics._tanh64_inplace(b, b.size, np.empty_like(b), np.empty(b.size, dtype=np.int64))
     np.testing.assert_array_equal(b, -a)  # odd, exactly
 
 
@@ -238,18 +239,18 @@ def _iid_posterior(tasks, specs, rng, chains=2, draws=600):
 def test_convergence_shortfall_names_what_misses_the_bar_and_is_silent_when_nothing_does(tiny_tasks):
     specs = layer_specs(tiny_tasks.n_features, (2,))
     post = _iid_posterior(tiny_tasks, specs, np.random.default_rng(0))
-    assert criterion.convergence_shortfall(tiny_tasks, post, specs, ["sd_out"]) is None
+    assert criterion.convergence_shortfall(tiny_tasks, post, specs, "tanh", ["sd_out"]) is None
     stuck = post.copy(deep=True)
     name = tiny_tasks.group_names[1]
     stuck["w_out"].loc[{"group": name, "chain": 1}] = stuck["w_out"].sel(group=name, chain=1) + 5.0  # chains apart
     stuck["sd_out"][:] = np.repeat(np.abs(np.random.default_rng(1).normal(size=(2, 30))), 20, axis=1)  # sticky
-    short = criterion.convergence_shortfall(tiny_tasks, stuck, specs, ["sd_out"])
+    short = criterion.convergence_shortfall(tiny_tasks, stuck, specs, "tanh", ["sd_out"])
     message = str(short)
     assert message.startswith("2 quantities miss R-hat <= 1.01 and bulk ESS >= 400")
     assert f"{name} (test-point R-hat" in message and "sd_out (R-hat" in message
     # the smallest ESS of what misses, listed first (worst first): what the run-length control extrapolates from
     assert 0 < short.min_ess < 400 and message.split(": ", 1)[1].split(")")[0].endswith(f"bulk ESS {short.min_ess:.0f}")
-    assert criterion.convergence_shortfall(tiny_tasks, stuck, specs) is not None  # the group alone misses
+    assert criterion.convergence_shortfall(tiny_tasks, stuck, specs, "tanh") is not None  # the group alone misses
 
 
 def test_shortfall_check_computes_new_draws_only_and_says_what_the_whole_computation_says(tiny_tasks, monkeypatch):
@@ -259,16 +260,17 @@ def test_shortfall_check_computes_new_draws_only_and_says_what_the_whole_computa
     post["w_out"].loc[{"group": name, "chain": 1}] = post["w_out"].sel(group=name, chain=1) + 0.3  # short at first
     computed = []
     real = predictions._test_draws
-    monkeypatch.setattr(criterion, "_test_draws", lambda t, p, s: computed.append(p.sizes["draw"]) or real(t, p, s))
-    check = criterion.ShortfallCheck(tiny_tasks, specs, ["sd_out"])
+    monkeypatch.setattr(criterion, "_test_draws",
+                        lambda t, p, s, a: computed.append(p.sizes["draw"]) or real(t, p, s, a))
+    check = criterion.ShortfallCheck(tiny_tasks, specs, "tanh", ["sd_out"])
     for n in (200, 350, 600):  # ever longer prefixes of the same chains, as a fit drawn until the bar looks
         head = post.isel(draw=slice(0, n))
-        got, want = check(head), criterion.convergence_shortfall(tiny_tasks, head, specs, ["sd_out"])
+        got, want = check(head), criterion.convergence_shortfall(tiny_tasks, head, specs, "tanh", ["sd_out"])
         assert (got is None) == (want is None) and str(got) == str(want)
     assert computed[0::2] == [200, 150, 250]  # the check's own calls: the new draws only
     other = _iid_posterior(tiny_tasks, specs, np.random.default_rng(5))  # another run: computed whole
     computed.clear()
-    assert str(check(other)) == str(criterion.convergence_shortfall(tiny_tasks, other, specs, ["sd_out"]))
+    assert str(check(other)) == str(criterion.convergence_shortfall(tiny_tasks, other, specs, "tanh", ["sd_out"]))
     assert computed[0] == 600
 
 
@@ -284,13 +286,13 @@ def test_shortfall_check_evaluates_the_groups_near_the_bar_until_they_meet_it_th
     evaluated = []
     real = criterion.function_space_diagnostics
     monkeypatch.setattr(criterion, "function_space_diagnostics", lambda d: evaluated.append(d.shape) or real(d))
-    check = criterion.ShortfallCheck(tiny_tasks, specs, ["sd_out"])
+    check = criterion.ShortfallCheck(tiny_tasks, specs, "tanh", ["sd_out"])
     looks = {}
     for n in (700, 1000, 1500, 2000):
         evaluated.clear()
         got = check(post.isel(draw=slice(0, n)))
         counted = len(evaluated)
-        want = criterion.convergence_shortfall(tiny_tasks, post.isel(draw=slice(0, n)), specs, ["sd_out"])
+        want = criterion.convergence_shortfall(tiny_tasks, post.isel(draw=slice(0, n)), specs, "tanh", ["sd_out"])
         looks[n] = (str(got), str(want), counted)
     # the first look evaluates every group: the slow one misses, the others are well past the bar
     assert looks[700][0] == looks[700][1] and slow in looks[700][0] and looks[700][2] == len(names)

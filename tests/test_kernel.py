@@ -74,8 +74,11 @@ def _assert_same_density(model, density):
     buf = density.pack(offsets)
     pymc = model.logp_dlogp_function(ravel_inputs=True)
     pymc.set_extra_values({})
-    written_out = density.logp_grad()  # the network's passes written out (hbnn.density.written)
-    assert written_out is not kernel.logp_grad
+    written_out = density.logp_grad()  # the network's passes written out (hbnn.density.written), as every fit
+    from hbnn.density import written
+
+    generic = written.logp_grad_for(*density._network(), density.likelihood, density.activation, generic=True)
+    assert written_out is not generic
     rng = np.random.default_rng(1)
     for scale in (0.0, 0.5, 1.5, 4.0):  # 4.0: saturated tanh units, large logits and rates
         theta = rng.normal(0.0, scale, n_dim)
@@ -83,7 +86,7 @@ def _assert_same_density(model, density):
         # The passes over rows run in float32 (numerics.ROW_DTYPE): equal to densities.ROW_RTOL of the scale. At 4.0 a
         # Poisson log density reaches -1e9 (rates up to e^20), where the float32 sums of the gradient lose more.
         grad_rtol = 1e-2 if scale == 4.0 and density.likelihood == "poisson" else densities.ROW_RTOL
-        for fn in (kernel.logp_grad, written_out):
+        for fn in (generic, written_out):
             grad = np.full(n_dim, np.nan)
             got = fn(theta, grad, buf)
             assert abs(got - want) <= densities.ROW_RTOL * max(1.0, abs(want))
@@ -128,14 +131,13 @@ def test_networks_past_the_written_out_size_get_a_module_of_the_generic_loops():
     from hbnn.density import written as kernel_unrolled
 
     top = kernel_unrolled.MAX_WEIGHTS  # a linear model on `top` features has `top` weights
-    generic = kernel_unrolled._function_source(kernel.SOURCE, "_forward")
-    assert generic not in kernel_unrolled.module_source(top, (), False)
+    generic = modules.function_source(kernel.SOURCE, "_forward")
+    assert generic not in kernel_unrolled.module_source(top, (), False, "bernoulli", "tanh")
     for network in ((top + 1, (), False), (top, (), True), (2, (top,), False)):  # the bias makes the 2nd top + 1
-        source = kernel_unrolled.module_source(*network)
-        assert all(kernel_unrolled._function_source(kernel.SOURCE, name) in source
-                   for name in kernel_unrolled.GENERIC)
-    fn = kernel_unrolled.logp_grad_for(2, (top,), False)
-    assert fn is not kernel.logp_grad and fn.py_func.__module__.startswith("hbnn_kernel_")
+        source = kernel_unrolled.module_source(*network, "bernoulli", "tanh")
+        assert all(modules.function_source(kernel.SOURCE, name) in source for name in kernel_unrolled.GENERIC)
+    fn = kernel_unrolled.logp_grad_for(2, (top,), False, "bernoulli", "tanh")
+    assert fn.py_func.__module__.startswith("hbnn_kernel_")
 
 
 def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
@@ -149,14 +151,14 @@ def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
     from hbnn.density import written as kernel_unrolled
 
     assert kernel.SOURCE == Path(kernel.__file__).read_text()
-    source = kernel_unrolled.module_source(2, (3,), False)
+    source = kernel_unrolled.module_source(2, (3,), False, "bernoulli", "tanh")
     both = kernel.SOURCE + Path(numerics.__file__).read_text()
     assert hashlib.sha256(both.encode()).hexdigest() in source
     assert "def _forward(" in source and "def _backward(" in source and "def logp_grad(" in source
     assert "def _group_weights(" in source and "def _group_chain_rule(" in source  # loops of constant length
-    for name in ("_group_loglik", "logp_grad"):  # the kernel's own functions, whole and unchanged
+    for name in ("_output", "_group_loglik", "logp_grad"):  # the kernel's own functions, whole and unchanged
         want = inspect.getsource(getattr(kernel, name).py_func)
-        assert kernel_unrolled._function_source(kernel.SOURCE, name).rstrip() == want.rstrip()
+        assert modules.function_source(kernel.SOURCE, name).rstrip() == want.rstrip()
         assert want.rstrip() in source
 
 
@@ -190,7 +192,7 @@ def test_threads_loading_one_network_at_once_all_get_the_whole_module(fresh_kern
     def load():
         start.wait()
         try:
-            got.append(kernel_unrolled.logp_grad_for(2, hidden, True))
+            got.append(kernel_unrolled.logp_grad_for(2, hidden, True, "bernoulli", "tanh"))
         except Exception as err:  # noqa: BLE001 - collected for the assertion
             errors.append(err)
 
@@ -200,7 +202,7 @@ def test_threads_loading_one_network_at_once_all_get_the_whole_module(fresh_kern
     for t in threads:
         t.join()
     assert not errors and len(got) == 4
-    assert len(set(map(id, got))) == 1 and got[0] is not kernel.logp_grad
+    assert len(set(map(id, got))) == 1
     (written,) = fresh_kernel_cache.glob("hbnn_kernel_*.py")
     assert not list(fresh_kernel_cache.glob("*.tmp"))
     mask = os.umask(0)
@@ -213,7 +215,7 @@ def test_a_damaged_module_file_is_written_again(fresh_kernel_cache, caplog):
 
     from hbnn.density import written as kernel_unrolled
 
-    source = kernel_unrolled.module_source(2, (3, 2), False)
+    source = kernel_unrolled.module_source(2, (3, 2), False, "bernoulli", "tanh")
     name = "hbnn_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:20]
     fresh_kernel_cache.mkdir()
     for broken in ("", source[: source.index("def _backward")] + "def _backward(\n"):  # empty; cut mid-line
@@ -221,7 +223,7 @@ def test_a_damaged_module_file_is_written_again(fresh_kernel_cache, caplog):
         kernel_unrolled.logp_grad_for.cache_clear()
         sys.modules.pop(name, None)
         caplog.clear()
-        assert kernel_unrolled.logp_grad_for(2, (3, 2), False) is not kernel.logp_grad
+        assert kernel_unrolled.logp_grad_for(2, (3, 2), False, "bernoulli", "tanh") is not None
         assert "writing it again" in caplog.text
         assert (fresh_kernel_cache / f"{name}.py").read_text() == source
 
@@ -241,14 +243,14 @@ def test_a_module_that_cannot_be_imported_from_any_folder_is_compiled_in_memory(
         grad = np.empty_like(theta)
         return fn(theta, grad, buf), grad
 
-    want = evaluate(kernel_unrolled.logp_grad_for(2, (3, 2), False))
-    name = kernel_unrolled._network_module(2, (3, 2), False)[0]
+    want = evaluate(kernel_unrolled.logp_grad_for(2, (3, 2), False, "bernoulli", "tanh"))
+    name = kernel_unrolled._network_module(2, (3, 2), False, "bernoulli", "tanh")[0]
     monkeypatch.delitem(sys.modules, name)
     monkeypatch.setattr(modules, "_import_at", lambda *args: (_ for _ in ()).throw(OSError("no folder")))
     kernel_unrolled.logp_grad_for.cache_clear()
-    fn = kernel_unrolled.logp_grad_for(2, (3, 2), False)
+    fn = kernel_unrolled.logp_grad_for(2, (3, 2), False, "bernoulli", "tanh")
     assert "compiled in memory, without a cache" in caplog.text
-    assert fn is not kernel.logp_grad and fn.py_func.__module__ == name
+    assert fn.py_func.__module__ == name
     got = evaluate(fn)
     assert got[0] == want[0] and np.array_equal(got[1], want[1])
 

@@ -48,6 +48,23 @@ def test_permuted_sign_flipped_copy_aligns_back_exactly(seed):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_without_signs_a_permuted_copy_aligns_back_and_no_unit_flips(seed):
+    """relu's matching: permutations only. A permuted copy aligns back exactly, and a sign-flipped copy (not the
+    same function for relu) is never answered with a flip, however well one would fit."""
+    rng = np.random.default_rng(seed)
+    net = random_net(rng)
+    perms = Symmetry(tuple(rng.permutation(h) for h in HIDDEN), tuple(np.ones(h) for h in HIDDEN))
+    copy = apply_symmetry(net, perms)
+    back = apply_symmetry(copy, match_symmetry(net, copy, signs=False))
+    for a, b in zip(back, net, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    flipped = apply_symmetry(net, random_symmetry(rng))
+    for sign in match_symmetry(net, flipped, signs=False).sign:
+        np.testing.assert_array_equal(sign, 1.0)
+    assert any((s < 0).any() for s in match_symmetry(net, flipped).sign)
+
+
 def test_identity_symmetry_changes_nothing():
     rng = np.random.default_rng(8)
     net = random_net(rng)

@@ -405,14 +405,14 @@ def test_surface_stats_match_all_draws_at_once(monkeypatch, features, hidden, bi
     weights = [rng.normal(size=(13, *s.shape)) for s in specs]
     points = rng.uniform(-3, 3, size=(37, features))
     monkeypatch.setattr(numbers, "CHUNK_VALUES", points.shape[0] * 3)  # 3 draws per chunk: 5 uneven chunks
-    mean, sd = numbers.surface_stats(weights, points)
-    p = predict_proba([w[None] for w in weights], points)[0]
+    mean, sd = numbers.surface_stats(weights, points, "tanh")
+    p = predict_proba([w[None] for w in weights], points, "tanh")[0]
     # surfaces are computed in float32: ~1e-7 from float64, checked to 1e-6
     np.testing.assert_allclose(mean, p.mean(axis=0), atol=1e-6)
     np.testing.assert_allclose(sd, p.std(axis=0), atol=1e-6)
     # another quantity of the outputs (a Poisson rate), against the float64 outputs
-    rate_mean, _ = numbers.surface_stats(weights, points, values=lambda out: np.exp(0.3 * out))
-    outputs = predict_output([w[None] for w in weights], points)[0]
+    rate_mean, _ = numbers.surface_stats(weights, points, "tanh", values=lambda out: np.exp(0.3 * out))
+    outputs = predict_output([w[None] for w in weights], points, "tanh")[0]
     np.testing.assert_allclose(rate_mean, np.exp(0.3 * outputs).mean(axis=0), rtol=2e-6)
 
 
@@ -424,19 +424,19 @@ def test_surface_stats_fused_expit_matches_numpy_path_including_saturated_output
     weights = [rng.normal(size=(11, *s.shape)) for s in specs]
     weights[-1] = weights[-1] * np.linspace(0.1, 60.0, 11)[:, None]  # outputs from ~0.1 to ~200 in size
     points = rng.uniform(-3, 3, size=(29, 2))
-    fused = numbers.surface_stats(weights, points)
-    generic = numbers.surface_stats(weights, points, values=lambda out: expit(out))
+    fused = numbers.surface_stats(weights, points, "tanh")
+    generic = numbers.surface_stats(weights, points, "tanh", values=lambda out: expit(out))
     assert all(np.isfinite(a).all() for a in (*fused, *generic))
     np.testing.assert_allclose(fused[0], generic[0], atol=1e-6)
     np.testing.assert_allclose(fused[1], generic[1], atol=1e-6)
     # a non-finite draw stays visible in the sums (NaN), on both paths, rather than being summed as a number
     weights[1][3, 0] = np.nan
     for values in (expit, lambda out: expit(out), lambda out: np.exp(0.01 * out)):
-        assert np.isnan(numbers.surface_stats(weights, points, values=values)[0]).all()
+        assert np.isnan(numbers.surface_stats(weights, points, "tanh", values=values)[0]).all()
     # an overflowing value (a Poisson rate past float32's range) stays infinite in the mean
     weights[1][3, 0] = 1.0
     with np.errstate(over="ignore", invalid="ignore"):  # inf - inf in the variance, as before
-        assert np.isinf(numbers.surface_stats(weights, points, values=lambda out: np.exp(out) * 1e38)[0]).any()
+        assert np.isinf(numbers.surface_stats(weights, points, "tanh", values=lambda out: np.exp(out) * 1e38)[0]).any()
 
 
 def test_surface_values_take_the_compiled_path_only_for_the_logistic_mean():

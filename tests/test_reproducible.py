@@ -56,7 +56,7 @@ arrays = np.load(src)
 specs = layer_specs(2, (5, 5), False)
 posterior = xr.Dataset({name: (("chain", "draw", *s.dims) if name.startswith("mu_") else ("chain", "draw"),
                                arrays[name]) for s in specs for name in (f"mu_{s.name}", f"sd_{s.name}")})
-fitted, metrics = derive(PriorParams(draws_per_sample=10), posterior, specs, 7, src)
+fitted, metrics = derive(PriorParams(draws_per_sample=10), posterior, specs, "tanh", 7, src)
 a, b = np.random.default_rng(5).normal(size=(2, 96, 96))
 raw = np.random.default_rng()
 raw.bit_generator.state = state

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hbnn.model import likelihoods
+from hbnn.model import activations, likelihoods
 from hbnn.names import name_problem
 
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
@@ -39,6 +39,9 @@ SOURCES = ("moons", "table")
 
 
 LIKELIHOODS = tuple(likelihoods.LIKELIHOODS)
+
+
+ACTIVATIONS = tuple(activations.ACTIVATIONS)
 
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -137,12 +140,14 @@ class DataParams:
 
 @dataclass(frozen=True)
 class ModelParams:
-    """Network shape, likelihood and the flat net's weight prior.
+    """Network shape, activation, likelihood and the flat net's weight prior.
 
     ``hidden_layers: []`` (or ``0``) is a linear model ``features -> output``.
-    ``gaussian`` adds a noise sd with a ``HalfNormal(noise_sd)`` prior on the
-    standardised label scale. ``bias`` adds a bias to every hidden and output
-    unit, with the same prior as the weights of its layer (:mod:`hbnn.model.network`).
+    ``activation`` is the hidden units' (:mod:`hbnn.model.activations`). A
+    likelihood's extra parameter has a ``HalfNormal(noise_sd)`` prior: gaussian's
+    noise sd on the standardised label scale, negative_binomial's dispersion.
+    ``bias`` adds a bias to every hidden and output unit, with the same prior as
+    the weights of its layer (:mod:`hbnn.model.network`).
     """
 
     hidden_layers: tuple[int, ...] = (5, 5)
@@ -150,6 +155,7 @@ class ModelParams:
     likelihood: str = "bernoulli"
     noise_sd: float = 1.0
     bias: bool = False  # false: the original networks (and numbers); true: a bias per hidden and output unit
+    activation: str = "tanh"
 
     def check(self, key: str) -> None:
         for i, h in enumerate(self.hidden_layers):
@@ -158,6 +164,8 @@ class ModelParams:
         _require(self.likelihood in LIKELIHOODS, f"{key}.likelihood", self.likelihood,
                  f"must be one of {list(LIKELIHOODS)}")
         _require(self.noise_sd > 0, f"{key}.noise_sd", self.noise_sd, "must be > 0")
+        _require(self.activation in ACTIVATIONS, f"{key}.activation", self.activation,
+                 f"must be one of {list(ACTIVATIONS)}")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ from hbnn.density.kernel import (
     FLAT,
     HIERARCHICAL,
     INFORMED,
-    LIKELIHOODS,
     SOURCE,
     call,
     call_expand,
@@ -63,6 +62,34 @@ def check_dir() -> Path:
     return Path(os.environ["HBNN_DENSITY_CHECKS"]) if os.environ.get("HBNN_DENSITY_CHECKS") else cache_dir() / "checked"
 
 
+def unsupported(likelihood: str, activation: str) -> str | None:
+    """Why the hand-written density cannot compute a model, or ``None`` where it can.
+
+    Parameters
+    ----------
+    likelihood, activation : str
+        The model's registered likelihood and activation (``model.likelihood``, ``model.activation``).
+
+    Returns
+    -------
+    str or None
+        A phrase naming what has no compiled code (the likelihood's
+        :attr:`~hbnn.model.likelihoods.base.Likelihood.density_source`, the activation's
+        :attr:`~hbnn.model.activations.base.Activation.compiled_source`); such a model is sampled with PyMC's
+        compiled density.
+    """
+    from hbnn.model import activations, likelihoods
+
+    missing = []
+    if likelihoods.get(likelihood).density_source is None:
+        missing.append(f"the likelihood {likelihood!r}")
+    if activations.get(activation).compiled_source is None:
+        missing.append(f"the activation {activation!r}")
+    if not missing:
+        return None
+    return f"{' and '.join(missing)} {'have' if len(missing) > 1 else 'has'} no compiled code for it"
+
+
 def _initial_point(center: np.ndarray, seed: int) -> np.ndarray:
     """A chain's first point: ``center`` plus PyMC's ``U(-1, 1)`` jitter on every entry, from ``seed``."""
     return center + np.random.default_rng(seed).uniform(-1.0, 1.0, center.size)
@@ -87,6 +114,7 @@ class Density:
     _: KW_ONLY
     features: tuple[str, ...] = ()  # the feature names, the trace's coordinates (x1, x2, ... where not given)
     groups: tuple[str, ...] = ()  # the hierarchical model's group names (g00, g01, ... where not given)
+    activation: str = "tanh"  # the hidden units' (model.activation)
 
     kind: ClassVar[int] = -1
     _extra_fields: ClassVar[tuple[str, ...]] = ()  # the subclass's own fields, kept by with_rows
@@ -102,21 +130,22 @@ class Density:
     def with_rows(self, x: np.ndarray, y: np.ndarray) -> Density:
         """The same model on one group's rows ``x (row, feature)`` and ``y``."""
         return self.on_rows(x, y, self.hidden_layers, self.bias, self.likelihood, self.noise_sd,
-                            features=self.features, **{f: getattr(self, f) for f in self._extra_fields})
+                            features=self.features, activation=self.activation,
+                            **{f: getattr(self, f) for f in self._extra_fields})
 
     def logp_grad(self):
         """The function that computes this density from :meth:`pack`'s buffer (:func:`logp_grad`'s signature):
         the network's passes written out (:func:`hbnn.density.written.logp_grad_for`)."""
         from hbnn.density.written import logp_grad_for
 
-        return logp_grad_for(*self._network())
+        return logp_grad_for(*self._network(), self.likelihood, self.activation)
 
     def callback(self, skip: int):
         """nutpie's callback (:func:`callback`) for this network, its buffer ``skip`` slots in: numba's disk-cached
         one (:func:`hbnn.density.written.callback_for`)."""
         from hbnn.density.written import callback_for
 
-        return callback_for(*self._network(), skip)
+        return callback_for(*self._network(), self.likelihood, self.activation, skip)
 
     def _network(self) -> tuple[int, tuple[int, ...], bool]:
         """``(features, hidden widths, bias)``: what :mod:`hbnn.density.written` writes out and caches for."""
@@ -138,10 +167,14 @@ class Density:
     def derived(self) -> list[tuple[str, tuple[int, ...], tuple[str, ...]]]:
         """What nutpie's expanded draw holds after the value variables (:func:`expand`): the log-transformed
         variables on their own scale, then the weights that are not value variables; name, shape and dims."""
-        return self._sigma_var("sigma")
+        return self._extra_var("")
 
-    def _sigma_var(self, name: str) -> list:
-        return [(name, (), ())] if self.likelihood == "gaussian" else []
+    def _extra_var(self, suffix: str) -> list:
+        """The likelihood's extra parameter (``suffix`` ``_log__``: its value variable), where it has one."""
+        from hbnn.model import likelihoods
+
+        extra = likelihoods.get(self.likelihood).extra
+        return [(f"{extra}{suffix}", (), ())] if extra else []
 
     def offsets(self) -> dict[str, int]:
         """Where each value variable starts in the flat vector."""
@@ -232,17 +265,18 @@ class Density:
         for package in ("pymc", "pytensor", "nutpie", "numba", "numpy"):
             h.update(f"{package}=={metadata.version(package)}".encode())
         h.update(repr((type(self).__name__, self.X_padded.shape, tuple(int(c) for c in self.counts),
-                       tuple(self.hidden_layers), bool(self.bias), self.likelihood, float(self.noise_sd),
+                       tuple(self.hidden_layers), bool(self.bias), self.likelihood, self.activation,
+                       float(self.noise_sd),
                        getattr(self, "prior_sd", None), tuple(self.features), tuple(self.groups))).encode())
         return h.hexdigest()[:32]
 
     def initial_center(self) -> np.ndarray:
         """PyMC's initial point before its jitter: every value variable at its prior's support point on the
-        unconstrained scale (0 for the normals and for ``log sd``, ``sd ~ HalfNormal(1)``; ``log noise_sd`` for
-        ``sigma_log__``)."""
+        unconstrained scale (0 for the normals and for ``log sd``, ``sd ~ HalfNormal(1)``; ``log noise_sd`` for the
+        likelihood's extra parameter, ``HalfNormal(noise_sd)``)."""
         center = np.zeros(sum(math.prod(shape) for shape in self.names().values()))
-        if self.likelihood == "gaussian":
-            center[self.offsets()["sigma_log__"]] = math.log(self.noise_sd)
+        for name, _, _ in self._extra_var("_log__"):
+            center[self.offsets()[name]] = math.log(self.noise_sd)
         return center
 
     def check(self, compiled, rtol: float = ROW_RTOL, expand_rtol: float = 1e-9):
@@ -296,7 +330,7 @@ class Density:
         """The buffer :func:`logp_grad` reads: a header, the layers, counts, ``X`` (group, feature, row) and
         ``Y`` (group, row), then whatever the kind needs; ``offsets``: each value variable's start in the flat
         vector."""
-        from scipy.special import gammaln
+        from hbnn.model import likelihoods
 
         X = np.asarray(self.X_padded, dtype=np.float64)
         G, R, D = X.shape
@@ -321,15 +355,12 @@ class Density:
         for s, three in zip(specs, slots, strict=True):
             lay += [s.shape[0] - int(self.bias), s.shape[1] if len(s.shape) == 2 else 1, *three]
         n_dim = sum(math.prod(shape) for shape in self.names().values())
-        sigma_at = -1
-        if self.likelihood == "gaussian":
-            sigma_at = offsets["sigma_log__"]
-            const += _HALFNORMAL_CONST - math.log(self.noise_sd) - 0.5 * _LOG_2PI * int(counts.sum())
-        elif self.likelihood == "poisson":
-            const -= float(gammaln(y + 1.0).sum())
+        extra_at = next((offsets[name] for name, _, _ in self._extra_var("_log__")), -1)
+        const += likelihoods.get(self.likelihood).density_constant(y, self.noise_sd)
         n_expanded = n_dim + sum(math.prod(shape) for _, shape, _ in self.derived())
-        header = [0.0, len(specs), G, R, D, int(self.bias), LIKELIHOODS[self.likelihood], sigma_at, self.noise_sd,
-                  const, n_dim, self.kind, getattr(self, "prior_sd", 1.0), n_expanded, lanes]
+        # slot 6 is unused (0)
+        header = [0.0, len(specs), G, R, D, int(self.bias), 0, extra_at, self.noise_sd, const, n_dim, self.kind,
+                  getattr(self, "prior_sd", 1.0), n_expanded, lanes]
         buf = np.concatenate([np.asarray(header, dtype=np.float64), np.asarray(lay, dtype=np.float64),
                               counts.astype(np.float64), _rows(X.transpose(0, 2, 1)), _rows(Y), *extra])
         buf[0] = buf.size
@@ -405,11 +436,11 @@ class HierarchicalDensity(Density):
         for s in self.specs():
             out += [(f"mu_{s.name}", s.shape, s.dims), (f"sd_{s.name}_log__", (), ()),
                     (f"z_{s.name}", (self.X_padded.shape[0], *s.shape), ("group", *s.dims))]
-        return out + self._sigma_var("sigma_log__")
+        return out + self._extra_var("_log__")
 
     def derived(self):
         specs = self.specs()
-        return ([(f"sd_{s.name}", (), ()) for s in specs] + self._sigma_var("sigma")
+        return ([(f"sd_{s.name}", (), ()) for s in specs] + self._extra_var("")
                 + [(s.var, (self.X_padded.shape[0], *s.shape), ("group", *s.dims)) for s in specs])
 
     def _layers(self, offsets, at):
@@ -428,7 +459,7 @@ class FlatDensity(Density):
     _extra_fields = ("prior_sd",)
 
     def variables(self):
-        return [(s.var, s.shape, s.dims) for s in self.specs()] + self._sigma_var("sigma_log__")
+        return [(s.var, s.shape, s.dims) for s in self.specs()] + self._extra_var("_log__")
 
     def _layers(self, offsets, at):
         specs = self.specs()
@@ -448,10 +479,10 @@ class InformedDensity(Density):
 
     def variables(self):
         return ([(f"z_{s.name}", (s.size,), (f"weight_{s.name}",)) for s in self.specs()]
-                + self._sigma_var("sigma_log__"))
+                + self._extra_var("_log__"))
 
     def derived(self):
-        return self._sigma_var("sigma") + [(s.var, s.shape, s.dims) for s in self.specs()]
+        return self._extra_var("") + [(s.var, s.shape, s.dims) for s in self.specs()]
 
     def coords(self):
         return {**super().coords(), **{f"weight_{s.name}": list(range(s.size)) for s in self.specs()}}

@@ -8,7 +8,8 @@ flat or informed model (~40 weights, 50 rows) pays ~20 us per step in PyTensor
 for ~1 us of arithmetic. This module computes exactly the densities PyMC gives
 NUTS for :mod:`hbnn.model.builders`' full-batch models, in the unconstrained space the
 sampler sees, with manual backpropagation in one numba function: every layer
-count, width, bias row, likelihood and ragged group size the builders accept.
+count, width, bias row and ragged group size the builders accept, for every likelihood and activation that
+provides compiled code (:func:`hbnn.density.densities.unsupported` says which do not).
 
 * weights, in ``model.value_vars`` order:
   hierarchical (:class:`~hbnn.density.densities.HierarchicalDensity`): per layer ``mu_<layer>``,
@@ -17,25 +18,28 @@ count, width, bias row, likelihood and ragged group size the builders accept.
   ``w[g] = mu + sd * z[g]``; flat (:class:`~hbnn.density.densities.FlatDensity`): ``w_<layer> ~ Normal(0,
   prior_sd)``; informed (:class:`~hbnn.density.densities.InformedDensity`): ``z_<layer> ~ Normal(0, I)`` and
   ``w = mean + chol(cov) @ z`` per flattened layer;
-* the likelihood of :mod:`hbnn.model.likelihoods` over each group's real rows
-  (``bernoulli``: ``y * l - softplus(l)``; ``gaussian``: ``Normal(l, sigma)``
-  with ``sigma ~ HalfNormal(noise_sd)``, value variable ``sigma_log__``, last;
-  ``poisson``: ``y * l - exp(l) - log(y!)``).
+* the likelihood of :mod:`hbnn.model.likelihoods` over each group's real rows, its terms computed by the
+  likelihood's compiled source (:attr:`~hbnn.model.likelihoods.base.Likelihood.density_source`), and its
+  extra parameter, where it has one (gaussian's ``sigma``, negative_binomial's ``alpha``), with the prior
+  ``HalfNormal(noise_sd)`` as value variable ``<extra>_log__``, last.
 
-:func:`logp_grad` reads the network's widths at run time; :mod:`hbnn.density.written` compiles the same
-function around passes written out for one network's widths (~1.6x faster on the default network), which
-every fit uses (:meth:`~hbnn.density.densities.Density.logp_grad`). Every loop runs over rows, and every function here
-uses numba's ``error_model="numpy"``: with Python's, each float division checks for zero, and a loop with that
-check does not vectorise.
+The functions here are templates: a likelihood's terms (``_likelihood_rows``) and an activation's
+(``_activation_inplace``, ``_activation_slope``) are bound only in the modules :mod:`hbnn.density.written`
+writes for one network, likelihood and activation, which compile this module's functions around them (from its
+text as imported, :data:`SOURCE`): with the layers' loops reading the widths at run time, or, on networks up to
+:data:`hbnn.density.written.MAX_WEIGHTS` weights, with passes written out for the widths (~1.6x faster on the
+default network). Every fit uses them (:meth:`~hbnn.density.densities.Density.logp_grad`). Every loop runs over
+rows, and every function uses numba's ``error_model="numpy"``: with Python's, each float division checks for
+zero, and a loop with that check does not vectorise.
 
 The passes over a group's rows (forward, likelihood terms, backward) run in
 float32 (:data:`~hbnn.density.numerics.ROW_DTYPE`, :mod:`hbnn.density.numerics`): twice as many rows per vector as
 float64 and shorter polynomials, 1.6-1.8x faster on the default network (benchmarks/FINDINGS.md).
 Each group's log-likelihood terms are summed in float64, and the weights,
 priors, sums over groups and the chain rule to the sampler's coordinates are
-float64. ``tanh`` is a rational function (Eigen's float32 minimax approximation),
+float64. tanh is a rational function (Eigen's float32 minimax approximation),
 within 3.5e-7 absolute; the Bernoulli terms' ``exp`` a degree-7 Taylor polynomial
-after the usual ``k ln 2`` range reduction.
+after the usual ``k ln 2`` range reduction (:mod:`hbnn.density.numerics`).
 The log density and gradient equal PyMC's compiled (float64) ones to
 :data:`~hbnn.density.densities.ROW_RTOL` of their scale, including every normalising constant:
 ``tests/test_kernel.py`` checks values and gradients against PyMC for each
@@ -68,15 +72,12 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from hbnn.density.numerics import _F0, _F1, ROW_DTYPE, _bernoulli_logit, _tanh_inplace
+from hbnn.density.numerics import _F0, ROW_DTYPE
 
 log = logging.getLogger(__name__)
 
 
 SOURCE = Path(__file__).read_text()  # as imported: hbnn.density.written compiles its functions from this text
-
-
-LIKELIHOODS = {"bernoulli": 0, "gaussian": 1, "poisson": 2}
 
 
 HIERARCHICAL, FLAT, INFORMED = 0, 1, 2  # how a layer's weights come from the flat vector
@@ -92,6 +93,23 @@ _LOG_2PI = math.log(2.0 * math.pi)
 
 
 _HALFNORMAL_CONST = math.log(2.0) - 0.5 * _LOG_2PI
+
+
+def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
+    """The likelihood's terms over a group's ``n`` rows: in each written module, the likelihood's compiled source
+    (:attr:`hbnn.model.likelihoods.base.Likelihood.density_source`)."""
+    raise NotImplementedError("compiled only in the modules hbnn.density.written writes")
+
+
+def _activation_inplace(a, n):
+    """``a[:n] = f(a[:n])`` in float32: in each written module, the activation's compiled source
+    (:attr:`hbnn.model.activations.base.Activation.compiled_source`)."""
+    raise NotImplementedError("compiled only in the modules hbnn.density.written writes")
+
+
+def _activation_slope(h):
+    """``f'`` where the activation is ``h``: in each written module, the activation's."""
+    raise NotImplementedError("compiled only in the modules hbnn.density.written writes")
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
@@ -120,37 +138,20 @@ def _forward(W, H, X, g, n8, R, D, lay, n_layers, bias):
                 for r in range(n8):
                     a[j * R + r] += w * h[i * R + r]
         if li < n_layers - 1:  # padding rows hold finite values (H starts at 0), so one call covers the layer
-            _tanh_inplace(a, n_out * R)
+            _activation_inplace(a, n_out * R)
         w_at += (n_in + bias) * n_out
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _output(out, delta, dlogit, e, bits, Y, g, n, n8, R, lik, sigma):
-    """The likelihood of one group's ``n`` rows at the network's output ``out``: returns ``(loglik,
-    d loglik / d log sigma)`` and writes ``d loglik / d out`` into ``delta[:n8]`` (0 on padding rows). The
-    Gaussian and Poisson terms are computed in float64 from the float32 rows."""
-    ll = 0.0
-    g_sigma = 0.0
-    if lik == 0:
-        ll = _bernoulli_logit(out, Y[g * R: g * R + n], dlogit, n, e, bits)
-    elif lik == 1:
-        log_sigma = math.log(sigma)
-        for r in range(n):
-            u = (np.float64(Y[g * R + r]) - np.float64(out[r])) / sigma
-            ll += -0.5 * u * u - log_sigma
-            dlogit[r] = u / sigma
-            g_sigma += u * u - 1.0
-    else:
-        for r in range(n):
-            o = np.float64(out[r])
-            rate = math.exp(o)
-            ll += np.float64(Y[g * R + r]) * o - rate
-            dlogit[r] = Y[g * R + r] - rate
+def _output(out, delta, dlogit, e, bits, Y, g, n, n8, R, extra):
+    """The likelihood of one group's ``n`` rows at the network's output ``out`` (:func:`_likelihood_rows`): returns
+    ``(loglik, d loglik / d log extra)`` and writes ``d loglik / d out`` into ``delta[:n8]`` (0 on padding rows)."""
+    ll, g_extra = _likelihood_rows(out, Y[g * R: g * R + n], dlogit, n, e, bits, extra)
     for r in range(n):
         delta[r] = dlogit[r]
     for r in range(n, n8):
         delta[r] = 0.0
-    return ll, g_sigma
+    return ll, g_extra
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
@@ -188,23 +189,22 @@ def _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias):
                         bk[r] += w * delta[j * R + r]
                 for r in range(n8):
                     hi = h[i * R + r]
-                    bk[r] *= _F1 - hi * hi
+                    bk[r] *= _activation_slope(hi)
             for k in range(n_in * R):
                 delta[k] = back[k]
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay, n_layers, bias, lik, sigma,
-                  lanes):
+def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay, n_layers, bias, extra, lanes):
     """One group's log-likelihood at weights ``W``; adds its gradient to ``gW`` and returns ``(loglik,
-    d loglik / d log sigma)``. The passes run over the ``n`` real rows rounded up to whole vectors of ``lanes``
+    d loglik / d log extra)``. The passes run over the ``n`` real rows rounded up to whole vectors of ``lanes``
     rows (:func:`row_lanes`). Its source is also compiled in :mod:`hbnn.density.written`'s modules, where
     ``_forward`` and ``_backward`` are the ones written out for one network."""
     n8 = min(R, -(-n // lanes) * lanes)
     _forward(W, H, X, g, n8, R, D, lay, n_layers, bias)
-    ll, g_sigma = _output(H[n_layers], delta, dlogit, e, bits, Y, g, n, n8, R, lik, sigma)
+    ll, g_extra = _output(H[n_layers], delta, dlogit, e, bits, Y, g, n, n8, R, extra)
     _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias)
-    return ll, g_sigma
+    return ll, g_extra
 
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
@@ -281,8 +281,7 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
     R = int(buf[3])
     D = int(buf[4])
     bias = int(buf[5])
-    lik = int(buf[6])
-    sigma_at = int(buf[7])
+    extra_at = int(buf[7])  # the likelihood's extra parameter, log-transformed (-1: none)
     noise_sd = buf[8]
     lp = buf[9]  # every normalising constant, data-only terms included
     n_dim = int(buf[10])
@@ -322,13 +321,13 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
                 lp += 0.5 * t * t * (1.0 - 1.0 / (prior_sd * prior_sd))
                 grad[w_at + k] = -t / (prior_sd * prior_sd)
         n_w += size
-    sigma = 1.0
-    if sigma_at >= 0:
-        s = theta[sigma_at]
-        sigma = math.exp(s)
-        u = sigma / noise_sd
+    extra = 1.0
+    if extra_at >= 0:  # HalfNormal(noise_sd) on the log scale, instead of the standard normal
+        s = theta[extra_at]
+        extra = math.exp(s)
+        u = extra / noise_sd
         lp += 0.5 * s * s - 0.5 * u * u + s
-        grad[sigma_at] = 1.0 - u * u
+        grad[extra_at] = 1.0 - u * u
 
     # One group's weights, layer after layer, (n_in + bias, n_out) row-major, their gradients and the passes'
     # arrays, all float32: the passes over rows (ROW_DTYPE); the sums over groups and the chain rule are float64.
@@ -345,19 +344,19 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
     if kind == HIERARCHICAL:
         for li in range(n_layers):
             sds[li] = math.exp(theta[int(lay[_PER_LAYER * li + 3])])
-    g_sigma = 0.0
+    g_extra = 0.0
     for g in range(G):
         _group_weights(theta, W, gW, g, buf, lay, n_layers, bias, kind, sds)
         ll, gs = _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, int(counts[g]), R, D, lay,
-                               n_layers, bias, lik, sigma, lanes)
+                               n_layers, bias, extra, lanes)
         lp += ll
-        g_sigma += gs
+        g_extra += gs
         _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g_sd)
     if kind == HIERARCHICAL:
         for li in range(n_layers):
             grad[int(lay[_PER_LAYER * li + 3])] += g_sd[li]
-    if sigma_at >= 0:
-        grad[sigma_at] += g_sigma
+    if extra_at >= 0:
+        grad[extra_at] += g_extra
     return lp
 
 
@@ -388,16 +387,16 @@ def logp_callback(dim, x_, out_, logp_, user_data_):
 
 
 @functools.cache
-def callback(skip: int = 0, fn=None):
+def callback(skip: int, fn):
     """nutpie's logp callback for a ``user_data`` whose :meth:`Density.pack` buffer starts ``skip`` float64
     slots in (0 for :meth:`Density.nutpie_model`, whose ``user_data`` is the buffer), computed by ``fn``
-    (:func:`logp_grad`'s signature; by default :func:`logp_grad`); 0 on success, as nutpie expects (3: a
+    (:func:`logp_grad`'s signature: a written module's); 0 on success, as nutpie expects (3: a
     non-finite gradient, 4: a non-finite value, -1: a vector of the wrong size).
 
     Compiled in this process (~1 s), never cached: a fit takes the cached one of
-    :func:`hbnn.density.written.callback_for` (:meth:`Density.callback`), which falls back to this one.
+    :func:`hbnn.density.written.callback_for` (:meth:`Density.callback`); the tests compare the two.
     """
-    namespace = {"numba": numba, "np": np, "SKIP": int(skip), "logp_grad": logp_grad if fn is None else fn}
+    namespace = {"numba": numba, "np": np, "SKIP": int(skip), "logp_grad": fn}
     exec(CALLBACK_SOURCE, namespace)  # noqa: S102 - our own text, the same that callback_for writes out
     return numba.cfunc(_C_SIG)(namespace["logp_callback"])
 
@@ -405,13 +404,13 @@ def callback(skip: int = 0, fn=None):
 @numba.njit(error_model="numpy", cache=True)
 def expand(theta: np.ndarray, out: np.ndarray, buf: np.ndarray) -> int:
     """nutpie's expanded draw at ``theta`` (the layout packed in ``buf``), in PyMC's order: ``theta`` itself, each
-    log-transformed variable on its own scale (the group sds, then ``sigma``), then the weights that are not value
-    variables (hierarchical ``w[g] = mu + sd * z[g]``, informed ``w = mean + L @ z``), each row-major. Returns
-    how many values it wrote (:meth:`Density.variables`, then :meth:`Density.derived`, list them)."""
+    log-transformed variable on its own scale (the group sds, then the likelihood's extra parameter), then the weights
+    that are not value variables (hierarchical ``w[g] = mu + sd * z[g]``, informed ``w = mean + L @ z``), each
+    row-major. Returns how many values it wrote (:meth:`Density.variables`, then :meth:`Density.derived`, list them)."""
     n_layers = int(buf[1])
     G = int(buf[2])
     bias = int(buf[5])
-    sigma_at = int(buf[7])
+    extra_at = int(buf[7])
     n_dim = int(buf[10])
     kind = int(buf[11])
     lay = buf[_HEADER: _HEADER + _PER_LAYER * n_layers]
@@ -422,8 +421,8 @@ def expand(theta: np.ndarray, out: np.ndarray, buf: np.ndarray) -> int:
         for li in range(n_layers):
             out[at] = math.exp(theta[int(lay[_PER_LAYER * li + 3])])
             at += 1
-    if sigma_at >= 0:
-        out[at] = math.exp(theta[sigma_at])
+    if extra_at >= 0:
+        out[at] = math.exp(theta[extra_at])
         at += 1
     for li in range(n_layers):
         size = (int(lay[_PER_LAYER * li]) + bias) * int(lay[_PER_LAYER * li + 1])

@@ -92,7 +92,7 @@ def _import_at(folder: Path, name: str, source: str, defines: str):
     module = importlib.util.module_from_spec(spec)
     _run(module, spec.loader.exec_module, defines)
     _LOADED[name] = folder
-    _record(name)
+    record(name)
     return module
 
 
@@ -151,7 +151,7 @@ def _private_dir() -> Path:
     return _PRIVATE[0]
 
 
-def _record(name: str) -> None:
+def record(name: str) -> None:
     """Record the entries of the module ``name`` as they are now (:func:`hbnn.density.cache_guard.record`)."""
     entries = _LOADED[name] / "__pycache__"
     if entries.is_dir():
@@ -164,4 +164,39 @@ def _record_all() -> None:
     function, and writes its entries, when it is first called)."""
     for name in list(_LOADED):
         with contextlib.suppress(Exception):
-            _record(name)
+            record(name)
+
+
+def function_source(text: str, name: str) -> str:
+    """The source of the top-level function ``name`` in ``text``, decorators included: from its decorators to
+    the next line at column 0. (Read from the text, not with ``ast.parse``, which CPython 3.11 does not allow
+    in two threads at once: "AST constructor recursion depth mismatch".)"""
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"def {name}("))
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0].isspace()):
+        end += 1
+    while start > 0 and lines[start - 1].startswith("@"):
+        start -= 1
+    return "".join(lines[start:end]).rstrip() + "\n"
+
+
+INLINE = '@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")'  # how text is compiled in
+
+
+def compiled(text: str) -> str:
+    """``text`` with every top-level function decorated with :data:`INLINE`: how a likelihood's or an activation's
+    compiled source (plain functions, so that its module needs no numba) is compiled into a generated module.
+
+    Parameters
+    ----------
+    text : str
+        Python source: imports and plain top-level functions.
+
+    Returns
+    -------
+    str
+        The same source, each ``def`` at column 0 preceded by :data:`INLINE`.
+    """
+    return "".join(f"{INLINE}\n{line}" if line.startswith("def ") else line
+                   for line in text.splitlines(keepends=True))

@@ -32,6 +32,7 @@ import logging
 from pathlib import Path
 
 from hbnn.density import kernel, modules, numerics
+from hbnn.model import activations, likelihoods
 from hbnn.model.network import layer_specs
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 MAX_WEIGHTS = 128  # per group; past it the generic loops (written out, the backward pass keeps an accumulator a weight)
 
 
-_DECORATOR = '@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")'
+_DECORATOR = modules.INLINE
 
 
 def _layers(n_features: int, hidden: tuple[int, ...], bias: bool) -> list[tuple[int, int]]:
@@ -70,7 +71,7 @@ def _forward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str
                 terms.append(f"w{li}_{n_in * n_out + j}")
             lines.append(f"        H[{li + 1}, {j} * R + r] = {' + '.join(terms)}")
         if li < len(layers) - 1:
-            lines.append(f"    _tanh_inplace(H[{li + 1}], {n_out} * R)")
+            lines.append(f"    _activation_inplace(H[{li + 1}], {n_out} * R)")
         w_at += (n_in + int(bias)) * n_out
     return "\n".join(lines) + "\n"
 
@@ -100,7 +101,7 @@ def _backward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> st
         if li > 0:
             for i in range(n_in):
                 total = " + ".join(f"w{starts[li] + i * n_out + j} * d{li}_{j}" for j in range(n_out))
-                lines.append(f"        d{li - 1}_{i} = ({total}) * (_F1 - a{li}_{i} * a{li}_{i})")
+                lines.append(f"        d{li - 1}_{i} = ({total}) * _activation_slope(a{li}_{i})")
     lines += [f"    gW[{k}] += acc{k}" for k in range(at)]
     return "\n".join(lines) + "\n"
 
@@ -192,43 +193,50 @@ def _informed_weights(li: int, size: int, w_at: int) -> list[str]:
     return lines + [f"        W[{w_at + k}] = m{k}" for k in range(size)]
 
 
-def _function_source(text: str, name: str) -> str:
-    """The source of the top-level function ``name`` in ``text``, decorators included: from its decorators to
-    the next line at column 0. (Read from the text, not with ``ast.parse``, which CPython 3.11 does not allow
-    in two threads at once: "AST constructor recursion depth mismatch".)"""
-    lines = text.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"def {name}("))
-    end = start + 1
-    while end < len(lines) and (not lines[end].strip() or lines[end][0].isspace()):
-        end += 1
-    while start > 0 and lines[start - 1].startswith("@"):
-        start -= 1
-    return "".join(lines[start:end]).rstrip() + "\n"
-
-
 # the passes, as hbnn.density.kernel loops them
 GENERIC = ("_forward", "_backward", "_group_weights", "_group_chain_rule")
 
 
-def module_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
-    """The module for one network: its passes written out (:data:`GENERIC`: :mod:`hbnn.density.kernel`'s own loops, for
-    a network past :data:`MAX_WEIGHTS` weights per group), then :mod:`hbnn.density.kernel`'s functions around them (from
-    its source as imported, :data:`hbnn.density.kernel.SOURCE`, not as the file may read now)."""
-    if sum(s.size for s in layer_specs(n_features, hidden, bias)) > MAX_WEIGHTS:
-        passes = [_function_source(kernel.SOURCE, name) for name in GENERIC]
+def module_source(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str,
+                  generic: bool = False) -> str:
+    """The module of one model's log density.
+
+    Parameters
+    ----------
+    n_features, hidden, bias
+        The network: features, hidden widths, bias rows.
+    likelihood, activation : str
+        Registered names whose compiled source the module binds (``_likelihood_rows``; ``_activation_inplace`` and
+        ``_activation_slope``).
+    generic : bool, default False
+        Take :mod:`hbnn.density.kernel`'s own loops (:data:`GENERIC`) for the passes even where they could be written
+        out (always past :data:`MAX_WEIGHTS` weights per group).
+
+    Returns
+    -------
+    str
+        The activation's and the likelihood's compiled source, the passes, then :mod:`hbnn.density.kernel`'s
+        functions around them (from its source as imported, :data:`hbnn.density.kernel.SOURCE`, not as the file may
+        read now).
+    """
+    if generic or sum(s.size for s in layer_specs(n_features, hidden, bias)) > MAX_WEIGHTS:
+        passes = [modules.function_source(kernel.SOURCE, name) for name in GENERIC]
     else:
         passes = [_forward_source(n_features, hidden, bias), _backward_source(n_features, hidden, bias),
                   _weights_source(n_features, hidden, bias), _chain_rule_source(n_features, hidden, bias)]
     return "\n".join([
-        f'"""hbnn.density.kernel for {n_features} features, hidden layers {list(hidden)}, bias {bias}: written by '
-        'hbnn.density.written; do not edit."""',
+        f'"""hbnn.density.kernel for {n_features} features, hidden layers {list(hidden)}, bias {bias}, likelihood '
+        f'{likelihood}, activation {activation}: written by hbnn.density.written; do not edit."""',
         *_kernel_header(),
-        "from hbnn.density.kernel import _HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, _mean_plus_chol, _output",
-        "from hbnn.density.numerics import _F0, _F1, ROW_DTYPE, _tanh_inplace",
+        "from hbnn.density.kernel import _HEADER, _PER_LAYER, FLAT, HIERARCHICAL, INFORMED, _mean_plus_chol",
+        "from hbnn.density.numerics import _F0, _F1, ROW_DTYPE",
         "",
+        modules.compiled(activations.get(activation).compiled_source),
+        modules.compiled(likelihoods.get(likelihood).density_source),
         *passes,
-        _function_source(kernel.SOURCE, "_group_loglik"),
-        _function_source(kernel.SOURCE, "logp_grad"),
+        modules.function_source(kernel.SOURCE, "_output"),
+        modules.function_source(kernel.SOURCE, "_group_loglik"),
+        modules.function_source(kernel.SOURCE, "logp_grad"),
     ])
 
 
@@ -250,8 +258,8 @@ def expand_source() -> str:
         *_kernel_header(),
         "from hbnn.density.kernel import _EXPAND_SIG, _HEADER, _PER_LAYER, HIERARCHICAL, INFORMED, _mean_plus_chol",
         "",
-        _function_source(kernel.SOURCE, "expand"),
-        _function_source(kernel.SOURCE, "_expand_callback"),
+        modules.function_source(kernel.SOURCE, "expand"),
+        modules.function_source(kernel.SOURCE, "_expand_callback"),
         "expand_callback = numba.cfunc(_EXPAND_SIG, cache=True)(_expand_callback)",
         "",
     ])
@@ -261,18 +269,22 @@ def expand_source() -> str:
 _KERNEL_SOURCES = kernel.SOURCE + Path(numerics.__file__).read_text()
 
 
-def _network_module(n_features: int, hidden: tuple[int, ...], bias: bool) -> tuple[str, str]:
-    """``(name, source)`` of the written module for this network."""
-    source = module_source(n_features, hidden, bias)
+def _network_module(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str,
+                    generic: bool = False) -> tuple[str, str]:
+    """``(name, source)`` of the written module for this model (:func:`module_source`)."""
+    source = module_source(n_features, hidden, bias, likelihood, activation, generic)
     return "hbnn_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:20], source
 
 
 @functools.cache
-def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool):
-    """``logp_grad`` for this network (:func:`hbnn.density.kernel.logp_grad`'s signature and value), from its written
-    module (:func:`module_source`), loaded as :func:`hbnn.density.modules.load` says."""
+def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str,
+                  generic: bool = False):
+    """``logp_grad`` for this model (:func:`hbnn.density.kernel.logp_grad`'s signature), from its written module
+    (:func:`module_source`, whose parameters these are), loaded as :func:`hbnn.density.modules.load` says."""
+    hidden = tuple(int(h) for h in hidden)
     with modules.LOADING:
-        return modules.load(*_network_module(n_features, tuple(int(h) for h in hidden), bias), "logp_grad").logp_grad
+        return modules.load(*_network_module(n_features, hidden, bias, likelihood, activation, generic),
+                            "logp_grad").logp_grad
 
 
 def callback_source(network: str, skip: int) -> str:
@@ -297,16 +309,16 @@ def callback_source(network: str, skip: int) -> str:
 
 
 @functools.cache
-def callback_for(n_features: int, hidden: tuple[int, ...], bias: bool, skip: int):
-    """nutpie's callback for this network (:func:`hbnn.density.kernel.callback` with :func:`logp_grad_for`), loaded from
+def callback_for(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str, skip: int):
+    """nutpie's callback for this model (:func:`hbnn.density.kernel.callback` with :func:`logp_grad_for`), loaded from
     numba's disk cache after its first compile (~1.5 s saved in every later process that samples).
 
     The cached callback computes the same bits as the one compiled in the process that wrote the cache
     (tests/test_kernel.py runs three processes on one fresh cache).
     """
     hidden = tuple(int(h) for h in hidden)
-    logp_grad_for(n_features, hidden, bias)  # the module the callback imports, loaded first
-    network, _ = _network_module(n_features, hidden, bias)
+    logp_grad_for(n_features, hidden, bias, likelihood, activation)  # the module the callback imports, loaded first
+    network, _ = _network_module(n_features, hidden, bias, likelihood, activation)
     source = callback_source(network, skip)
     name = "hbnn_callback_" + hashlib.sha256(source.encode()).hexdigest()[:20]
     with modules.LOADING:

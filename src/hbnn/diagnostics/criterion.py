@@ -140,7 +140,7 @@ class Shortfall:
         return self.text
 
 
-def convergence_shortfall(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[LayerSpec],
+def convergence_shortfall(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[LayerSpec], activation: str,
                           scalar_vars: Sequence[str] = ()) -> Shortfall | None:
     """What in a joint fit's draws misses the R-hat and ESS bar of :func:`group_converged` (every group's
     test-point quantity and the ``scalar_vars``, e.g. the group sds), worst first; ``None`` when nothing does.
@@ -148,7 +148,7 @@ def convergence_shortfall(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[L
     The same numbers as the metrics' (:func:`fit_metrics`), so a fit drawn until this says ``None`` reports
     every group converged unless its divergences miss the bar, which more draws do not mend.
     """
-    return _shortfall(tasks, _test_draws(tasks, posterior, specs), posterior, scalar_vars)[0]
+    return _shortfall(tasks, _test_draws(tasks, posterior, specs, activation), posterior, scalar_vars)[0]
 
 
 # A group whose test-point quantities all have at least this bulk ESS and at most this R-hat at a look is evaluated
@@ -176,8 +176,8 @@ class ShortfallCheck:
     :data:`hbnn.sampling.restarts.RESTART_RHAT`) wait for it; the group sds are evaluated at every look.
     """
 
-    def __init__(self, tasks: Tasks, specs: Sequence[LayerSpec], scalar_vars: Sequence[str] = ()):
-        self.tasks, self.specs, self.scalar_vars = tasks, specs, list(scalar_vars)
+    def __init__(self, tasks: Tasks, specs: Sequence[LayerSpec], activation: str, scalar_vars: Sequence[str] = ()):
+        self.tasks, self.specs, self.activation, self.scalar_vars = tasks, specs, activation, list(scalar_vars)
         self.draws: list[np.ndarray] | None = None  # per group, (chain, seen, n)
         self.last: np.ndarray | None = None  # the first weights' values at the last draw seen, to recognise a prefix
         self.watched: set[str] | None = None  # groups evaluated at every look (None: every group)
@@ -188,7 +188,7 @@ class ShortfallCheck:
         n = posterior.sizes["draw"]
         if not 0 < seen <= n or not np.array_equal(marker.isel(draw=seen - 1).values, self.last):
             seen, self.draws, self.watched = 0, None, None
-        new = _test_draws(self.tasks, posterior.isel(draw=slice(seen, n)), self.specs)
+        new = _test_draws(self.tasks, posterior.isel(draw=slice(seen, n)), self.specs, self.activation)
         self.draws = new if self.draws is None else [np.concatenate(p, axis=1) for p in zip(self.draws, new,
                                                                                            strict=True)]
         self.last = marker.isel(draw=n - 1).values

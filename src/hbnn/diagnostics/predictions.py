@@ -34,47 +34,50 @@ def group_weights(posterior: xr.Dataset, specs: Sequence[LayerSpec], group: str 
     return out
 
 
-def group_noise(posterior: xr.Dataset, group: str | None) -> np.ndarray:
-    """The gaussian noise sd ``sigma`` as ``(chain, draw)`` for one group (shared or per-group)."""
-    da = posterior["sigma"]
+def group_extra(posterior: xr.Dataset, name: str, group: str | None) -> np.ndarray:
+    """The likelihood's extra parameter ``name`` (gaussian's ``sigma``, negative_binomial's ``alpha``) as ``(chain,
+    draw)`` for one group (shared by the groups, or per group), as sampled."""
+    da = posterior[name]
     if "group" in da.dims:
         da = da.sel(group=group)
     return da.transpose("chain", "draw").values
 
 
-def predict_output(weights: Sequence[np.ndarray], X: np.ndarray, link=None) -> np.ndarray:
-    """Network outputs ``(chain, draw, n)`` at rows ``X (n, feature)``, passed through ``link`` if given: the
-    compiled float64 forward pass (:func:`hbnn.model.forward.outputs`), which agrees with
-    :func:`hbnn.model.network.mlp_logit` to ~1e-15 relative."""
+def predict_output(weights: Sequence[np.ndarray], X: np.ndarray, activation: str, link=None) -> np.ndarray:
+    """Network outputs ``(chain, draw, n)`` at rows ``X (n, feature)`` with hidden units of ``activation``, passed
+    through ``link`` if given: the compiled float64 forward pass (:func:`hbnn.model.forward.outputs`), which agrees
+    with :func:`hbnn.model.network.mlp_logit` to ~1e-15 relative."""
     from hbnn.model import forward  # numba: imported where outputs are wanted, not by every user of this module
 
     chains, draws = weights[0].shape[:2]
     flat = [w.reshape(chains * draws, *w.shape[2:]) for w in weights]
-    out = forward.outputs(X, flat, np.float64)
+    out = forward.outputs(X, flat, np.float64, activation=activation)
     return (out if link is None else link(out)).reshape(chains, draws, X.shape[0])
 
 
-def predict_proba(weights: Sequence[np.ndarray], X: np.ndarray) -> np.ndarray:
+def predict_proba(weights: Sequence[np.ndarray], X: np.ndarray, activation: str) -> np.ndarray:
     """Probabilities ``(chain, draw, n)`` of ``y = 1`` at rows ``X (n, feature)``."""
-    return predict_output(weights, X, link=expit)
+    return predict_output(weights, X, activation, link=expit)
 
 
-def quantity_draws(tasks: Tasks, weights: Sequence[np.ndarray], X: np.ndarray) -> np.ndarray:
+def quantity_draws(tasks: Tasks, weights: Sequence[np.ndarray], X: np.ndarray, activation: str) -> np.ndarray:
     """The function-space quantity ``(chain, draw, n)`` (the likelihood's mean, in the label's original units) at
-    rows ``X`` of ``tasks``, for per-layer weight draws ``weights`` (:func:`group_weights`)."""
-    return likelihoods.get(tasks.likelihood).mean(predict_output(weights, X), tasks.y_mean, tasks.y_sd)
+    rows ``X`` of ``tasks``, for per-layer weight draws ``weights`` (:func:`group_weights`) of a network whose
+    hidden units are ``activation``'s."""
+    return likelihoods.get(tasks.likelihood).mean(predict_output(weights, X, activation), tasks.y_mean, tasks.y_sd)
 
 
 def evaluate_groups(
-    tasks: Tasks, weights_of, splits: Sequence[str] = ("train", "test"), noise_of=None
+    tasks: Tasks, weights_of, activation: str, splits: Sequence[str] = ("train", "test"), noise_of=None
 ) -> dict[str, dict[str, list]]:
     """Posterior draws of the function-space quantity ``(chain, draw, n)`` for every group and split.
 
-    ``weights_of(g)`` returns :func:`group_weights` for group index ``g``; where
-    the likelihood has a noise sd, ``noise_of(g)`` returns it (:func:`group_noise`).
-    Gives ``{split: {"draws": [per group], "noise": [per group (chain, draw)] or
-    None, "y": [per group]}}``, all in the label's original units (the tasks'
-    ``y_mean`` and ``y_sd`` undone).
+    ``weights_of(g)`` returns :func:`group_weights` for group index ``g`` (a network whose hidden units are
+    ``activation``'s); where
+    the likelihood has an extra parameter, ``noise_of(g)`` returns its draws
+    (:func:`group_extra`). Gives ``{split: {"draws": [per group], "noise": [per
+    group (chain, draw)] or None, "y": [per group]}}``, all in the label's
+    original units (the tasks' ``y_mean`` and ``y_sd`` undone).
     """
     lik = likelihoods.get(tasks.likelihood)
     result = {}
@@ -83,11 +86,11 @@ def evaluate_groups(
         draws, noise, ys = [], [], []
         for g in range(tasks.n_groups):
             rows = split.rows(g)
-            draws.append(quantity_draws(tasks, weights_of(g), split.X[rows]))
-            if lik.has_noise:
-                noise.append(tasks.y_sd * noise_of(g))
+            draws.append(quantity_draws(tasks, weights_of(g), split.X[rows], activation))
+            if lik.extra:
+                noise.append(lik.extra_in_label_units(noise_of(g), tasks.y_sd))
             ys.append(lik.mean_label(split.y[rows], tasks.y_mean, tasks.y_sd))
-        result[name] = {"draws": draws, "noise": noise if lik.has_noise else None, "y": ys}
+        result[name] = {"draws": draws, "noise": noise if lik.extra else None, "y": ys}
     return result
 
 
@@ -104,10 +107,12 @@ def split_scores(lik: likelihoods.Likelihood, pred: dict[str, list]
     return pooled, per
 
 
-def _test_draws(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[LayerSpec]) -> list[np.ndarray]:
+def _test_draws(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[LayerSpec], activation: str) -> list[np.ndarray]:
     """Every group's test-point quantity ``(chain, draw, n)`` at ``posterior``'s draws."""
-    return evaluate_groups(tasks, lambda g: group_weights(posterior, specs, tasks.group_names[g]), ("test",),
-                           noise_of=lambda g: group_noise(posterior, tasks.group_names[g]))["test"]["draws"]
+    return evaluate_groups(tasks, lambda g: group_weights(posterior, specs, tasks.group_names[g]), activation,
+                           ("test",),
+                           noise_of=lambda g: group_extra(posterior, likelihoods.get(tasks.likelihood).extra,
+                                                          tasks.group_names[g]))["test"]["draws"]
 
 
 def split_order(split: Split, per_group: Sequence[np.ndarray]) -> np.ndarray:

@@ -11,10 +11,12 @@ layer to the output. With no hidden layers ``w_out`` maps the features straight
 to the output (a linear model). Hierarchical models add ``mu_<layer>``,
 ``sd_<layer>`` and ``z_<layer>`` with ``w[g] = mu + sd * z[g]``.
 
-The likelihood of ``y`` given the network output is :mod:`hbnn.model.likelihoods`'
-(a logit under ``bernoulli``; a mean under ``gaussian``, whose noise sd
-``sigma ~ HalfNormal(noise_sd)`` is one per group in the per-group fits and one
-shared by all groups in the hierarchical model).
+The hidden units' activation is :mod:`hbnn.model.activations`' ``activation``
+(``model.activation``). The likelihood of ``y`` given the network output is
+:mod:`hbnn.model.likelihoods`' (a logit under ``bernoulli``; a mean under
+``gaussian``; a log rate under ``poisson``); a likelihood's extra parameter
+(gaussian's noise sd ``sigma ~ HalfNormal(noise_sd)``) is one per group in the
+per-group fits and one shared by all groups in the hierarchical model.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from hbnn.model import likelihoods
+from hbnn.model import activations, likelihoods
 from hbnn.model.network import LayerSpec, layer_coords, layer_specs, mlp_logit
 
 
@@ -57,6 +59,7 @@ def build_flat_model(
     likelihood: str = "bernoulli",
     noise_sd: float = 1.0,
     bias: bool = False,
+    activation: str = "tanh",
 ) -> pm.Model:
     """One group's BNN with iid ``Normal(0, prior_sd)`` weights (and biases, with ``bias``).
 
@@ -70,7 +73,7 @@ def build_flat_model(
         y_data = pm.Data("y", y, dims="obs")
         weights = [pm.Normal(s.var, 0.0, prior_sd, dims=s.dims) for s in specs]
         xb, yb, total = _rows(x, y_data, minibatch_size)
-        _likelihood(mlp_logit(xb, weights, pt.tanh, bias), yb, likelihood, noise_sd, total)
+        _likelihood(mlp_logit(xb, weights, activations.get(activation).pytensor, bias), yb, likelihood, noise_sd, total)
     return model
 
 
@@ -84,6 +87,7 @@ def build_informed_model(
     likelihood: str = "bernoulli",
     noise_sd: float = 1.0,
     bias: bool = False,
+    activation: str = "tanh",
 ) -> pm.Model:
     """One group's BNN with a multivariate-normal prior on each flattened layer (biases included, with ``bias``).
 
@@ -114,7 +118,7 @@ def build_informed_model(
             flat = mean + chol @ z
             weights.append(pm.Deterministic(s.var, flat.reshape(s.shape), dims=s.dims))
         xb, yb, total = _rows(x, y_data, minibatch_size)
-        _likelihood(mlp_logit(xb, weights, pt.tanh, bias), yb, likelihood, noise_sd, total)
+        _likelihood(mlp_logit(xb, weights, activations.get(activation).pytensor, bias), yb, likelihood, noise_sd, total)
     return model
 
 
@@ -128,6 +132,7 @@ def build_hierarchical_model(
     likelihood: str = "bernoulli",
     noise_sd: float = 1.0,
     bias: bool = False,
+    activation: str = "tanh",
 ) -> pm.Model:
     """Non-centred hierarchical BNN over all groups (biases, with ``bias``, are part of each layer).
 
@@ -144,7 +149,7 @@ def build_hierarchical_model(
         x = pm.Data("x", X_padded, dims=("group", "row", "feature"))
         y_data = pm.Data("y", y, dims="obs")
         weights = _group_weights(specs)
-        logit = mlp_logit(x, weights, pt.tanh, bias).reshape((-1,))
+        logit = mlp_logit(x, weights, activations.get(activation).pytensor, bias).reshape((-1,))
         if ragged:
             logit = logit[pt.as_tensor(valid)]
         _likelihood(logit, y_data, likelihood, noise_sd)
@@ -173,6 +178,7 @@ def build_hierarchical_minibatch_model(
     likelihood: str = "bernoulli",
     noise_sd: float = 1.0,
     bias: bool = False,
+    activation: str = "tanh",
 ) -> pm.Model:
     """The hierarchical BNN of :func:`build_hierarchical_model` for minibatch ADVI.
 
@@ -190,6 +196,6 @@ def build_hierarchical_minibatch_model(
         weights = _group_weights(specs)
         xb, gb, yb = pm.Minibatch(x, g, y_data, batch_size=int(minibatch_size))
         # One row per batch element, each with its group's weights: (batch, 1, feature).
-        logit = mlp_logit(xb[:, None, :], [w[gb] for w in weights], pt.tanh, bias)[:, 0]
+        logit = mlp_logit(xb[:, None, :], [w[gb] for w in weights], activations.get(activation).pytensor, bias)[:, 0]
         _likelihood(logit, yb, likelihood, noise_sd, x.shape[0])
     return model

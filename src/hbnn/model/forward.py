@@ -1,92 +1,67 @@
-"""The tanh MLP's forward pass over many posterior draws, compiled: what scoring and the report's surfaces run.
+"""The network's forward pass over many posterior draws, compiled: what scoring and the report's surfaces run.
 
 :func:`outputs` gives the network's output for every draw at every row, as
 :func:`hbnn.model.network.mlp_logit` does in NumPy, but in one compiled loop: rows go through the whole
 network in blocks of :data:`BLOCK` that stay in the L1 cache, every inner loop runs over a block's
-rows (so it vectorises), and ``tanh`` is computed without a library call (float64: from a vectorisable
-``exp``; float32: :mod:`hbnn.density.kernel`'s rational function). NumPy's version spends most of its time in
-a scalar library ``tanh`` and in temporaries the size of a whole layer: on the default data the fit
-stages scored their draws ~5x faster (benchmarks/FINDINGS.md).
+rows (so it vectorises), and the activation is the activation's own compiled code
+(:attr:`hbnn.model.activations.base.Activation.compiled_source`; tanh's has no library call). NumPy's version
+spends most of its time in a scalar library ``tanh`` and in temporaries the size of a whole layer: on the default
+data the fit stages scored their draws ~5x faster (benchmarks/FINDINGS.md).
 
-* ``float64`` (scores, metrics, the traces' predictions): ``tanh`` within 2.3e-16 absolute, sums
+* ``float64`` (scores, metrics, the traces' predictions): tanh within 2.3e-16 absolute, sums
   contracted into fused multiply-adds; outputs agree with NumPy's to ~1e-15 relative (tested),
   far below the 6 decimals the metrics keep.
 * ``float32`` (the report's surfaces, 10^4 grid points x 500 draws a group): the log density's
-  float32 ``tanh`` (within 3.5e-7), outputs within ~1e-6 of float64.
+  float32 tanh (within 3.5e-7), outputs within ~1e-6 of float64.
+
+The loop is compiled once per activation, in a module :func:`module_source` writes and
+:func:`hbnn.density.modules.load` loads from numba's disk cache. An activation without compiled code is computed
+by :func:`hbnn.model.network.mlp_logit` in NumPy.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Sequence
+from pathlib import Path
 
-import numba
 import numpy as np
-from numba import types
-from numba.extending import overload
 
-from hbnn.density.numerics import _tanh_inplace
+from hbnn.model import activations
+
+SOURCE = Path(__file__).read_text()  # as imported: the compiled modules are written from this text
 
 BLOCK = 512  # rows per pass through the network: 2 x width x 512 values stay in the L1 cache
 
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01  # ln 2 in two parts (Cody and Waite): k * _LN2_HI is exact for |k| < 2**20
-_LN2_LO = 1.90821492927058770002e-10
-_EXP_SHIFT = 1.5 * 2.0**52 + 1023.0  # added to an integer-valued float below 2**51, holds it + 1023 in the low bits
+_DECORATOR = '@numba.njit(fastmath=True, error_model="numpy", cache=True, nogil=True)'
+
+# the activation of a float32 or float64 block, picked by its dtype when the loop is compiled
+_BLOCK_DISPATCH = '''\
+def _activation_block(a, n, e, bits):
+    pass
 
 
-@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _exp_reduced64(x):
-    """``exp(x) = p * 2**k`` in float64: ``k = round(x / ln 2)``, ``p = exp(r)`` for ``|r| <= ln(2) / 2`` as its
-    degree-12 Taylor polynomial (error < 1e-16 relative) by Estrin's scheme; returns ``p`` and ``k +
-    _EXP_SHIFT``, whose low mantissa bits are ``k + 1023`` (float64's version of
-    :func:`hbnn.density.numerics._exp_reduced`: no library call and no float-to-integer conversion, so loops over it
-    vectorise on AVX2)."""
-    k = np.floor(x * _LOG2E + 0.5)
-    r = (x - k * _LN2_HI) - k * _LN2_LO
-    r2 = r * r
-    r4 = r2 * r2
-    low = (1.0 + r + r2 * (1 / 2 + r * (1 / 6))) + r4 * (1 / 24 + r * (1 / 120) + r2 * (1 / 720 + r * (1 / 5040)))
-    high = 1 / 40320 + r * (1 / 362880) + r2 * (1 / 3628800 + r * (1 / 39916800)) + r4 * (1 / 479001600)
-    return low + (r4 * r4) * high, k + _EXP_SHIFT
-
-
-@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _tanh64_inplace(a: np.ndarray, n: int, e: np.ndarray, bits: np.ndarray) -> None:
-    """``a[:n] = tanh(a[:n])`` in float64, within 2.3e-16 absolute (``e``: ``n`` float64, ``bits``: ``n`` int64
-    of scratch)."""
-    shifted = bits[:n].view(np.float64)
-    for i in range(n):
-        # tanh(|a|) = (1 - e) / (1 + e) with e = exp(-2|a|); past |a| = 19, e < 2**-54 and tanh rounds to 1
-        e[i], shifted[i] = _exp_reduced64(-2.0 * min(abs(a[i]), 19.0))
-    for i in range(n):
-        bits[i] = (bits[i] & 0x7FF) << 52  # the float 2**k
-    scale = bits[:n].view(np.float64)
-    for i in range(n):
-        x = e[i] * scale[i]
-        t = (1.0 - x) / (1.0 + x)
-        a[i] = t if a[i] >= 0.0 else -t
-
-
-def tanh_block(a, n, e, bits):
-    """``a[:n] = tanh(a[:n])`` for a float32 or float64 block, in compiled code: float32's from the log density
-    (no scratch), float64's :func:`_tanh64_inplace` (``e``, ``bits``: its scratch, float64 and int64)."""
-    a[:n] = np.tanh(a[:n])
-
-
-@overload(tanh_block, inline="always")
-def _tanh_block(a, n, e, bits):
+@overload(_activation_block, inline="always")
+def _activation_block_by_dtype(a, n, e, bits):
     if a.dtype == types.float32:
-        return lambda a, n, e, bits: _tanh_inplace(a, n)
-    return lambda a, n, e, bits: _tanh64_inplace(a, n, e, bits)
+        return lambda a, n, e, bits: _activation_inplace(a, n)
+    return lambda a, n, e, bits: _activation_inplace64(a, n, e, bits)
+'''
 
 
-@numba.njit(fastmath=True, error_model="numpy", cache=True, nogil=True)
+def _activation_block(a, n, e, bits):
+    """``a[:n] = f(a[:n])`` for a float32 or float64 block: in each compiled module, the activation's
+    ``_activation_inplace`` or ``_activation_inplace64`` (:data:`_BLOCK_DISPATCH`)."""
+    raise NotImplementedError("compiled only in the modules module_source writes")
+
+
 def _outputs(columns, flat, layout, out, h, e, bits):
-    """``out[s, i]``: the tanh MLP's output for draw ``s`` (``flat[s]``: its layers' weights, row-major, one after
+    """``out[s, i]``: the network's output for draw ``s`` (``flat[s]``: its layers' weights, row-major, one after
     another) at row ``i`` (``columns``: ``(feature, row)``). ``layout`` holds each layer's inputs, outputs, offset
     in ``flat[s]`` and whether its last input row is a bias; ``h`` ``(2, width, BLOCK)``, ``e`` and ``bits``
-    (``BLOCK`` of int32 for float32, int64 for float64) are scratch, all in ``out``'s dtype (the float32
-    ``tanh`` uses neither ``e`` nor ``bits``)."""
+    (``BLOCK`` of int32 for float32, int64 for float64) are scratch, all in ``out``'s dtype (a float32 activation
+    uses neither ``e`` nor ``bits``). Compiled only in the modules :func:`module_source` writes."""
     n = columns.shape[1]
     last = layout.shape[0] - 1
     zero = out.dtype.type(0.0)
@@ -108,17 +83,74 @@ def _outputs(columns, flat, layout, out, h, e, bits):
                         for i in range(m):
                             acc[i] += wk * x[i]
                     if layer < last:
-                        tanh_block(acc, m, e, bits)
+                        _activation_block(acc, m, e, bits)
             out[s, lo:lo + m] = h[last % 2, 0, :m]
 
 
-def outputs(X: np.ndarray, weights: Sequence[np.ndarray], dtype=np.float64, out: np.ndarray | None = None
-            ) -> np.ndarray:
-    """The network's outputs ``(sample, row)`` at rows ``X (row, feature)`` for per-layer weight draws ``weights``
-    (``(sample, *layer shape)``, in :func:`hbnn.model.network.layer_specs` order; a layer whose input rows are one more
-    than its inputs has its bias in the last row), computed in ``dtype`` (float64 or float32); ``out``: where to
-    write them (``(sample, row)`` of ``dtype``; at least ``sample`` rows)."""
-    dtype = np.dtype(dtype)
+
+def module_source(activation: str) -> str:
+    """The module that compiles :func:`_outputs` for one activation.
+
+    Parameters
+    ----------
+    activation : str
+        A registered activation with compiled code.
+
+    Returns
+    -------
+    str
+        Python source: the activation's compiled text, the dispatch on the block's dtype and :func:`_outputs` (from
+        this module's text as imported), headed by a hash of this module's and :mod:`hbnn.density.numerics`'
+        sources, whose functions it compiles in.
+    """
+    from hbnn.density import modules, numerics
+
+    act = activations.get(activation)
+    sources = SOURCE + Path(numerics.__file__).read_text()
+    return "\n".join([
+        f'"""hbnn.model.forward for activation {act.name}: written by hbnn.model.forward; do not edit."""',
+        f"# hbnn.model.forward and numerics source sha256 {hashlib.sha256(sources.encode()).hexdigest()}",
+        "import math", "import numba", "import numpy as np", "from numba import types",
+        "from numba.extending import overload", "from hbnn.model.forward import BLOCK", "",
+        modules.compiled(act.compiled_source), "", _BLOCK_DISPATCH, "",
+        _DECORATOR, modules.function_source(SOURCE, "_outputs"),
+    ])
+
+
+@functools.cache
+def _compiled(activation: str):
+    """The compiled :func:`_outputs` for ``activation`` (:func:`module_source`), loaded from numba's disk cache with
+    both of its specialisations (float32 and float64) compiled at once and its entries recorded
+    (:func:`hbnn.density.modules.record`): a process that calls it later, a forked report worker included, adds
+    none that the cache's manifest does not vouch for."""
+    from hbnn.density import modules
+
+    source = module_source(activation)
+    name = "hbnn_forward_" + hashlib.sha256(source.encode()).hexdigest()[:20]
+    with modules.LOADING:
+        fn = modules.load(name, source, "_outputs")._outputs
+        for dtype in (np.float32, np.float64):  # the only two types outputs() passes: compile both now
+            _call(fn, np.zeros((1, 1)), [np.zeros((1, 1, 1)), np.zeros((1, 1))], np.dtype(dtype),
+                  np.empty((1, 1), dtype=dtype))
+        modules.record(name)
+    return fn
+
+
+def prepare(activation: str) -> None:
+    """Load (or compile) the pass for ``activation`` now, in both dtypes: before forking workers that use it, which
+    then inherit it.
+
+    Parameters
+    ----------
+    activation : str
+        A registered activation; one without compiled code needs nothing.
+    """
+    if activations.get(activation).compiled_source is not None:
+        _compiled(activation)
+
+
+def _call(fn, X, weights, dtype, out):
+    """Run the compiled pass ``fn`` with arrays of the types it was compiled for (all C-contiguous and writable)."""
     n_samples = weights[0].shape[0]
     n_in = X.shape[1]
     layout, at, width = [], 0, n_in
@@ -129,10 +161,44 @@ def outputs(X: np.ndarray, weights: Sequence[np.ndarray], dtype=np.float64, out:
         n_in, at, width = n_out, at + w[0].size, max(width, n_out)
     flat = np.ascontiguousarray(np.concatenate([np.reshape(w, (n_samples, -1)) for w in weights], axis=1),
                                 dtype=dtype)
-    columns = np.ascontiguousarray(np.asarray(X, dtype=dtype).T)
-    if out is None:
-        out = np.empty((n_samples, X.shape[0]), dtype=dtype)
+    columns = np.array(np.asarray(X).T, dtype=dtype, order="C")  # a copy, never a read-only view
     h = np.zeros((2, width, BLOCK), dtype=dtype)
     bits = np.empty(BLOCK, dtype=np.int32 if dtype == np.float32 else np.int64)
-    _outputs(columns, flat, np.array(layout, dtype=np.int64), out, h, np.empty(BLOCK, dtype=dtype), bits)
+    fn(columns, flat, np.array(layout, dtype=np.int64), out, h, np.empty(BLOCK, dtype=dtype), bits)
+
+
+def outputs(X: np.ndarray, weights: Sequence[np.ndarray], dtype=np.float64, out: np.ndarray | None = None,
+            activation: str = "tanh") -> np.ndarray:
+    """The network's outputs at rows ``X`` for many weight draws, compiled.
+
+    Parameters
+    ----------
+    X : numpy.ndarray
+        Rows ``(row, feature)``.
+    weights : sequence of numpy.ndarray
+        Per-layer weight draws ``(sample, *layer shape)``, in :func:`hbnn.model.network.layer_specs` order; a layer
+        whose input rows are one more than its inputs has its bias in the last row.
+    dtype : numpy dtype, default float64
+        What the pass computes in: float64 or float32.
+    out : numpy.ndarray, optional
+        Where to write them: ``(sample, row)`` of ``dtype``, at least ``sample`` rows.
+    activation : str, default "tanh"
+        The hidden units' activation (``model.activation``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(sample, row)`` of ``dtype``: ``out`` where given.
+    """
+    dtype = np.dtype(dtype)
+    n_samples = weights[0].shape[0]
+    if out is None:
+        out = np.empty((n_samples, X.shape[0]), dtype=dtype)
+    if activations.get(activation).compiled_source is None:
+        from hbnn.model.network import mlp_logit
+
+        out[:n_samples] = mlp_logit(np.asarray(X, dtype=dtype), [np.asarray(w, dtype=dtype) for w in weights],
+                                    activations.get(activation).numpy)
+        return out
+    _call(_compiled(activation), X, weights, dtype, out)
     return out

@@ -4,7 +4,8 @@ Layer naming follows the maths: ``w_in`` maps features to the first hidden
 layer, ``w_h1_h2`` hidden layer 1 to 2 (and so on), ``w_out`` the last hidden
 layer to the output. With no hidden layers ``w_out`` maps the features straight
 to the output (a linear model). :func:`mlp_logit` also takes PyTensor tensors
-(with ``tanh=pt.tanh``), so the PyMC models in :mod:`hbnn.model.builders` share it.
+(with the activation's PyTensor function, :meth:`hbnn.model.activations.base.Activation.pytensor`), so the PyMC
+models in :mod:`hbnn.model.builders` share it.
 
 With biases (``model.bias: true``) each layer's matrix has one more input row,
 the bias of each of its units: ``w_in`` is ``(feature_and_bias, hidden_1)``,
@@ -83,13 +84,14 @@ def has_bias(specs: Sequence[LayerSpec]) -> bool:
     return specs[0].dims[0].endswith(BIAS_SUFFIX)
 
 
-def mlp_logit(x, weights: Sequence, tanh: Callable = np.tanh, bias: bool | None = None):
-    """Forward pass of the tanh MLP, for NumPy arrays or PyTensor tensors.
+def mlp_logit(x, weights: Sequence, activation: Callable = np.tanh, bias: bool | None = None):
+    """Forward pass of the MLP, for NumPy arrays or PyTensor tensors.
 
     ``x`` is ``(..., n, feature)``; ``weights`` follow :func:`layer_specs`, each with
     optional leading batch dims (draws, groups) that broadcast against ``x``'s
-    leading dims. Returns logits ``(..., n)``. ``bias``: whether each layer's last
-    input row is its bias; ``None`` reads it from the shapes (NumPy arrays only:
+    leading dims. Returns the outputs ``(..., n)`` (a logit, a mean, a log rate: the
+    likelihood says). ``activation``: the hidden units' function, element-wise. ``bias``: whether each layer's
+    last input row is its bias; ``None`` reads it from the shapes (NumPy arrays only:
     a layer with one more input row than its input has units has a bias row).
     """
     if bias is None:
@@ -97,7 +99,7 @@ def mlp_logit(x, weights: Sequence, tanh: Callable = np.tanh, bias: bool | None 
     h = x
     # The bias row is indexed and given a new axis, not sliced: PyTensor then knows that axis broadcasts.
     for w in weights[:-1]:
-        h = tanh(h @ w[..., :-1, :] + w[..., -1, :][..., None, :]) if bias else tanh(h @ w)
+        h = activation(h @ w[..., :-1, :] + w[..., -1, :][..., None, :]) if bias else activation(h @ w)
     out = weights[-1]
     if bias:
         return (h @ out[..., :-1, None])[..., 0] + out[..., -1][..., None]

@@ -1,13 +1,16 @@
 """Informed prior: from the hierarchical posterior to one MvNormal per layer.
 
-A tanh MLP computes the same function after permuting the units of a hidden
-layer or flipping the sign of one unit (its incoming column and outgoing row
-both change sign). Different chains can therefore sit in equivalent but
-differently labelled modes, and pooling their weights unaligned blurs the prior
-towards zero. :func:`align_to_reference` finds, per chain, the permutation and
-signs of every hidden layer that best match a reference chain (Hungarian
-matching on the chain-mean group weights ``mu``) and :func:`apply_symmetry`
-applies them to every draw.
+An MLP computes the same function after permuting the units of a hidden
+layer, and, where its activation is odd (tanh: ``f(-x) = -f(x)``,
+:attr:`hbnn.model.activations.base.Activation.sign_symmetric`), after flipping
+the sign of one unit (its incoming column and outgoing row both change sign).
+Different chains can therefore sit in equivalent but differently labelled
+modes, and pooling their weights unaligned blurs the prior towards zero.
+:func:`align_to_reference` finds, per chain, the permutation (and, where they
+are a symmetry, the signs) of every hidden layer that best match a reference
+chain (Hungarian matching on the chain-mean group weights ``mu``) and
+:func:`apply_symmetry` applies them to every draw. For an activation that is
+not odd (relu) only permutations are tried.
 
 The prior file (``priors/informed.nc``) holds ``mean_<layer>`` and
 ``cov_<layer>`` per layer and a JSON ``layers`` attr with each layer's shape and
@@ -208,20 +211,22 @@ def min_cost_assignment(cost: np.ndarray) -> np.ndarray:
     return perm
 
 
-def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> Symmetry:
+def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], signs: bool = True
+                   ) -> Symmetry:
     """The symmetry that maps ``candidate`` weights closest to ``reference``.
 
     Both are single networks (no batch dims), with or without bias rows (a unit's bias counts as one of its
     incoming weights). Layers are matched in order: units
     of hidden layer ``k`` are compared by their incoming weights (after aligning
-    layer ``k - 1``) plus the sorted absolute values of their outgoing weights,
-    which do not depend on how later layers are labelled; for the last hidden
-    layer the signed outgoing weight is used directly. Each unit pair takes the
-    sign that fits best, and the Hungarian algorithm picks the permutation.
+    layer ``k - 1``) plus their outgoing weights sorted (by absolute value where
+    signs may flip), which do not depend on how later layers are labelled; for the last hidden
+    layer the signed outgoing weight is used directly. With ``signs`` each unit pair takes the
+    sign that fits best (a symmetry of odd activations only); without, every sign stays +1. The Hungarian
+    algorithm picks the permutation.
     """
     n_hidden = len(reference) - 1
     current = [np.asarray(w, dtype=float) for w in candidate]
-    perms, signs = [], []
+    perms, flips = [], []
     for k in range(n_hidden):
         ref_in, cand_in = reference[k], current[k]  # (..., units) columns
         ref_sig = ref_in.reshape(-1, ref_in.shape[-1]).T
@@ -233,24 +238,29 @@ def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarr
             cand_sig = np.hstack([cand_sig, current[k + 1][:units, None]])
             extra = 0.0
         else:
-            ref_out = np.sort(np.abs(reference[k + 1][:units]), axis=1)
-            cand_out = np.sort(np.abs(current[k + 1][:units]), axis=1)
+            fold = np.abs if signs else np.asarray  # the next layer's units may flip sign: compare magnitudes
+            ref_out = np.sort(fold(reference[k + 1][:units]), axis=1)
+            cand_out = np.sort(fold(current[k + 1][:units]), axis=1)
             extra = _squared_sum(ref_out[:, None, :] - cand_out[None, :, :])
         plus = _squared_sum(ref_sig[:, None, :] - cand_sig[None, :, :])
-        minus = _squared_sum(ref_sig[:, None, :] + cand_sig[None, :, :])
-        cost = np.minimum(plus, minus) + extra  # cost[j, i]: ref unit j vs candidate unit i
-        perm = min_cost_assignment(cost)
-        sign = np.where(minus[np.arange(perm.size), perm] < plus[np.arange(perm.size), perm], -1.0, 1.0)
+        if signs:
+            minus = _squared_sum(ref_sig[:, None, :] + cand_sig[None, :, :])
+            cost = np.minimum(plus, minus) + extra  # cost[j, i]: ref unit j vs candidate unit i
+            perm = min_cost_assignment(cost)
+            sign = np.where(minus[np.arange(perm.size), perm] < plus[np.arange(perm.size), perm], -1.0, 1.0)
+        else:
+            perm = min_cost_assignment(plus + extra)
+            sign = np.ones(perm.size)
         step = Symmetry(
             tuple(perm if i == k else np.arange(current[i].shape[-1]) for i in range(n_hidden)),
             tuple(sign if i == k else np.ones(current[i].shape[-1]) for i in range(n_hidden)),
         )
         current = apply_symmetry(current, step)
         perms.append(perm)
-        signs.append(sign)
+        flips.append(sign)
     # A layer's relabelling leaves other layers' units alone, so the per-layer
     # matches (each made after earlier layers were aligned) combine directly.
-    return Symmetry(tuple(perms), tuple(signs))
+    return Symmetry(tuple(perms), tuple(flips))
 
 
 @dataclass
@@ -263,11 +273,12 @@ class Alignment:
     distance_after: list[float]
 
 
-def align_to_reference(mu: Sequence[np.ndarray], reference_chain: int = 0) -> Alignment:
+def align_to_reference(mu: Sequence[np.ndarray], reference_chain: int = 0, signs: bool = True) -> Alignment:
     """Align every chain's group-mean weights to ``reference_chain``.
 
     ``mu`` holds per-layer arrays ``(chain, draw, *layer.shape)``. The match is
-    made on chain means and applied to every draw of the chain.
+    made on chain means and applied to every draw of the chain; ``signs``: whether
+    a unit's sign flip is a symmetry (:func:`match_symmetry`).
     """
     n_chains = mu[0].shape[0]
     if not 0 <= reference_chain < n_chains:
@@ -277,7 +288,7 @@ def align_to_reference(mu: Sequence[np.ndarray], reference_chain: int = 0) -> Al
     syms, before, after = [], [], []
     for c in range(n_chains):
         chain_mean = [fixed_mean(m[c]) for m in mu]
-        sym = match_symmetry(ref_mean, chain_mean)
+        sym = match_symmetry(ref_mean, chain_mean, signs)
         for layer, w in enumerate(apply_symmetry([m[c] for m in mu], sym)):
             aligned[layer][c] = w
         moved = apply_symmetry(chain_mean, sym)

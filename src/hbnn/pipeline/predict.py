@@ -40,11 +40,11 @@ import xarray as xr
 
 from hbnn.config import PARQUET_SUFFIXES, TABLE_SUFFIXES
 from hbnn.data.tables import check_columns, group_column, numeric_features, read_table
-from hbnn.diagnostics.predictions import group_noise, group_weights, predict_output
+from hbnn.diagnostics.predictions import group_extra, group_weights, predict_output
 from hbnn.errors import counted, rows_phrase
 from hbnn.files import integrity
 from hbnn.files.io import InputError, settings_from_attrs, staged_outputs
-from hbnn.model import likelihoods
+from hbnn.model import activations, likelihoods
 from hbnn.model.forward import BLOCK
 from hbnn.model.network import LayerSpec, layer_specs
 from hbnn.model.prior import layer_arrays
@@ -217,6 +217,8 @@ def score_columns(trace, table: pd.DataFrame, where: str, seed: int = 0, budget:
     hidden = settings.get("hidden_layers", [])
     bias = bool(settings.get("bias", False))
     lik = likelihoods.get(settings.get("likelihood", "bernoulli"))
+    activation = str(settings.get("activation", "tanh"))  # traces written before model.activation are tanh's
+    activations.get(activation)  # an unknown name is one error line
     group_col = settings.get("group_column", "group")
     specs = layer_specs(len(features), hidden, bias)
     clash = [c for c in OUTPUT_COLUMNS if c in table.columns]
@@ -247,9 +249,10 @@ def score_columns(trace, table: pd.DataFrame, where: str, seed: int = 0, budget:
         is_new = name in unseen
         weights = population if is_new else group_weights(post, specs, name)
         noise = None
-        if lik.has_noise:  # unseen groups of the hierarchical model share its one sigma: the population's
-            noise = (y_sd * group_noise(post, None if is_new else name)).reshape(-1)
-        bad = [_score_chunk(lik, weights, noise, Xs, rows[part], (y_mean, y_sd), columns, plan.summary_rows)
+        if lik.extra:  # unseen groups of the hierarchical model share its one extra parameter: the population's
+            noise = lik.extra_in_label_units(group_extra(post, lik.extra, None if is_new else name), y_sd).reshape(-1)
+        bad = [_score_chunk(lik, activation, weights, noise, Xs, rows[part], (y_mean, y_sd), columns,
+                            plan.summary_rows)
                for part in chunks(rows.size, plan.rows)]
         bad = np.concatenate(bad)
         if bad.size:
@@ -261,11 +264,12 @@ def score_columns(trace, table: pd.DataFrame, where: str, seed: int = 0, budget:
     return columns
 
 
-def _score_chunk(lik, weights, noise, Xs: np.ndarray, rows: np.ndarray, label_stats: tuple[float, float],
-                 columns: dict[str, np.ndarray], summary_rows: int) -> np.ndarray:
-    """Score ``rows`` of ``Xs`` with per-layer ``weights`` draws into ``columns`` (summarised ``summary_rows`` at a
-    time); returns the rows whose numbers are not finite (an overflow), which the caller refuses."""
-    output = predict_output(weights, Xs[rows])
+def _score_chunk(lik, activation: str, weights, noise, Xs: np.ndarray, rows: np.ndarray,
+                 label_stats: tuple[float, float], columns: dict[str, np.ndarray], summary_rows: int) -> np.ndarray:
+    """Score ``rows`` of ``Xs`` with per-layer ``weights`` draws (hidden units of ``activation``) into ``columns``
+    (summarised ``summary_rows`` at a time); returns the rows whose numbers are not finite (an overflow), which the
+    caller refuses."""
+    output = predict_output(weights, Xs[rows], activation)
     bad = []
     for part in chunks(rows.size, summary_rows):
         draws = lik.mean(output[..., part], *label_stats)

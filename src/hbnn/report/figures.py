@@ -26,7 +26,7 @@ from hbnn.diagnostics import evaluation
 from hbnn.diagnostics.evaluation import reliability
 from hbnn.diagnostics.predictions import group_weights, predict_proba
 from hbnn.files.io import close_trace, load_trace
-from hbnn.model import likelihoods
+from hbnn.model import forward, likelihoods
 from hbnn.model.network import LayerSpec
 from hbnn.pipeline.transfer import in_size_order
 from hbnn.pipeline.variants import BY_NAME
@@ -66,9 +66,10 @@ class SurfaceSetup:
     scale: tuple[float, float] = (0.0, 1.0)
     value_range: tuple[float, float] | None = None
     axis_labels: tuple[str, str] | None = None
+    activation: str = "tanh"  # the network's hidden units'
 
     @staticmethod
-    def of(tasks: Tasks) -> SurfaceSetup:
+    def of(tasks: Tasks, activation: str) -> SurfaceSetup:
         train = tasks.split("train")
         centre = train.X.mean(axis=0)
         labels = None
@@ -76,10 +77,10 @@ class SurfaceSetup:
             labels = (f"{tasks.features[0]} (standardised)", f"{tasks.features[1]} (standardised)")
         lik, scale = likelihoods.get(tasks.likelihood), (tasks.y_mean, tasks.y_sd)
         if lik.classifier:
-            return SurfaceSetup(centre, tuple(tasks.features), lik, scale, axis_labels=labels)
+            return SurfaceSetup(centre, tuple(tasks.features), lik, scale, axis_labels=labels, activation=activation)
         y = lik.mean_label(train.y, *scale)
         return SurfaceSetup(centre, tuple(tasks.features), lik, scale,
-                            (float(np.quantile(y, 0.01)), float(np.quantile(y, 0.99))), labels)
+                            (float(np.quantile(y, 0.01)), float(np.quantile(y, 0.99))), labels, activation)
 
     def values(self) -> Callable[[np.ndarray], np.ndarray]:
         """The plotted quantity as a function of network outputs: SciPy's ``expit`` itself where the likelihood's
@@ -112,7 +113,7 @@ def model_surfaces(
         means, sds, points_on_page = [], [], []
         for g in page:
             w = [x.reshape(n_chain * n_draw, *x.shape[2:])[keep] for x in group_weights(post, specs, names[g])]
-            mean, sd = surface_stats(w, points, setup.values())
+            mean, sd = surface_stats(w, points, setup.activation, setup.values())
             means.append(mean.reshape(axis.size, axis.size))
             sds.append(sd.reshape(axis.size, axis.size))
             rows = train.rows(g)
@@ -133,10 +134,11 @@ def model_surfaces(
     return out, int(keep.size)
 
 
-def mean_test_probabilities(post: xr.Dataset, specs: Sequence[LayerSpec], names: Sequence[str], test: Split):
+def mean_test_probabilities(post: xr.Dataset, specs: Sequence[LayerSpec], activation: str, names: Sequence[str],
+                            test: Split):
     """Posterior mean P(y=1) over all draws at every test row, in ``test`` (group-sorted) order."""
     parts = [
-        predict_proba(group_weights(post, specs, names[g]), test.X[test.rows(g)]).mean(axis=(0, 1))
+        predict_proba(group_weights(post, specs, names[g]), test.X[test.rows(g)], activation).mean(axis=(0, 1))
         for g in range(len(names))
     ]
     return np.concatenate(parts) if parts else np.zeros(0)
@@ -154,10 +156,11 @@ class ModelOutputs:
     loo: Any
 
 
-def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], tasks: Tasks, rp: ReportParams,
-                  params: Params) -> ModelOutputs:
-    """:class:`ModelOutputs` of the trace of ``variant`` at ``path`` (checked by the caller), which it opens,
-    reads and closes: the report runs one per model in worker processes (:func:`all_model_outputs`)."""
+def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activation: str, tasks: Tasks,
+                  rp: ReportParams, params: Params) -> ModelOutputs:
+    """:class:`ModelOutputs` of the trace of ``variant`` at ``path`` (checked by the caller; a network of ``specs``
+    whose hidden units are ``activation``'s), which it opens, reads and closes: the report runs one per model in
+    worker processes (:func:`all_model_outputs`)."""
     idata = load_trace(path, variant, groups=(), params=params, only=("posterior", "log_likelihood"),
                        stage=BY_NAME[variant].stage)
     try:
@@ -170,16 +173,17 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], tasks: T
     pages, used = {}, 0
     if tasks.n_features >= 2:
         pages, used = model_surfaces(variant, post, specs, tasks.group_names, tasks.split("train"), rp,
-                                     SurfaceSetup.of(tasks))
+                                     SurfaceSetup.of(tasks, activation))
     calibration = None
     if likelihoods.get(tasks.likelihood).classifier:
         test = tasks.split("test")
-        calibration = reliability(mean_test_probabilities(post, specs, tasks.group_names, test), test.y)
+        calibration = reliability(mean_test_probabilities(post, specs, activation, tasks.group_names, test), test.y)
     return ModelOutputs(pages, used, calibration, loo)
 
 
-def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], tasks: Tasks, rp: ReportParams,
-                      params: Params) -> contextlib.AbstractContextManager[Callable[[], dict[str, ModelOutputs]]]:
+def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], activation: str, tasks: Tasks,
+                      rp: ReportParams, params: Params
+                      ) -> contextlib.AbstractContextManager[Callable[[], dict[str, ModelOutputs]]]:
     """Start :func:`model_outputs` for every model at once, each in a process of its own, and yield a function
     that waits for them (``{model: outputs}`` in ``paths`` order): the surfaces take most of the report's time,
     and the models' are independent, so the report's other work runs beside them on the machine's other cores.
@@ -190,9 +194,9 @@ def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], tasks:
     is called. Leaving the block early stops the workers.
     """
     if "fork" not in multiprocessing.get_all_start_methods() or "jax" in sys.modules or (os.cpu_count() or 1) < 2:
-        return contextlib.nullcontext(lambda: {v: model_outputs(v, p, specs, tasks, rp, params)
+        return contextlib.nullcontext(lambda: {v: model_outputs(v, p, specs, activation, tasks, rp, params)
                                                for v, p in paths.items()})
-    return _forked(paths, specs, tasks, rp, params)
+    return _forked(paths, specs, activation, tasks, rp, params)
 
 
 _STOPS = {signal.SIGINT, signal.SIGTERM}
@@ -219,7 +223,7 @@ def _end_with(parent: int) -> None:
         os._exit(1)
 
 
-def _worker(conn, parent: int, variant: str, path: Path, specs, tasks, rp, params) -> None:
+def _worker(conn, parent: int, variant: str, path: Path, specs, activation, tasks, rp, params) -> None:
     """A forked worker: :func:`model_outputs` of one model, sent back through ``conn`` as ``("ok", outputs)`` or
     ``("error", exception)``. It ignores Ctrl-C (sent to the whole process group): the parent reports the
     interrupt once and stops the workers with SIGTERM, which ends them quietly; if the parent is killed
@@ -229,7 +233,7 @@ def _worker(conn, parent: int, variant: str, path: Path, specs, tasks, rp, param
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     try:
-        result = ("ok", model_outputs(variant, path, specs, tasks, rp, params))
+        result = ("ok", model_outputs(variant, path, specs, activation, tasks, rp, params))
     except Exception as err:  # noqa: BLE001 - raised again in the parent: an InputError stays one error line
         result = ("error", err)
     try:
@@ -252,21 +256,22 @@ def _result(variant: str, process, conn) -> ModelOutputs:
 
 
 @contextlib.contextmanager
-def _forked(paths, specs, tasks, rp, params):
+def _forked(paths, specs, activation, tasks, rp, params):
     """One forked process and one pipe per model. The parent closes each pipe's sending end once the worker has
     it, so a worker that dies reads as the end of its pipe, never as a wait; Ctrl-C and SIGTERM are held back
     while the workers start, so none is forked still holding this process's handler."""
     context = multiprocessing.get_context("fork")
     parent = os.getpid()
     workers = {}
+    forward.prepare(activation)  # compiled once, here: the workers inherit it and neither compile nor cache anything
     finished = False
     try:
         held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
         try:
             for v, p in paths.items():
                 receive, send = context.Pipe(duplex=False)
-                process = context.Process(target=_worker, args=(send, parent, v, p, specs, tasks, rp, params),
-                                          daemon=True)
+                process = context.Process(target=_worker,
+                                          args=(send, parent, v, p, specs, activation, tasks, rp, params), daemon=True)
                 workers[v] = (process, receive)
                 process.start()
                 send.close()

@@ -21,6 +21,7 @@ import xarray as xr
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks
 from hbnn.files.io import InputError, detail_path, load_trace, settings_from_attrs
+from hbnn.model import activations
 from hbnn.model.network import LayerSpec, layer_specs
 from hbnn.pipeline.variants import BY_NAME
 from hbnn.report.numbers import METRICS_FILES, lookup
@@ -240,18 +241,23 @@ def load_vars(idata, names: Sequence[str]) -> xr.Dataset:
     return idata.posterior[list(names)].compute()
 
 
-def trace_specs(traces: dict[str, Any], paths: dict[str, Path], params: Params, tasks: Tasks) -> list[LayerSpec]:
-    """Layer layout shared by all three traces (from their settings attrs)."""
+def trace_network(traces: dict[str, Any], paths: dict[str, Path], params: Params, tasks: Tasks
+                  ) -> tuple[list[LayerSpec], str]:
+    """The network shared by all three traces (from their settings attrs): its layer layout and its hidden units'
+    activation (a trace written before ``model.activation`` existed is tanh's)."""
     found = {}
     for v, idata in traces.items():
         settings = settings_from_attrs(idata.posterior.attrs)
-        found[v] = (tuple(settings.get("hidden_layers", params.model.hidden_layers)), bool(settings.get("bias", False)))
+        found[v] = (tuple(settings.get("hidden_layers", params.model.hidden_layers)), bool(settings.get("bias", False)),
+                    str(settings.get("activation", "tanh")))
         features = settings.get("features", tasks.features)
         if list(features) != tasks.features:
             raise InputError(f"trace {paths[v]} was fit on features {features}, the tasks file has {tasks.features}")
     if len(set(found.values())) != 1:
-        raise InputError(f"the traces disagree on (hidden_layers, bias): {found}; rerun the fit stages")
-    return layer_specs(tasks.n_features, *next(iter(found.values())))
+        raise InputError(f"the traces disagree on (hidden_layers, bias, activation): {found}; rerun the fit stages")
+    hidden, bias, activation = next(iter(found.values()))
+    activations.get(activation)  # an unknown name is one error line
+    return layer_specs(tasks.n_features, hidden, bias), activation
 
 
 def _check_groups(post: xr.Dataset, path: Path, names: Sequence[str]) -> None:

@@ -92,17 +92,18 @@ def thin_indices(n_total: int, n_keep: int) -> np.ndarray:
 
 
 def surface_stats(
-    weights: Sequence[np.ndarray], points: np.ndarray, values: Callable[[np.ndarray], np.ndarray] = expit
+    weights: Sequence[np.ndarray], points: np.ndarray, activation: str,
+    values: Callable[[np.ndarray], np.ndarray] = expit,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Posterior mean and sd of ``values(output)`` at ``points (n, feature)``: by default ``P(y = 1)``.
 
     ``weights`` are per-layer ``(sample, *shape)`` draws (a layer's last input row its bias where it has one more
-    row than inputs); ``values`` maps network outputs to the plotted quantity (the likelihood's
-    :meth:`~hbnn.model.likelihoods.Likelihood.mean`). The network runs in float32 in a compiled loop over draws
-    (:func:`hbnn.model.forward.outputs`, the log density's float32 tanh): 0.09-0.10 s a group against 0.25-0.37 s for
-    NumPy's float32 on the default grid (500 draws, 100 x 100 points, an AVX2 machine); mean and sd differ from
-    float64 by about 1e-7, far below what a plot shows. Draws are taken in chunks and only running float64 sums
-    are kept, so memory is ``chunk * n`` values. With ``values`` SciPy's ``expit`` (a classifier's), the
+    row than inputs) of a network whose hidden units are ``activation``'s; ``values`` maps network outputs to the
+    plotted quantity (the likelihood's :meth:`~hbnn.model.likelihoods.Likelihood.mean`). The network runs in float32 in
+    a compiled loop over draws (:func:`hbnn.model.forward.outputs`, the log density's float32 tanh): 0.09-0.10 s a group
+    against 0.25-0.37 s for NumPy's float32 on the default grid (500 draws, 100 x 100 points, an AVX2 machine); mean and
+    sd differ from float64 by about 1e-7, far below what a plot shows. Draws are taken in chunks and only running
+    float64 sums are kept, so memory is ``chunk * n`` values. With ``values`` SciPy's ``expit`` (a classifier's), the
     probabilities and their sums are one compiled pass over the outputs (:func:`_add_expit_moments`, the
     kernel's float32 ``exp``) instead of three NumPy passes: ~40% of a group's time before.
     """
@@ -113,7 +114,7 @@ def surface_stats(
     out = np.empty((min(chunk, n_samples), points.shape[0]), dtype=np.float32)
     for lo in range(0, n_samples, chunk):
         block = [w[lo : lo + chunk] for w in weights]
-        outputs = forward.outputs(points, block, np.float32, out)[: block[0].shape[0]]
+        outputs = forward.outputs(points, block, np.float32, out, activation)[: block[0].shape[0]]
         if values is expit:
             _add_expit_moments(outputs, s1, s2)
         else:

@@ -30,11 +30,12 @@ from hbnn.report.numbers import (
 def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int],
            drawn: dict[str, int] | None = None) -> list:
     hidden = [s.shape[-1] for s in specs[:-1]]
+    activation = next(iter(settings.values()), {}).get("activation", "tanh")  # the traces agree (trace_network)
     if has_bias(specs):
-        net = (f"tanh MLP with hidden layers {hidden}, a bias per hidden and output unit (model.bias)" if hidden
-               else "linear model with an intercept (no hidden layers; model.bias)")
+        net = (f"{activation} MLP with hidden layers {hidden}, a bias per hidden and output unit (model.bias)"
+               if hidden else "linear model with an intercept (no hidden layers; model.bias)")
     else:
-        net = (f"tanh MLP with hidden layers {hidden} (no biases)" if hidden
+        net = (f"{activation} MLP with hidden layers {hidden} (no biases)" if hidden
                else "linear model (no hidden layers, no bias)")
     lik = likelihoods.get(tasks.likelihood)
     net += f", {lik.description}"

@@ -36,7 +36,7 @@ from hbnn.report.inputs import (
     load_vars,
     open_traces,
     read_metrics,
-    trace_specs,
+    trace_network,
 )
 from hbnn.report.numbers import LABELS, MODELS
 from hbnn.report.outputs import advi_loss, calibration_csv, loss_csv, per_group_csv, summary, write_figures
@@ -94,7 +94,7 @@ def report(
     paths = {"flat": flat_trace, "hierarchical": hier_trace, "informed": informed_trace}
     traces = open_traces(paths, params)
     try:
-        specs = trace_specs(traces, paths, params, tasks)
+        specs, activation = trace_network(traces, paths, params, tasks)
         prior = load_prior(prior_path, specs, params)
         check_traces(traces, paths, specs, names)
         settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
@@ -124,7 +124,7 @@ def report(
     work += (["reliability"] if lik.classifier else []) + (["PSIS-LOO"] if params.trace.pointwise else [])
     log.info("report: computing %s, beside the group-sd figures",
              f"each model's {', '.join(work)}" if work else "the figures")
-    with all_model_outputs(paths, specs, tasks, rp, params) as wait_for_models:
+    with all_model_outputs(paths, specs, activation, tasks, rp, params) as wait_for_models:
         import arviz as az
 
         later = {corr_name: _correlation_figure(hier_extra, prior, first, tasks.features, ref_chain)}

@@ -20,6 +20,13 @@ class Bernoulli(Likelihood):
     description = "Bernoulli likelihood on the logit"
     quantity_words = "predicted test probabilities"
     quantity = "p"
+    density_source = """\
+from hbnn.density.numerics import _bernoulli_logit
+
+
+def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
+    return _bernoulli_logit(out, y, dlogit, n, e, bits), 0.0
+"""
 
     def check_labels(self, values, column, where):
         bad = np.flatnonzero((values != 0) & (values != 1))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from hbnn.model.likelihoods.base import QUANTILES, Predictive, mixture_cdf, mixture_quantiles
+from hbnn.model.likelihoods.base import HALFNORMAL_CONST, QUANTILES, Predictive, mixture_cdf, mixture_quantiles
 
 
 class Gaussian(Predictive):
@@ -12,19 +14,40 @@ class Gaussian(Predictive):
 
     name = "gaussian"
     standardise_labels = True
-    has_noise = True
+    extra = "sigma"
     surface_titles = ("posterior mean prediction", "posterior sd of the mean prediction")
     description = "gaussian likelihood with noise sd sigma"
     quantity_words = "predicted test means"
     noise_words = "the noise sd"
     quantity = "mu"
+    # in float64 from the float32 rows
+    density_source = """\
+def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
+    ll = 0.0
+    g_extra = 0.0
+    log_sigma = math.log(extra)
+    for r in range(n):
+        u = (np.float64(y[r]) - np.float64(out[r])) / extra
+        ll += -0.5 * u * u - log_sigma
+        dlogit[r] = u / extra
+        g_extra += u * u - 1.0
+    return ll, g_extra
+"""
 
     def add_observed(self, output, y, noise_sd, total_size=None):
         import pymc as pm
 
-        sigma = pm.HalfNormal("sigma", noise_sd)
+        sigma = self.add_extra(noise_sd)
         kwargs = {"dims": "obs"} if total_size is None else {"total_size": [total_size]}
         pm.Normal("y_obs", mu=output, sigma=sigma, observed=y, **kwargs)
+
+    def extra_in_label_units(self, values, y_sd):
+        """``sigma`` is on the standardised label scale: times the labels' training sd."""
+        return y_sd * values
+
+    def density_constant(self, y, noise_sd):
+        """``sigma``'s prior normaliser and ``-log(2 pi) / 2`` per row."""
+        return HALFNORMAL_CONST - math.log(noise_sd) - 0.5 * math.log(2.0 * math.pi) * int(y.size)
 
     def mean(self, output, y_mean=0.0, y_sd=1.0):
         return y_mean + y_sd * output

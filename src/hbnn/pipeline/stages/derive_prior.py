@@ -21,7 +21,7 @@ from hbnn.files.io import (
     settings_from_attrs,
     staged_outputs,
 )
-from hbnn.model import prior
+from hbnn.model import activations, prior
 from hbnn.model.network import layer_specs
 from hbnn.pipeline import budget
 from hbnn.pipeline.variants import STAGE_KEYS, STAGE_PARAMS, derive_seed
@@ -44,15 +44,16 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
     hidden = tuple(settings.get("hidden_layers", params.model.hidden_layers))
     bias = bool(settings.get("bias", False))
     features = settings.get("features") or [str(f) for f in posterior["feature"].values]
+    activation = settings.get("activation", "tanh")  # traces written before model.activation existed are tanh's
     specs = layer_specs(len(features), hidden, bias)
     budget.enforce(budget.prior_estimate("derive_prior", params, posterior.sizes["chain"] * posterior.sizes["draw"],
                                          posterior.sizes.get("group", 1), len(features)), params)
-    fitted, metrics = derive(p, posterior, specs, STAGE_KEYS["derive_prior"], hier_trace)
+    fitted, metrics = derive(p, posterior, specs, activation, STAGE_KEYS["derive_prior"], hier_trace)
     ds = prior.prior_dataset(specs, fitted)
     ds.attrs.update(provenance("derive_prior", "informed_prior",
                                params.section_hash(*STAGE_PARAMS["derive_prior"]),
                                {"prior": dataclasses.asdict(p), "hidden_layers": list(hidden), "bias": bias,
-                                "features": list(features), "hier_trace": str(hier_trace)}))
+                                "activation": activation, "features": list(features), "hier_trace": str(hier_trace)}))
     metrics["made_by"] = made_by("derive_prior", params)
     with staged_outputs() as outputs:
         outputs.write_netcdf(ds, prior_out)
@@ -63,9 +64,10 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
     return metrics
 
 
-def derive(p: PriorParams, posterior, specs, seed_key: int, hier_trace: Path
+def derive(p: PriorParams, posterior, specs, activation: str, seed_key: int, hier_trace: Path
            ) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
-    """One MvNormal per layer, fitted to new-group weight draws of a hierarchical ``posterior``, and the metrics
+    """One MvNormal per layer, fitted to new-group weight draws of a hierarchical ``posterior`` (a network whose
+    hidden units are ``activation``'s, which says whether chains are matched by sign flips too), and the metrics
     that describe it (draws used, group sds, chain alignment). ``seed_key`` picks the stream of the draws.
 
     Every number is the same on any x86-64 machine for the same ``posterior`` (see :mod:`hbnn.model.prior`): the sums
@@ -86,7 +88,8 @@ def derive(p: PriorParams, posterior, specs, seed_key: int, hier_trace: Path
             f"prior.reference_chain={p.reference_chain} but trace {hier_trace} has only {n_chains} chains"
         )
 
-    alignment = prior.align_to_reference(mu, p.reference_chain)
+    signs = activations.get(activation).sign_symmetric
+    alignment = prior.align_to_reference(mu, p.reference_chain, signs)
     if p.align == "chains":
         mu_used, sd_used, chains_used = alignment.mu, sd, list(range(n_chains))
     else:  # reference_chain: one chain, nothing to align
@@ -123,6 +126,8 @@ def derive(p: PriorParams, posterior, specs, seed_key: int, hier_trace: Path
             "new_group_draws": int(draws[0].shape[0]),
         },
         "layers": layer_metrics,
+        "activation": activation,
+        "unit_matching": "permutations and sign flips" if signs else "permutations",
         "alignment": {
             f"chain_{c}": {
                 "distance_before": alignment.distance_before[c],

@@ -21,7 +21,8 @@ def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
 
 def flat_model(params: Params, tasks: Tasks, stage: str):
     """``build(X, y)``, the flat BNN as a PyMC model (:func:`hbnn.model.builders.build_flat_model`, imported only when
-    built), and ``density(X, y)``, its hand-written log density, on one group's rows, for fit ``stage``."""
+    built), and ``density(X, y)``, its hand-written log density, on one group's rows, for fit ``stage`` (``None`` where
+    the model has none: :func:`hbnn.pipeline.stages.fitting.hand_written`)."""
     m = params.model
     batch = fitting.minibatch(params, stage)
 
@@ -29,10 +30,10 @@ def flat_model(params: Params, tasks: Tasks, stage: str):
         from hbnn.model.builders import build_flat_model
 
         return build_flat_model(X, y, tasks.features, m.hidden_layers, m.prior_sd, minibatch_size=batch,
-                                likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias)
+                                likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias, activation=m.activation)
 
     def density(X, y):
         return FlatDensity.on_rows(X, y, m.hidden_layers, m.bias, m.likelihood, m.noise_sd, prior_sd=m.prior_sd,
-                                   features=tuple(tasks.features))
+                                   features=tuple(tasks.features), activation=m.activation)
 
-    return build, density
+    return build, density if fitting.hand_written(params, stage) else None

@@ -38,7 +38,7 @@ def sample_hierarchical(stage: str, params: Params, tasks: Tasks) -> fitting.Sam
 
             return build_hierarchical_minibatch_model(
                 train.X, train.group, train.y, tasks.group_names, tasks.features, m.hidden_layers, batch,
-                likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias,
+                likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias, activation=m.activation,
             )
     else:
         padded = tasks.padded("train")
@@ -48,18 +48,19 @@ def sample_hierarchical(stage: str, params: Params, tasks: Tasks) -> fitting.Sam
 
             return build_hierarchical_model(
                 padded.X, padded.y, padded.valid, tasks.group_names, tasks.features, m.hidden_layers,
-                likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias,
+                likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias, activation=m.activation,
             )
-        density = HierarchicalDensity(padded.X, padded.y, padded.counts, tuple(m.hidden_layers), m.bias,
-                                      m.likelihood, m.noise_sd, features=tuple(tasks.features),
-                                      groups=tuple(tasks.group_names))
+        if fitting.hand_written(params, stage):
+            density = HierarchicalDensity(padded.X, padded.y, padded.counts, tuple(m.hidden_layers), m.bias,
+                                          m.likelihood, m.noise_sd, features=tuple(tasks.features),
+                                          groups=tuple(tasks.group_names), activation=m.activation)
     settings = params.sampler_for(stage)
     sampler = Sampler(model, settings, density)
     specs = layer_specs(tasks.n_features, m.hidden_layers, m.bias)
     sd_vars = [f"sd_{s.name}" for s in specs]
     fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS[stage]),
                          expected_seconds=60 * (estimate.first_minutes or estimate.minutes),
-                         until=criterion.ShortfallCheck(tasks, specs, sd_vars))
+                         until=criterion.ShortfallCheck(tasks, specs, m.activation, sd_vars))
     posterior = fit.posterior.posterior
     return fitting.Sampled(posterior, fit.posterior.sample_stats,
                            fitting.Cost(fit.seconds, sampler.compile_seconds, fit.grad_evals),

@@ -29,7 +29,8 @@ def fit_informed(
 def informed_model(params: Params, tasks: Tasks, layer_prior: dict, stage: str):
     """``build(X, y)``, the BNN with the informed prior ``layer_prior`` as a PyMC model
     (:func:`hbnn.model.builders.build_informed_model`, imported only when built), and ``density(X, y)``, its
-    hand-written log density, on one group's rows, for fit ``stage``."""
+    hand-written log density, on one group's rows, for fit ``stage`` (``None`` where the model has none:
+    :func:`hbnn.pipeline.stages.fitting.hand_written`)."""
     m = params.model
     batch = fitting.minibatch(params, stage)
 
@@ -37,10 +38,11 @@ def informed_model(params: Params, tasks: Tasks, layer_prior: dict, stage: str):
         from hbnn.model.builders import build_informed_model
 
         return build_informed_model(X, y, tasks.features, m.hidden_layers, layer_prior, minibatch_size=batch,
-                                    likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias)
+                                    likelihood=m.likelihood, noise_sd=m.noise_sd, bias=m.bias,
+                                    activation=m.activation)
 
     def density(X, y):
         return InformedDensity.on_rows(X, y, m.hidden_layers, m.bias, m.likelihood, m.noise_sd, prior=layer_prior,
-                                       features=tuple(tasks.features))
+                                       features=tuple(tasks.features), activation=m.activation)
 
-    return build, density
+    return build, density if fitting.hand_written(params, stage) else None

@@ -18,7 +18,7 @@ from hbnn.data.tasks import Tasks
 from hbnn.diagnostics import criterion, evaluation
 from hbnn.diagnostics.predictions import (
     evaluate_groups,
-    group_noise,
+    group_extra,
     group_weights,
     pointwise_log_likelihood,
     quantity_draws,
@@ -76,6 +76,7 @@ def _settings(stage: str, params: Params, tasks: Tasks, **extra) -> dict:
         "sampler": dataclasses.asdict(params.sampler_for(stage)),
         "hidden_layers": list(params.model.hidden_layers),
         "bias": params.model.bias,
+        "activation": params.model.activation,
         "features": tasks.features,
         "likelihood": tasks.likelihood,
         "group_column": tasks.group_column,
@@ -91,6 +92,7 @@ def finish_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, trace
     with watch(log, what):
         idata, metrics, timing, _ = score_fit(stage, params, tasks, sampled, settings_extra)
         metrics["made_by"] = made_by(FITS[stage][0], params)
+        metrics["model"] = {"likelihood": tasks.likelihood, "activation": params.model.activation}
         score = likelihoods.get(tasks.likelihood).score
         with staged_outputs() as outputs:
             outputs.write_netcdf(idata, trace_out)
@@ -126,7 +128,8 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
     predictions = evaluate_groups(
         tasks,
         lambda g: group_weights(posterior, specs, tasks.group_names[g]),
-        noise_of=lambda g: group_noise(posterior, tasks.group_names[g]),
+        params.model.activation,
+        noise_of=lambda g: group_extra(posterior, likelihoods.get(tasks.likelihood).extra, tasks.group_names[g]),
     )
     log_lik = pointwise_log_likelihood(tasks, predictions["train"])
     # PSIS-LOO (FFTs and sorts over every training row's draws, which release the GIL) beside the rest: after the
@@ -285,6 +288,39 @@ class Cost:
     grad_evals: int | None
 
 
+_SAID: set[tuple[str, str]] = set()  # the models whose fallback to PyMC's density has been said, once a process
+
+
+def hand_written(params: Params, stage: str) -> bool:
+    """Whether fit ``stage`` samples the model's hand-written log density (:mod:`hbnn.density`).
+
+    Parameters
+    ----------
+    params : Params
+        The run's params: ``model.likelihood`` and ``model.activation`` say which model, the stage's sampler which
+        backend.
+    stage : str
+        The fit (:data:`hbnn.pipeline.variants.FITS`).
+
+    Returns
+    -------
+    bool
+        False where the likelihood or the activation has no compiled code for it
+        (:func:`hbnn.density.densities.unsupported`): with nutpie, one INFO line says that PyMC's compiled density is
+        sampled instead, which is slower and otherwise the same model.
+    """
+    from hbnn.density.densities import unsupported
+
+    m = params.model
+    why = unsupported(m.likelihood, m.activation)
+    if why is None:
+        return True
+    if params.sampler_for(stage).backend == "nutpie" and (m.likelihood, m.activation) not in _SAID:
+        _SAID.add((m.likelihood, m.activation))
+        log.info("%s: %s; nutpie samples PyMC's compiled density instead (the same model, slower)", stage, why)
+    return False
+
+
 def minibatch(params: Params, stage: str) -> int | None:
     """Rows per gradient step of ``stage``'s backend, ``None`` for the full-batch likelihood."""
     s = params.sampler_for(stage)
@@ -327,8 +363,8 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
         # would give the same approximation
         if settings.backend != "advi" and (settings.max_draws > settings.draws or settings.refit_applies):
             specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
-            results, thinned, raised, diagnostics, refits = _lengthen(stage, tasks, specs, model, jobs, results,
-                                                                      progress)
+            results, thinned, raised, diagnostics, refits = _lengthen(stage, tasks, specs, params.model.activation,
+                                                                      model, jobs, results, progress)
             compile_seconds = None if compile_seconds is None or None in refits else compile_seconds + sum(refits)
     log.info("%s: %s", stage, progress.summary())
 
@@ -345,18 +381,19 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
                    thinned=thinned or None, raised=raised or None, test_diagnostics=diagnostics)
 
 
-def _group_test_diagnostics(tasks: Tasks, g: int, posterior: xr.Dataset, specs) -> dict[str, float] | None:
+def _group_test_diagnostics(tasks: Tasks, g: int, posterior: xr.Dataset, specs, activation: str
+                            ) -> dict[str, float] | None:
     """Function-space max R-hat and min bulk ESS of group ``g``'s test points at one per-group fit's draws (the
-    numbers the metrics judge it by); ``None`` for a group without test rows."""
+    numbers the metrics judge it by; hidden units of ``activation``); ``None`` for a group without test rows."""
     test = tasks.split("test")
     rows = test.rows(g)
     if not rows.size:
         return None
-    draws = quantity_draws(tasks, group_weights(posterior, specs, None), test.X[rows])
+    draws = quantity_draws(tasks, group_weights(posterior, specs, None), test.X[rows], activation)
     return criterion.function_space_diagnostics(draws)
 
 
-def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Sequence[cluster.GroupJob],
+def _lengthen(stage: str, tasks: Tasks, specs, activation: str, model: cluster.Model, jobs: Sequence[cluster.GroupJob],
               results: Sequence[cluster.GroupResult], progress: GroupProgress
               ) -> tuple[list[cluster.GroupResult], dict[str, dict], dict[str, dict], dict[str, dict[str, float]],
                          list]:
@@ -389,7 +426,7 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
     diverged_at: dict[int, dict] = {}
     pending = {}  # group -> (draws factor k, target_accept, diagnostics, divergences) of its fit so far
     for r in out:
-        d = _group_test_diagnostics(tasks, r.index, r.posterior, specs)
+        d = _group_test_diagnostics(tasks, r.index, r.posterior, specs, activation)
         if d is not None:
             diagnostics[r.name] = d
         pending[r.index] = (1, s.target_accept, d, r.divergences)
@@ -448,7 +485,7 @@ def _lengthen(stage: str, tasks: Tasks, specs, model: cluster.Model, jobs: Seque
                 progress.seconds += r.seconds
                 thin = _thinned(r, k, s.draws, out[r.index])
                 out[r.index] = thin
-                d = _group_test_diagnostics(tasks, r.index, thin.posterior, specs)
+                d = _group_test_diagnostics(tasks, r.index, thin.posterior, specs, activation)
                 if d is not None:
                     diagnostics[r.name] = d
                 # k and target_accept only grow, so a group's records are replaced, never dropped

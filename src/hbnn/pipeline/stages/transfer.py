@@ -79,13 +79,14 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
         idata, hier_metrics, timing, _ = fitting.score_fit("transfer_hier", params, train_tasks, sampled,
                                                            {HELDOUT_ATTR: heldout})
         specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
-        fitted, prior_metrics = derive(params.prior, sampled.posterior, specs, STAGE_KEYS["transfer_prior"],
-                                       trace_out)
+        fitted, prior_metrics = derive(params.prior, sampled.posterior, specs, params.model.activation,
+                                       STAGE_KEYS["transfer_prior"], trace_out)
         ds = prior_dataset(specs, fitted)
         ds.attrs.update(provenance("transfer_prior", "informed_prior",
                                    params.section_hash(*STAGE_PARAMS["transfer_prior"]),
                                    {"prior": dataclasses.asdict(params.prior),
                                     "hidden_layers": list(params.model.hidden_layers), "bias": params.model.bias,
+                                    "activation": params.model.activation,
                                     "features": tasks.features,
                                     "hier_trace": str(trace_out), HELDOUT_ATTR: heldout}))
         metrics = {"heldout_groups": heldout, "training_groups": kept, "hierarchical": hier_metrics,
@@ -161,6 +162,7 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     population = population_predictions(params, tasks, hier_posterior, heldout, specs)
     metrics = transfer_metrics(tasks.likelihood, params, refits, fit_metrics, tests, population, upstream, skipped)
     metrics["made_by"] = made_by("transfer", params)
+    metrics["model"] = {"likelihood": tasks.likelihood, "activation": params.model.activation}
     headline = transfer_headline(metrics)
     csv = transfer_csv(metrics, tasks.likelihood)
     with staged_outputs() as outputs:
@@ -192,13 +194,15 @@ def population_predictions(params: Params, tasks: Tasks, posterior, heldout: lis
     lik = likelihoods.get(tasks.likelihood)
     rng = np.random.default_rng(derive_seed(params.transfer.seed, STAGE_KEYS["transfer_population"]))
     weights = population_weights(posterior, specs, rng)
-    noise = tasks.y_sd * predictions.group_noise(posterior, None) if lik.has_noise else None
+    noise = None
+    if lik.extra:  # the population's: shared by the groups
+        noise = lik.extra_in_label_units(predictions.group_extra(posterior, lik.extra, None), tasks.y_sd)
     test = tasks.split("test")
-    out = {"draws": [], "noise": [] if lik.has_noise else None, "y": []}
+    out = {"draws": [], "noise": [] if lik.extra else None, "y": []}
     for name in heldout:
         rows = test.rows(tasks.group_names.index(name))
-        out["draws"].append(predictions.quantity_draws(tasks, weights, test.X[rows]))
-        if lik.has_noise:
+        out["draws"].append(predictions.quantity_draws(tasks, weights, test.X[rows], params.model.activation))
+        if lik.extra:
             out["noise"].append(noise)
         out["y"].append(lik.mean_label(test.y[rows], tasks.y_mean, tasks.y_sd))
     return out

@@ -19,7 +19,7 @@ from hbnn.errors import InputError, SamplingError
 from hbnn.files.io import write_netcdf
 from hbnn.model.builders import build_flat_model
 from hbnn.pipeline.stages import fit_flat as stage
-from hbnn.pipeline.stages.fitting import fit_per_group
+from hbnn.pipeline.stages.per_group import fit_per_group
 from hbnn.sampling import cluster
 
 # The builders below run in the workers' processes, which cannot import this test module: ship it by value.

@@ -6,7 +6,7 @@ import nutpie
 
 from hbnn.config_read import parse_params
 from hbnn.model.builders import build_flat_model
-from hbnn.pipeline.stages.fitting import fit_per_group
+from hbnn.pipeline.stages.per_group import fit_per_group
 from hbnn.pipeline.variants import derive_seed
 from hbnn.sampling.sampler import Sampler
 

@@ -7,14 +7,14 @@ from pathlib import Path
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks, load_tasks
 from hbnn.density.densities import FlatDensity
-from hbnn.pipeline.stages import fitting
+from hbnn.pipeline.stages import fitting, per_group
 
 
 def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
     """One flat BNN per group, ``Normal(0, prior_sd)`` weights."""
     tasks = load_tasks(tasks_path, params.model.likelihood, params)
     fitting.enforce_budget("fit_flat", params, tasks)
-    sampled = fitting.fit_per_group("fit_flat", params, tasks, *flat_model(params, tasks, "fit_flat"))
+    sampled = per_group.fit_per_group("fit_flat", params, tasks, *flat_model(params, tasks, "fit_flat"))
     return fitting.finish_fit("fit_flat", params, tasks, sampled, trace_out, metrics_out, timing_out,
                               settings_extra={"prior_sd": params.model.prior_sd})
 

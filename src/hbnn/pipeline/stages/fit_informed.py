@@ -9,7 +9,7 @@ from hbnn.data.tasks import Tasks, load_tasks
 from hbnn.density.densities import InformedDensity
 from hbnn.model.network import layer_specs
 from hbnn.model.prior import load_prior
-from hbnn.pipeline.stages import fitting
+from hbnn.pipeline.stages import fitting, per_group
 
 
 def fit_informed(
@@ -20,7 +20,7 @@ def fit_informed(
     tasks = load_tasks(tasks_path, m.likelihood, params)
     fitting.enforce_budget("fit_informed", params, tasks)
     layer_prior = load_prior(prior_path, layer_specs(tasks.n_features, m.hidden_layers, m.bias), params)
-    sampled = fitting.fit_per_group("fit_informed", params, tasks,
+    sampled = per_group.fit_per_group("fit_informed", params, tasks,
                                     *informed_model(params, tasks, layer_prior, "fit_informed"))
     return fitting.finish_fit("fit_informed", params, tasks, sampled, trace_out, metrics_out, timing_out,
                               settings_extra={"prior_file": str(prior_path)})

@@ -39,7 +39,7 @@ from hbnn.model.network import layer_specs
 from hbnn.model.prior import load_prior, prior_dataset
 from hbnn.pipeline import budget, transfer
 from hbnn.pipeline.predict import population_weights
-from hbnn.pipeline.stages import fitting
+from hbnn.pipeline.stages import fitting, per_group
 from hbnn.pipeline.stages.derive_prior import derive
 from hbnn.pipeline.stages.fit_flat import flat_model
 from hbnn.pipeline.stages.fit_hier import sample_hierarchical
@@ -154,7 +154,7 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     traces, fit_metrics, timings, tests = {}, {}, {}, {}
     for name in MODELS:
         stage = f"transfer_{name}"
-        sampled = fitting.fit_per_group(stage, params, refit, *models[name])
+        sampled = per_group.fit_per_group(stage, params, refit, *models[name])
         with watch(log, f"{stage}: scoring the draws"):
             traces[name], fit_metrics[name], timings[name], predictions = fitting.score_fit(
                 stage, params, refit, sampled, settings_extra={"prior_file": str(prior_path)})

@@ -27,6 +27,7 @@ from test_summarise import EXP_SHOW, _models
 
 from hbnn import cli
 from hbnn.errors import InputError
+from hbnn.model import likelihoods
 from hbnn.model.forward import BLOCK
 from hbnn.pipeline import predict
 from hbnn.pipeline.runner import run_stage
@@ -481,10 +482,11 @@ def _smallest_budget(likelihood: str, n_weights: int = 2) -> int:
     """The least budget chunk_rows accepts for the test traces: the forward pass of one block, summaries 2 rows
     at a time (one piece of 3)."""
     value = 8 * SAMPLES
-    return value * n_weights * predict.WEIGHT_COPIES + value * (BLOCK + 1) + predict.PEAK_ARRAYS[likelihood] * value * 3
+    arrays = likelihoods.get(likelihood).summary_arrays
+    return value * n_weights * predict.WEIGHT_COPIES + value * (BLOCK + 1) + arrays * value * 3
 
 
-@pytest.mark.parametrize("likelihood", ["bernoulli", "gaussian", "poisson"])
+@pytest.mark.parametrize("likelihood", sorted(likelihoods.LIKELIHOODS))
 def test_chunked_scores_are_byte_identical_to_scoring_each_group_at_once(tmp_path, likelihood):
     """Groups of 1, 2, 513 (a block and a row: never a chunk of one row) and 600 rows, two of them unseen,
     scored at once (the default budget holds every group) and in chunks of every kind: whole blocks, and one
@@ -496,7 +498,7 @@ def test_chunked_scores_are_byte_identical_to_scoring_each_group_at_once(tmp_pat
     exact = predict.score_columns(tmp_path / "t.nc", table, "input", seed=3)
     assert predict.chunk_rows(SAMPLES, 2, likelihood, 600).rows >= 600  # the default: each group at once
     smallest = _smallest_budget(likelihood)
-    value, arrays = 8 * SAMPLES, predict.PEAK_ARRAYS[likelihood]
+    value, arrays = 8 * SAMPLES, likelihoods.get(likelihood).summary_arrays
     for budget, rows, summary_rows in ((smallest, BLOCK, 2), (smallest + 5 * arrays * value, BLOCK, 7),
                                        (value * 8 + arrays * value * (BLOCK + 1), BLOCK, BLOCK)):
         plan = predict.chunk_rows(SAMPLES, 2, likelihood, 600, budget)

@@ -30,6 +30,8 @@ def _data(likelihood: str, counts=(7, 3, 12), n_features: int = 2, seed: int = 0
             y.append(np.arange(n) % 2)
         elif likelihood == "poisson":
             y.append(rng.poisson(2.0, n))
+        elif likelihood == "negative_binomial":  # overdispersed, with counts past 64 (the digamma branch) too
+            y.append(rng.negative_binomial(1.0, 0.03, n))
         else:
             y.append(rng.normal(size=n))
     return X, np.concatenate(y).astype(float), np.asarray(counts), np.concatenate(valid)
@@ -52,6 +54,8 @@ CASES = [
     ("gaussian", (3,), True, (5, 9, 2)),
     ("poisson", (5, 5), False, (7, 3, 12)),
     ("poisson", (2, 3), True, (4, 4, 8)),
+    ("negative_binomial", (5, 5), False, (7, 3, 12)),
+    ("negative_binomial", (2, 3), True, (4, 4, 8)),
 ]
 
 
@@ -85,7 +89,8 @@ def _assert_same_density(model, density):
         want, want_grad = pymc(theta)
         # The passes over rows run in float32 (numerics.ROW_DTYPE): equal to densities.ROW_RTOL of the scale. At 4.0 a
         # Poisson log density reaches -1e9 (rates up to e^20), where the float32 sums of the gradient lose more.
-        grad_rtol = 1e-2 if scale == 4.0 and density.likelihood == "poisson" else densities.ROW_RTOL
+        counts = density.likelihood in ("poisson", "negative_binomial")
+        grad_rtol = 1e-2 if scale == 4.0 and counts else densities.ROW_RTOL
         for fn in (generic, written_out):
             grad = np.full(n_dim, np.nan)
             got = fn(theta, grad, buf)
@@ -506,7 +511,8 @@ def test_a_checked_density_samples_without_pymc_afterwards(tiny_tasks, fresh_den
 
 @pytest.mark.parametrize("which, likelihood, hidden, bias", [
     ("hierarchical", "gaussian", (3,), True), ("hierarchical", "poisson", (2, 3), False),
-    ("flat", "gaussian", (2, 3), True), ("informed", "gaussian", (3,), True), ("informed", "poisson", (), False)])
+    ("flat", "gaussian", (2, 3), True), ("informed", "gaussian", (3,), True), ("informed", "poisson", (), False),
+    ("flat", "negative_binomial", (3,), False), ("hierarchical", "negative_binomial", (2,), True)])
 def test_the_nutpie_model_built_from_a_density_is_nutpies_compile_of_pymcs(which, likelihood, hidden, bias):
     """Variables in PyMC's order (log-transformed ones, then sigma, then the weights' deterministics), dims,
     coordinates, value, gradient and expanded draws: the check passes for every kind and the transformed
@@ -575,15 +581,16 @@ def test_informed_fits_expand_every_draw_on_the_prior_and_refit_other_rows(fresh
     assert _informed(X[0], y, seed=10)[1].check_key() == density.check_key()
 
 
-def _informed(x, y, seed: int, hidden=(3,)):
+def _informed(x, y, seed: int, hidden=(3,), bias=False, activation="tanh"):
     rng = np.random.default_rng(seed)
     prior = {}
-    for s in layer_specs(x.shape[1], hidden, False):
+    for s in layer_specs(x.shape[1], hidden, bias):
         a = rng.normal(size=(s.size, s.size))
         prior[s.name] = (rng.normal(size=s.size), a @ a.T / s.size + 0.1 * np.eye(s.size))
-    model = build_informed_model(x, y, ["x0", "x1"], hidden, prior)
-    return model, densities.InformedDensity.on_rows(x, y, hidden, False, "bernoulli", 1.0, prior=prior,
-                                                 features=("x0", "x1")), prior
+    features = [f"x{i}" for i in range(x.shape[1])]
+    model = build_informed_model(x, y, features, hidden, prior, bias=bias, activation=activation)
+    return model, densities.InformedDensity.on_rows(x, y, hidden, bias, "bernoulli", 1.0, prior=prior,
+                                                    features=tuple(features), activation=activation), prior
 
 
 _DRAW_ONE = """
@@ -620,3 +627,25 @@ def test_the_callback_computes_the_same_bits_whether_numba_compiled_it_or_loaded
     lines = [r.stdout.split() for r in runs]
     assert [line[2] for line in lines] == ["compiled", "loaded", "loaded"]  # the first run wrote what the others read
     assert len({h for line in lines for h in line[:2]}) == 1, lines
+
+
+@pytest.mark.parametrize("which, likelihood, hidden, bias", [
+    ("hierarchical", "bernoulli", (5, 5), False), ("hierarchical", "gaussian", (3,), True),
+    ("flat", "poisson", (4, 3), True), ("informed", "bernoulli", (3,), False)])
+def test_relu_networks_log_density_and_gradient_equal_pymcs(which, likelihood, hidden, bias):
+    """relu's compiled code (its slope from the unit's output) in every kind of density."""
+    X, y, counts, valid = _data(likelihood, (7, 3, 12) if which == "hierarchical" else (11,),
+                                n_features=3 if bias else 2, seed=5)
+    features = [f"f{i}" for i in range(X.shape[2])]
+    if which == "hierarchical":
+        groups = ["a", "b", "c"]
+        model = build_hierarchical_model(X, y, valid, groups, features, hidden, likelihood=likelihood, noise_sd=0.7,
+                                         bias=bias, activation="relu")
+        density = densities.HierarchicalDensity(X, y, counts, hidden, bias, likelihood, 0.7, activation="relu")
+    elif which == "flat":
+        model = build_flat_model(X[0], y, features, hidden, 1.3, likelihood=likelihood, bias=bias, activation="relu")
+        density = densities.FlatDensity.on_rows(X[0], y, hidden, bias, likelihood, 1.0, prior_sd=1.3,
+                                                features=tuple(features), activation="relu")
+    else:
+        model, density, _ = _informed(X[0], y, seed=6, hidden=hidden, bias=bias, activation="relu")
+    _assert_same_density(model, density)

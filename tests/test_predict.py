@@ -14,6 +14,7 @@ from scipy.special import expit
 
 from hbnn import cli
 from hbnn.files.io import InputError, provenance, stamp, write_netcdf
+from hbnn.model import likelihoods
 from hbnn.model.likelihoods import mixture_cdf
 from hbnn.pipeline.predict import predict_table
 
@@ -31,9 +32,10 @@ def write_trace(path, variant, likelihood="bernoulli", group_sd=0.3, seed=0):
     if variant == "hierarchical":
         post["mu_out"] = (("chain", "draw", "feature"), rng.normal(size=(CHAINS, DRAWS, 2)))
         post["sd_out"] = (("chain", "draw"), np.full((CHAINS, DRAWS), group_sd))
-    if likelihood == "gaussian":
+    extra = likelihoods.get(likelihood).extra
+    if extra:  # gaussian's sigma, negative_binomial's alpha
         dims = ("chain", "draw") if variant == "hierarchical" else ("chain", "draw", "group")
-        post["sigma"] = (dims, rng.uniform(0.2, 0.5, size=(CHAINS, DRAWS, 2)[: len(dims)]))
+        post[extra] = (dims, rng.uniform(0.2, 0.5, size=(CHAINS, DRAWS, 2)[: len(dims)]))
     posterior = xr.Dataset(post, coords={"chain": range(CHAINS), "draw": range(DRAWS), "group": GROUPS,
                                          "feature": FEATURES})
     constant = xr.Dataset({"x_mean": ("feature", X_MEAN), "x_sd": ("feature", X_SD), "y_mean": ((), Y_MEAN),

@@ -455,3 +455,67 @@ def test_poisson_count_table_runs_through_every_stage(tmp_path):
     scored = _predict_known_and_new(tmp_path, {"price": 0.0, "promo": 0.0, "one": 1.0})
     assert (scored["mean"] > 0).all() and (scored["lower_94"] == scored["lower_94"].round()).all()
     assert (scored["lower_94"] <= scored["mean"]).all() and (scored["mean"] <= scored["upper_94"]).all()
+
+
+@pytest.mark.slow  # about 2 minutes: three more model compiles, the transfer experiment and a report
+def test_negative_binomial_count_table_runs_through_every_stage(tmp_path):
+    """Overdispersed counts per shop: every stage, the transfer experiment, the report and hbnn predict."""
+    rng = np.random.default_rng(6)
+    parent = rng.normal([0.8, -0.5], 0.3)
+    parts = []
+    for name, n in {"s1": 10, "s2": 14, "s3": 20, "s4": 26, "s5": 32, "big": 40}.items():
+        X = rng.normal(size=(n, 2))
+        mean = np.exp(1.5 + X @ rng.normal(parent, 0.3))
+        parts.append(pd.DataFrame({"shop": name, "price": X[:, 0], "promo": X[:, 1], "one": 1.0,
+                                   "sales": rng.negative_binomial(2.0, 2.0 / (2.0 + mean))}))
+    pd.concat(parts).to_csv(tmp_path / "sales.csv", index=False)
+    raw = {**TINY, "data": {"source": "table", "path": "sales.csv", "features": ["price", "promo", "one"],
+                            "label": "sales", "group": "shop"},
+           "model": {"hidden_layers": [3], "likelihood": "negative_binomial", "noise_sd": 3.0}}
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw))
+    check(run("check_params", params))
+    run_all(tmp_path, params)
+    for name in ("flat", "hier", "informed"):
+        m = json.loads((tmp_path / "metrics" / "detail" / f"{name}.json").read_text())
+        assert {"rmse", "lpd", "coverage_94", "n"} == set(m["test"]) and m["test"]["lpd"] < 0
+        assert m["model"] == {"likelihood": "negative_binomial", "activation": "tanh"}
+        trace = az.from_netcdf(tmp_path / "traces" / f"{name}.nc")
+        assert "alpha" in trace.posterior and (trace.posterior["alpha"] > 0).all()
+        assert trace.predictions["y"].dtype.kind == "i" and "rate" in trace.predictions
+    transfer = json.loads((tmp_path / "metrics" / "transfer.json").read_text())
+    assert transfer and (tmp_path / "traces" / "transfer" / "informed.nc").is_file()
+    text = (tmp_path / "reports" / "report.md").read_text()
+    assert "negative binomial likelihood on the log mean" in text
+    scored = _predict_known_and_new(tmp_path, {"price": 0.0, "promo": 0.0, "one": 1.0})
+    for column in ("lower_94", "upper_94"):
+        assert (scored[column] == scored[column].round()).all()
+    assert (scored["lower_94"] <= scored["mean"]).all() and (scored["mean"] <= scored["upper_94"]).all()
+    assert (scored["sd"] ** 2 > scored["mean"]).all()  # overdispersed: more than a Poisson count's variance
+
+
+@pytest.mark.slow  # about 2 minutes: three more model compiles, the transfer experiment and a report
+def test_relu_network_runs_through_every_stage(tmp_path):
+    """model.activation=relu: every stage, the transfer experiment, the report and hbnn predict, with the prior's
+    units matched by permutations only and the activation said in the metrics and the report."""
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({**TINY, "model": {"activation": "relu"}}))
+    run_all(tmp_path, params)
+    for name in ("flat", "hier", "informed"):
+        m = json.loads((tmp_path / "metrics" / "detail" / f"{name}.json").read_text())
+        assert m["model"] == {"likelihood": "bernoulli", "activation": "relu"}
+        assert 0 <= m["test"]["accuracy"] <= 1
+    detail = tmp_path / "metrics" / "detail"
+    for prior in (json.loads((detail / "prior.json").read_text()),
+                  json.loads((detail / "transfer_prior.json").read_text())["prior"]):
+        assert prior["activation"] == "relu" and prior["unit_matching"] == "permutations"
+    text = (tmp_path / "reports" / "report.md").read_text()
+    assert "relu MLP" in text
+    post = az.from_netcdf(tmp_path / "traces" / "hier.nc").posterior
+    known = str(post["group"].values[0])
+    pd.DataFrame({"group": [known, "unseen"], "x1": [0.5, 0.5], "x2": [0.2, 0.2]}).to_csv(tmp_path / "new.csv",
+                                                                                           index=False)
+    check(subprocess.run([sys.executable, "-m", "hbnn", "predict", "--trace", "traces/hier.nc", "--input", "new.csv",
+                          "--output", "scored.csv"], capture_output=True, text=True, cwd=tmp_path))
+    scored = pd.read_csv(tmp_path / "scored.csv")
+    assert scored["unseen_group"].tolist() == [False, True] and scored["mean"].between(0, 1).all()

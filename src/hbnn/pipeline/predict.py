@@ -56,10 +56,6 @@ OUTPUT_COLUMNS = ("mean", "sd", "lower_94", "upper_94", "unseen_group")
 # bytes the arrays scoring one chunk of rows may hold: the default hierarchical trace (2 chains of up to 5,000 draws)
 # is scored 1,024 rows or more at a time, and traces of up to ~48,000 draws (of a 40-weight network) fit at all
 SCORING_BUDGET = 256 * 2**20
-# (draw, row) float64 arrays alive at once while rows are summarised, per likelihood: the peaks measured with
-# tracemalloc (bernoulli 2.0: outputs and their quantile copy; gaussian 3.0: the mixture CDF's temporaries; poisson
-# 6.6: scipy's Poisson CDF), rounded up with one to spare
-PEAK_ARRAYS = {"bernoulli": 3, "gaussian": 4, "poisson": 8}
 WEIGHT_COPIES = 4  # (draw, weight) arrays: the new-group draws, and per chunk the forward pass's flat copy and reshape
 
 
@@ -142,7 +138,8 @@ class Plan:
 
 def chunk_rows(samples: int, n_weights: int, likelihood: str, largest_group: int, budget: int | None = None
                ) -> Plan:
-    """Chunks whose arrays (``samples`` kept draws x rows x the likelihood's :data:`PEAK_ARRAYS`, plus
+    """Chunks whose arrays (``samples`` kept draws x rows x the likelihood's
+    :attr:`~hbnn.model.likelihoods.base.Likelihood.summary_arrays`, plus
     :data:`WEIGHT_COPIES` of the ``n_weights`` network weights per draw, all float64) stay within ``budget``
     bytes (default :data:`SCORING_BUDGET`), or :class:`InputError` where even the smallest would not.
 
@@ -153,7 +150,7 @@ def chunk_rows(samples: int, n_weights: int, likelihood: str, largest_group: int
     """
     budget = SCORING_BUDGET if budget is None else budget
     value = 8 * samples  # bytes of one row's draws
-    arrays = PEAK_ARRAYS.get(likelihood, max(PEAK_ARRAYS.values()))
+    arrays = likelihoods.get(likelihood).summary_arrays
     room = budget - value * n_weights * WEIGHT_COPIES
     whole = min(BLOCK + 1, largest_group)
     if arrays * value * whole <= room:  # whole blocks summarised at once

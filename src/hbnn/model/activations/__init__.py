@@ -2,6 +2,7 @@
 
 - ``tanh`` (the default): smooth and odd, so a hidden unit's sign flip leaves the network's function unchanged;
   the informed prior matches units across chains by permutations and sign flips.
+- ``relu``: ``max(x, 0)``, piecewise linear and not odd: units are matched by permutations only.
 
 A new activation is one new module beside these whose class is registered in :data:`ACTIVATIONS`
 (:class:`~hbnn.model.activations.base.Activation` says what it provides).
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 from hbnn.errors import InputError
 from hbnn.model.activations.base import Activation
+from hbnn.model.activations.relu import Relu
 from hbnn.model.activations.tanh import Tanh
 
-__all__ = ["ACTIVATIONS", "Activation", "Tanh", "get"]
+__all__ = ["ACTIVATIONS", "Activation", "Relu", "Tanh", "get"]
 
-ACTIVATIONS: dict[str, Activation] = {act.name: act for act in (Tanh(),)}
+ACTIVATIONS: dict[str, Activation] = {act.name: act for act in (Tanh(), Relu())}
 
 
 def get(name: str) -> Activation:

@@ -18,7 +18,10 @@ sd (``(chain, draw)``), both in the label's units:
   ``coverage_94``, the share of rows inside the central 94% interval of the
   posterior predictive (noise included);
 - ``poisson`` (counts, log link): the same three of the posterior-mean rate and
-  the predictive mixture of Poissons (counting noise included).
+  the predictive mixture of Poissons (counting noise included);
+- ``negative_binomial`` (overdispersed counts, log link, dispersion ``alpha``):
+  the same three of the posterior-mean count and the predictive mixture of
+  negative binomials.
 
 A new likelihood is one new module beside these whose class is registered in :data:`LIKELIHOODS`.
 """
@@ -29,12 +32,13 @@ from hbnn.errors import InputError
 from hbnn.model.likelihoods.base import EPS, INTERVAL, QUANTILES, Likelihood, Predictive, mixture_cdf, mixture_quantiles
 from hbnn.model.likelihoods.bernoulli import Bernoulli
 from hbnn.model.likelihoods.gaussian import Gaussian
+from hbnn.model.likelihoods.negative_binomial import NegativeBinomial
 from hbnn.model.likelihoods.poisson import Poisson
 
-__all__ = ["EPS", "INTERVAL", "LIKELIHOODS", "QUANTILES", "Bernoulli", "Gaussian", "Likelihood", "Poisson",
-           "Predictive", "get", "mixture_cdf", "mixture_quantiles"]
+__all__ = ["EPS", "INTERVAL", "LIKELIHOODS", "QUANTILES", "Bernoulli", "Gaussian", "Likelihood", "NegativeBinomial",
+           "Poisson", "Predictive", "get", "mixture_cdf", "mixture_quantiles"]
 
-LIKELIHOODS: dict[str, Likelihood] = {lik.name: lik for lik in (Bernoulli(), Gaussian(), Poisson())}
+LIKELIHOODS: dict[str, Likelihood] = {lik.name: lik for lik in (Bernoulli(), Gaussian(), Poisson(), NegativeBinomial())}
 
 
 def get(name: str) -> Likelihood:

@@ -12,6 +12,7 @@ class Bernoulli(Likelihood):
     """0/1 labels; the network output is the logit of ``P(y = 1)``."""
 
     name = "bernoulli"
+    summary_arrays = 3
     classifier = True
     score = "accuracy"
     score_keys = ("accuracy", "log_loss", "brier", "n")

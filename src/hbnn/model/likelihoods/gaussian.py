@@ -13,6 +13,7 @@ class Gaussian(Predictive):
     """Real-valued labels; the network output is the mean, with one noise sd ``sigma ~ HalfNormal(noise_sd)``."""
 
     name = "gaussian"
+    summary_arrays = 4
     standardise_labels = True
     extra = "sigma"
     surface_titles = ("posterior mean prediction", "posterior sd of the mean prediction")

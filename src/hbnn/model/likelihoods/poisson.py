@@ -19,6 +19,7 @@ class Poisson(Predictive):
 
     name = "poisson"
     label_dtype = np.int64
+    summary_arrays = 8
     surface_titles = ("posterior mean rate", "posterior sd of the rate")
     description = "Poisson likelihood on the log rate"
     quantity_words = "predicted test rates"
@@ -67,24 +68,36 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
         with np.errstate(over="ignore"):  # an overflowing rate is inf; callers refuse non-finite results
             return np.exp(output)
 
-    @staticmethod
-    def mixture_cdf(k: np.ndarray, rates: np.ndarray) -> np.ndarray:
-        """``mean_s P(Poisson(rates[s, i]) <= k[i])`` for ``rates (sample, n)``; 0 where ``k < 0``."""
+    def component_cdf(self, k: np.ndarray, rates: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
+        """``P(Y <= k[i])`` of each draw's predictive count, ``(sample, n)`` for ``rates (sample, n)`` (``noise``: the
+        extra parameter per draw, which Poisson has none of); 0 where ``k < 0``."""
         from scipy.stats import poisson
 
-        return poisson.cdf(k[None, :], rates).mean(axis=0)
+        return poisson.cdf(k[None, :], rates)
 
-    def quantiles(self, rates: np.ndarray, qs) -> np.ndarray:
+    def upper_bracket(self, q: float, rates: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
+        """Counts ``(n,)`` at which the mixture CDF reaches ``q``: the largest rate's ``q`` quantile, plus one."""
+        from scipy.stats import poisson
+
+        return poisson.ppf(q, rates.max(axis=0)) + 1
+
+    def component_variance(self, rates: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
+        """Each draw's predictive variance of the count: the rate."""
+        return rates
+
+    def mixture_cdf(self, k: np.ndarray, rates: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
+        """``mean_s P(Y_s <= k[i])`` over the draws' predictive counts, ``rates (sample, n)``; 0 where ``k < 0``."""
+        return self.component_cdf(k, rates, noise).mean(axis=0)
+
+    def quantiles(self, rates: np.ndarray, qs, noise: np.ndarray | None = None) -> np.ndarray:
         """Smallest counts ``(len(qs), n)`` whose mixture CDF reaches each ``q``, by bisection over counts."""
-        from scipy.stats import poisson
-
-        hi0 = poisson.ppf(max(qs), rates.max(axis=0)) + 1  # an upper bracket: the largest rate's quantile
+        hi0 = self.upper_bracket(max(qs), rates, noise)
         out = []
         for q in qs:
             lo, hi = np.full(rates.shape[1], -1.0), hi0.copy()  # F(lo) < q <= F(hi)
             while np.any(hi - lo > 1):
                 mid = np.floor((lo + hi) / 2)
-                reached = self.mixture_cdf(mid, rates) >= q
+                reached = self.mixture_cdf(mid, rates, noise) >= q
                 hi, lo = np.where(reached, mid, hi), np.where(reached, lo, mid)
             out.append(hi)
         return np.array(out)
@@ -102,8 +115,9 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
         from scipy.special import logsumexp
 
         rates = draws.reshape(-1, draws.shape[-1])
-        logpmf = self.log_density(rates, None, y)
-        lo, hi = self.quantiles(rates, QUANTILES)
+        noise = None if noise is None else np.asarray(noise).reshape(-1)
+        logpmf = self.log_density(rates, noise, y)
+        lo, hi = self.quantiles(rates, QUANTILES, noise)
         return {
             "sq_err": (y - rates.mean(axis=0)) ** 2,
             "lpd": logsumexp(logpmf, axis=0) - np.log(rates.shape[0]),
@@ -111,8 +125,8 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
         }
 
     def summarise(self, draws, noise):
-        """Of the posterior predictive count: mean ``E[rate]``, sd ``sqrt(Var[rate] + E[rate])``, central 94%
-        interval (whole counts)."""
-        lower, upper = self.quantiles(draws, QUANTILES)
-        sd = np.sqrt(draws.var(axis=0) + draws.mean(axis=0))
+        """Of the posterior predictive count: mean ``E[rate]``, sd ``sqrt(Var[rate] + E[count variance])``
+        (Poisson's: ``E[rate]``), central 94% interval (whole counts)."""
+        lower, upper = self.quantiles(draws, QUANTILES, noise)
+        sd = np.sqrt(draws.var(axis=0) + self.component_variance(draws, noise).mean(axis=0))
         return {"mean": draws.mean(axis=0), "sd": sd, "lower_94": lower, "upper_94": upper}

@@ -42,6 +42,7 @@ napoleon_use_rtype = False
 html_theme = "pydata_sphinx_theme"
 html_title = "hbnn"
 html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,

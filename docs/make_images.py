@@ -1,11 +1,11 @@
-"""Rewrite the README's and the docs' images from a finished run: ``python docs/_static/make_images.py``.
+"""Rewrite the README's and the docs' images in ``docs/_static`` from a finished run: ``python docs/make_images.py``.
 
 - ``status_box.png``: the status section of ``reports/report.html`` (with the report's own styles), rendered by
   headless Chromium (``chromium-headless-shell`` or ``chromium``) and cropped to the box;
 - ``surfaces_hierarchical.png``: ``reports/figures/surface_hierarchical_p01.png``, scaled down and reduced to a
   palette so that the repository stays small.
 
-Run it after ``make repro``; it reads the report and writes only the two files beside this script.
+Run it after ``make repro``; it reads the report and writes only those two files.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from PIL import Image, ImageChops
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent / "_static"
 ROOT = HERE.parents[1]
 WIDTH = 1000  # CSS pixels of the status box's page; the README shows it at this width or less
 
@@ -29,7 +29,8 @@ def status_box(report: Path, out: Path) -> None:
     html = report.read_text(encoding="utf-8")
     style = re.search(r"<style>.*?</style>", html, re.S).group(0)
     section = re.search(r'<section id="status".*?</section>', html, re.S).group(0)
-    page = f"<!doctype html><html><head><meta charset='utf-8'>{style}</head><body style='margin:0;padding:8px;max-width:none'>{section}</body></html>"
+    body = "<body style='margin:0;padding:8px;max-width:none'>"
+    page = f"<!doctype html><html><head><meta charset='utf-8'>{style}</head>{body}{section}</body></html>"
     browser = shutil.which("chromium-headless-shell") or shutil.which("chromium")
     if browser is None:
         sys.exit("error: needs chromium-headless-shell or chromium on PATH")

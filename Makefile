@@ -7,7 +7,7 @@ JAX_STAMP := $(VENV)/.jax-$(shell cat requirements.lock requirements-jax.lock | 
 export PATH := $(abspath $(BIN)):$(PATH)
 export PYTHONHASHSEED := 0
 
-.PHONY: venv jax repro test test-slow bench clean-venv
+.PHONY: venv jax repro test test-slow bench docs clean-venv
 
 venv: $(STAMP)
 
@@ -42,6 +42,12 @@ test-slow: $(JAX_STAMP)
 # in n_groups: prints a table and writes reports/benchmark.json (takes long).
 bench: $(JAX_STAMP)
 	$(BIN)/python -m benchmarks.run --out reports/benchmark.json
+
+# The docs site (docs/, MyST Markdown) into docs/_build/html: offline, warnings as errors. The params reference
+# and the API pages are generated from the code as it builds (docs/_ext/hbnn_reference.py).
+docs: $(JAX_STAMP)
+	$(BIN)/python -m sphinx -b html -q -W --keep-going docs docs/_build/html
+	@echo "docs: open docs/_build/html/index.html"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -41,8 +41,7 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
     :class:`hbnn.diagnostics.criterion.Shortfall` or ``None``) should start again, and from which chain's draws, or
     ``None``.
 
-    - More divergences than the bar's share (:data:`hbnn.config.DIVERGENT_SHARE_MAX` of the draws)
-    explains
+    - More divergences than the bar's share (:data:`hbnn.config.DIVERGENT_SHARE_MAX` of the draws) explains
       by chance: a one-sided Poisson test at :data:`RESTART_DIVERGENCE_P` (at 2 x 500 draws: 5 or more). A chain
       whose warmup ended on too large a step size diverges at a steady rate, so drawing on does not dilute them.
       At the look where everything else meets the bar (``missing`` is ``None``: the fit would stop there), any

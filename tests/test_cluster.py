@@ -19,6 +19,7 @@ from hbnn.errors import InputError, SamplingError
 from hbnn.files.io import write_netcdf
 from hbnn.model.builders import build_flat_model
 from hbnn.pipeline.stages import fit_flat as stage
+from hbnn.pipeline.stages.fitting import model_spec
 from hbnn.pipeline.stages.per_group import fit_per_group
 from hbnn.sampling import cluster
 
@@ -27,6 +28,11 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 PARAMS = parse_params({"model": {"hidden_layers": [2]},
                        "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 0}})
+
+
+def _fit_flat(params, tasks, build, density=None):
+    """fit_flat's per-group loop with the run's sampler and model, as the stage calls it."""
+    return fit_per_group("fit_flat", params.sampler, model_spec(params, tasks), tasks, build, density)
 
 
 def _builder(tasks):
@@ -55,13 +61,13 @@ def _failing_builder(X, y):
 @pytest.fixture
 def serial(ragged_tasks, monkeypatch):
     monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
-    return fit_per_group("fit_flat", PARAMS, ragged_tasks, _builder(ragged_tasks))
+    return _fit_flat(PARAMS, ragged_tasks, _builder(ragged_tasks))
 
 
 def test_a_local_cluster_gives_the_same_draws_per_group(ragged_tasks, serial, monkeypatch):
     monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:2")
     monkeypatch.setenv(cluster.SHARDS_ENV, "2")  # groups a | b, c: one worker samples two groups with one compile
-    on_cluster = fit_per_group("fit_flat", PARAMS, ragged_tasks, _builder(ragged_tasks))
+    on_cluster = _fit_flat(PARAMS, ragged_tasks, _builder(ragged_tasks))
     assert on_cluster.posterior.identical(serial.posterior)
     assert on_cluster.sample_stats["diverging"].identical(serial.sample_stats["diverging"])
     assert on_cluster.cost.grad_evals == serial.cost.grad_evals
@@ -71,7 +77,7 @@ def test_a_local_cluster_gives_the_same_draws_per_group(ragged_tasks, serial, mo
 def test_a_killed_workers_shard_is_retried_and_the_fit_is_complete(ragged_tasks, serial, monkeypatch, tmp_path):
     monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:2")
     marker = tmp_path / "killed"
-    fitted = fit_per_group("fit_flat", PARAMS, ragged_tasks, _killing_builder(ragged_tasks, marker))
+    fitted = _fit_flat(PARAMS, ragged_tasks, _killing_builder(ragged_tasks, marker))
     assert marker.exists() and int(marker.read_text()) != os.getpid()  # a worker died, not this process
     assert fitted.posterior.identical(serial.posterior)
 
@@ -96,7 +102,7 @@ def test_shards_cancelled_with_their_scattered_model_are_resubmitted(ragged_task
     monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:2")
     monkeypatch.setenv(cluster.SHARDS_ENV, "2")
     with caplog.at_level("WARNING", logger="hbnn.sampling.cluster"):
-        fitted = fit_per_group("fit_flat", PARAMS, ragged_tasks, _builder(ragged_tasks))
+        fitted = _fit_flat(PARAMS, ragged_tasks, _builder(ragged_tasks))
     assert len(scattered) >= 2 and "resubmitting it" in caplog.text
     assert fitted.posterior.identical(serial.posterior)
 
@@ -115,7 +121,7 @@ def test_a_shard_cancelled_every_time_fails_the_fit_in_one_line(ragged_tasks, mo
     monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:1")
     monkeypatch.setenv(cluster.SHARDS_ENV, "1")
     with pytest.raises(SamplingError, match=r"fit_flat: shard 0 was cancelled on the Dask cluster 4 times") as err:
-        fit_per_group("fit_flat", PARAMS, ragged_tasks, _builder(ragged_tasks))
+        _fit_flat(PARAMS, ragged_tasks, _builder(ragged_tasks))
     assert "\n" not in str(err.value)
 
 
@@ -123,7 +129,7 @@ def test_a_shard_that_fails_everywhere_fails_the_fit_in_one_line(ragged_tasks, m
     monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:1")
     expected = r"fit_flat: a shard failed on the Dask cluster: ValueError: no model"
     with pytest.raises(SamplingError, match=expected) as err:
-        fit_per_group("fit_flat", PARAMS, ragged_tasks, _failing_builder)
+        _fit_flat(PARAMS, ragged_tasks, _failing_builder)
     assert "\n" not in str(err.value)
 
 

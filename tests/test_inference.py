@@ -6,9 +6,15 @@ import nutpie
 
 from hbnn.config_read import parse_params
 from hbnn.model.builders import build_flat_model
+from hbnn.pipeline.stages.fitting import model_spec
 from hbnn.pipeline.stages.per_group import fit_per_group
 from hbnn.pipeline.variants import derive_seed
 from hbnn.sampling.sampler import Sampler
+
+
+def _fit_flat(params, tasks, build, density=None):
+    """fit_flat's per-group loop with the run's sampler and model, as the stage calls it."""
+    return fit_per_group("fit_flat", params.sampler, model_spec(params, tasks), tasks, build, density)
 
 
 def test_derived_seeds_are_distinct_and_stable():
@@ -34,7 +40,7 @@ def test_per_group_fit_compiles_once_and_handles_unequal_group_sizes(ragged_task
     def build(X, y):
         return build_flat_model(X, y, ragged_tasks.features, (2,))
 
-    sampled = fit_per_group("fit_flat", params, ragged_tasks, build)
+    sampled = _fit_flat(params, ragged_tasks, build)
     posterior, stats, cost = sampled.posterior, sampled.sample_stats, sampled.cost
     assert len(calls) == 1
     assert posterior["w_in"].dims == ("chain", "draw", "group", "feature", "hidden_1")
@@ -191,7 +197,7 @@ def test_groups_that_miss_the_bar_are_fitted_again_longer_and_thinned(ragged_tas
         return FlatDensity.on_rows(X, y, (2,), False, "bernoulli", 1.0, prior_sd=1.0, features=("x1", "x2"))
 
     with caplog.at_level(logging.INFO):
-        sampled = fit_per_group("fit_flat", params, ragged_tasks, build, density)
+        sampled = _fit_flat(params, ragged_tasks, build, density)
     assert sampled.posterior.sizes["draw"] == 20
     assert set(sampled.thinned) == {"a", "b", "c"}
     for info in sampled.thinned.values():
@@ -200,7 +206,7 @@ def test_groups_that_miss_the_bar_are_fitted_again_longer_and_thinned(ragged_tas
     assert "misses the bar at 60 draws per chain" in caplog.text and "max_draws=60 allows no longer fit" in caplog.text
     # group "b" thinned is every 3rd draw of a plain 60-draw fit from its seed
     longer = parse_params({**raw, "sampler": {**raw["sampler"], "draws": 60, "max_draws": 0}})
-    plain = fit_per_group("fit_flat", longer, ragged_tasks, build, density)
+    plain = _fit_flat(longer, ragged_tasks, build, density)
     np.testing.assert_array_equal(sampled.posterior["w_in"].sel(group="b").values,
                                   plain.posterior["w_in"].sel(group="b").values[:, 2::3])
     steps = plain.sample_stats["n_steps"].sel(group="b").values
@@ -210,17 +216,18 @@ def test_groups_that_miss_the_bar_are_fitted_again_longer_and_thinned(ragged_tas
     np.testing.assert_array_equal(sampled.sample_stats["diverging"].sel(group="b").values, diverged)
     assert sampled.cost.grad_evals > plain.cost.grad_evals  # the 20-, 40- and 60-draw runs all count
     assert sampled.thinned["b"]["divergences"] == int(plain.sample_stats["diverging"].sel(group="b").sum())
-    idata, metrics, _, _ = fitting.score_fit("fit_flat", params, ragged_tasks, sampled)
+    spec = model_spec(params, ragged_tasks)
+    idata, metrics, _, _ = fitting.score_fit("fit_flat", params, spec, ragged_tasks, sampled)
     assert metrics["sampling"]["thinned_groups"] == sampled.thinned
     # divergences: each thinned group's whole run (judged against its k x draws transitions), not its kept draws
     assert all(metrics["per_group"][g]["divergences"] == t["divergences"] for g, t in sampled.thinned.items())
     assert metrics["sampling"]["divergences"] == sum(t["divergences"] for t in sampled.thinned.values())
     # the diagnostics judged as the groups were fitted are the metrics' own, not computed twice
     assert set(sampled.test_diagnostics) == {"a", "b", "c"}
-    assert fitting.score_fit("fit_flat", params, ragged_tasks,
+    assert fitting.score_fit("fit_flat", params, model_spec(params, ragged_tasks), ragged_tasks,
                              dataclasses.replace(sampled, test_diagnostics=None))[1] == metrics
     assert json.loads(idata.sample_stats.attrs["hbnn_thinned_groups"]) == sampled.thinned
-    plain_metrics = fitting.score_fit("fit_flat", longer, ragged_tasks, plain)[1]
+    plain_metrics = fitting.score_fit("fit_flat", longer, model_spec(longer, ragged_tasks), ragged_tasks, plain)[1]
     assert "thinned_groups" not in plain_metrics["sampling"]
 
 
@@ -246,12 +253,12 @@ def test_groups_that_diverge_past_the_bar_are_fitted_again_at_a_higher_target_ac
     def density(X, y):
         return FlatDensity.on_rows(X, y, (2,), False, "bernoulli", 1.0, prior_sd=1.0, features=("x1", "x2"))
 
-    first = fit_per_group("fit_flat", parse_params({**raw, "sampler": {**raw["sampler"], "refit_target_accept": 0}}),
+    first = _fit_flat(parse_params({**raw, "sampler": {**raw["sampler"], "refit_target_accept": 0}}),
                           ragged_tasks, build, density)
     assert first.raised is None and first.thinned is None
     monkeypatch.setattr(criterion, "DIVERGENT_SHARE_MAX", -1.0)  # even 0 divergences miss it
     with caplog.at_level(logging.INFO):
-        sampled = fit_per_group("fit_flat", params, ragged_tasks, build, density)
+        sampled = _fit_flat(params, ragged_tasks, build, density)
     assert set(sampled.raised) == {"a", "b", "c"} and sampled.thinned is None
     for g, info in sampled.raised.items():
         assert info["target_accept"] == 0.95 and info["draws_per_chain"] == 20 and info["transitions"] == 40
@@ -261,17 +268,18 @@ def test_groups_that_diverge_past_the_bar_are_fitted_again_at_a_higher_target_ac
     assert "fitting it again at target_accept 0.95 (sampler.refit_target_accept)" in caplog.text
     assert "still diverges at sampler.refit_target_accept=0.95" in caplog.text  # once: no second refit
     assert caplog.text.count("fitting it again") == 3
-    plain = fit_per_group("fit_flat", parse_params({**raw, "sampler": {**raw["sampler"], "target_accept": 0.95,
+    plain = _fit_flat(parse_params({**raw, "sampler": {**raw["sampler"], "target_accept": 0.95,
                                                                        "refit_target_accept": 0}}),
                           ragged_tasks, build, density)
     np.testing.assert_array_equal(sampled.posterior["w_in"].values, plain.posterior["w_in"].values)
     assert sampled.cost.grad_evals > plain.cost.grad_evals  # the first fits count too
-    idata, metrics, _, _ = fitting.score_fit("fit_flat", params, ragged_tasks, sampled)
+    spec = model_spec(params, ragged_tasks)
+    idata, metrics, _, _ = fitting.score_fit("fit_flat", params, spec, ragged_tasks, sampled)
     assert metrics["sampling"]["target_accept_raised"] == sampled.raised
     assert json.loads(idata.sample_stats.attrs["hbnn_target_accept_raised"]) == sampled.raised
     caplog.clear()
     at_or_below = parse_params({**raw, "sampler": {**raw["sampler"], "target_accept": 0.95}})
-    assert fit_per_group("fit_flat", at_or_below, ragged_tasks, build, density).raised is None
+    assert _fit_flat(at_or_below, ragged_tasks, build, density).raised is None
     assert "fitting it again" not in caplog.text
 
 
@@ -296,7 +304,7 @@ def test_a_group_both_short_and_diverging_is_drawn_longer_at_the_higher_target_a
 
     monkeypatch.setattr(criterion, "DIVERGENT_SHARE_MAX", -1.0)  # every fit "diverges" past the bar
     with caplog.at_level(logging.INFO):
-        sampled = fit_per_group("fit_flat", parse_params(raw), ragged_tasks, build, density)
+        sampled = _fit_flat(parse_params(raw), ragged_tasks, build, density)
     assert set(sampled.thinned) == set(sampled.raised) == {"a", "b", "c"}
     for g in "abc":
         thin, raised = sampled.thinned[g], sampled.raised[g]
@@ -305,7 +313,7 @@ def test_a_group_both_short_and_diverging_is_drawn_longer_at_the_higher_target_a
                                     "transitions": 40}
         assert thin["missed"]["draws_per_chain"] == 20 and thin["missed"]["min_ess_bulk"] < 400
     assert "still diverges at sampler.refit_target_accept=0.95" in caplog.text
-    plain = fit_per_group("fit_flat", parse_params({**raw, "sampler": {**raw["sampler"], "draws": 60, "max_draws": 0,
+    plain = _fit_flat(parse_params({**raw, "sampler": {**raw["sampler"], "draws": 60, "max_draws": 0,
                                                                        "target_accept": 0.95,
                                                                        "refit_target_accept": 0}}),
                           ragged_tasks, build, density)

@@ -36,6 +36,10 @@ def test_every_registered_model_is_pymcs_density_or_declared_unsupported(likelih
         assert np.isfinite(model.compile_logp()(model.initial_point()))
 
 
+class _Features:
+    features = ["price"]
+
+
 class _Uncompiled(Poisson):
     """A likelihood registered without its part of the hand-written density."""
 
@@ -55,7 +59,8 @@ def test_a_likelihood_without_density_code_falls_back_with_one_info_line(uncompi
     params = parse_params({**TINY, "data": TABLE, "model": {"likelihood": uncompiled}})
     assert densities.unsupported(uncompiled, "tanh") is not None
     with caplog.at_level(logging.INFO, logger="hbnn.pipeline.stages.fitting"):
-        said = [fitting.hand_written(params, stage) for stage in ("fit_flat", "fit_hier", "fit_flat")]
+        said = [fitting.hand_written(fitting.model_spec(params, _Features()), params.sampler_for(stage), stage)
+                for stage in ("fit_flat", "fit_hier", "fit_flat")]
     assert said == [False, False, False]
     lines = [r for r in caplog.records if "PyMC's compiled density" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.INFO

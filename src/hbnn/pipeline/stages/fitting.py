@@ -27,7 +27,7 @@ from hbnn.files.io import as_builtin, detail_path, made_by, provenance, staged_o
 from hbnn.files.trace import Trace
 from hbnn.logs import watch
 from hbnn.model import likelihoods
-from hbnn.model.network import layer_specs
+from hbnn.model.spec import ModelSpec
 from hbnn.pipeline import budget
 from hbnn.pipeline.variants import FITS, STAGE_KEYS, STAGE_PARAMS, derive_seed
 from hbnn.sampling.sampler import backend_class
@@ -68,12 +68,29 @@ def _observed(tasks: Tasks) -> tuple[xr.Dataset, xr.Dataset]:
     return observed, constant
 
 
-def _settings(stage: str, params: Params, tasks: Tasks, **extra) -> dict:
+def model_spec(params: Params, tasks: Tasks) -> ModelSpec:
+    """The model a fit stage fits to ``tasks``: built once per stage from ``params.model`` and handed down.
+
+    Parameters
+    ----------
+    params : Params
+        The run's params.
+    tasks : Tasks
+        The data, whose feature columns the network reads.
+
+    Returns
+    -------
+    ModelSpec
+    """
+    return ModelSpec.of(params.model, tasks.features)
+
+
+def _settings(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, **extra) -> dict:
     return {
         "sampler": dataclasses.asdict(params.sampler_for(stage)),
-        "hidden_layers": list(params.model.hidden_layers),
-        "bias": params.model.bias,
-        "activation": params.model.activation,
+        "hidden_layers": list(spec.hidden_layers),
+        "bias": spec.bias,
+        "activation": spec.activation,
         "features": tasks.features,
         "likelihood": tasks.likelihood,
         "group_column": tasks.group_column,
@@ -81,15 +98,16 @@ def _settings(stage: str, params: Params, tasks: Tasks, **extra) -> dict:
     }
 
 
-def finish_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, trace_out: Path, metrics_out: Path,
-               timing_out: Path, settings_extra: dict | None = None) -> dict:
-    """Score a fit (:func:`score_fit`) and write its trace, timing, headline and detail metrics together."""
+def finish_fit(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, sampled: Sampled, trace_out: Path,
+               metrics_out: Path, timing_out: Path, settings_extra: dict | None = None) -> dict:
+    """Score a fit of ``spec`` (:func:`score_fit`) and write its trace, timing, headline and detail metrics
+    together."""
     what = f"{stage}: scoring the draws, PSIS-LOO and writing the outputs"
     log.info("%s (sampling took %.1fs)", what, sampled.cost.seconds)
     with watch(log, what):
-        idata, metrics, timing, _ = score_fit(stage, params, tasks, sampled, settings_extra)
+        idata, metrics, timing, _ = score_fit(stage, params, spec, tasks, sampled, settings_extra)
         metrics["made_by"] = made_by(FITS[stage][0], params)
-        metrics["model"] = {"likelihood": tasks.likelihood, "activation": params.model.activation}
+        metrics["model"] = {"likelihood": tasks.likelihood, "activation": spec.activation}
         score = likelihoods.get(tasks.likelihood).score
         with staged_outputs() as outputs:
             outputs.write_netcdf(idata, trace_out)
@@ -111,8 +129,8 @@ def finish_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, trace
         return metrics
 
 
-def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settings_extra: dict | None = None
-              ) -> tuple[Trace, dict, dict, dict[str, dict[str, list]]]:
+def score_fit(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, sampled: Sampled,
+              settings_extra: dict | None = None) -> tuple[Trace, dict, dict, dict[str, dict[str, list]]]:
     """The trace (stamped with the provenance of the DVC stage that runs ``stage``), the metrics of
     :func:`hbnn.diagnostics.evaluation.fit_metrics` (with PSIS-LOO), the timing of a fit and the predictions behind the
     metrics (:func:`hbnn.diagnostics.predictions.evaluate_groups`); nothing is written.
@@ -121,11 +139,10 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
     """
     posterior, cost = sampled.posterior, sampled.cost
     observed, constant = _observed(tasks)
-    specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
     predictions = evaluate_groups(
         tasks,
-        lambda g: group_weights(posterior, specs, tasks.group_names[g]),
-        params.model.activation,
+        lambda g: group_weights(posterior, spec.layers, tasks.group_names[g]),
+        spec.activation,
         noise_of=lambda g: group_extra(posterior, likelihoods.get(tasks.likelihood).extra, tasks.group_names[g]),
     )
     log_lik = pointwise_log_likelihood(tasks, predictions["train"])
@@ -134,15 +151,15 @@ def score_fit(stage: str, params: Params, tasks: Tasks, sampled: Sampled, settin
     s = params.sampler_for(stage)
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="psis") as pool:
         loo = pool.submit(evaluation.psis_loo, log_lik)
-        idata, metrics = _scored(stage, params, s, tasks, sampled, settings_extra, predictions, log_lik, observed,
-                                 constant, loo)
+        idata, metrics = _scored(stage, params, spec, s, tasks, sampled, settings_extra, predictions, log_lik,
+                                 observed, constant, loo)
     advi_iterations = sampled.sample_stats.sizes.get("advi_iteration")
     timing = evaluation.timing_metrics(s.backend, cost.seconds, cost.compile_seconds, cost.grad_evals,
                                        backend_class(s).parallel_chains(s), advi_iterations)
     return idata, metrics, timing, predictions
 
 
-def _scored(stage: str, params: Params, s: SamplerParams, tasks: Tasks, sampled: Sampled,
+def _scored(stage: str, params: Params, spec: ModelSpec, s: SamplerParams, tasks: Tasks, sampled: Sampled,
             settings_extra: dict | None, predictions: dict, log_lik: np.ndarray, observed, constant,
             loo: concurrent.futures.Future) -> tuple[Trace, dict]:
     """:func:`score_fit`'s trace and metrics of a fit with sampler params ``s``, with PSIS-LOO from ``loo`` (a
@@ -154,7 +171,7 @@ def _scored(stage: str, params: Params, s: SamplerParams, tasks: Tasks, sampled:
     if params.trace.pointwise:
         groups.update(_pointwise_groups(stage, params, tasks, predictions["test"], log_lik, observed))
     idata = Trace(**groups)
-    settings = _settings(stage, params, tasks, **(settings_extra or {}))
+    settings = _settings(stage, params, spec, tasks, **(settings_extra or {}))
     diverging = sample_stats["diverging"]
     group_divergences = None  # per-group fits: each group's own, a thinned group's over its whole run
     if "group" in diverging.dims:
@@ -261,16 +278,17 @@ class Cost:
 _SAID: set[tuple[str, str]] = set()  # the models whose fallback to PyMC's density has been said, once a process
 
 
-def hand_written(params: Params, stage: str) -> bool:
+def hand_written(spec: ModelSpec, settings: SamplerParams, stage: str) -> bool:
     """Whether fit ``stage`` samples the model's hand-written log density (:mod:`hbnn.density`).
 
     Parameters
     ----------
-    params : Params
-        The run's params: ``model.likelihood`` and ``model.activation`` say which model, the stage's sampler which
-        backend.
+    spec : ModelSpec
+        The model: its likelihood and activation say whether the density has compiled code for it.
+    settings : SamplerParams
+        The stage's sampler settings: the backend.
     stage : str
-        The fit (:data:`hbnn.pipeline.variants.FITS`).
+        The fit (:data:`hbnn.pipeline.variants.FITS`), for the log line.
 
     Returns
     -------
@@ -281,17 +299,15 @@ def hand_written(params: Params, stage: str) -> bool:
     """
     from hbnn.density.densities import unsupported
 
-    m = params.model
-    why = unsupported(m.likelihood, m.activation)
+    why = unsupported(spec.likelihood, spec.activation)
     if why is None:
         return True
-    if params.sampler_for(stage).backend == "nutpie" and (m.likelihood, m.activation) not in _SAID:
-        _SAID.add((m.likelihood, m.activation))
+    if settings.backend == "nutpie" and (spec.likelihood, spec.activation) not in _SAID:
+        _SAID.add((spec.likelihood, spec.activation))
         log.info("%s: %s; nutpie samples PyMC's compiled density instead (the same model, slower)", stage, why)
     return False
 
 
-def minibatch(params: Params, stage: str) -> int | None:
-    """Rows per gradient step of ``stage``'s backend, ``None`` for the full-batch likelihood."""
-    s = params.sampler_for(stage)
-    return backend_class(s).minibatch_size(s)
+def minibatch(settings: SamplerParams) -> int | None:
+    """Rows per gradient step of the backend of ``settings``, ``None`` for the full-batch likelihood."""
+    return backend_class(settings).minibatch_size(settings)

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
-from hbnn.config import DIVERGENT_SHARE_MAX, ESS_MIN, Params
+from hbnn.config import DIVERGENT_SHARE_MAX, ESS_MIN, SamplerParams
 from hbnn.data.tasks import Tasks
 from hbnn.diagnostics import criterion
 from hbnn.diagnostics.predictions import group_weights, quantity_draws
 from hbnn.logs import watch
-from hbnn.model.network import layer_specs
+from hbnn.model.spec import ModelSpec
 from hbnn.pipeline.stages.fitting import Cost, Sampled
 from hbnn.pipeline.variants import STAGE_KEYS, derive_seed
 from hbnn.sampling import cluster
@@ -51,8 +51,10 @@ class GroupProgress:
         return self._counts() + f", {self.seconds:.1f}s sampling"
 
 
-def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None) -> Sampled:
-    """Fit ``build(X, y)`` to every group's training rows, compiled once per process.
+def fit_per_group(stage: str, settings: SamplerParams, spec: ModelSpec, tasks: Tasks, build, density=None
+                  ) -> Sampled:
+    """Fit ``build(X, y)``, a PyMC model of ``spec``, to every group's training rows with sampler ``settings``,
+    compiled once per process.
 
     ``density(X, y)``: the model's hand-written log density on those rows (:mod:`hbnn.density.kernel`), which nutpie
     samples instead of PyTensor's (the same density, checked before sampling).
@@ -64,7 +66,6 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
     """
     train = tasks.split("train")
     first = train.rows(0)
-    settings = params.sampler_for(stage)
     x, y = train.X[first], train.y[first]
     model = cluster.Model(build, settings, x, y, None if density is None else density(x, y))
     jobs = []
@@ -86,9 +87,8 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
         # ADVI's draws are one approximation's independent draws, judged by its loss: a refit from the same seed
         # would give the same approximation
         if settings.backend != "advi" and (settings.max_draws > settings.draws or settings.refit_applies):
-            specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
-            results, thinned, raised, diagnostics, refits = _lengthen(stage, tasks, specs, params.model.activation,
-                                                                      model, jobs, results, progress)
+            results, thinned, raised, diagnostics, refits = _lengthen(stage, tasks, spec, model, jobs, results,
+                                                                      progress)
             compile_seconds = None if compile_seconds is None or None in refits else compile_seconds + sum(refits)
     log.info("%s: %s", stage, progress.summary())
 
@@ -105,19 +105,18 @@ def fit_per_group(stage: str, params: Params, tasks: Tasks, build, density=None)
                    thinned=thinned or None, raised=raised or None, test_diagnostics=diagnostics)
 
 
-def _group_test_diagnostics(tasks: Tasks, g: int, posterior: xr.Dataset, specs, activation: str
-                            ) -> dict[str, float] | None:
-    """Function-space max R-hat and min bulk ESS of group ``g``'s test points at one per-group fit's draws (the
-    numbers the metrics judge it by; hidden units of ``activation``); ``None`` for a group without test rows."""
+def _group_test_diagnostics(tasks: Tasks, g: int, posterior: xr.Dataset, spec: ModelSpec) -> dict[str, float] | None:
+    """Function-space max R-hat and min bulk ESS of group ``g``'s test points at one per-group fit's draws of
+    ``spec`` (the numbers the metrics judge it by); ``None`` for a group without test rows."""
     test = tasks.split("test")
     rows = test.rows(g)
     if not rows.size:
         return None
-    draws = quantity_draws(tasks, group_weights(posterior, specs, None), test.X[rows], activation)
+    draws = quantity_draws(tasks, group_weights(posterior, spec.layers, None), test.X[rows], spec.activation)
     return criterion.function_space_diagnostics(draws)
 
 
-def _lengthen(stage: str, tasks: Tasks, specs, activation: str, model: cluster.Model, jobs: Sequence[cluster.GroupJob],
+def _lengthen(stage: str, tasks: Tasks, spec: ModelSpec, model: cluster.Model, jobs: Sequence[cluster.GroupJob],
               results: Sequence[cluster.GroupResult], progress: GroupProgress
               ) -> tuple[list[cluster.GroupResult], dict[str, dict], dict[str, dict], dict[str, dict[str, float]],
                          list]:
@@ -150,7 +149,7 @@ def _lengthen(stage: str, tasks: Tasks, specs, activation: str, model: cluster.M
     diverged_at: dict[int, dict] = {}
     pending = {}  # group -> (draws factor k, target_accept, diagnostics, divergences) of its fit so far
     for r in out:
-        d = _group_test_diagnostics(tasks, r.index, r.posterior, specs, activation)
+        d = _group_test_diagnostics(tasks, r.index, r.posterior, spec)
         if d is not None:
             diagnostics[r.name] = d
         pending[r.index] = (1, s.target_accept, d, r.divergences)
@@ -209,7 +208,7 @@ def _lengthen(stage: str, tasks: Tasks, specs, activation: str, model: cluster.M
                 progress.seconds += r.seconds
                 thin = _thinned(r, k, s.draws, out[r.index])
                 out[r.index] = thin
-                d = _group_test_diagnostics(tasks, r.index, thin.posterior, specs, activation)
+                d = _group_test_diagnostics(tasks, r.index, thin.posterior, spec)
                 if d is not None:
                     diagnostics[r.name] = d
                 # k and target_accept only grow, so a group's records are replaced, never dropped

@@ -35,8 +35,8 @@ from hbnn.files.io import (
 )
 from hbnn.logs import watch
 from hbnn.model import likelihoods
-from hbnn.model.network import layer_specs
 from hbnn.model.prior import load_prior, prior_dataset
+from hbnn.model.spec import ModelSpec
 from hbnn.pipeline import budget, transfer
 from hbnn.pipeline.predict import population_weights
 from hbnn.pipeline.stages import fitting, per_group
@@ -72,21 +72,21 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
     s = params.hier_sampler  # the prior is derived after the fit: its cost is refused before it
     budget.enforce(budget.prior_estimate("transfer_prior", params, s.chains * s.draw_limit, len(kept),
                                          tasks.n_features), params)
-    sampled = sample_hierarchical("transfer_hier", params, train_tasks)
+    spec = fitting.model_spec(params, tasks)
+    sampled = sample_hierarchical("transfer_hier", params, spec, train_tasks)
     what = "transfer_prior: scoring the draws, PSIS-LOO and deriving the prior"
     log.info("%s (sampling took %.1fs)", what, sampled.cost.seconds)
     with watch(log, what):
-        idata, hier_metrics, timing, _ = fitting.score_fit("transfer_hier", params, train_tasks, sampled,
+        idata, hier_metrics, timing, _ = fitting.score_fit("transfer_hier", params, spec, train_tasks, sampled,
                                                            {HELDOUT_ATTR: heldout})
-        specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
-        fitted, prior_metrics = derive(params.prior, sampled.posterior, specs, params.model.activation,
+        fitted, prior_metrics = derive(params.prior, sampled.posterior, spec.layers, spec.activation,
                                        STAGE_KEYS["transfer_prior"], trace_out)
-        ds = prior_dataset(specs, fitted)
+        ds = prior_dataset(spec.layers, fitted)
         ds.attrs.update(provenance("transfer_prior", "informed_prior",
                                    params.section_hash(*STAGE_PARAMS["transfer_prior"]),
                                    {"prior": dataclasses.asdict(params.prior),
-                                    "hidden_layers": list(params.model.hidden_layers), "bias": params.model.bias,
-                                    "activation": params.model.activation,
+                                    "hidden_layers": list(spec.hidden_layers), "bias": spec.bias,
+                                    "activation": spec.activation,
                                     "features": tasks.features,
                                     "hier_trace": str(trace_out), HELDOUT_ATTR: heldout}))
         metrics = {"heldout_groups": heldout, "training_groups": kept, "hierarchical": hier_metrics,
@@ -123,11 +123,10 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
                  timing_out: Path) -> dict:
     """Refit each held-out group on nested subsets of its rows (flat and informed prior) and score all of them,
     and the hierarchical population's prediction, on the group's own test rows."""
-    m = params.model
-    tasks = load_tasks(tasks_path, m.likelihood, params)
+    tasks = load_tasks(tasks_path, params.model.likelihood, params)
+    spec = fitting.model_spec(params, tasks)
     heldout = heldout_groups(prior_path, tasks)
-    specs = layer_specs(tasks.n_features, m.hidden_layers, m.bias)
-    layer_prior = load_prior(prior_path, specs, params, stage="transfer_prior")
+    layer_prior = load_prior(prior_path, spec.layers, params, stage="transfer_prior")
     hier_posterior = load_posterior(hier_trace, "hierarchical", params=params, stage="transfer_prior")
     try:
         upstream = json.loads(prior_metrics.read_text())
@@ -147,22 +146,23 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     if transfer.pools_differ(by_size):
         log.warning("transfer: the sizes are scored on different held-out groups (a group is fitted only at sizes "
                     "below its training rows): compare the models within a size, not one size with another")
-    models = {FLAT.name: flat_model(params, tasks, f"transfer_{FLAT.name}"),
-              INFORMED.name: informed_model(params, tasks, layer_prior, f"transfer_{INFORMED.name}")}
+    settings = {name: params.sampler_for(f"transfer_{name}") for name in MODELS}
+    models = {FLAT.name: flat_model(spec, settings[FLAT.name], f"transfer_{FLAT.name}"),
+              INFORMED.name: informed_model(spec, settings[INFORMED.name], layer_prior, f"transfer_{INFORMED.name}")}
     for name in MODELS:
         fitting.enforce_budget(f"transfer_{name}", params, refit)
     traces, fit_metrics, timings, tests = {}, {}, {}, {}
     for name in MODELS:
         stage = f"transfer_{name}"
-        sampled = per_group.fit_per_group(stage, params, refit, *models[name])
+        sampled = per_group.fit_per_group(stage, settings[name], spec, refit, *models[name])
         with watch(log, f"{stage}: scoring the draws"):
             traces[name], fit_metrics[name], timings[name], predictions = fitting.score_fit(
-                stage, params, refit, sampled, settings_extra={"prior_file": str(prior_path)})
+                stage, params, spec, refit, sampled, settings_extra={"prior_file": str(prior_path)})
             tests[name] = predictions["test"]
-    population = population_predictions(params, tasks, hier_posterior, heldout, specs)
+    population = population_predictions(params, spec, tasks, hier_posterior, heldout)
     metrics = transfer_metrics(tasks.likelihood, params, refits, fit_metrics, tests, population, upstream, skipped)
     metrics["made_by"] = made_by("transfer", params)
-    metrics["model"] = {"likelihood": tasks.likelihood, "activation": params.model.activation}
+    metrics["model"] = {"likelihood": tasks.likelihood, "activation": spec.activation}
     headline = transfer_headline(metrics)
     csv = transfer_csv(metrics, tasks.likelihood)
     with staged_outputs() as outputs:
@@ -186,14 +186,14 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     return metrics
 
 
-def population_predictions(params: Params, tasks: Tasks, posterior, heldout: list[str], specs
+def population_predictions(params: Params, spec: ModelSpec, tasks: Tasks, posterior, heldout: list[str]
                            ) -> dict[str, list]:
-    """The hierarchical population's predictive (one new-group network per posterior draw, as ``hbnn predict``
-    scores an unseen group) on each held-out group's test rows, as one split of
+    """The hierarchical population's predictive of model ``spec`` (one new-group network per posterior draw, as
+    ``hbnn predict`` scores an unseen group) on each held-out group's test rows, as one split of
     :func:`hbnn.diagnostics.predictions.evaluate_groups`."""
     lik = likelihoods.get(tasks.likelihood)
     rng = np.random.default_rng(derive_seed(params.transfer.seed, STAGE_KEYS["transfer_population"]))
-    weights = population_weights(posterior, specs, rng)
+    weights = population_weights(posterior, spec.layers, rng)
     noise = None
     if lik.extra:  # the population's: shared by the groups
         noise = lik.extra_in_label_units(predictions.group_extra(posterior, lik.extra, None), tasks.y_sd)
@@ -201,7 +201,7 @@ def population_predictions(params: Params, tasks: Tasks, posterior, heldout: lis
     out = {"draws": [], "noise": [] if lik.extra else None, "y": []}
     for name in heldout:
         rows = test.rows(tasks.group_names.index(name))
-        out["draws"].append(predictions.quantity_draws(tasks, weights, test.X[rows], params.model.activation))
+        out["draws"].append(predictions.quantity_draws(tasks, weights, test.X[rows], spec.activation))
         if lik.extra:
             out["noise"].append(noise)
         out["y"].append(lik.mean_label(test.y[rows], tasks.y_mean, tasks.y_sd))

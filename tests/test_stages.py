@@ -60,6 +60,7 @@ def run_all(d: Path, params: Path) -> None:
               "--prior-out", "priors/transfer.nc", "--metrics-out", "metrics/detail/transfer_prior.json",
               "--timing-out", "timings/transfer_prior.json"))
     check(run("transfer", params, *TRANSFER_ARGS))
+    check(run("baselines", params, "--tasks-path", "data/tasks.nc", "--metrics-out", "metrics/baselines.json"))
     check(run("report", params, "--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc",
               "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
               "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--timings-dir", "timings",

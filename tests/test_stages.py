@@ -60,6 +60,7 @@ def run_all(d: Path, params: Path) -> None:
               "--prior-out", "priors/transfer.nc", "--metrics-out", "metrics/detail/transfer_prior.json",
               "--timing-out", "timings/transfer_prior.json"))
     check(run("transfer", params, *TRANSFER_ARGS))
+    check(run("baselines", params, "--tasks-path", "data/tasks.nc", "--metrics-out", "metrics/baselines.json"))
     check(run("report", params, "--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc",
               "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
               "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--timings-dir", "timings",
@@ -169,6 +170,19 @@ def test_prior_outputs(pipeline):
     assert m["draws"]["new_group_draws"] == n_post * TINY["prior"]["draws_per_sample"]
     assert set(m["layers"]) == {"in", "h1_h2", "out"}
     assert m["layers"]["out"]["group_sd"]["mean"] > 0
+
+
+def test_report_opens_with_the_best_model_and_shows_the_baselines(pipeline):
+    """The first line below the title names the best model by test log loss among the BNNs and the baselines,
+    whose scores are those of metrics/baselines.json."""
+    lines = (pipeline / "reports" / "report.md").read_text().splitlines()
+    assert lines[2].startswith("Best on the test rows by log loss (lower is better): ")
+    assert "standard errors of the per-row difference" in lines[2]
+    baselines = json.loads((pipeline / "metrics" / "baselines.json").read_text())
+    row = next(line for line in lines if line.startswith("| Gradient boosting (baseline) |"))
+    assert f"| {baselines['gradient_boosting']['test']['log_loss']:.3f} |" in row
+    html = (pipeline / "reports" / "report.html").read_text()
+    assert html.index("Best on the test rows by log loss") < html.index("Status: can the inference be trusted?")
 
 
 def test_report_outputs(pipeline):

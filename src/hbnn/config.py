@@ -366,6 +366,16 @@ class TransferParams:
 
 
 @dataclass(frozen=True)
+class BaselinesParams:
+    """The ``baselines`` stage's scikit-learn reference models (:mod:`hbnn.pipeline.stages.baselines`)."""
+
+    seed: int = 4  # gradient boosting's random_state is derived from it
+
+    def check(self, key: str) -> None:
+        _check_seed(self.seed, f"{key}.seed")
+
+
+@dataclass(frozen=True)
 class ReportParams:
     """Decision-surface grid and the draws used to draw it."""
 
@@ -426,6 +436,7 @@ class Params:
     hier_sampler: SamplerParams = field(default_factory=lambda: HIER_SAMPLER)
     prior: PriorParams = field(default_factory=PriorParams)
     transfer: TransferParams = field(default_factory=TransferParams)
+    baselines: BaselinesParams = field(default_factory=BaselinesParams)
     report: ReportParams = field(default_factory=ReportParams)
     trace: TraceParams = field(default_factory=TraceParams)
     limits: LimitParams = field(default_factory=LimitParams)

@@ -49,6 +49,7 @@ STAGE_PARAMS = {
                        "model.hidden_layers", "model.likelihood", "model.noise_sd", "model.bias", "model.activation",
                        "hier_sampler", "prior", "trace"),
     "transfer": ("transfer", "model", "sampler", "trace"),
+    "baselines": ("baselines", "model.likelihood"),
 }
 
 # Every fit, by the name its log lines and seed stream use: the DVC stage that runs it (whose params stamp
@@ -65,7 +66,7 @@ FITS = {
 # Distinct keys so stages never share a random stream for the same group.
 STAGE_KEYS = {"fit_flat": 1, "fit_hier": 2, "fit_informed": 3, "derive_prior": 4, "transfer_hier": 5,
               "transfer_prior": 6, "transfer_split": 7, "transfer_flat": 8, "transfer_informed": 9,
-              "transfer_population": 10}
+              "transfer_population": 10, "baselines": 11}
 
 
 def derive_seed(base: int, *keys: int) -> int:

@@ -24,11 +24,11 @@ from hbnn.config import Params, ReportParams
 from hbnn.data.tasks import Split, Tasks
 from hbnn.diagnostics import evaluation
 from hbnn.diagnostics.evaluation import reliability
-from hbnn.diagnostics.predictions import group_weights, predict_proba
+from hbnn.diagnostics.predictions import evaluate_groups, group_extra, group_weights, predict_proba
 from hbnn.files.io import close_trace, load_trace
 from hbnn.model import forward, likelihoods
 from hbnn.model.network import LayerSpec
-from hbnn.pipeline.transfer import in_size_order
+from hbnn.pipeline.transfer import in_size_order, row_lpd
 from hbnn.pipeline.variants import BY_NAME
 from hbnn.report import plots
 from hbnn.report.inputs import load_vars
@@ -148,12 +148,15 @@ def mean_test_probabilities(post: xr.Dataset, specs: Sequence[LayerSpec], activa
 class ModelOutputs:
     """What the report takes from one model's trace: its surface pages ``{file name: png}`` (none with a single
     feature), the draws they used, its reliability table on the pooled test rows (classifiers only, else
-    ``None``) and its PSIS-LOO (``None`` without a ``log_likelihood`` group)."""
+    ``None``), its PSIS-LOO (``None`` without a ``log_likelihood`` group) and the log predictive density of each
+    test row in the tasks' group-sorted test order (:func:`hbnn.pipeline.transfer.row_lpd`), which the report's
+    first line compares paired across models."""
 
     pages: dict[str, bytes]
     used_draws: int
     calibration: dict | None
     loo: Any
+    row_lpd: np.ndarray
 
 
 def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activation: str, tasks: Tasks,
@@ -163,8 +166,9 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activati
     worker processes (:func:`all_model_outputs`)."""
     idata = load_trace(path, variant, groups=(), params=params, only=("posterior", "log_likelihood"),
                        stage=BY_NAME[variant].stage)
+    lik = likelihoods.get(tasks.likelihood)
     try:
-        post = load_vars(idata, [s.var for s in specs])
+        post = load_vars(idata, [s.var for s in specs] + ([lik.extra] if lik.extra else []))
         loo = None
         if "log_likelihood" in idata.groups():
             loo = evaluation.psis_loo(idata.log_likelihood["y"].transpose("chain", "draw", "obs").values)
@@ -178,7 +182,10 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activati
     if likelihoods.get(tasks.likelihood).classifier:
         test = tasks.split("test")
         calibration = reliability(mean_test_probabilities(post, specs, activation, tasks.group_names, test), test.y)
-    return ModelOutputs(pages, used, calibration, loo)
+    names = tasks.group_names
+    test_draws = evaluate_groups(tasks, lambda g: group_weights(post, specs, names[g]), activation, ("test",),
+                                 noise_of=lambda g: group_extra(post, lik.extra, names[g]))["test"]
+    return ModelOutputs(pages, used, calibration, loo, row_lpd(lik, test_draws))
 
 
 def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], activation: str, tasks: Tasks,

@@ -139,7 +139,18 @@ def on_moons(data: dict[str, Any]) -> bool:
     return data.get("data.source") != "table"
 
 
-def _accuracy_section(metrics: dict[str, dict], data: dict[str, Any], model: dict[str, Any] | None = None) -> Section:
+def _baseline_rows(baselines: dict | None) -> list[tuple[str, dict]]:
+    """``(label, detail metrics)`` of each baseline model (:mod:`hbnn.pipeline.stages.baselines`), none without."""
+    from hbnn.pipeline.stages.baselines import LABELS as BASELINE_LABELS
+    from hbnn.pipeline.stages.baselines import MODELS as BASELINE_MODELS
+
+    return [] if baselines is None else [(f"{BASELINE_LABELS[m]} (baseline)", baselines[m]) for m in BASELINE_MODELS]
+
+
+def _accuracy_section(metrics: dict[str, dict], data: dict[str, Any], model: dict[str, Any] | None = None,
+                      baselines: dict | None = None) -> Section:
+    """The accuracy table of the three BNNs and, with ``baselines`` (the baselines stage's detail metrics), the
+    scikit-learn baselines scored on the same rows."""
     references = REFERENCES if on_moons(data) else {}
     header = ["Model", "Train %", "Test %", "Test log loss", "Test Brier",
               *[f"{r} (train / test %)" for r in references]]
@@ -149,11 +160,17 @@ def _accuracy_section(metrics: dict[str, dict], data: dict[str, Any], model: dic
         refs = [f"{r[v][0]:.2f} / {r[v][1]:.2f}" if r[v] else "not done" for r in references.values()]
         rows.append([LABELS[v], pct(lookup(m, "train", "accuracy")), pct(lookup(m, "test", "accuracy")),
                      fmt(lookup(m, "test", "log_loss")), fmt(lookup(m, "test", "brier")), *refs])
+    for label, m in _baseline_rows(baselines):
+        rows.append([label, pct(lookup(m, "train", "accuracy")), pct(lookup(m, "test", "accuracy")),
+                     fmt(lookup(m, "test", "log_loss")), fmt(lookup(m, "test", "brier")), *["-"] * len(references)])
     return Section(
         "Accuracy",
         "accuracy thresholds the posterior-mean probability at 0.5, pooled over all groups' rows; log loss and Brier "
         "score (lower is better) use the same mean probability. Train accuracy is on the rows each model was fit "
         "to, test accuracy on held-out rows of the same groups."
+        + (" The baselines are scikit-learn models fitted to the same training rows (stage baselines: a pooled "
+           "logistic regression, one with group effects, one per group, and gradient boosting with the group as a "
+           "feature), scored the same way on the same test rows." if baselines is not None else "")
         + (" The last columns are the numbers printed by the seed notebooks." if references else ""),
         [_reference_note(data, model), Table(header, rows),
          Figure("accuracy.png", "Train and test accuracy of this run (filled)"
@@ -161,19 +178,23 @@ def _accuracy_section(metrics: dict[str, dict], data: dict[str, Any], model: dic
     )
 
 
-def _scores_section(metrics: dict[str, dict]) -> Section:
+def _scores_section(metrics: dict[str, dict], baselines: dict | None = None) -> Section:
     """The counterpart of the accuracy section for likelihoods scored by RMSE, lpd and coverage (no reference
-    numbers exist for them)."""
+    numbers exist for them), with the baselines' rows where ``baselines`` (their detail metrics) is given."""
     header = ["Model", "Train RMSE", "Test RMSE", "Test lpd", "Test 94% coverage", "Train 94% coverage"]
-    rows = [[LABELS[v], fmt(lookup(metrics[v], "train", "rmse"), ".4g"), fmt(lookup(metrics[v], "test", "rmse"), ".4g"),
-             fmt(lookup(metrics[v], "test", "lpd")), pct(lookup(metrics[v], "test", "coverage_94")),
-             pct(lookup(metrics[v], "train", "coverage_94"))] for v in MODELS]
+    models = [(LABELS[v], metrics[v]) for v in MODELS] + _baseline_rows(baselines)
+    rows = [[label, fmt(lookup(m, "train", "rmse"), ".4g"), fmt(lookup(m, "test", "rmse"), ".4g"),
+             fmt(lookup(m, "test", "lpd")), pct(lookup(m, "test", "coverage_94")),
+             pct(lookup(m, "train", "coverage_94"))] for label, m in models]
     return Section(
         "Scores",
         "RMSE (lower is better) of the posterior-mean prediction in the label's units, pooled over all groups' rows; "
         "lpd is the mean log predictive density of the test rows (higher is better; it rewards honest "
         "uncertainty); coverage is the percentage of rows inside their central 94% posterior predictive interval "
-        "(noise included), which should be close to 94.",
+        "(noise included), which should be close to 94."
+        + (" The baselines are scikit-learn models fitted to the same training rows (stage baselines), with a normal "
+           "predictive (the training residuals' sd) for real labels and a Poisson one for counts."
+           if baselines is not None else ""),
         [Table(header, rows)],
     )
 

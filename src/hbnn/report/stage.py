@@ -15,6 +15,7 @@ from hbnn.model import likelihoods
 from hbnn.model.network import has_bias
 from hbnn.model.prior import load_prior
 from hbnn.pipeline import budget
+from hbnn.pipeline.stages.baselines import LABELS as BASELINE_LABELS
 from hbnn.pipeline.variants import BY_NAME
 from hbnn.report import plots
 from hbnn.report.document import render_html, render_markdown
@@ -59,6 +60,7 @@ from hbnn.report.sections import (
 )
 from hbnn.report.status import _diagnostics_section, _status_section
 from hbnn.report.transfer_section import _transfer_section
+from hbnn.report.winner import baseline_rows, read_baselines, winner_line
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,7 @@ def report(
     lik = likelihoods.get(tasks.likelihood)
     names = tasks.group_names
     metrics, prior_metrics, transfer_metrics = read_metrics(metrics_dir, timings_dir, names, lik.score)
+    baselines = read_baselines(metrics_dir, params)
     paths = {"flat": flat_trace, "hierarchical": hier_trace, "informed": informed_trace}
     traces = open_traces(paths, params)
     try:
@@ -144,6 +147,7 @@ def report(
         else:
             accuracy = _per_group_values(metrics, names, "test", "accuracy")
             scored = _metrics_figures(metrics, names, accuracy, on_moons(data))
+        base_rows = {} if baselines is None else baseline_rows(tasks, params, baselines, metrics_dir)
         models = wait_for_models()
     figures = {name: png for v in MODELS for name, png in models[v].pages.items()}
     figures.update(later)
@@ -166,10 +170,10 @@ def report(
     status = _status_section(metrics, names, sd_vars, transfer_metrics, settings, drawn)
     figures.update(scored)
     if not lik.classifier:
-        sections = [status, _scores_section(metrics), _per_group_rmse_section(len(names))]
+        sections = [status, _scores_section(metrics, baselines), _per_group_rmse_section(len(names))]
     else:
         figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
-        sections = [status, _accuracy_section(metrics, data, model_settings(settings)),
+        sections = [status, _accuracy_section(metrics, data, model_settings(settings), baselines),
                     _per_group_section(len(names)),
                     _calibration_section()]
     if tasks.n_features < 2:
@@ -180,7 +184,9 @@ def report(
         sections += _surface_sections(surface_files, rp, used_draws, tasks, moons=on_moons(data))
 
     title = "Hierarchical Bayesian neural networks: report"
-    intro = _intro(tasks, specs, settings, used_draws, drawn)
+    rows = {LABELS[v]: models[v].row_lpd for v in MODELS} | {BASELINE_LABELS[m]: r for m, r in base_rows.items()}
+    intro = [winner_line(lik, rows, [] if baselines is not None else ["the baselines (no metrics/baselines.json)"]),
+             *_intro(tasks, specs, settings, used_draws, drawn)]
     if losses:
         sections.append(_loss_section(losses))
     sections += [

@@ -1,0 +1,93 @@
+"""The report's first line: which model (a BNN or a baseline) scores best on the test rows, and by how many
+standard errors over the runner-up, paired over the same rows.
+
+The score is the proper one every model has: the log predictive density of each test row
+(:func:`hbnn.pipeline.transfer.row_lpd`), reported as the log loss (its negative mean) for 0/1 labels and as the
+lpd for the others, as the metrics name them. The BNNs' rows come from their posterior draws, the baselines'
+(:mod:`hbnn.pipeline.stages.baselines`) from refitting them on the same tasks, which is checked against
+``metrics/baselines.json`` so that the line never mixes a stale file with new fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from hbnn.config import Params
+from hbnn.data.tasks import Tasks
+from hbnn.errors import InputError
+from hbnn.files.io import as_builtin, check_made_by, detail_path
+from hbnn.model import likelihoods
+from hbnn.pipeline.transfer import paired_difference, row_lpd
+from hbnn.report.document import Para
+from hbnn.report.inputs import read_json
+
+BASELINES_FILE = "baselines.json"  # metrics/<this>: the baselines stage's headline metrics
+
+
+def score_name(lik: likelihoods.Likelihood) -> str:
+    """The headline proper score of ``lik``'s models: ``log loss`` (lower is better) or ``lpd`` (higher)."""
+    return "log loss" if lik.classifier else "lpd"
+
+
+def shown(lik: likelihoods.Likelihood, mean_lpd: float) -> float:
+    """A mean row lpd as :func:`score_name` reports it."""
+    return -mean_lpd if lik.classifier else mean_lpd
+
+
+def read_baselines(metrics_dir: Path, params: Params) -> dict | None:
+    """The baselines stage's detail metrics beside ``metrics_dir/baselines.json`` (per model ``train``, ``test``,
+    ``per_group``), checked to be that stage's with these params; ``None`` where the stage has not run."""
+    path = metrics_dir / BASELINES_FILE
+    if not path.exists():
+        return None
+    detail_file = detail_path(path)
+    detail = read_json(detail_file, "baselines detail metrics")
+    check_made_by(detail, detail_file, "baselines", params)
+    return detail
+
+
+def baseline_rows(tasks: Tasks, params: Params, detail: dict, metrics_dir: Path) -> dict[str, np.ndarray]:
+    """Each baseline's test-row lpd in the tasks' group-sorted test order, from refitting the baselines.
+
+    Raises :class:`InputError` where the test scores of ``detail`` (:func:`read_baselines`) differ from the
+    refitted models' (a stale or edited file).
+    """
+    from hbnn.pipeline.stages import baselines
+
+    preds = baselines.all_predictions(tasks, params)
+    scored = as_builtin(baselines.score_models(tasks, {m: {"test": p["test"]} for m, p in preds.items()}))
+    lik = baselines.scoring_likelihood(tasks.likelihood)
+    for model in baselines.MODELS:
+        found = detail[model].get("test") if isinstance(detail.get(model), dict) else None
+        if found != scored[model]["test"]:
+            raise InputError(f"{detail_path(metrics_dir / BASELINES_FILE)}: the test scores of {model} are not those "
+                             f"of its refit on these tasks ({found} against {scored[model]['test']}); rerun the "
+                             "baselines stage (dvc repro)")
+    return {model: row_lpd(lik, preds[model]["test"]) for model in baselines.MODELS}
+
+
+def winner_line(lik: likelihoods.Likelihood, rows: dict[str, np.ndarray], missing: Sequence[str] = ()) -> Para:
+    """One sentence: the model of ``rows`` (test-row lpd per model name, the same rows in the same order) with the best
+    mean, its score and the runner-up's (:func:`score_name`), and the paired difference in standard errors
+    (:func:`hbnn.pipeline.transfer.paired_difference`: mean / (sd / sqrt(n)) of the per-row differences).
+    ``missing`` names models not compared (said at the end)."""
+    ranked = sorted(rows, key=lambda m: -float(np.mean(rows[m])))
+    name = score_name(lik)
+    better = "lower" if lik.classifier else "higher"
+    best = ranked[0]
+    text = (f"Best on the test rows by {name} ({better} is better): {best} "
+            f"({shown(lik, float(np.mean(rows[best]))):.4f}")
+    if len(ranked) > 1:
+        second = ranked[1]
+        d = paired_difference(rows[best], rows[second])
+        z = d["mean"] / d["se"] if d["se"] > 0 else float("inf")
+        text += (f"), ahead of {second} ({shown(lik, float(np.mean(rows[second]))):.4f}) by "
+                 f"{z:.1f} standard errors of the per-row difference, paired over the {d['n']} test rows.")
+    else:
+        text += ")."
+    if missing:
+        text += f" Not compared: {', '.join(missing)}."
+    return Para(text)

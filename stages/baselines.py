@@ -1,0 +1,14 @@
+"""DVC stage `baselines`: see `hbnn.pipeline.stages.baselines`."""
+
+import _checkout  # noqa: F401 - first: this checkout's src/ before any installed hbnn
+
+from hbnn.errors import exit_stage, interrupts_reported
+
+PATHS = ["tasks_path", "metrics_out"]
+
+if __name__ == "__main__":
+    with interrupts_reported(exit_now=True):  # an interrupt while the libraries load ends without a traceback too
+        from hbnn.pipeline.runner import run_stage
+        from hbnn.pipeline.stages.baselines import baselines
+
+        exit_stage(run_stage(__doc__, PATHS, baselines))

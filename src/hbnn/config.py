@@ -56,7 +56,7 @@ MAX_SEED = 2**32 - 1  # NumPy's legacy RandomState (the moons data) takes seeds 
 HIERARCHICAL_FITS = ("fit_hier", "transfer_hier")  # fits that take hier_sampler (hbnn.pipeline.variants.FITS)
 
 
-# The convergence bar (DESIGN.md, Stan/ArviZ practice) every reported quantity is judged against
+# The convergence bar (Stan's and ArviZ's practice) every reported quantity is judged against
 # (hbnn.diagnostics.evaluation); here so that check_params can hold the settings against it without loading the
 # evaluation's imports.
 RHAT_MAX = 1.01
@@ -66,8 +66,6 @@ ESS_MIN = 400
 
 
 DIVERGENT_SHARE_MAX = 0.001  # of a fit's draws
-
-
 
 
 class ConfigError(ValueError):
@@ -284,26 +282,16 @@ class SamplerParams:
 
 
 # The per-group fits' defaults (flat, informed, transfer): a group whose 1000 draws per chain miss the bar is fitted
-# again longer and thinned (max_draws), instead of reported not converged. 500 draws would pass the bar in 17 of 18
-# groups on the default data for ~30% fewer gradients, but leave PSIS-LOO with 27 rows of high Pareto k instead of 9
-# in the informed model (benchmarks/FINDINGS.md, "Per-group fits drawn again where they miss the bar").
-# A group that diverges past the bar is fitted again at target_accept 0.97 (refit_target_accept).
+# again longer and thinned (max_draws) rather than reported not converged, and one that diverges past the bar is
+# fitted again at target_accept 0.97 (benchmarks/FINDINGS.md, "Per-group fits drawn again where they miss the bar").
 SAMPLER = SamplerParams(draws=1000, max_draws=4000, refit_target_accept=0.97)
 
 
-# The hierarchical fit's defaults, chosen by measurement (benchmarks/FINDINGS.md, "Converged defaults" and
-# "A hand-written log density"): nutpie with the model's hand-written log density and a Stan-style diagonal mass
-# matrix runs NumPyro's trajectory lengths at about half its time per leapfrog step; the slowest groups'
-# test-point probabilities need 1000-4000 draws per chain for ESS 400 (by seed), so the fit draws 500, then
-# looks again where the smallest ESS extrapolates to the bar (at most 20% of the draws so far or 500 further) until
-# every group meets it (at most 5000): fixed blocks of 1000 kept 3000 draws of a default run where 2500 met it, on
-# average half a block (~35 s here) past the bar (benchmarks/FINDINGS.md, "Looking again where the ESS
-# extrapolates" and "Looks at most 20% further"). target_accept 0.98: at sampler seeds 1-8 the slower chain ran
-# 0.81-2.02 million leapfrog steps to the bar against 1.43 to more than 2.57 at 0.99 (fewer at 7 of 8; step sizes
-# 0.0064-0.0101 against 0.0056-0.0081, so both chains mostly stop at 511 steps a draw), with 1 divergence in all
-# (benchmarks/FINDINGS.md, "target_accept 0.98 again and shorter tuning for the held-out fit"). 0.99 had been the
-# default since one earlier run at 0.98 (another kernel) ended with a chain with 8 divergences in 3000 draws, past
-# the bar's 0.1%: a fit that would stop so now starts its chains again instead (inference.restart_reason).
+# The hierarchical fit's defaults, chosen by measurement (benchmarks/FINDINGS.md, "Converged defaults", "A
+# hand-written log density", "Looking again where the ESS extrapolates", "target_accept 0.98 again and shorter tuning
+# for the held-out fit"): nutpie on the hand-written density with a Stan-style diagonal mass matrix; 500 draws, then
+# looks again where the smallest ESS extrapolates to the bar, up to 5000; target_accept 0.98 reaches the bar in fewer
+# leapfrog steps than 0.99 at most data seeds, and chains that diverge past the bar start again (restarts).
 HIER_SAMPLER = SamplerParams(backend="nutpie", chains=2, tune=1000, draws=500, target_accept=0.98,
                              mass_matrix="diag_stan", max_draws=5000, restarts=2)
 

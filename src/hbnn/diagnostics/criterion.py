@@ -1,4 +1,4 @@
-"""The convergence criterion (DESIGN.md, Stan and ArviZ practice) applied to a fit: rank-normalised split R-hat
+"""The convergence criterion (Stan and ArviZ practice) applied to a fit: rank-normalised split R-hat
 and bulk ESS of every group's test-point quantities and of the group sds, divergences within 0.1% of the
 draws, and what a fit's draws so far still miss (:class:`Shortfall`, judged at each look of run-length
 control). Convergence is judged in function space, because weight space is symmetric under hidden-unit

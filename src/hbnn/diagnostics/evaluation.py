@@ -95,7 +95,7 @@ def fit_metrics(
     test_diagnostics: dict[str, dict[str, float]] | None = None,
     thinned: dict[str, dict] | None = None,
 ) -> dict:
-    """Metrics dict for a fit stage (keys per DESIGN.md; the scores are the likelihood's).
+    """Metrics dict for a fit stage (the scores are the likelihood's).
 
     Pooled scores use every row of a split; ``per_group`` is keyed by group name.
     Sampling diagnostics are in function space on test points (per group), with
@@ -202,7 +202,7 @@ HEADLINE_LOO = ("elpd", "se", "p_loo", "n_bad_k")
 
 
 def headline(metrics: dict, score: str) -> dict:
-    """The keys of :func:`fit_metrics` that ``metrics/<model>.json`` holds (DESIGN.md's headline keys).
+    """The keys of :func:`fit_metrics` that ``metrics/<model>.json`` holds (the headline keys).
 
     ``dvc exp show`` makes one column per key, so the declared metrics file holds
     the headline score of the training rows, every score of the test rows, the

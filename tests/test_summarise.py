@@ -118,6 +118,40 @@ def test_headline_is_one_row_per_run_with_each_models_headline_numbers():
     assert header[1:5] == ["flat:rmse", "flat:lpd", "flat:elpd", "flat:nc"] and "informed:elpd" not in header
 
 
+def test_headline_fits_160_columns_whatever_the_experiments_differ_in():
+    """Experiments differing in data.*, model.* and sampler.* settings, classifiers beside regressions: the table
+    is cut into blocks of whole models, the params that differ are listed under it, and no line passes 160."""
+    runs = [_models("a" * 40, "main", 31, 18)]
+    exps = []
+    for i in range(6):
+        rev = _models(f"{i}" * 40, f"table-experiment-{i}", 31 + i, 18 + i, regression=i % 2 == 1)
+        rev["data"]["params"]["params.yaml"]["data"].update({
+            "data": {"source": "table", "path": f"data/examples/some/long/path/table_{i}.parquet",
+                     "features": [f"feature_with_a_long_name_{k}" for k in range(i + 3)], "label": "y",
+                     "group": "site", "split": "", "standardize": True},
+            "model": {"hidden_layers": [8] * (i + 1), "likelihood": "gaussian" if i % 2 else "bernoulli",
+                      "bias": bool(i % 3), "noise_sd": 0.5 + i},
+            "sampler": {"draws": 1000 + 100 * i, "tune": 300 + i, "target_accept": 0.9 + i / 100}})
+        exps.append({"revs": [rev]})
+    runs[0]["experiments"] = exps
+    header, rows = summarise.headline(summarise.replicates(runs)[0])
+    text = summarise.aligned(header, rows)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 160, max(lines, key=len)
+    assert len(rows[1][-1]) > 160  # the params alone would have run past the width
+    legend = text.split("params that differ:\n")[1]
+    assert [line.split()[0] for line in legend.splitlines() if not line.startswith("      ")] == \
+        [f"{r[0]}:" for r in rows]
+    assert "model.likelihood=\"gaussian\"" in legend.replace("\n      ", " ")
+    narrow = summarise.aligned(header, rows, width=80)  # narrower than the three models' columns: blocks
+    assert max(map(len, narrow.splitlines())) <= 80
+    blocks = narrow.split("params that differ:\n")[0].strip("\n").split("\n\n")
+    assert len(blocks) == 3
+    for block, model in zip(blocks, summarise.MODELS, strict=True):  # whole models, the experiments in each
+        lines = block.splitlines()
+        assert lines[0].split() == [model] and [line.split()[0] for line in lines[2:]] == [r[0] for r in rows]
+
+
 def test_headline_keeps_each_rows_own_scores_when_likelihoods_are_mixed():
     """A classifier and a regression experiment side by side: each row shows its own scores (before, the
     regression's RMSE and lpd had no column and the row showed '-' under acc and logloss)."""
@@ -140,8 +174,8 @@ def test_the_headline_command_reads_dvc_exp_show_json():
     out = subprocess.run([*cmd, "--csv"], input=runs, capture_output=True, text=True)
     assert out.stdout.splitlines()[0].startswith("experiment,flat:acc,flat:logloss")
     out = subprocess.run(cmd, input=json.dumps(EXP_SHOW), capture_output=True, text=True)  # queued, failed: said
-    assert [line.split()[0] for line in out.stdout.splitlines()[2:]] == ["workspace", "main", "exp-one", "exp-two",
-                                                                        "exp-done"]
+    table = out.stdout.split("\n\n")[0].splitlines()
+    assert [line.split()[0] for line in table[2:]] == ["workspace", "main", "exp-one", "exp-two", "exp-done"]
     assert out.stderr == "left out (not finished or no metrics): exp-failed (no metrics), exp-running (running)\n"
     proc = subprocess.run(cmd, input="{}", capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr

@@ -331,7 +331,7 @@ def headline(reps: Sequence[Replicate]) -> tuple[list[str], list[list[str]]]:
                 if any(name in r.metrics for r in reps):
                     columns.append((f"{model}:{label}", name))
     varied = differing_params(reps)
-    header = ["experiment", *[label for label, _ in columns], "sampling_s", "params that differ"]
+    header = ["experiment", *[label for label, _ in columns], "sampling_s", PARAMS_COLUMN]
     rows = []
     for i, r in enumerate(reps):
         seconds = [v for k, v in r.metrics.items() if k.startswith("timings/") and k.endswith("sampling.seconds")]
@@ -342,25 +342,84 @@ def headline(reps: Sequence[Replicate]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def aligned(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """The table as text: numbers right-aligned, two spaces apart; a ``model:label`` header is split over two
-    lines (the model once, above its columns) so that the three models' columns stay narrow."""
+WIDTH = 160  # a terminal's width for `hbnn headline`: the table is cut into blocks and the params go below it
+PARAMS_COLUMN = "params that differ"
+
+
+def aligned(header: Sequence[str], rows: Sequence[Sequence[str]], width: int = WIDTH) -> str:
+    """The table as text no wider than ``width`` where it can be: numbers right-aligned, two spaces apart; a
+    ``model:label`` header is split over two lines (the model once, above its columns).
+
+    Where the models' columns together are wider than ``width`` (classifier and regression experiments side by
+    side), they are printed in blocks of whole models, each block repeating the experiment column. The params in
+    which the experiments differ (:func:`headline`'s last column) are listed under the table, one experiment a
+    line, wrapped at ``width``.
+
+    Parameters
+    ----------
+    header : sequence of str
+        :func:`headline`'s header.
+    rows : sequence of sequence of str
+        Its rows.
+    width : int, default :data:`WIDTH`
+        The most characters a line should take.
+
+    Returns
+    -------
+    str
+        The table's lines, then the params legend where any params differ.
+    """
+    import textwrap
+
+    header, rows = list(header), [[_plain(c) for c in row] for row in rows]
+    legend = []
+    if header and header[-1] == PARAMS_COLUMN:
+        legend = [(row[0], row[-1]) for row in rows if row[-1] != "-"]
+        header, rows = header[:-1], [row[:-1] for row in rows]
     tops, labels = [], []
     for name in header:
         top, _, label = name.rpartition(":")
-        tops.append(top if top not in tops else "")
+        tops.append(top)
         labels.append(label)
-    table = [tops, labels, *([_plain(c) for c in row] for row in rows)]
+    table = [labels, *rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    last = len(header) - 1
+    # columns in groups of one model each (a column without a model is a group of its own), packed into blocks
+    groups: list[list[int]] = []
+    for i in range(1, len(header)):
+        if groups and tops[i] and tops[i] == tops[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    blocks: list[list[int]] = [[]]
+    used = widths[0] if header else 0
+    for group in groups:
+        need = sum(widths[i] + 2 for i in group)
+        if blocks[-1] and used + need > width:
+            blocks.append([])
+            used = widths[0]
+        blocks[-1].extend(group)
+        used += need
 
-    def line(row: list[str], left: bool = False) -> str:
-        cells = [c.ljust(w) if left or i in (0, last) else c.rjust(w)
-                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-        return "  ".join(cells).rstrip()
+    def line(cells: list[str], columns: list[int], left: bool = False) -> str:
+        return "  ".join(cells[i].ljust(widths[i]) if left or i == 0 else cells[i].rjust(widths[i])
+                         for i in columns).rstrip()
 
-    lines = [line(tops, left=True)] if any(tops) else []
-    return "\n".join([*lines, *(line(row) for row in table[1:])]) + "\n"
+    firsts = {group[0] for group in groups}  # a model's name stands over its first column
+    out = []
+    for n, block in enumerate(blocks):
+        columns = [0, *block] if header else []
+        if n:
+            out.append("")
+        top_cells = [tops[i] if i in firsts else "" for i in range(len(header))]
+        if any(top_cells[i] for i in columns):
+            out.append(line(top_cells, columns, left=True))
+        out.extend(line(row, columns) for row in table)
+    if legend:
+        out.extend(["", f"{PARAMS_COLUMN}:"])
+        for name, changed in legend:
+            out.extend(textwrap.wrap(f"{name}: {changed}", width, initial_indent="  ", subsequent_indent="      ",
+                                     break_on_hyphens=False))
+    return "\n".join(out) + "\n"
 
 
 def headline_csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -112,6 +112,17 @@ def test_winner_line_names_the_best_model_and_its_paired_standard_errors():
     assert f"{paired_difference(rows['B'], rows['C'])['mean'] / paired_difference(rows['B'], rows['C'])['se']:.1f}" \
         in text
     assert "by lpd (higher is better): B" in winner_line(likelihoods.get("gaussian"), rows).text
+    assert "The best" not in text  # no baselines named: nothing more to say
+    # B and C are BNNs, A a baseline: the line also says how far the best plain model is behind
+    both = winner_line(lik, rows, baselines=["A"]).text
+    d = rows["B"] - rows["A"]
+    z = d.mean() / (d.std(ddof=1) / np.sqrt(d.size))
+    assert both.endswith(f" The best plain model (baseline), A ({-rows['A'].mean():.4f}), is {z:.1f} standard "
+                         "errors behind.")
+    # the runner-up already of the other kind: nothing added
+    assert "The best" not in winner_line(lik, rows, baselines=["C"]).text
+    # a baseline best and another baseline second: the best BNN is named
+    assert "The best BNN, A (" in winner_line(lik, rows, baselines=["B", "C"]).text
 
 
 def test_missing_tasks_file_is_one_error_line(tmp_path, monkeypatch, capsys):

@@ -185,7 +185,8 @@ def report(
 
     title = "Hierarchical Bayesian neural networks: report"
     rows = {LABELS[v]: models[v].row_lpd for v in MODELS} | {BASELINE_LABELS[m]: r for m, r in base_rows.items()}
-    intro = [winner_line(lik, rows, [] if baselines is not None else ["the baselines (no metrics/baselines.json)"]),
+    intro = [winner_line(lik, rows, [] if baselines is not None else ["the baselines (no metrics/baselines.json)"],
+                         [BASELINE_LABELS[m] for m in base_rows]),
              *_intro(tasks, specs, settings, used_draws, drawn)]
     if losses:
         sections.append(_loss_section(losses))

@@ -69,11 +69,37 @@ def baseline_rows(tasks: Tasks, params: Params, detail: dict, metrics_dir: Path)
     return {model: row_lpd(lik, preds[model]["test"]) for model in baselines.MODELS}
 
 
-def winner_line(lik: likelihoods.Likelihood, rows: dict[str, np.ndarray], missing: Sequence[str] = ()) -> Para:
-    """One sentence: the model of ``rows`` (test-row lpd per model name, the same rows in the same order) with the best
-    mean, its score and the runner-up's (:func:`score_name`), and the paired difference in standard errors
-    (:func:`hbnn.pipeline.transfer.paired_difference`: mean / (sd / sqrt(n)) of the per-row differences).
-    ``missing`` names models not compared (said at the end)."""
+def _versus(lik: likelihoods.Likelihood, rows: dict[str, np.ndarray], best: str, other: str) -> tuple[str, float]:
+    """``other`` with its score, and how many standard errors of the paired per-row difference it is behind
+    ``best``."""
+    d = paired_difference(rows[best], rows[other])
+    z = d["mean"] / d["se"] if d["se"] > 0 else float("inf")
+    return f"{other} ({shown(lik, float(np.mean(rows[other]))):.4f})", z
+
+
+def winner_line(lik: likelihoods.Likelihood, rows: dict[str, np.ndarray], missing: Sequence[str] = (),
+                baselines: Sequence[str] = ()) -> Para:
+    """One sentence: which model is best on the test rows, and by how much.
+
+    Parameters
+    ----------
+    lik : Likelihood
+        The tasks' likelihood, which names the score (:func:`score_name`).
+    rows : dict of str to numpy.ndarray
+        Test-row lpd per model name, the same rows in the same order.
+    missing : sequence of str, optional
+        Models not compared (said at the end).
+    baselines : sequence of str, optional
+        Which names of ``rows`` are baselines. Where the runner-up is of the same kind as the best (two BNNs, or two
+        baselines), the best of the other kind is named too, so the line always says how the BNNs stand against
+        the plain models.
+
+    Returns
+    -------
+    Para
+        The model with the best mean, its score and the runner-up's, and the paired difference in standard errors
+        (:func:`hbnn.pipeline.transfer.paired_difference`: mean / (sd / sqrt(n)) of the per-row differences).
+    """
     ranked = sorted(rows, key=lambda m: -float(np.mean(rows[m])))
     name = score_name(lik)
     better = "lower" if lik.classifier else "higher"
@@ -82,10 +108,16 @@ def winner_line(lik: likelihoods.Likelihood, rows: dict[str, np.ndarray], missin
             f"({shown(lik, float(np.mean(rows[best]))):.4f}")
     if len(ranked) > 1:
         second = ranked[1]
-        d = paired_difference(rows[best], rows[second])
-        z = d["mean"] / d["se"] if d["se"] > 0 else float("inf")
-        text += (f"), ahead of {second} ({shown(lik, float(np.mean(rows[second]))):.4f}) by "
-                 f"{z:.1f} standard errors of the per-row difference, paired over the {d['n']} test rows.")
+        n = paired_difference(rows[best], rows[second])["n"]
+        runner_up, z = _versus(lik, rows, best, second)
+        text += (f"), ahead of {runner_up} by {z:.1f} standard errors of the per-row difference, paired over the {n} "
+                 "test rows.")
+        kind = best in baselines
+        others = [m for m in ranked[2:] if (m in baselines) != kind] if (second in baselines) == kind else []
+        if others:
+            what = "BNN" if kind else "plain model (baseline)"
+            other, z = _versus(lik, rows, best, others[0])
+            text += f" The best {what}, {other}, is {z:.1f} standard errors behind."
     else:
         text += ")."
     if missing:

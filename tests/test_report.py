@@ -979,3 +979,13 @@ def test_status_says_which_groups_were_fitted_again_at_a_higher_target_accept():
             "more often than the bar allows was fitted again from its seed with smaller steps): Informed prior, group "
             "b: 3 divergences in 2000 transitions, then 0 in 2000 at target_accept 0.97."
             ) in text(metrics)
+
+
+def test_prose_columns_of_a_table_are_left_aligned_and_numbers_right():
+    from hbnn.report.document import Section, Table, render_html, render_markdown
+
+    section = [Section("T", "h", [Table(["model", "how", "n"], [["flat", "two words", "3"]], text_columns=(1,))])]
+    html = render_html("t", [], section, {})
+    assert '<th style="text-align: left">how</th>' in html and '<td style="text-align: left">two words</td>' in html
+    assert "<td>3</td>" in html
+    assert "|---|---|---:|" in render_markdown("t", [], section)

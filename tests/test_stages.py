@@ -183,6 +183,13 @@ def test_report_opens_with_the_best_model_and_shows_the_baselines(pipeline):
     assert f"| {baselines['gradient_boosting']['test']['log_loss']:.3f} |" in row
     html = (pipeline / "reports" / "report.html").read_text()
     assert html.index("Best on the test rows by log loss") < html.index("Status: can the inference be trusted?")
+    # the settings are a table further down, not a paragraph above the status box
+    assert not any(line.startswith("Sampling:") for line in lines)
+    assert html.index("Status: can the inference be trusted?") < html.index("Sampling settings")
+    start = lines.index("## Sampling settings")
+    settings = lines[start:next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))]
+    assert [line.split(" | ")[0] for line in settings if line.startswith("| ")][1:] == ["| Flat", "| Hierarchical",
+                                                                                      "| Informed prior"]
 
 
 def test_report_outputs(pipeline):

@@ -68,6 +68,7 @@ class Heading:
 class Table:
     header: Sequence[str]
     rows: Sequence[Sequence[str]]
+    text_columns: Sequence[int] = ()  # columns of prose, left-aligned (the first always is; the rest: numbers)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,8 @@ def render_markdown(title: str, intro: Sequence[Para], sections: Sequence[Sectio
                 out += [f"{m(b.text, block=True)} {links}", ""]
             elif isinstance(b, Table):
                 out.append("| " + " | ".join(m(h) for h in b.header) + " |")
-                out.append("|" + "|".join(["---"] + ["---:"] * (len(b.header) - 1)) + "|")
+                out.append("|" + "|".join("---" if i == 0 or i in b.text_columns else "---:"
+                                          for i in range(len(b.header))) + "|")
                 out += ["| " + " | ".join(m(c) for c in row) + " |" for row in b.rows]
                 out.append("")
             else:
@@ -187,9 +189,12 @@ def render_html(title: str, intro: Sequence[Para], sections: Sequence[Section], 
                                   for n, label in zip(b.names, b.labels, strict=True))
                 out.append(f"<p>{e(b.text)} {links}</p>")
             elif isinstance(b, Table):
-                out.append("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in b.header) + "</tr></thead>")
+                left = ' style="text-align: left"'
+                out.append("<table><thead><tr>" + "".join(f"<th{left if i in b.text_columns else ''}>{e(h)}</th>"
+                                                          for i, h in enumerate(b.header)) + "</tr></thead>")
                 out.append("<tbody>")
-                out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in b.rows]
+                out += ["<tr>" + "".join(f"<td{left if i in b.text_columns else ''}>{e(c)}</td>"
+                                         for i, c in enumerate(row)) + "</tr>" for row in b.rows]
                 out.append("</tbody></table>")
             else:
                 png = figures[b.name]

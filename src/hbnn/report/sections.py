@@ -27,8 +27,7 @@ from hbnn.report.numbers import (
 )
 
 
-def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str, int],
-           drawn: dict[str, int] | None = None) -> list:
+def _intro(tasks: Tasks, specs, settings: dict[str, dict]) -> list:
     hidden = [s.shape[-1] for s in specs[:-1]]
     activation = next(iter(settings.values()), {}).get("activation", "tanh")  # the traces agree (trace_network)
     if has_bias(specs):
@@ -53,13 +52,21 @@ def _intro(tasks: Tasks, specs, settings: dict[str, dict], used_draws: dict[str,
                 "Hierarchical: one model over all groups, w[g] = mu + sd * z[g] per layer (non-centred). "
                 f"Informed prior: an independent {unit} per group with a multivariate-normal prior per layer fitted "
                 "to new-group draws of the hierarchical posterior.")]
-    runs = []
+    return out
+
+
+def _settings_section(settings: dict[str, dict], used_draws: dict[str, int], drawn: dict[str, int] | None = None
+                      ) -> Section:
+    """How each model was sampled (:func:`_run_description`) and how many draws its surfaces use, one row a model."""
+    rows = []
     for v in MODELS:
         s = settings[v].get("sampler", {})
-        runs.append(f"{LABELS[v]}: {_run_description(s, (drawn or {}).get(v), BY_NAME[v].has_group_distribution)}; "
-                    + (f"surfaces use {used_draws[v]} draws" if used_draws[v] else "no surfaces"))
-    out.append(Para("Sampling: " + "; ".join(runs) + "."))
-    return out
+        rows.append([LABELS[v], _run_description(s, (drawn or {}).get(v), BY_NAME[v].has_group_distribution),
+                     str(used_draws[v]) if used_draws[v] else "no surfaces"])
+    return Section("Sampling settings",
+                   "the sampler settings each model's trace records (sampler and hier_sampler in params.yaml), as "
+                   "they ran: draws per chain kept, and how the fit went on where the draws missed the bar.",
+                   [Table(["Model", "Sampling", "Surface draws"], rows, text_columns=(1,))])
 
 
 def _run_description(s: dict[str, Any], drawn: int | None = None, joint: bool = True) -> str:

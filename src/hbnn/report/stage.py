@@ -54,6 +54,7 @@ from hbnn.report.sections import (
     _per_group_section,
     _regression_surface_sections,
     _scores_section,
+    _settings_section,
     _surface_sections,
     model_settings,
     on_moons,
@@ -187,7 +188,7 @@ def report(
     rows = {LABELS[v]: models[v].row_lpd for v in MODELS} | {BASELINE_LABELS[m]: r for m, r in base_rows.items()}
     intro = [winner_line(lik, rows, [] if baselines is not None else ["the baselines (no metrics/baselines.json)"],
                          [BASELINE_LABELS[m] for m in base_rows]),
-             *_intro(tasks, specs, settings, used_draws, drawn)]
+             *_intro(tasks, specs, settings)]
     if losses:
         sections.append(_loss_section(losses))
     sections += [
@@ -196,6 +197,7 @@ def report(
                              bias=has_bias(specs)),
         _comparison_section(table, bad_k, "Accuracy" if lik.classifier else "Scores"),
         _transfer_section(transfer_metrics, lik),
+        _settings_section(settings, used_draws, drawn),
         _diagnostics_section(metrics, names, sd_vars, list(figures), bfmi, lik, hidden=len(specs) > 1),
     ]
     result = summary(metrics, len(names), lik, loo)

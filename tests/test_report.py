@@ -856,8 +856,16 @@ def test_plot_templates_leave_out_empty_cells():
     import yaml
 
     dvc = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())
-    advi = next(p["advi_loss"] for p in dvc["plots"] if isinstance(p, dict) and "advi_loss" in p)
-    assert advi["template"] == "advi_loss_models"
+    # the plots page shows only charts with data: the ADVI loss, empty on a NUTS run, is the report's (and a
+    # `dvc plots show ... --template advi_loss_models` away)
+    assert not any(isinstance(p, dict) and "advi_loss" in p for p in dvc["plots"])
+    # every line has a legend entry: the population's dashed rule is coloured by model like the refits' lines
+    template = json.loads((plots_dir / "transfer_models.json").read_text())
+    rule, lines = template["layer"]
+    assert rule["mark"]["type"] == "rule" and "color" not in rule["mark"]
+    for layer in (rule, lines):
+        assert layer["encoding"]["color"]["field"] == "model"
+        assert layer["encoding"]["color"]["scale"]["domain"] == ["flat", "informed", "population"]
 
 
 def test_transfer_sizes_that_pool_different_groups_are_flagged():

@@ -629,6 +629,31 @@ print("not reached")
     assert stats.stat().st_size > 0  # (cProfile itself ends with 0 whatever the script's status)
 
 
+def test_an_interrupted_run_never_ends_a_later_run_in_the_same_process():
+    """An interrupt's watchdog waits GRACE_SECONDS for the main thread to stop; a run that stopped by itself and a
+    second run started within that time (tests, a notebook) must not be ended by the first run's watchdog."""
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, sys, time
+from hbnn import errors
+errors.GRACE_SECONDS = 0.5
+try:
+    with errors.interrupts_reported():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+except SystemExit as stop:
+    assert stop.code == 130, stop.code
+with errors.interrupts_reported():
+    time.sleep(1.5)  # past the first run's grace: its watchdog must have let go
+print("second run finished")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout == "second run finished\n", (run.returncode, run.stderr)
+    assert run.stderr == "interrupted: outputs unchanged\n"
+
+
 def test_an_interrupt_before_a_stage_exits_still_ends_it_as_an_interrupt():
     import subprocess
     import sys

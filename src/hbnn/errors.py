@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
@@ -260,7 +259,7 @@ def _exit_within(seconds: float, code: int) -> NoReturn:
     os._exit(code)
 
 
-def _start_watchdog() -> tuple[int, int, int, threading.Thread] | None:
+def _start_watchdog() -> tuple[int, int, int, threading.Thread, threading.Event] | None:
     """A thread that ends the process :data:`GRACE_SECONDS` after Ctrl-C or SIGTERM if the main thread has not by
     then: the signal's number reaches it through ``signal.set_wakeup_fd``, written by Python's C-level handler the
     moment the signal arrives, whatever the main thread is doing. It never ends the process while outputs are being
@@ -274,12 +273,13 @@ def _start_watchdog() -> tuple[int, int, int, threading.Thread] | None:
         os.close(read)
         os.close(write)
         return None
-    thread = threading.Thread(target=_watch, args=(read,), name="hbnn-interrupt-watchdog", daemon=True)
+    ended = threading.Event()  # set when the block ends: its watchdog then never ends a later block's process
+    thread = threading.Thread(target=_watch, args=(read, ended), name="hbnn-interrupt-watchdog", daemon=True)
     thread.start()
-    return read, write, before, thread
+    return read, write, before, thread, ended
 
 
-def _watch(read: int) -> None:
+def _watch(read: int, ended: threading.Event) -> None:
     while True:
         try:
             got = os.read(read, 64)
@@ -289,9 +289,10 @@ def _watch(read: int) -> None:
             return
         if not {signal.SIGINT, signal.SIGTERM} & set(got):
             continue
-        time.sleep(GRACE_SECONDS)
+        if ended.wait(GRACE_SECONDS):  # the main thread stopped by itself meanwhile
+            return
         with _committing:
-            if not _state["active"]:  # the main thread stopped by itself meanwhile
+            if not _state["active"] or ended.is_set():  # ... just now, or a later block is running
                 return
             with _REPORTING:
                 if not _reported:
@@ -300,7 +301,8 @@ def _watch(read: int) -> None:
             os._exit(EXIT_INTERRUPTED)
 
 
-def _stop_watchdog(read: int, write: int, before: int, thread: threading.Thread) -> None:
+def _stop_watchdog(read: int, write: int, before: int, thread: threading.Thread, ended: threading.Event) -> None:
+    ended.set()
     signal.set_wakeup_fd(before)
     os.close(write)  # the watchdog reads the end of the pipe and returns
     if not _received:

@@ -1,4 +1,6 @@
-"""The tasks as the models read them: :class:`Tasks` over the long layout (:mod:`hbnn.data.layout`), its splits
+"""The tasks as the models read them: their splits and the per-group block layout.
+
+:class:`Tasks` reads the long layout (:mod:`hbnn.data.layout`); its splits
 (:class:`Split`) and the per-group block layout (:meth:`Tasks.padded`), which also returns the positions of the real
 rows so that padding never reaches a likelihood; :func:`make_tasks` makes them from moons (:mod:`hbnn.data.moons`)
 or a user's table (:mod:`hbnn.data.tables`), :func:`load_tasks` reads ``data/tasks.nc``.
@@ -25,7 +27,23 @@ log = logging.getLogger(__name__)
 
 
 def make_tasks(params: Params) -> xr.Dataset:
-    """The tasks ``params.data.source`` asks for."""
+    """The tasks ``params.data.source`` asks for: moons or a user's table.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The checked params.
+
+    Returns
+    -------
+    xarray.Dataset
+        The tasks in the long layout.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where a user's table cannot be read or used.
+    """
     if params.data.source == "table":
         return load_table_tasks(params)
     return make_moons_tasks(params)
@@ -33,7 +51,19 @@ def make_tasks(params: Params) -> xr.Dataset:
 
 @dataclass(frozen=True)
 class Split:
-    """One split of the tasks as row-aligned arrays; ``group`` holds integer codes."""
+    """One split of the tasks as row-aligned arrays.
+
+    Parameters
+    ----------
+    X : numpy.ndarray
+        Inputs ``(n, feature)``.
+    y : numpy.ndarray
+        Labels ``(n,)``.
+    group : numpy.ndarray
+        Integer codes ``(n,)`` into :attr:`Tasks.group_names`.
+    obs : numpy.ndarray
+        Row ids ``(n,)`` in the long dataset.
+    """
 
     X: np.ndarray  # (n, feature)
     y: np.ndarray  # (n,)
@@ -41,10 +71,20 @@ class Split:
     obs: np.ndarray  # (n,) row ids in the long dataset
 
     def rows(self, g: int) -> np.ndarray:
-        """Indices (into this split) of group ``g``'s rows, in stored order (read-only).
+        """Indices (into this split) of group ``g``'s rows, in stored order.
 
-        A binary search in the group-sorted codes, so that visiting every group is
-        linear in the rows (a mask per group would be quadratic in the groups).
+        A binary search in the group-sorted codes, so that visiting every group is linear in the rows (a mask
+        per group would be quadratic in the groups).
+
+        Parameters
+        ----------
+        g : int
+            The group's code.
+
+        Returns
+        -------
+        numpy.ndarray
+            The indices, read-only.
         """
         order, codes = self._by_group
         lo, hi = np.searchsorted(codes, [g, g + 1])
@@ -63,9 +103,19 @@ class Split:
 class Padded:
     """Per-group block layout of one split.
 
-    ``X[g, i]`` is group ``g``'s ``i``-th row for ``i < counts[g]``; later rows are
-    zero padding. ``valid`` indexes the real rows in ``X.reshape(-1, D)`` order and
-    ``y`` holds their labels in that same order.
+    Parameters
+    ----------
+    X : numpy.ndarray
+        ``(group, row, feature)``: ``X[g, i]`` is group ``g``'s ``i``-th row for ``i < counts[g]``; later rows
+        are zero padding.
+    y : numpy.ndarray
+        The real rows' labels ``(n_valid,)``, in the order of ``valid``.
+    counts : numpy.ndarray
+        Real rows per group.
+    valid : numpy.ndarray
+        The real rows' positions ``(n_valid,)`` in ``X.reshape(-1, D)`` order.
+    obs : numpy.ndarray
+        The real rows' ids ``(n_valid,)`` in the long dataset.
     """
 
     X: np.ndarray  # (group, row, feature)
@@ -76,11 +126,21 @@ class Padded:
 
     @property
     def is_ragged(self) -> bool:
+        """Whether any group has padding rows."""
         return bool(self.valid.size != self.X.shape[0] * self.X.shape[1])
 
 
 class Tasks:
-    """Read-only view of the long-layout dataset."""
+    """Read-only view of the long-layout dataset.
+
+    Groups are numbered in order of first appearance; the inputs' and labels' training statistics
+    (``x_mean``, ``x_sd``, ``y_mean``, ``y_sd``) are the identity where the file has none (moons data).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The tasks in the long layout (:mod:`hbnn.data.layout`).
+    """
 
     def __init__(self, ds: xr.Dataset):
         self.ds = ds
@@ -91,7 +151,7 @@ class Tasks:
         self.group_codes = codes.astype(np.int64)
         self.features: list[str] = [str(f) for f in ds["feature"].values]
         d = len(self.features)
-        # Files written before the statistics existed hold moons data: the identity.
+        # Files without the statistics hold moons data: the identity.
         self.x_mean = ds["x_mean"].values if "x_mean" in ds else np.zeros(d)
         self.x_sd = ds["x_sd"].values if "x_sd" in ds else np.ones(d)
         self.y_mean = float(ds["y_mean"]) if "y_mean" in ds else 0.0
@@ -101,14 +161,27 @@ class Tasks:
 
     @property
     def n_groups(self) -> int:
+        """The number of groups."""
         return len(self.group_names)
 
     @property
     def n_features(self) -> int:
+        """The number of input features."""
         return len(self.features)
 
     def split(self, which: str) -> Split:
-        """Rows of ``which`` (``"train"`` or ``"test"``), group-sorted, stable within group."""
+        """The rows of one split, group-sorted, stable within group.
+
+        Parameters
+        ----------
+        which : str
+            ``"train"`` or ``"test"``.
+
+        Returns
+        -------
+        Split
+            Its rows.
+        """
         mask = self.ds["split"].values.astype(str) == which
         idx = np.flatnonzero(mask)
         idx = idx[np.argsort(self.group_codes[idx], kind="stable")]
@@ -120,12 +193,34 @@ class Tasks:
         )
 
     def subset(self, groups: Sequence[str]) -> Tasks:
-        """The tasks of ``groups`` only: their rows, in stored order, with the same statistics and attrs."""
+        """The tasks of some groups only: their rows, in stored order, with the same statistics and attrs.
+
+        Parameters
+        ----------
+        groups : sequence of str
+            The groups to keep.
+
+        Returns
+        -------
+        Tasks
+            The subset.
+        """
         keep = np.isin(self.ds["group"].values.astype(str), [str(g) for g in groups])
         return Tasks(self.ds.isel(obs=np.flatnonzero(keep)))
 
     def padded(self, which: str) -> Padded:
-        """Block layout of a split for batched models (see :class:`Padded`)."""
+        """Block layout of a split for batched models.
+
+        Parameters
+        ----------
+        which : str
+            ``"train"`` or ``"test"``.
+
+        Returns
+        -------
+        Padded
+            The split's rows in per-group blocks.
+        """
         s = self.split(which)  # group-sorted: group g's rows are one run, in stored order
         counts = np.bincount(s.group, minlength=self.n_groups)
         width = int(counts.max()) if counts.size else 0
@@ -137,7 +232,28 @@ class Tasks:
 
 
 def load_tasks(path: Path, likelihood: str | None = None, params: Params | None = None) -> Tasks:
-    """Read ``data/tasks.nc``; with ``likelihood``, check the file was made for it, with ``params``, made with them."""
+    """Read and check ``data/tasks.nc``.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The tasks file.
+    likelihood : str or None, optional
+        Given, the file must have been made for this likelihood.
+    params : hbnn.config.Params or None, optional
+        Given, the file must have been made with these params.
+
+    Returns
+    -------
+    Tasks
+        The tasks.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the file is missing, unreadable or lacks a variable, or was made by another stage, with other params
+        or for another likelihood.
+    """
     ds = load_dataset(path, "tasks file", required=("X", "y", "group", "split"))
     check_made_with(ds.attrs, params, path, "make_data")
     tasks = Tasks(ds)

@@ -1,14 +1,11 @@
 """ArviZ's rank-normalised split R-hat and bulk / tail ESS for many quantities at once.
 
-``az.rhat`` and ``az.ess`` loop over quantities in Python and rank each with
-``scipy.stats.rankdata``: about 0.33 s for one group's 50 test-point
-probabilities, which made the function-space diagnostics the slowest part of a
-1000-group fit stage. These functions take ``(chain, draw, quantity)`` arrays and
-do the ranking, the autocovariances and the variance terms for all quantities
-together; only Geyer's initial monotone sequence, a short scalar loop, runs per
-quantity. They follow ArviZ 0.23 (``arviz/stats/diagnostics.py``) step by step,
-including its NaN results, and ``tests/test_convergence.py`` checks them against
-ArviZ to 1e-10.
+``az.rhat`` and ``az.ess`` loop over quantities in Python and rank each with ``scipy.stats.rankdata``, which made
+the function-space diagnostics the slowest part of a many-group fit stage (benchmarks/FINDINGS.md, "Measurements
+behind code comments"). These functions take ``(chain, draw, quantity)`` arrays and do the ranking, the
+autocovariances and the variance terms for all quantities together; only Geyer's initial monotone sequence, a short
+scalar loop, runs per quantity. They follow ArviZ 0.23 (``arviz/stats/diagnostics.py``) step by step, including its
+NaN results, and ``tests/test_convergence.py`` checks them against ArviZ to 1e-10.
 """
 
 from __future__ import annotations
@@ -18,17 +15,28 @@ import numpy as np
 from scipy.fft import next_fast_len
 from scipy.special import ndtri
 
-MIN_DRAWS = 4
-TAIL_PROBS = (0.05, 0.95)
+MIN_DRAWS = 4  # ArviZ's least draws per chain for a diagnostic: fewer give NaN, as there
+TAIL_PROBS = (0.05, 0.95)  # ArviZ's tail ESS quantiles, so the values agree with az.ess(method="tail")
 
 
 def average_ranks(x: np.ndarray) -> np.ndarray:
-    """1-based ranks of each column of ``x (n, k)``, ties given their average rank (``rankdata(method="average")``)."""
+    """1-based ranks of each column, ties given their average rank (``rankdata(method="average")``).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Values ``(n, k)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The ranks, ``(n, k)``.
+    """
     n = x.shape[0]
-    # Each column's values contiguous (a row of the transpose): sorting and scattering them there took 75 ms
-    # against 337 ms for (2000, 900) draws, the hierarchical fit's look. Any sort will do: tied values are
-    # neighbours in every sorted order and share one average rank. numpy's default (vectorised) sort takes 2.3x
-    # less time than its stable one on (2600, 50) draws.
+    # Each column's values contiguous (a row of the transpose): sorting and scattering them there is several
+    # times faster than across columns. Any sort will do: tied values are neighbours in every sorted order and
+    # share one average rank, so numpy's default (vectorised) sort is used, faster than its stable one
+    # (benchmarks/FINDINGS.md, "Measurements behind code comments").
     columns = np.ascontiguousarray(x.T)
     order = np.argsort(columns, axis=1)
     ordered = np.take_along_axis(columns, order, axis=1)
@@ -217,17 +225,50 @@ def _ess_tail(x: np.ndarray) -> np.ndarray:
 
 
 def rhat(x: np.ndarray) -> np.ndarray:
-    """Rank-normalised split R-hat (max of bulk and folded) per quantity; ``az.rhat``'s default."""
+    """Rank-normalised split R-hat (max of bulk and folded) per quantity; ``az.rhat``'s default.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Draws ``(chain, draw, quantity)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        R-hat per quantity; NaN where ArviZ gives NaN (fewer than 2 chains, too few draws, a NaN value).
+    """
     return _per_quantity(x, 2, _rhat_rank)
 
 
 def ess_bulk(x: np.ndarray) -> np.ndarray:
-    """Bulk ESS (rank-normalised, split chains) per quantity; ``az.ess(method="bulk")``."""
+    """Bulk ESS (rank-normalised, split chains) per quantity; ``az.ess(method="bulk")``.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Draws ``(chain, draw, quantity)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Bulk ESS per quantity; NaN where ArviZ gives NaN.
+    """
     return _per_quantity(x, 1, lambda y: _ess(_z_scale(_split_chains(y))))
 
 
 def rhat_and_ess_bulk(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`rhat` and :func:`ess_bulk` of ``x`` together: both rank the same split chains, ranked here once."""
+    """:func:`rhat` and :func:`ess_bulk` of ``x`` together: both rank the same split chains, ranked here once.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Draws ``(chain, draw, quantity)``.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        R-hat and bulk ESS per quantity, as the two functions give them.
+    """
     x = np.asarray(x, dtype=float)
     rhat_out, bulk_out = np.full(x.shape[2], np.nan), np.full(x.shape[2], np.nan)
     ok = ~np.isnan(x).any(axis=(0, 1)) & (x.shape[1] >= MIN_DRAWS)
@@ -240,10 +281,32 @@ def rhat_and_ess_bulk(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def ess_mean(x: np.ndarray) -> np.ndarray:
-    """ESS of the mean (split chains, not rank-normalised) per quantity; ``az.ess(method="mean")``."""
+    """ESS of the mean (split chains, not rank-normalised) per quantity; ``az.ess(method="mean")``.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Draws ``(chain, draw, quantity)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ESS of the mean per quantity; NaN where ArviZ gives NaN.
+    """
     return _per_quantity(x, 1, lambda y: _ess(_split_chains(y)))
 
 
 def ess_tail(x: np.ndarray) -> np.ndarray:
-    """Tail ESS: the smaller ESS of the 5% and 95% quantile indicators; ``az.ess(method="tail")``."""
+    """Tail ESS: the smaller ESS of the 5% and 95% quantile indicators; ``az.ess(method="tail")``.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Draws ``(chain, draw, quantity)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Tail ESS per quantity; NaN where ArviZ gives NaN.
+    """
     return _per_quantity(x, 1, _ess_tail)

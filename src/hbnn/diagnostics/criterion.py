@@ -1,8 +1,16 @@
-"""The convergence criterion (Stan and ArviZ practice) applied to a fit: rank-normalised split R-hat
-and bulk ESS of every group's test-point quantities and of the group sds, divergences within 0.1% of the
-draws, and what a fit's draws so far still miss (:class:`Shortfall`, judged at each look of run-length
-control). Convergence is judged in function space, because weight space is symmetric under hidden-unit
-permutations and sign flips and so weight-space R-hat says little.
+"""The convergence criterion ("the bar") applied to a fit, and what a fit's draws so far still miss.
+
+**The bar** is the convergence criterion every fit is judged on (Stan and ArviZ practice):
+
+- function-space rank-normalised split R-hat <= 1.01 (:data:`hbnn.config.RHAT_MAX`) and bulk ESS >= 400
+  (:data:`hbnn.config.ESS_MIN`) on every group's test-point predictions;
+- divergences <= 0.1% of the draws (:data:`hbnn.config.DIVERGENT_SHARE_MAX`);
+- the same R-hat and ESS for the hierarchical group sds.
+
+A group "meets the bar" when all of these hold for it (:func:`group_converged`). Convergence is judged in
+function space, because weight space is symmetric under hidden-unit permutations and sign flips, so weight-space
+R-hat says little. :class:`Shortfall` says what a fit's draws so far still miss; it is judged at each look of
+run-length control (defined in :mod:`hbnn.sampling.runlength`).
 """
 
 from __future__ import annotations
@@ -22,11 +30,20 @@ from hbnn.model.network import LayerSpec
 
 
 def function_space_diagnostics(probs: np.ndarray) -> dict[str, float]:
-    """Max rank-normalised split R-hat and min bulk ESS over prediction points: what the convergence bar judges.
+    """Max rank-normalised split R-hat and min bulk ESS over prediction points: what the bar judges.
 
-    ``probs`` is ``(chain, draw, point)``. The values equal ArviZ's (``az.rhat``,
-    ``az.ess``), computed for all points at once (:mod:`hbnn.diagnostics.convergence`); R-hat
-    needs at least 2 chains and is NaN otherwise, as in ArviZ.
+    The values equal ArviZ's (``az.rhat``, ``az.ess``), computed for all points at once
+    (:mod:`hbnn.diagnostics.convergence`).
+
+    Parameters
+    ----------
+    probs : numpy.ndarray
+        Draws of the predictions, ``(chain, draw, point)``.
+
+    Returns
+    -------
+    dict of str to float
+        ``max_rhat`` (NaN with fewer than 2 chains, as in ArviZ) and ``min_ess_bulk``.
     """
     rhat, bulk = convergence.rhat_and_ess_bulk(probs)
     # NaN where every value is NaN (R-hat of one chain), as np.nanmax gives it, without its warning: no
@@ -43,14 +60,23 @@ def _nan_extreme(values: np.ndarray, extreme) -> float:
 def distinct_chains(probs: np.ndarray) -> dict[str, float] | None:
     """Evidence that a group's chains settled in distinct functions rather than mixing slowly.
 
-    ``probs`` is ``(chain, draw, point)``. At the point with the largest R-hat,
-    each chain's mean and its Monte Carlo standard error (sd / sqrt(the chain's
-    own bulk ESS)) are compared: the chains are distinct when two means lie more
-    than ``DISTINCT_SIGMA`` standard errors apart while every chain has at least
-    ``DISTINCT_CHAIN_ESS`` effective draws of its own (each chain is well sampled,
-    they just sample different places). Returns the numbers behind that verdict,
-    or ``None`` when the evidence is absent (fewer than 2 chains, or chains
-    that are merely slow: more draws would fix those).
+    At the point with the largest R-hat, each chain's mean and its Monte Carlo standard error
+    (sd / sqrt(the chain's own bulk ESS)) are compared: the chains are distinct when two means lie more
+    than :data:`DISTINCT_SIGMA` standard errors apart while every chain has at least
+    :data:`DISTINCT_CHAIN_ESS` effective draws of its own (each chain is well sampled, they just sample
+    different places).
+
+    Parameters
+    ----------
+    probs : numpy.ndarray
+        Draws of the predictions, ``(chain, draw, point)``.
+
+    Returns
+    -------
+    dict or None
+        The numbers behind the verdict (``rhat``, ``test_point``, ``chain_means``, ``chain_ess_bulk``,
+        ``separation_sigma``), or ``None`` when the evidence is absent (fewer than 2 chains, or chains that
+        are merely slow: more draws would fix those).
     """
     if probs.shape[0] < 2:
         return None
@@ -75,8 +101,24 @@ def distinct_chains(probs: np.ndarray) -> dict[str, float] | None:
 
 def scalar_diagnostics(posterior: xr.Dataset, var_names: Sequence[str], tail: bool = True
                        ) -> dict[str, dict[str, float]]:
-    """R-hat and ESS (bulk and, with ``tail``, tail) of scalar posterior variables (the hierarchical group sds),
-    as ``az.rhat`` and ``az.ess`` give them (:mod:`hbnn.diagnostics.convergence`)."""
+    """R-hat and ESS of scalar posterior variables (the hierarchical group sds), as ArviZ gives them.
+
+    The values equal ``az.rhat`` and ``az.ess`` (:mod:`hbnn.diagnostics.convergence`).
+
+    Parameters
+    ----------
+    posterior : xarray.Dataset
+        The posterior draws, with ``chain`` and ``draw`` dimensions.
+    var_names : sequence of str
+        The scalar variables to diagnose.
+    tail : bool, optional
+        Whether to compute the tail ESS too (a look needs only R-hat and bulk ESS).
+
+    Returns
+    -------
+    dict of str to dict
+        Per variable: ``rhat``, ``ess_bulk`` and, with ``tail``, ``ess_tail``.
+    """
     x = np.stack([posterior[v].transpose("chain", "draw").values for v in var_names], axis=-1)
     rhat, bulk = convergence.rhat_and_ess_bulk(x)
     tails = convergence.ess_tail(x) if tail else None
@@ -84,52 +126,118 @@ def scalar_diagnostics(posterior: xr.Dataset, var_names: Sequence[str], tail: bo
             for i, v in enumerate(var_names)}
 
 
-DISTINCT_SIGMA = 4.0  # chain means this many standard errors apart: distinct functions (distinct_chains)
+DISTINCT_SIGMA = 4.0  # chain means this far apart in standard errors are not one function sampled slowly
 
 
-DISTINCT_CHAIN_ESS = 100  # ... found by chains with at least this many effective draws each
+DISTINCT_CHAIN_ESS = 100  # ... provided each chain has enough effective draws for its own standard error to hold
 
 
 def group_converged(rhat: float | None, ess: float | None, divergences: int, draws: int,
                     advi: dict | None = None) -> bool:
-    """A group meets the bar: function-space R-hat <= 1.01, bulk ESS >= 400 and divergences (of the fit the
-    group's draws come from) <= 0.1% of ``draws``. A missing R-hat (one chain) does not meet it.
+    """Whether a group meets the bar.
 
-    ADVI fits (``advi``: :func:`advi_loss_trend` of the loss the group's draws come from) are judged on
-    what applies to them: their draws are independent draws from the approximation, so R-hat tests nothing
-    (across thousands of quantities it exceeds 1.01 by chance alone) and there are no divergences; the bar
-    is a loss no longer falling and bulk ESS >= 400 (Monte Carlo precision of the reported numbers)."""
+    MCMC fits: function-space R-hat <= 1.01, bulk ESS >= 400 and divergences (of the fit the group's draws
+    come from) <= 0.1% of ``draws``. ADVI fits are judged on what applies to them: their draws are
+    independent draws from the approximation, so R-hat tests nothing (across thousands of quantities it
+    exceeds 1.01 by chance alone) and there are no divergences; the bar is a loss no longer falling and bulk
+    ESS >= 400 (Monte Carlo precision of the reported numbers).
+
+    Parameters
+    ----------
+    rhat : float or None
+        The group's function-space R-hat; ``None`` or NaN (one chain) does not meet the bar.
+    ess : float or None
+        The group's smallest function-space bulk ESS.
+    divergences : int
+        Divergences of the fit the group's draws come from.
+    draws : int
+        All draws of that fit (every chain).
+    advi : dict or None, optional
+        For an ADVI fit, :func:`advi_loss_trend`'s entry for the loss the group's draws come from.
+
+    Returns
+    -------
+    bool
+        Whether the group meets the bar.
+    """
     if advi is not None:
         return bool(ess is not None and ess >= ESS_MIN and not advi["still_falling"])
     return bool(meets_bar(rhat, ess) and divergences_within_bar(divergences, draws))
 
 
 def divergences_within_bar(divergences: int, draws: int) -> bool:
-    """At most 0.1% (:data:`DIVERGENT_SHARE_MAX`) of ``draws`` diverged: the divergence part of
-    :func:`group_converged`'s bar."""
+    """Whether at most 0.1% of the draws diverged: the divergence part of :func:`group_converged`'s bar.
+
+    Parameters
+    ----------
+    divergences : int
+        Divergent transitions of the fit.
+    draws : int
+        All draws of the fit (every chain).
+
+    Returns
+    -------
+    bool
+        ``divergences <= DIVERGENT_SHARE_MAX * draws``.
+    """
     return bool(divergences <= DIVERGENT_SHARE_MAX * draws)
 
 
 def sd_converged(diagnostics: dict, advi: bool = False) -> bool:
-    """A hierarchical group sd meets the bar (``diagnostics``: its ``rhat`` and ``ess_bulk``); for ADVI's
-    independent draws only the ESS is judged, as :func:`group_converged` judges ADVI's groups."""
+    """Whether a hierarchical group sd meets the bar.
+
+    Parameters
+    ----------
+    diagnostics : dict
+        The sd's ``rhat`` and ``ess_bulk`` (:func:`scalar_diagnostics`).
+    advi : bool, optional
+        Whether the draws are ADVI's independent draws: then only the ESS is judged, as
+        :func:`group_converged` judges ADVI's groups.
+
+    Returns
+    -------
+    bool
+        Whether the sd meets the bar.
+    """
     if advi:
         return bool((diagnostics.get("ess_bulk") or 0) >= ESS_MIN)
     return meets_bar(diagnostics.get("rhat"), diagnostics.get("ess_bulk"))
 
 
 def meets_bar(rhat: float | None, ess: float | None) -> bool:
-    """R-hat <= 1.01 and bulk ESS >= 400 (a missing or NaN R-hat does not meet it): the MCMC part of
-    :func:`group_converged`'s bar, for any quantity."""
+    """Whether R-hat <= 1.01 and bulk ESS >= 400: the MCMC part of :func:`group_converged`'s bar, for any quantity.
+
+    Parameters
+    ----------
+    rhat : float or None
+        The quantity's R-hat; ``None`` or NaN does not meet the bar.
+    ess : float or None
+        The quantity's bulk ESS.
+
+    Returns
+    -------
+    bool
+        Whether both meet the bar.
+    """
     return bool(rhat is not None and np.isfinite(rhat) and rhat <= RHAT_MAX and ess is not None and ess >= ESS_MIN)
 
 
 @dataclass(frozen=True)
 class Shortfall:
-    """What in a fit's draws misses the bar, as a log line says it (``text``, worst first), and the smallest
-    bulk ESS among the quantities that miss it (``min_ess``: past :data:`ESS_MIN` where only R-hat misses), from
-    which a fit drawn until the bar is met estimates the draws it still needs, and the largest R-hat among them
-    (``max_rhat``, of the quantity ``rhat_of``), which says whether the chains sit in different places."""
+    """What in a fit's draws misses the bar.
+
+    Parameters
+    ----------
+    text : str
+        What misses, as a log line says it, worst first.
+    min_ess : float
+        The smallest bulk ESS among the quantities that miss the bar (past :data:`hbnn.config.ESS_MIN` where
+        only R-hat misses): a fit drawn until the bar is met estimates from it the draws it still needs.
+    max_rhat : float, optional
+        The largest R-hat among them, which says whether the chains sit in different places.
+    rhat_of : str, optional
+        The quantity with that R-hat.
+    """
 
     text: str
     min_ess: float
@@ -142,38 +250,72 @@ class Shortfall:
 
 def convergence_shortfall(tasks: Tasks, posterior: xr.Dataset, specs: Sequence[LayerSpec], activation: str,
                           scalar_vars: Sequence[str] = ()) -> Shortfall | None:
-    """What in a joint fit's draws misses the R-hat and ESS bar of :func:`group_converged` (every group's
-    test-point quantity and the ``scalar_vars``, e.g. the group sds), worst first; ``None`` when nothing does.
+    """What in a joint fit's draws misses the R-hat and ESS part of the bar, worst first.
 
-    The same numbers as the metrics' (:func:`fit_metrics`), so a fit drawn until this says ``None`` reports
-    every group converged unless its divergences miss the bar, which more draws do not mend.
+    The same numbers as the metrics', so a fit drawn until this says ``None`` reports every group converged
+    unless its divergences miss the bar, which more draws do not mend.
+
+    Parameters
+    ----------
+    tasks : hbnn.data.tasks.Tasks
+        The groups' data, whose test points are judged.
+    posterior : xarray.Dataset
+        The joint fit's draws so far.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers, to compute the test-point predictions.
+    activation : str
+        The hidden layers' activation.
+    scalar_vars : sequence of str, optional
+        Scalar variables judged too (e.g. the group sds).
+
+    Returns
+    -------
+    Shortfall or None
+        What misses the bar, or ``None`` when nothing does.
     """
     return _shortfall(tasks, _test_draws(tasks, posterior, specs, activation), posterior, scalar_vars)[0]
 
 
-# A group whose test-point quantities all have at least this bulk ESS and at most this R-hat at a look is evaluated
-# again only once every other group meets the bar (:class:`ShortfallCheck`)
+# A group this far past the bar at a look is unlikely to fall under it by the next, so it is evaluated again only
+# once every other group meets the bar (:class:`ShortfallCheck`): at least this bulk ESS ...
 COMFORT_ESS = 1.5 * ESS_MIN
 
 
-COMFORT_RHAT = 1 + (RHAT_MAX - 1) / 2
+COMFORT_RHAT = 1 + (RHAT_MAX - 1) / 2  # ... and at most this R-hat
 
 
 class ShortfallCheck:
-    """:func:`convergence_shortfall` for a fit drawn until it meets the bar, which looks at ever longer prefixes
-    of the same chains: the test-point quantity of the draws seen at the last look is kept, so a look computes
-    it for the new draws only. A posterior that does not start with the draws seen before (another run) is
-    computed whole.
+    """:func:`convergence_shortfall` for a fit drawn until it meets the bar, looking at ever longer prefixes.
 
-    R-hat and ESS (most of a look's cost: ~0.27 s of a core per look of the default fit, taken from the chains'
-    two cores) are evaluated for every group at the first look; at later ones only for the groups that were
-    not past the bar by a margin (:data:`COMFORT_ESS`, :data:`COMFORT_RHAT`) when last evaluated, and for the
-    ``scalar_vars``. Once those meet the bar every group is evaluated again, so a fit stops only at a look
-    where everything meets the bar. Where no group left out falls from the margin to under the bar between
-    two such full looks, every look says what evaluating every group says, and the fit looks and stops where
-    it would. Where one does, it is named at the next full look, and until then the next look (set by the
-    smallest ESS short of the bar) and a restart of chains that only that group shows split (R-hat past
-    :data:`hbnn.sampling.restarts.RESTART_RHAT`) wait for it; the group sds are evaluated at every look.
+    The test-point quantity of the draws seen at the last look is kept, so a look computes it for the new
+    draws only. A posterior that does not start with the draws seen before (another run) is computed whole.
+
+    R-hat and ESS are most of a look's cost, taken from the chains' cores (benchmarks/FINDINGS.md,
+    "Measurements behind code comments"), so they are evaluated for every group at the first look; at later
+    ones only for the groups that were not past the bar by a margin (:data:`COMFORT_ESS`,
+    :data:`COMFORT_RHAT`) when last evaluated, and for the ``scalar_vars``. Once those meet the bar every
+    group is evaluated again, so a fit stops only at a look where everything meets the bar. Where no group
+    left out falls from the margin to under the bar between two such full looks, every look says what
+    evaluating every group says, and the fit looks and stops where it would. Where one does, it is named at
+    the next full look, and until then the next look (set by the smallest ESS short of the bar) and a restart
+    of chains that only that group shows split (R-hat past :data:`hbnn.sampling.restarts.RESTART_RHAT`) wait
+    for it; the group sds are evaluated at every look.
+
+    Parameters
+    ----------
+    tasks : hbnn.data.tasks.Tasks
+        The groups' data, whose test points are judged.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+    activation : str
+        The hidden layers' activation.
+    scalar_vars : sequence of str, optional
+        Scalar variables judged at every look (e.g. the group sds).
+
+    Notes
+    -----
+    Calling the instance with the posterior so far returns what :func:`convergence_shortfall` would: a
+    :class:`Shortfall`, or ``None`` when everything meets the bar.
     """
 
     def __init__(self, tasks: Tasks, specs: Sequence[LayerSpec], activation: str, scalar_vars: Sequence[str] = ()):
@@ -237,23 +379,32 @@ def _shortfall(tasks: Tasks, test_draws: Sequence[np.ndarray], posterior: xr.Dat
                      float(worst[2]), f"{worst[0]}{' ' + worst[1] if worst[1] else ''}"), numbers
 
 
-ADVI_FALSE_ALARM = 0.01  # chance that some curve of a flat set of ADVI loss curves is called still falling
+ADVI_FALSE_ALARM = 0.01  # a flat curve called still falling costs a rerun, so false alarms over all curves stay rare
 
 
 ADVI_MIN_DROP = 0.005  # ... and a fall smaller than this share of the loss is not worth more iterations
 
 
 def advi_loss_trend(loss: np.ndarray) -> list[dict]:
-    """Whether each ADVI loss curve (``(fits, iterations)``, the negative ELBO per iteration) is still falling.
+    """Whether each ADVI loss curve is still falling.
 
-    Compares the mean loss of the last quarter of the iterations with that of the quarter before:
-    ``drop`` is the fall as a share of the final loss, ``z`` the fall in standard errors (iterations taken
-    as independent: the loss is mostly Monte Carlo noise around a slow trend). A curve is still falling
-    when ``z`` exceeds the one-sided normal quantile that keeps the chance of any false alarm over all
-    ``fits`` curves at :data:`ADVI_FALSE_ALARM` (Bonferroni: 2.3 for one curve, 4.3 for 1000) and the
-    fall exceeds :data:`ADVI_MIN_DROP`. On a 60-group flat fit this called 0 of 60 curves still falling
-    after 5000 iterations; the hierarchical fit at 1000 iterations (z 16, 10% fall) and at 5000 (z 8,
-    2% fall) were.
+    Compares the mean loss of the last quarter of the iterations with that of the quarter before. A curve is
+    still falling when ``z`` exceeds the one-sided normal quantile that keeps the chance of any false alarm
+    over all curves at :data:`ADVI_FALSE_ALARM` (Bonferroni: 2.3 for one curve, 4.3 for 1000) and the fall
+    exceeds :data:`ADVI_MIN_DROP`. How this test sorted flat and hierarchical fits' curves is in
+    benchmarks/FINDINGS.md, "Measurements behind code comments".
+
+    Parameters
+    ----------
+    loss : numpy.ndarray
+        The negative ELBO per iteration, ``(fits, iterations)`` (one curve may be 1-D).
+
+    Returns
+    -------
+    list of dict
+        Per curve: ``drop`` (the fall as a share of the final loss), ``z`` (the fall in standard errors,
+        iterations taken as independent: the loss is mostly Monte Carlo noise around a slow trend), both
+        ``None`` with too few iterations to tell, and ``still_falling``.
     """
     from scipy.special import ndtri
 

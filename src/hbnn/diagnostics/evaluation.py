@@ -1,8 +1,9 @@
-"""The fit stages' metrics: per group and pooled scores, convergence diagnostics and PSIS-LOO, the headline
-keys ``metrics/<stage>.json`` keeps, and the per-group reliability and timing figures.
+"""The fit stages' metrics: scores, convergence diagnostics, PSIS-LOO, headline keys, reliability and timing.
 
-The scores themselves are the likelihood's (:mod:`hbnn.model.likelihoods`), of the function-space draws
-:mod:`hbnn.diagnostics.predictions` computes; the convergence criterion is :mod:`hbnn.diagnostics.criterion`'s.
+Per group and pooled scores, convergence diagnostics and PSIS-LOO, the headline keys ``metrics/<stage>.json``
+keeps, and the per-group reliability and timing figures. The scores themselves are the likelihood's
+(:mod:`hbnn.model.likelihoods`), of the function-space draws :mod:`hbnn.diagnostics.predictions` computes; the
+convergence criterion, the bar, is defined in :mod:`hbnn.diagnostics.criterion`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from hbnn.model import likelihoods
 
 
 def psis_loo(log_lik: np.ndarray) -> psis.Loo:
-    """PSIS-LOO (:func:`hbnn.diagnostics.psis.loo`, ArviZ's ``az.loo`` pointwise) from the training rows' log-likelihood
-    ``(chain, draw, n)``.
+    """PSIS-LOO (:func:`hbnn.diagnostics.psis.loo`, ArviZ's ``az.loo`` pointwise) from the training rows.
 
     The relative efficiency is that of the likelihood values themselves
     (``loo``'s ``relative_eff``, averaged over rows), not of the weights: weight
@@ -34,6 +34,16 @@ def psis_loo(log_lik: np.ndarray) -> psis.Loo:
     here. For per-group fits each row's terms use only its own group's draws, so
     the pooled sum is the LOO of the product of the groups' posteriors.
     :meth:`hbnn.diagnostics.psis.Loo.to_arviz` gives what ``az.compare`` takes.
+
+    Parameters
+    ----------
+    log_lik : numpy.ndarray
+        The training rows' pointwise log-likelihood ``(chain, draw, n)``.
+
+    Returns
+    -------
+    hbnn.diagnostics.psis.Loo
+        The estimate.
     """
     S = log_lik.shape[0] * log_lik.shape[1]
     # np.errstate, not warnings.catch_warnings: this runs in a thread beside the stage's own (score_fit), and
@@ -46,29 +56,73 @@ def psis_loo(log_lik: np.ndarray) -> psis.Loo:
 
 
 def bad_k_threshold(n_draws: int) -> float:
-    """Pareto k above which a row's PSIS estimate is unreliable: ``min(1 - 1/log10(S), 0.7)`` for ``S`` draws
-    (Vehtari et al. 2024; ArviZ's ``good_k``): 0.7 from ~2,200 draws on, lower for fewer."""
+    """Pareto k above which a row's PSIS estimate is unreliable (Vehtari et al. 2024; ArviZ's ``good_k``).
+
+    Parameters
+    ----------
+    n_draws : int
+        The draws ``S`` behind the estimate.
+
+    Returns
+    -------
+    float
+        ``min(1 - 1/log10(S), 0.7)``: 0.7 from ~2,200 draws on, lower for fewer.
+    """
     return min(1 - 1 / np.log10(n_draws), 0.7)
 
 
 def high_k(res) -> np.ndarray:
-    """Per row of a :func:`psis_loo` result: is its Pareto k above :func:`bad_k_threshold`?"""
+    """Whether each row's Pareto k is above :func:`bad_k_threshold`.
+
+    Parameters
+    ----------
+    res : hbnn.diagnostics.psis.Loo
+        A :func:`psis_loo` result.
+
+    Returns
+    -------
+    numpy.ndarray
+        A bool per row.
+    """
     return np.asarray(res.pareto_k) > bad_k_threshold(res.n_samples)
 
 
 def elpd_difference(a, b) -> tuple[float, float]:
-    """``elpd_loo(a) - elpd_loo(b)`` and its standard error ``sqrt(n var(loo_i(a) - loo_i(b)))`` (paired over
-    the same rows, as ``az.compare``'s ``dse``) for two :func:`psis_loo` results."""
+    """The difference of two :func:`psis_loo` results' elpd, and its standard error.
+
+    Parameters
+    ----------
+    a, b : hbnn.diagnostics.psis.Loo
+        Estimates over the same rows.
+
+    Returns
+    -------
+    tuple of float
+        ``elpd_loo(a) - elpd_loo(b)`` and ``sqrt(n var(loo_i(a) - loo_i(b)))`` (paired over the same rows, as
+        ``az.compare``'s ``dse``).
+    """
     d = np.asarray(a.loo_i) - np.asarray(b.loo_i)
     return float(d.sum()), float(np.sqrt(d.size * d.var()))
 
 
 def loo_metrics(res, group: np.ndarray, names: Sequence[str]) -> tuple[dict, dict[str, dict]]:
-    """Pooled and per-group numbers of a :func:`psis_loo` result; ``group`` holds each row's group code.
+    """Pooled and per-group numbers of a :func:`psis_loo` result.
 
-    Pooled: ``elpd``, ``se``, ``p_loo``, ``n_bad_k`` (rows whose Pareto k is above
-    :func:`bad_k_threshold`) and ``max_k``; per group: ``elpd`` (the sum of its
-    rows' ``elpd_loo_i``), ``n_bad_k`` and ``max_k``.
+    Parameters
+    ----------
+    res : hbnn.diagnostics.psis.Loo
+        The estimate.
+    group : numpy.ndarray
+        Each row's group code.
+    names : sequence of str
+        The groups' names, by code.
+
+    Returns
+    -------
+    tuple of dict
+        Pooled: ``elpd``, ``se``, ``p_loo``, ``n_bad_k`` (rows whose Pareto k is above :func:`bad_k_threshold`)
+        and ``max_k``; per group with rows: ``elpd`` (the sum of its rows' ``elpd_loo_i``), ``n_bad_k`` and
+        ``max_k``.
     """
     k = np.asarray(res.pareto_k)
     loo_i = np.asarray(res.loo_i)
@@ -97,25 +151,43 @@ def fit_metrics(
 ) -> dict:
     """Metrics dict for a fit stage (the scores are the likelihood's).
 
-    Pooled scores use every row of a split; ``per_group`` is keyed by group name.
-    Sampling diagnostics are in function space on test points (per group), with
-    any ``extra_diagnostics`` (e.g. group-sd R-hat/ESS) folded into the extremes;
-    ``group_divergences`` (per-group fits only) are stored per group;
-    ``loo`` is :func:`loo_metrics`'s output (pooled, per group).
-    ``advi_loss`` (ADVI fits): the loss per iteration, ``(groups, iterations)`` for per-group fits or
-    ``(iterations,)`` for one joint fit; groups are then judged by :func:`group_converged`'s ADVI bar, each
-    group's ``advi_loss`` says how its loss ended and ``sampling.advi_still_falling`` counts the curves
-    still falling. ``test_diagnostics``: :func:`function_space_diagnostics` of groups' test draws computed
-    before (per-group fits judge each group as it is fitted), used instead of computing them again;
-    ``thinned``: groups drawn longer and thinned by ``thinned_by`` (``sampler.max_draws``), whose divergences
-    (their whole run's, in ``group_divergences``) are judged against ``thinned_by`` times as many transitions.
-    ``sampling.groups_not_converged`` counts the groups that miss the bar of
-    :func:`group_converged`; each group's ``converged`` says which. Of those,
-    ``sampling.flagged_groups`` names the ones whose chains settled in distinct
-    functions (:func:`distinct_chains`), with the numbers: a non-mixing posterior,
-    not merely a short run.
-    Everything here is a function of the posterior draws, so the same params give
-    the same bytes; wall-clock times go to :func:`timing_metrics` instead.
+    Pooled scores use every row of a split; ``per_group`` is keyed by group name. Sampling diagnostics are in
+    function space on test points (per group). ``sampling.groups_not_converged`` counts the groups that miss
+    the bar of :func:`hbnn.diagnostics.criterion.group_converged`; each group's ``converged`` says which. Of
+    those, ``sampling.flagged_groups`` names the ones whose chains settled in distinct functions
+    (:func:`hbnn.diagnostics.criterion.distinct_chains`), with the numbers: a non-mixing posterior, not merely
+    a short run. Everything here is a function of the posterior draws, so the same params give the same bytes;
+    wall-clock times go to :func:`timing_metrics` instead.
+
+    Parameters
+    ----------
+    tasks : hbnn.data.tasks.Tasks
+        The data.
+    predictions : dict
+        :func:`hbnn.diagnostics.predictions.evaluate_groups`' output, with a ``test`` split.
+    divergences : int
+        The fit's divergences (all of them; a joint fit's concern every group).
+    extra_diagnostics : dict, optional
+        R-hat and ESS of further quantities (e.g. the group sds), folded into the extremes.
+    group_divergences : sequence of int, optional
+        Per-group fits only: each group's divergences, stored per group.
+    loo : tuple of dict, optional
+        :func:`loo_metrics`' output (pooled, per group).
+    advi_loss : numpy.ndarray, optional
+        ADVI fits: the loss per iteration, ``(groups, iterations)`` for per-group fits or ``(iterations,)`` for
+        one joint fit; groups are then judged by the ADVI bar, each group's ``advi_loss`` says how its loss
+        ended and ``sampling.advi_still_falling`` counts the curves still falling.
+    test_diagnostics : dict, optional
+        :func:`hbnn.diagnostics.criterion.function_space_diagnostics` of groups' test draws computed before
+        (per-group fits judge each group as it is fitted), used instead of computing them again.
+    thinned : dict, optional
+        Groups drawn longer and thinned by ``thinned_by`` (``sampler.max_draws``), whose divergences (their
+        whole run's, in ``group_divergences``) are judged against ``thinned_by`` times as many transitions.
+
+    Returns
+    -------
+    dict
+        The metrics: ``train``, ``test``, ``per_group``, ``sampling`` and, with ``loo``, ``loo``.
     """
     lik = likelihoods.get(tasks.likelihood)
     metrics: dict = {"per_group": {name: {} for name in tasks.group_names}}
@@ -185,30 +257,48 @@ def fit_metrics(
 
 
 def add_loo(metrics: dict, loo: tuple[dict, dict[str, dict]]) -> None:
-    """Put :func:`loo_metrics`' output (pooled, per group) into :func:`fit_metrics`' ``metrics``."""
+    """Put :func:`loo_metrics`' output into :func:`fit_metrics`' metrics, in place.
+
+    Parameters
+    ----------
+    metrics : dict
+        :func:`fit_metrics`' output.
+    loo : tuple of dict
+        :func:`loo_metrics`' output (pooled, per group).
+    """
     metrics["loo"] = loo[0]
     for name, values in loo[1].items():
         metrics["per_group"][name]["loo"] = values
 
 
-HEADLINE_SAMPLING = ("divergences", "max_rhat", "min_ess_bulk", "groups_not_converged")
+HEADLINE_SAMPLING = ("divergences", "max_rhat", "min_ess_bulk", "groups_not_converged")  # whether a fit converged
 
 
 # ADVI fits; hierarchical fits (their group sds; chains that may restart)
 HEADLINE_SAMPLING_IF_PRESENT = ("advi_still_falling", "sds_not_converged", "restarts")
 
 
-HEADLINE_LOO = ("elpd", "se", "p_loo", "n_bad_k")
+HEADLINE_LOO = ("elpd", "se", "p_loo", "n_bad_k")  # the estimate, its precision and whether to trust it
 
 
 def headline(metrics: dict, score: str) -> dict:
     """The keys of :func:`fit_metrics` that ``metrics/<model>.json`` holds (the headline keys).
 
-    ``dvc exp show`` makes one column per key, so the declared metrics file holds
-    the headline score of the training rows, every score of the test rows, the
-    LOO estimate and the convergence summary, with each flagged group's reason
-    (``score`` is the likelihood's headline score);
-    the complete dict (per group, every diagnostic) goes to ``metrics/detail/``.
+    ``dvc exp show`` makes one column per key, so the declared metrics file holds the headline score of the
+    training rows, every score of the test rows, the LOO estimate and the convergence summary, with each flagged
+    group's reason; the complete dict (per group, every diagnostic) goes to ``metrics/detail/``.
+
+    Parameters
+    ----------
+    metrics : dict
+        :func:`fit_metrics`' output.
+    score : str
+        The likelihood's headline score.
+
+    Returns
+    -------
+    dict
+        The headline keys.
     """
     train, test = metrics["train"], metrics["test"]
     out = {
@@ -226,8 +316,20 @@ def headline(metrics: dict, score: str) -> dict:
 def reliability(p_bar: np.ndarray, y: np.ndarray, n_bins: int = 10) -> dict[str, np.ndarray]:
     """Reliability (calibration) table of mean probabilities in equal-width bins.
 
-    Returns ``bin_mid``, ``mean_predicted`` and ``observed`` (fraction of ``y = 1``),
-    NaN for empty bins, and ``count`` per bin. ``p = 1`` falls in the last bin.
+    Parameters
+    ----------
+    p_bar : numpy.ndarray
+        Each row's posterior mean probability; ``p = 1`` falls in the last bin.
+    y : numpy.ndarray
+        Each row's 0/1 label.
+    n_bins : int, optional
+        The number of bins.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        ``bin_mid``, ``mean_predicted`` and ``observed`` (fraction of ``y = 1``), NaN for empty bins, and
+        ``count`` per bin.
     """
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     idx = np.clip(np.digitize(p_bar, edges[1:-1]), 0, n_bins - 1)
@@ -243,11 +345,27 @@ def timing_metrics(backend: str, seconds: float, compile_seconds: float | None, 
                    parallel_chains: int = 1, advi_iterations: int | None = None) -> dict:
     """Wall-clock cost of a fit: seconds, compile seconds and gradient evaluations.
 
-    ``grad_evals`` is the total number of leapfrog steps, tuning included, over all
-    chains and groups (``None`` where the backend does not report tuning steps).
-    ``us_per_grad`` is the wall time of one gradient evaluation within a chain,
-    sampler overhead included: ``seconds * parallel_chains / grad_evals``, because
-    ``parallel_chains`` chains step at the same time on their own cores.
+    Parameters
+    ----------
+    backend : str
+        The sampler backend.
+    seconds : float
+        Wall time of the sampling.
+    compile_seconds : float or None
+        Wall time of the compile.
+    grad_evals : int or None
+        Leapfrog steps, tuning included, over all chains and groups (``None`` where the backend does not
+        report tuning steps).
+    parallel_chains : int, optional
+        Chains that step at the same time on their own cores.
+    advi_iterations : int, optional
+        ADVI fits: the iterations run.
+
+    Returns
+    -------
+    dict
+        ``backend`` and ``sampling`` (the numbers above and ``us_per_grad``, the wall time of one gradient
+        evaluation within a chain, sampler overhead included: ``seconds * parallel_chains / grad_evals``).
     """
     us = 1e6 * seconds * parallel_chains / grad_evals if grad_evals else None
     out: dict = {"seconds": seconds, "compile_seconds": compile_seconds, "grad_evals": grad_evals,

@@ -9,7 +9,8 @@ replaced by the quantiles of a generalised Pareto distribution fitted to them
 ``S`` draws the row's estimate is unreliable.
 
 The numbers follow ArviZ 0.23's ``az.loo`` (``tests/test_psis.py`` compares
-them); importing ArviZ costs a fit stage ~2.5 s, for this function alone.
+them); importing ArviZ for this function alone would cost every fit stage seconds (benchmarks/FINDINGS.md,
+"Measurements behind code comments").
 :meth:`Loo.to_arviz` gives ArviZ's ``ELPDData`` where ``az.compare`` needs it.
 """
 
@@ -26,7 +27,18 @@ _EPS = float(np.finfo(float).eps)
 
 
 def good_k(n_samples: int) -> float:
-    """The Pareto ``k`` above which a row's PSIS estimate is unreliable for ``n_samples`` draws."""
+    """The Pareto ``k`` above which a row's PSIS estimate is unreliable.
+
+    Parameters
+    ----------
+    n_samples : int
+        The posterior draws behind the estimate.
+
+    Returns
+    -------
+    float
+        ``min(1 - 1/log10(n_samples), 0.7)``.
+    """
     return min(1 - 1 / math.log10(n_samples), 0.7)
 
 
@@ -102,9 +114,22 @@ def _smooth_tails(x: np.ndarray, rows: np.ndarray, at: np.ndarray, tail: np.ndar
 
 
 def smoothed_log_weights(log_ratios: np.ndarray, reff: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """PSIS of ``log_ratios`` ``(n, S)``: each row's normalised, smoothed log weights ``(n, S)`` and Pareto ``k``
-    ``(n,)``. The tail holds the largest ``min(S / 5, 3 sqrt(S / reff))`` ratios (rounded up) of a row, where
-    ``reff`` is the draws' relative efficiency (ESS / S)."""
+    """Pareto-smoothed importance sampling of each row's log ratios.
+
+    The tail holds the largest ``min(S / 5, 3 sqrt(S / reff))`` ratios (rounded up) of a row.
+
+    Parameters
+    ----------
+    log_ratios : numpy.ndarray
+        Log importance ratios ``(n, S)``.
+    reff : float, optional
+        The draws' relative efficiency (ESS / S).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Each row's normalised, smoothed log weights ``(n, S)`` and Pareto ``k`` ``(n,)``.
+    """
     x = np.array(log_ratios, dtype=float)
     S = x.shape[-1]
     cut = int(np.ceil(min(S / 5.0, 3 * (S / reff) ** 0.5)))
@@ -115,9 +140,23 @@ def smoothed_log_weights(log_ratios: np.ndarray, reff: float = 1.0) -> tuple[np.
 
 @dataclass(frozen=True)
 class Loo:
-    """A PSIS-LOO estimate on the log scale: the sum ``elpd_loo`` over rows, its standard error ``se``, the
-    effective number of parameters ``p_loo``, per row ``loo_i`` and Pareto ``pareto_k``, and the draws
-    ``n_samples`` behind it."""
+    """A PSIS-LOO estimate on the log scale.
+
+    Parameters
+    ----------
+    elpd_loo : float
+        The sum of the rows' leave-one-out log predictive densities.
+    se : float
+        Its standard error.
+    p_loo : float
+        The effective number of parameters.
+    loo_i : numpy.ndarray
+        Per row, the leave-one-out log predictive density.
+    pareto_k : numpy.ndarray
+        Per row, the Pareto ``k`` diagnostic.
+    n_samples : int
+        The posterior draws behind the estimate.
+    """
 
     elpd_loo: float
     se: float
@@ -128,10 +167,12 @@ class Loo:
 
     @property
     def n_data_points(self) -> int:
+        """The number of rows."""
         return int(self.loo_i.size)
 
     @property
     def good_k(self) -> float:
+        """The ``k`` above which a row's estimate is unreliable (:func:`good_k`)."""
         return good_k(self.n_samples)
 
     @property
@@ -140,8 +181,13 @@ class Loo:
         return bool((self.pareto_k > self.good_k).any())
 
     def to_arviz(self):
-        """The same estimate as ArviZ's ``ELPDData`` (what ``az.loo(..., pointwise=True)`` returns), for
-        ``az.compare`` and ``az.plot_compare``."""
+        """The same estimate as ArviZ's ``ELPDData``, for ``az.compare`` and ``az.plot_compare``.
+
+        Returns
+        -------
+        arviz.ELPDData
+            What ``az.loo(..., pointwise=True)`` returns.
+        """
         import xarray as xr
         from arviz.stats.stats_utils import ELPDData
 
@@ -155,7 +201,20 @@ class Loo:
 
 
 def loo(log_lik: np.ndarray, reff: float = 1.0) -> Loo:
-    """PSIS-LOO of the pointwise log-likelihood ``(chain, draw, n)`` with relative efficiency ``reff``."""
+    """PSIS-LOO of a pointwise log-likelihood.
+
+    Parameters
+    ----------
+    log_lik : numpy.ndarray
+        The pointwise log-likelihood ``(chain, draw, n)``.
+    reff : float, optional
+        The draws' relative efficiency (ESS / S).
+
+    Returns
+    -------
+    Loo
+        The estimate.
+    """
     log_lik = np.asarray(log_lik, dtype=float)
     S = log_lik.shape[0] * log_lik.shape[1]
     rows = log_lik.reshape(S, -1).T  # (n, S), draws in chain-major order

@@ -38,6 +38,7 @@ from hbnn.errors import (
 from hbnn.files import integrity
 from hbnn.files.trace import Trace, write_netcdf_groups
 
+# the packages whose versions a file's provenance records: those that decide its numbers
 PACKAGES = ("hbnn", "pymc", "pytensor", "nutpie", "arviz", "numpy", "xarray", "scikit-learn")
 
 
@@ -106,7 +107,23 @@ class Outputs:
 
     @contextlib.contextmanager
     def path(self, path: str | Path) -> Iterator[Path]:
-        """Yield a temporary path to write ``path``'s content to; it is staged once the block ends."""
+        """A temporary path to write an output's content to; it is staged once the block ends.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The destination.
+
+        Yields
+        ------
+        pathlib.Path
+            The temporary, beside the destination.
+
+        Raises
+        ------
+        hbnn.errors.OutputError
+            Where the temporary cannot be written (a full disk, a missing folder).
+        """
         path = Path(path)
         with _writing(path):
             tmp = _temporary(path)
@@ -115,7 +132,20 @@ class Outputs:
             _seal(tmp)
 
     def write_json(self, obj: Any, path: str | Path) -> None:
-        """Stable, sorted, indented JSON; NaN or infinity is a :class:`NonFiniteError`."""
+        """Stage ``obj`` as stable, sorted, indented JSON.
+
+        Parameters
+        ----------
+        obj : object
+            JSON-serialisable data.
+        path : str or pathlib.Path
+            The destination.
+
+        Raises
+        ------
+        hbnn.errors.NonFiniteError
+            Where a value is NaN or infinite.
+        """
         try:
             text = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
         except ValueError as err:
@@ -132,11 +162,23 @@ class Outputs:
             tmp.write_bytes(data)
 
     def write_netcdf(self, obj: Trace | xr.Dataset, path: str | Path) -> None:
-        """Save a :class:`~hbnn.files.trace.Trace` or ``Dataset``, uncompressed, each group with its checksum
-        (:mod:`hbnn.files.integrity`); non-finite values are refused (see :func:`check_finite`).
+        """Stage a trace or dataset as NetCDF, uncompressed, each group with its checksum.
 
-        ArviZ compresses every numeric variable by default: draws barely compress (86.5 against 92.1 MB for the
-        default transfer/informed.nc), and zlib took 2.1 of the 2.5 s that writing it took.
+        ArviZ compresses every numeric variable by default, but draws barely compress and zlib is most of the
+        writing time (benchmarks/FINDINGS.md, "The overheads around the sampling"). Checksums:
+        :mod:`hbnn.files.integrity`.
+
+        Parameters
+        ----------
+        obj : hbnn.files.trace.Trace or xarray.Dataset
+            What to save.
+        path : str or pathlib.Path
+            The destination.
+
+        Raises
+        ------
+        hbnn.errors.NonFiniteError
+            Where a checked value is NaN or infinite (:func:`check_finite`).
         """
         check_finite(obj, str(path))
         with self.path(path) as tmp:
@@ -147,12 +189,24 @@ class Outputs:
                                                                                               compress=False)
 
     def remove(self, path: str | Path) -> None:
-        """Delete ``path`` when the outputs are committed (an output the stage no longer writes)."""
+        """Delete a file when the outputs are committed (an output the stage does not write for these params).
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The file.
+        """
         self._removals.append(Path(path))
 
     def commit(self) -> None:
-        """Rename every staged file onto its destination, JSON last, with interrupts held back; first, each check
-        :func:`hbnn.errors.checked_before_commit` holds may refuse (by raising)."""
+        """Rename every staged file onto its destination, JSON last, with interrupts held back.
+
+        Raises
+        ------
+        Exception
+            Whatever a check that :func:`hbnn.errors.checked_before_commit` holds raises to refuse, before any
+            rename.
+        """
         order = sorted(self._staged, key=lambda staged: staged[1].suffix == ".json")
         if interrupt_received():  # a Ctrl-C whose KeyboardInterrupt a library callback swallowed
             raise KeyboardInterrupt
@@ -174,7 +228,13 @@ class Outputs:
 
 @contextlib.contextmanager
 def staged_outputs() -> Iterator[Outputs]:
-    """Collect a stage's outputs; commit them together if the block succeeds, else discard them all."""
+    """Collect a stage's outputs; commit them together if the block succeeds, else discard them all.
+
+    Yields
+    ------
+    Outputs
+        The stage's outputs.
+    """
     outputs = Outputs()
     try:
         yield outputs
@@ -195,12 +255,37 @@ def detail_path(metrics_out: str | Path) -> Path:
     ``metrics_out`` is the file DVC declares as metrics and holds the headline
     keys only, because ``dvc exp show`` makes one column per key; the detail
     file is a plain output, diffed with ``dvc metrics diff --targets <it>``.
+
+    Parameters
+    ----------
+    metrics_out : str or pathlib.Path
+        The headline metrics file.
+
+    Returns
+    -------
+    pathlib.Path
+        The detail file.
     """
     return Path(metrics_out).parent / "detail" / Path(metrics_out).name
 
 
 def write_json(obj: Any, path: str | Path) -> None:
-    """Write ``obj`` as stable, sorted, indented JSON, atomically."""
+    """Write ``obj`` as stable, sorted, indented JSON, atomically.
+
+    Parameters
+    ----------
+    obj : object
+        JSON-serialisable data.
+    path : str or pathlib.Path
+        The destination.
+
+    Raises
+    ------
+    hbnn.errors.NonFiniteError
+        Where a value is NaN or infinite.
+    hbnn.errors.OutputError
+        Where the file cannot be written.
+    """
     with staged_outputs() as outputs:
         outputs.write_json(obj, path)
 
@@ -211,7 +296,22 @@ def write_text(text: str, path: str | Path) -> None:
 
 
 def write_netcdf(obj: Trace | xr.Dataset, path: str | Path) -> None:
-    """Save a :class:`~hbnn.files.trace.Trace` or ``Dataset`` to NetCDF, atomically."""
+    """Save a trace or dataset to NetCDF, atomically.
+
+    Parameters
+    ----------
+    obj : hbnn.files.trace.Trace or xarray.Dataset
+        What to save.
+    path : str or pathlib.Path
+        The destination.
+
+    Raises
+    ------
+    hbnn.errors.NonFiniteError
+        Where a checked value is NaN or infinite.
+    hbnn.errors.OutputError
+        Where the file cannot be written.
+    """
     with staged_outputs() as outputs:
         outputs.write_netcdf(obj, path)
 
@@ -221,9 +321,19 @@ UNCHECKED_GROUPS = ("sample_stats", "warmup_sample_stats")
 
 
 def check_finite(obj: Trace | xr.Dataset, what: str) -> None:
-    """Raise :class:`NonFiniteError` naming the variable if any float in ``obj`` is NaN or infinite.
+    """Refuse NaN or infinite floats in a trace or dataset.
 
-    For a trace the groups in :data:`UNCHECKED_GROUPS` are skipped.
+    Parameters
+    ----------
+    obj : hbnn.files.trace.Trace or xarray.Dataset
+        What to check; for a trace the groups in :data:`UNCHECKED_GROUPS` are skipped.
+    what : str
+        What it is, for the message.
+
+    Raises
+    ------
+    hbnn.errors.NonFiniteError
+        Naming the variable, if any float is NaN or infinite.
     """
     if not isinstance(obj, xr.Dataset):  # a trace
         datasets = [(f"{what} group {g}", obj[g]) for g in obj.groups() if g not in UNCHECKED_GROUPS]
@@ -237,6 +347,13 @@ def check_finite(obj: Trace | xr.Dataset, what: str) -> None:
 
 
 def package_versions() -> dict[str, str]:
+    """The installed versions of :data:`PACKAGES`.
+
+    Returns
+    -------
+    dict of str to str
+        Per package, its version or ``"not installed"``.
+    """
     versions = {}
     for name in PACKAGES:
         try:
@@ -247,7 +364,24 @@ def package_versions() -> dict[str, str]:
 
 
 def provenance(stage: str, variant: str, params_hash: str, settings: dict[str, Any]) -> dict[str, str]:
-    """NetCDF-safe attrs saying what produced a file (nested values as JSON)."""
+    """NetCDF-safe attrs saying what produced a file (nested values as JSON).
+
+    Parameters
+    ----------
+    stage : str
+        The stage that writes the file.
+    variant : str
+        The model variant.
+    params_hash : str
+        The hash of the params the stage read.
+    settings : dict
+        The settings to record.
+
+    Returns
+    -------
+    dict of str to str
+        The ``hbnn_*`` attrs.
+    """
     return {
         "hbnn_stage": stage,
         "hbnn_variant": variant,
@@ -269,6 +403,18 @@ def stamp(idata: Trace, attrs: dict[str, str]) -> Trace:
     Drops what records the clock (:data:`RUN_TIME_ATTRS`, :data:`RUN_TIME_STATS`), so the same params write a
     byte-identical trace whatever the backend: DVC then sees an unchanged output, and a rerun of a stage upstream
     that changes nothing does not rerun the stages after it.
+
+    Parameters
+    ----------
+    idata : hbnn.files.trace.Trace
+        The trace, changed in place.
+    attrs : dict of str to str
+        The provenance attrs (:func:`provenance`).
+
+    Returns
+    -------
+    hbnn.files.trace.Trace
+        ``idata``.
     """
     for name in idata.groups():
         group = idata[name]
@@ -289,7 +435,27 @@ def _check_exists(path: Path, what: str) -> None:
 
 
 def load_dataset(path: str | Path, what: str, required: tuple[str, ...] = ()) -> xr.Dataset:
-    """Open a NetCDF dataset fully into memory, checking for required variables."""
+    """Open a NetCDF dataset fully into memory, checking for required variables.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+    what : str
+        What it is, for messages (``"tasks file"``).
+    required : tuple of str, optional
+        Variables it must hold.
+
+    Returns
+    -------
+    xarray.Dataset
+        The dataset, loaded.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the file is missing, not a file, unreadable or lacks a required variable.
+    """
     path = Path(path)
     _check_exists(path, what)
     try:
@@ -312,15 +478,41 @@ def load_trace(
     only: tuple[str, ...] | None = None,
     stage: str | None = None,
 ) -> Trace:
-    """Open a trace and check it came from the expected model variant (and, given ``params``, made with them; given
-    ``stage``, by that stage: :func:`check_made_with`).
+    """Open a trace and check it came from the expected model variant, stage and params.
 
     Every group of the file (or of ``only``, ``groups`` and ``posterior``, which the checks read, those the file
-    has: a reader that needs a few groups of the seven skips ~30 ms of decoding for each of the others) is opened
-    as ``az.from_netcdf`` opens it (xarray, h5netcdf, lazily) and those in ``groups`` are loaded; read without
-    importing ArviZ (~3 s of a process: the report's workers, forked before it is imported, read their traces
-    this way). Each opened group is checked against its checksum (:func:`hbnn.files.integrity.check`), which reads its
-    values once; xarray keeps them. Close it with :func:`close_trace`."""
+    has: a reader that needs a few groups of the seven skips decoding the others) is opened as ``az.from_netcdf``
+    opens it (xarray, h5netcdf, lazily) and those in ``groups`` are loaded; read without importing ArviZ, whose
+    import costs seconds (the report's workers, forked before it is imported, read their traces this way;
+    benchmarks/FINDINGS.md, "Measurements behind code comments"). Each opened group is checked against its checksum
+    (:func:`hbnn.files.integrity.check`), which reads its values once; xarray keeps them. Close it with
+    :func:`close_trace`.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The trace.
+    variant : str
+        The model variant it must come from.
+    groups : tuple of str, optional
+        The groups to load into memory.
+    params : hbnn.config.Params, optional
+        Given, the trace must have been made with these params.
+    only : tuple of str, optional
+        Given, open only these groups (and those the checks read).
+    stage : str, optional
+        Given, the trace must have been made by this stage (:func:`check_made_with`).
+
+    Returns
+    -------
+    hbnn.files.trace.Trace
+        The trace.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the file is missing or unreadable, fails its checksum, or comes from another variant, stage or params.
+    """
     import h5netcdf
 
     path = Path(path)
@@ -358,14 +550,44 @@ def load_trace(
 
 
 def close_trace(trace) -> None:
-    """Close every group of a trace :func:`load_trace` opened (a :class:`~hbnn.files.trace.Trace` or a mapping)."""
+    """Close every group of a trace :func:`load_trace` opened.
+
+    Parameters
+    ----------
+    trace : hbnn.files.trace.Trace or mapping
+        The trace, or its groups by name.
+    """
     for ds in trace.values():
         ds.close()
 
 
 def load_posterior(path: str | Path, variant: str, params=None, stage: str | None = None) -> xr.Dataset:
-    """A trace's ``posterior`` group alone, loaded, and checked as :func:`load_trace` checks it; read with xarray,
-    without importing ArviZ (~1 s of a stage that needs no more of the trace)."""
+    """A trace's ``posterior`` group alone, loaded, and checked as :func:`load_trace` checks it.
+
+    Read with xarray, without importing ArviZ, which a stage that needs no more of the trace would otherwise pay
+    for (benchmarks/FINDINGS.md, "The overheads around the sampling").
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The trace.
+    variant : str
+        The model variant it must come from.
+    params : hbnn.config.Params, optional
+        Given, the trace must have been made with these params.
+    stage : str, optional
+        Given, the trace must have been made by this stage.
+
+    Returns
+    -------
+    xarray.Dataset
+        The posterior.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the file is missing or unreadable, has no posterior, or comes from another variant, stage or params.
+    """
     path = Path(path)
     _check_exists(path, "trace")
     try:
@@ -388,14 +610,29 @@ def _check_trace(attrs: dict[str, Any], variant: str, params, path: Path, stage:
 
 
 def check_made_with(attrs: dict[str, Any], params, path: str | Path, stage: str | None = None) -> None:
-    """Raise :class:`InputError` if the file at ``path`` was made by another stage than ``stage`` (where given) or
-    with other params than ``params``.
+    """Refuse a file made by another stage or with other params.
 
     Each stage stamps its outputs with its name (``hbnn_stage``) and the hash of the params it read
     (``hbnn_params_hash``, :data:`hbnn.pipeline.variants.STAGE_PARAMS`). Under DVC both always agree; a file copied
     over another stage's output (``traces/hier.nc`` over ``traces/transfer/hier.nc``: the held-out groups' fit would
     then have seen them), or a stage run by hand after editing ``params.yaml``, would otherwise mix outputs. A file
     without the stamps (written by hbnn's functions outside a stage) is not checked.
+
+    Parameters
+    ----------
+    attrs : dict
+        The file's attributes.
+    params : hbnn.config.Params or None
+        The params it must have been made with; ``None``: not checked.
+    path : str or pathlib.Path
+        The file, for the message.
+    stage : str, optional
+        The stage that must have made it.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the file and what differs.
     """
     from hbnn.pipeline.variants import STAGE_PARAMS
 
@@ -413,17 +650,47 @@ def check_made_with(attrs: dict[str, Any], params, path: str | Path, stage: str 
 
 
 def made_by(stage: str, params) -> dict[str, str]:
-    """The ``made_by`` entry of a stage's detail metrics (``metrics/detail/*.json``): the stage and the hash of the
-    params it read, as its NetCDF outputs' attributes hold them, so that a reader can refuse a file copied in from
-    another stage's outputs or made with other params (:func:`check_made_by`)."""
+    """The ``made_by`` entry of a stage's detail metrics (``metrics/detail/*.json``).
+
+    The stage and the hash of the params it read, as its NetCDF outputs' attributes hold them, so that a reader
+    can refuse a file copied in from another stage's outputs or made with other params (:func:`check_made_by`).
+
+    Parameters
+    ----------
+    stage : str
+        The stage.
+    params : hbnn.config.Params
+        The params it read.
+
+    Returns
+    -------
+    dict of str to str
+        The entry.
+    """
     from hbnn.pipeline.variants import STAGE_PARAMS
 
     return {"stage": stage, "params_hash": params.section_hash(*STAGE_PARAMS[stage])}
 
 
 def check_made_by(doc: Any, path: str | Path, stage: str, params) -> None:
-    """:class:`InputError` unless the detail metrics ``doc`` read from ``path`` were written by ``stage`` with
-    ``params`` (:func:`made_by`, :func:`check_made_with`)."""
+    """Refuse detail metrics not written by ``stage`` with ``params`` (:func:`made_by`, :func:`check_made_with`).
+
+    Parameters
+    ----------
+    doc : object
+        The detail metrics as read.
+    path : str or pathlib.Path
+        Where they were read, for the message.
+    stage : str
+        The stage that must have written them.
+    params : hbnn.config.Params
+        The params they must have been made with.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the file and what differs.
+    """
     found = doc.get("made_by") if isinstance(doc, dict) else None
     if found is None:  # written outside a stage: nothing to check
         return
@@ -434,7 +701,25 @@ def check_made_by(doc: Any, path: str | Path, stage: str, params) -> None:
 
 
 def settings_from_attrs(attrs: dict[str, Any], where: str = "the file") -> dict[str, Any]:
-    """Decode the ``hbnn_settings`` JSON attr (a JSON object); :class:`InputError` naming ``where`` otherwise."""
+    """Decode the ``hbnn_settings`` JSON attr.
+
+    Parameters
+    ----------
+    attrs : dict
+        A file's attributes.
+    where : str, optional
+        The file, for the message.
+
+    Returns
+    -------
+    dict
+        The settings (empty where the attr is missing).
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming ``where``, if the attr is unreadable or not a JSON object.
+    """
     try:
         settings = json.loads(attrs.get("hbnn_settings", "{}"))
     except (TypeError, ValueError) as err:
@@ -445,7 +730,18 @@ def settings_from_attrs(attrs: dict[str, Any], where: str = "the file") -> dict[
 
 
 def as_builtin(x: Any) -> Any:
-    """NumPy scalars to Python scalars, rounding floats for readable diffs."""
+    """NumPy scalars to Python scalars, rounding floats for readable diffs.
+
+    Parameters
+    ----------
+    x : object
+        A value, or a dict of them (nested).
+
+    Returns
+    -------
+    object
+        The same structure in Python builtins; a non-finite float is ``None``.
+    """
     if isinstance(x, dict):
         return {str(k): as_builtin(v) for k, v in x.items()}
     if isinstance(x, (np.floating, float)):

@@ -63,9 +63,34 @@ def build_flat_model(
 ) -> pm.Model:
     """One group's BNN with iid ``Normal(0, prior_sd)`` weights (and biases, with ``bias``).
 
-    ``X`` is ``(obs, feature)`` and ``y`` is ``(obs,)``; both are ``pm.Data`` named
-    ``x`` and ``y`` so a compiled model can be refit on another group's rows.
-    ``minibatch_size`` (for ADVI only) makes the likelihood see random row batches.
+    Parameters
+    ----------
+    X : numpy.ndarray
+        The group's inputs, ``(obs, feature)``; ``pm.Data`` named ``x`` so a compiled model can be refit on
+        another group's rows.
+    y : numpy.ndarray
+        The group's targets, ``(obs,)``; ``pm.Data`` named ``y``.
+    features : sequence of str
+        The feature columns.
+    hidden_layers : sequence of int
+        Units per hidden layer.
+    prior_sd : float, optional
+        The weights' prior sd.
+    minibatch_size : int or None, optional
+        For ADVI only: the likelihood sees random batches of this many rows.
+    likelihood : str, optional
+        A registered likelihood (:mod:`hbnn.model.likelihoods`).
+    noise_sd : float, optional
+        Scale of the ``HalfNormal`` prior of the likelihood's extra parameter, where it has one.
+    bias : bool, optional
+        Whether each layer has a bias row.
+    activation : str, optional
+        A registered activation of the hidden units (:mod:`hbnn.model.activations`).
+
+    Returns
+    -------
+    pymc.Model
+        The model, not sampled.
     """
     specs = layer_specs(len(features), hidden_layers, bias)
     with pm.Model(coords=layer_coords(features, hidden_layers, bias=bias)) as model:
@@ -91,14 +116,41 @@ def build_informed_model(
 ) -> pm.Model:
     """One group's BNN with a multivariate-normal prior on each flattened layer (biases included, with ``bias``).
 
-    ``prior[layer] = (mean, cov)`` with ``mean`` of length ``layer.size`` (row-major
-    flattening of the layer's weight matrix). The prior is written non-centred,
-    ``w = mean + chol(cov) @ z`` with ``z ~ N(0, I)``, which is the same
-    distribution as ``MvNormal(mean, cov)`` but easier for NUTS. ``mean`` and the
-    Cholesky factor are ``pm.Data`` (``prior_mean_<layer>``, ``prior_chol_<layer>``),
-    not constants: the compiled model then depends on the prior's shapes only, so a
-    new prior (every change upstream of it) reuses the compile caches instead of
-    compiling for 13-17 s.
+    The prior is written non-centred, ``w = mean + chol(cov) @ z`` with ``z ~ N(0, I)``, which is the same
+    distribution as ``MvNormal(mean, cov)`` but easier for NUTS. ``mean`` and the Cholesky factor are
+    ``pm.Data`` (``prior_mean_<layer>``, ``prior_chol_<layer>``), not constants: the compiled model then
+    depends on the prior's shapes only, so a new prior (every change upstream of it) reuses the compile caches
+    instead of compiling afresh (benchmarks/FINDINGS.md, "Blocks of 500, a padded kernel, a cached informed
+    compile").
+
+    Parameters
+    ----------
+    X : numpy.ndarray
+        The group's inputs, ``(obs, feature)``.
+    y : numpy.ndarray
+        The group's targets, ``(obs,)``.
+    features : sequence of str
+        The feature columns.
+    hidden_layers : sequence of int
+        Units per hidden layer.
+    prior : mapping of str to (numpy.ndarray, numpy.ndarray)
+        Per layer name, ``(mean, cov)`` with ``mean`` of length ``layer.size`` (row-major flattening of the
+        layer's weight matrix).
+    minibatch_size : int or None, optional
+        For ADVI only: the likelihood sees random batches of this many rows.
+    likelihood : str, optional
+        A registered likelihood (:mod:`hbnn.model.likelihoods`).
+    noise_sd : float, optional
+        Scale of the ``HalfNormal`` prior of the likelihood's extra parameter, where it has one.
+    bias : bool, optional
+        Whether each layer has a bias row.
+    activation : str, optional
+        A registered activation of the hidden units (:mod:`hbnn.model.activations`).
+
+    Returns
+    -------
+    pymc.Model
+        The model, not sampled.
     """
     specs = layer_specs(len(features), hidden_layers, bias)
     coords = layer_coords(features, hidden_layers, bias=bias)
@@ -136,11 +188,36 @@ def build_hierarchical_model(
 ) -> pm.Model:
     """Non-centred hierarchical BNN over all groups (biases, with ``bias``, are part of each layer).
 
-    ``X_padded`` is ``(group, row, feature)`` (see :class:`hbnn.data.tasks.Padded`);
-    ``valid`` lists the flattened ``group*row`` positions of real rows and ``y``
-    their labels. Only those positions enter the likelihood, so padding rows
-    contribute nothing. Per layer: ``mu ~ N(0, 1)`` per weight, ``sd ~
-    HalfNormal(1)``, ``z[g] ~ N(0, 1)`` and ``w[g] = mu + sd * z[g]``.
+    Per layer: ``mu ~ N(0, 1)`` per weight, ``sd ~ HalfNormal(1)``, ``z[g] ~ N(0, 1)`` and
+    ``w[g] = mu + sd * z[g]``. Only the real rows enter the likelihood, so padding rows contribute nothing.
+
+    Parameters
+    ----------
+    X_padded : numpy.ndarray
+        The inputs, ``(group, row, feature)`` (see :class:`hbnn.data.tasks.Padded`).
+    y : numpy.ndarray
+        The real rows' targets, in the order of ``valid``.
+    valid : numpy.ndarray
+        The flattened ``group*row`` positions of the real rows.
+    group_names : sequence of str
+        The groups, in the order of ``X_padded``.
+    features : sequence of str
+        The feature columns.
+    hidden_layers : sequence of int
+        Units per hidden layer.
+    likelihood : str, optional
+        A registered likelihood (:mod:`hbnn.model.likelihoods`).
+    noise_sd : float, optional
+        Scale of the ``HalfNormal`` prior of the likelihood's extra parameter, where it has one.
+    bias : bool, optional
+        Whether each layer has a bias row.
+    activation : str, optional
+        A registered activation of the hidden units (:mod:`hbnn.model.activations`).
+
+    Returns
+    -------
+    pymc.Model
+        The model, not sampled.
     """
     specs = layer_specs(len(features), hidden_layers, bias)
     coords = layer_coords(features, hidden_layers, group_names, bias)
@@ -182,10 +259,39 @@ def build_hierarchical_minibatch_model(
 ) -> pm.Model:
     """The hierarchical BNN of :func:`build_hierarchical_model` for minibatch ADVI.
 
-    Same priors and variables, but in the long layout: ``X (obs, feature)``, integer
-    ``group`` codes and ``y``. Each evaluation draws ``minibatch_size`` rows with
-    replacement, gathers each row's group weights and scales the log-likelihood by
-    ``n_rows / minibatch_size``. Only real rows exist, so there is nothing to pad.
+    Same priors and variables, but in the long layout. Each evaluation draws ``minibatch_size`` rows with
+    replacement, gathers each row's group weights and scales the log-likelihood by ``n_rows / minibatch_size``.
+    Only real rows exist, so there is nothing to pad.
+
+    Parameters
+    ----------
+    X : numpy.ndarray
+        All groups' inputs, ``(obs, feature)``.
+    group : numpy.ndarray
+        Each row's integer group code, ``(obs,)``.
+    y : numpy.ndarray
+        The targets, ``(obs,)``.
+    group_names : sequence of str
+        The groups, in the order of the codes.
+    features : sequence of str
+        The feature columns.
+    hidden_layers : sequence of int
+        Units per hidden layer.
+    minibatch_size : int
+        Rows per evaluation.
+    likelihood : str, optional
+        A registered likelihood (:mod:`hbnn.model.likelihoods`).
+    noise_sd : float, optional
+        Scale of the ``HalfNormal`` prior of the likelihood's extra parameter, where it has one.
+    bias : bool, optional
+        Whether each layer has a bias row.
+    activation : str, optional
+        A registered activation of the hidden units (:mod:`hbnn.model.activations`).
+
+    Returns
+    -------
+    pymc.Model
+        The model, not sampled.
     """
     specs = layer_specs(len(features), hidden_layers, bias)
     coords = layer_coords(features, hidden_layers, group_names, bias)

@@ -5,8 +5,9 @@
 network in blocks of :data:`BLOCK` that stay in the L1 cache, every inner loop runs over a block's
 rows (so it vectorises), and the activation is the activation's own compiled code
 (:attr:`hbnn.model.activations.base.Activation.compiled_source`; tanh's has no library call). NumPy's version
-spends most of its time in a scalar library ``tanh`` and in temporaries the size of a whole layer: on the default
-data the fit stages scored their draws ~5x faster (benchmarks/FINDINGS.md).
+spends most of its time in a scalar library ``tanh`` and in temporaries the size of a whole layer, so the fit
+stages score their draws several times faster this way (benchmarks/FINDINGS.md, "Writing, scoring and the report's
+imports").
 
 * ``float64`` (scores, metrics, the traces' predictions): tanh within 2.3e-16 absolute, sums
   contracted into fused multiply-adds; outputs agree with NumPy's to ~1e-15 relative (tested),

@@ -26,7 +26,17 @@ import numpy as np
 
 @dataclass(frozen=True)
 class LayerSpec:
-    """One weight matrix: its name (``in``, ``h1_h2``, ``out``), dims and shape."""
+    """One weight matrix of the network.
+
+    Parameters
+    ----------
+    name : str
+        The layer's name: ``in``, ``h1_h2`` (and so on), ``out``.
+    dims : tuple of str
+        The matrix's dims, input dim first (``feature_and_bias`` etc. with a bias row).
+    shape : tuple of int
+        The matrix's shape.
+    """
 
     name: str
     dims: tuple[str, ...]
@@ -34,18 +44,32 @@ class LayerSpec:
 
     @property
     def var(self) -> str:
+        """The model variable holding the layer's weights, ``w_<name>``."""
         return f"w_{self.name}"
 
     @property
     def size(self) -> int:
+        """The number of weights in the layer."""
         return int(np.prod(self.shape))
 
 
 def layer_specs(n_features: int, hidden_layers: Sequence[int], bias: bool = False) -> list[LayerSpec]:
-    """Layers of an MLP ``features -> hidden_layers... -> 1 output``; with ``bias``, each with a bias row.
+    """Layers of an MLP ``features -> hidden_layers... -> 1 output``.
 
-    Empty ``hidden_layers`` gives the single layer ``out`` with dims ``(feature,)``
-    (``(feature_and_bias,)`` with a bias).
+    Parameters
+    ----------
+    n_features : int
+        The number of input features.
+    hidden_layers : sequence of int
+        Units per hidden layer; empty gives the single layer ``out`` with dims ``(feature,)``
+        (``(feature_and_bias,)`` with a bias): a linear model.
+    bias : bool, optional
+        Whether each layer has a bias row.
+
+    Returns
+    -------
+    list of LayerSpec
+        The layers, input to output.
     """
     sizes = [n_features, *hidden_layers]
     dims = ["feature"] + [f"hidden_{i + 1}" for i in range(len(hidden_layers))]
@@ -59,14 +83,30 @@ def layer_specs(n_features: int, hidden_layers: Sequence[int], bias: bool = Fals
     return specs
 
 
-BIAS_SUFFIX = "_and_bias"  # the input dim of a layer with a bias row: feature_and_bias, hidden_1_and_bias, ...
-BIAS = "bias"  # that row's coordinate
+BIAS_SUFFIX = "_and_bias"  # names the input dim of a layer with a bias row, so its coordinates differ from the inputs'
+BIAS = "bias"  # that row's coordinate, so the bias row is found by name in the draws
 
 
 def layer_coords(features: Sequence[str], hidden_layers: Sequence[int],
                  groups: Sequence[str] | None = None, bias: bool = False) -> dict[str, list]:
-    """Coordinates for the feature and hidden-unit dims (and their ``_and_bias`` input dims with ``bias``), and
-    the ``group`` dim when ``groups`` is given."""
+    """Coordinates of the network's dims.
+
+    Parameters
+    ----------
+    features : sequence of str
+        The feature columns.
+    hidden_layers : sequence of int
+        Units per hidden layer.
+    groups : sequence of str or None, optional
+        The group names, for a ``group`` dim.
+    bias : bool, optional
+        Whether to add the ``_and_bias`` input dims (the inputs' coordinates and :data:`BIAS`).
+
+    Returns
+    -------
+    dict of str to list
+        Coordinates per dim name.
+    """
     coords: dict[str, list] = {"feature": list(features)}
     for i, h in enumerate(hidden_layers):
         coords[f"hidden_{i + 1}"] = list(range(h))
@@ -80,19 +120,41 @@ def layer_coords(features: Sequence[str], hidden_layers: Sequence[int],
 
 
 def has_bias(specs: Sequence[LayerSpec]) -> bool:
-    """Whether the layers of :func:`layer_specs` carry bias rows."""
+    """Whether the layers of :func:`layer_specs` carry bias rows.
+
+    Parameters
+    ----------
+    specs : sequence of LayerSpec
+        The network's layers.
+
+    Returns
+    -------
+    bool
+        Whether the first layer's input dim has the bias suffix.
+    """
     return specs[0].dims[0].endswith(BIAS_SUFFIX)
 
 
 def mlp_logit(x, weights: Sequence, activation: Callable = np.tanh, bias: bool | None = None):
     """Forward pass of the MLP, for NumPy arrays or PyTensor tensors.
 
-    ``x`` is ``(..., n, feature)``; ``weights`` follow :func:`layer_specs`, each with
-    optional leading batch dims (draws, groups) that broadcast against ``x``'s
-    leading dims. Returns the outputs ``(..., n)`` (a logit, a mean, a log rate: the
-    likelihood says). ``activation``: the hidden units' function, element-wise. ``bias``: whether each layer's
-    last input row is its bias; ``None`` reads it from the shapes (NumPy arrays only:
-    a layer with one more input row than its input has units has a bias row).
+    Parameters
+    ----------
+    x : array or tensor
+        The inputs, ``(..., n, feature)``.
+    weights : sequence of arrays or tensors
+        The layers' weights in the order and shapes of :func:`layer_specs`, each with optional leading batch
+        dims (draws, groups) that broadcast against ``x``'s leading dims.
+    activation : callable, optional
+        The hidden units' function, element-wise.
+    bias : bool or None, optional
+        Whether each layer's last input row is its bias; ``None`` reads it from the shapes (NumPy arrays only:
+        a layer with one more input row than its input has units has a bias row).
+
+    Returns
+    -------
+    array or tensor
+        The outputs ``(..., n)``: a logit, a mean or a log rate, as the likelihood says.
     """
     if bias is None:
         bias = weights[0].shape[-2 if len(weights) > 1 else -1] == x.shape[-1] + 1

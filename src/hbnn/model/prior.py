@@ -44,7 +44,7 @@ from hbnn.model.network import LayerSpec
 # whose last bit differs between libm builds and between glibc's FMA and non-FMA code) lie beyond it.
 ZIGGURAT_R = 3.6541528853610088
 LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10  # ln 2 = HI + LO, HI with 32 bits
-SQRT_HALF = 0.70710678118654752440
+SQRT_HALF = 0.70710678118654752440  # ieee_log reduces mantissas to [sqrt(1/2), sqrt(2)), where its series is short
 # 1/3, 1/5, ..., 1/23: the series 2 atanh(s) = log((1 + s) / (1 - s)), |s| <= 0.172, to below 1e-17 relative.
 _ATANH_TERMS = tuple(1.0 / k for k in range(23, 2, -2))
 
@@ -52,11 +52,21 @@ _ATANH_TERMS = tuple(1.0 / k for k in range(23, 2, -2))
 def fixed_sum(x: np.ndarray, axis: int = 0) -> np.ndarray:
     """The sum of ``x`` along ``axis`` in a pairwise order fixed by the length alone.
 
-    Each step adds the second half of the rows to the first, element by element
-    (an odd last row goes into the first), so the result is made of correctly
-    rounded additions in an order that no BLAS, SIMD width or reduction kernel
-    can change; its error grows with ``log2(n)``, as NumPy's pairwise sum's does.
-    An empty axis sums to zeros.
+    Each step adds the second half of the rows to the first, element by element (an odd last row goes into
+    the first), so the result is made of correctly rounded additions in an order that no BLAS, SIMD width or
+    reduction kernel can change; its error grows with ``log2(n)``, as NumPy's pairwise sum's does.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The values (taken as floats).
+    axis : int, optional
+        The axis to sum over.
+
+    Returns
+    -------
+    numpy.ndarray
+        The sums, with ``axis`` removed; zeros for an empty axis.
     """
     x = np.moveaxis(np.asarray(x, dtype=float), axis, 0)
     if x.shape[0] == 0:
@@ -71,16 +81,39 @@ def fixed_sum(x: np.ndarray, axis: int = 0) -> np.ndarray:
 
 
 def fixed_mean(x: np.ndarray, axis: int = 0) -> np.ndarray:
-    """:func:`fixed_sum` over the length of ``axis``."""
+    """The mean along ``axis`` in :func:`fixed_sum`'s order.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The values (taken as floats).
+    axis : int, optional
+        The axis to average over.
+
+    Returns
+    -------
+    numpy.ndarray
+        :func:`fixed_sum` over the length of ``axis``.
+    """
     x = np.asarray(x, dtype=float)
     return fixed_sum(x, axis) / x.shape[axis]
 
 
 def ieee_log(x: np.ndarray) -> np.ndarray:
-    """Natural log of positive finite ``x`` from ``frexp`` and ``+ - * /`` alone (within ~2 ulp of ``np.log``).
+    """Natural log from ``frexp`` and ``+ - * /`` alone, with the same bits on every machine.
 
     ``x = m 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))``; ``log m = 2 atanh(s)``, ``s = (m - 1) / (m + 1)``, by its
     series. Unlike ``np.log`` (NumPy's own SIMD code or the C library's, by CPU) it gives the same bits everywhere.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Positive finite values.
+
+    Returns
+    -------
+    numpy.ndarray
+        Their natural logs, within ~2 ulp of ``np.log``.
     """
     m, e = np.frexp(np.asarray(x, dtype=float))
     low = m < SQRT_HALF
@@ -97,9 +130,24 @@ def ieee_log(x: np.ndarray) -> np.ndarray:
 
 
 def normal_tail(n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` draws of ``|x|`` for a standard normal ``x`` beyond :data:`ZIGGURAT_R` (Marsaglia's tail method, as
-    NumPy's ziggurat draws them, with :func:`ieee_log`): ``R + a`` with ``a = -log(u1) / R``, kept where
-    ``-2 log(u2) > a^2``. Uniforms are ``1 - rng.random()``, in (0, 1]; each round draws two per value missing."""
+    """Draws of ``|x|`` for a standard normal ``x`` beyond :data:`ZIGGURAT_R`.
+
+    Marsaglia's tail method, as NumPy's ziggurat draws them, with :func:`ieee_log`: ``R + a`` with
+    ``a = -log(u1) / R``, kept where ``-2 log(u2) > a^2``. Uniforms are ``1 - rng.random()``, in (0, 1]; each
+    round draws two per value missing.
+
+    Parameters
+    ----------
+    n : int
+        The number of draws.
+    rng : numpy.random.Generator
+        The source of the uniforms.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``n`` values, each past :data:`ZIGGURAT_R`.
+    """
     out = np.empty(n)
     filled = 0
     while filled < n:
@@ -121,6 +169,18 @@ def standard_normal(shapes: Sequence[tuple[int, ...]], rng: np.random.Generator)
     independent draw from the normal beyond that point leaves the draws standard normal. What libm still decides:
     whether a draw in a ziggurat wedge is kept (``u < exp(-x^2 / 2)``), which a last-bit change of ``exp`` flips
     only where the two sides agree to ~16 digits.
+
+    Parameters
+    ----------
+    shapes : sequence of tuple of int
+        The arrays' shapes, drawn in this order.
+    rng : numpy.random.Generator
+        The source of the draws.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One standard normal array per shape.
     """
     eps = [rng.standard_normal(shape) for shape in shapes]
     for e in eps:
@@ -133,26 +193,47 @@ def standard_normal(shapes: Sequence[tuple[int, ...]], rng: np.random.Generator)
 
 @dataclass(frozen=True)
 class Symmetry:
-    """Per hidden layer: ``perm[k][j]`` = source unit placed at ``j``; ``sign[k][j]`` = +-1."""
+    """A relabelling of an MLP's hidden units, which leaves the network function unchanged.
+
+    Parameters
+    ----------
+    perm : tuple of numpy.ndarray
+        Per hidden layer ``k``: ``perm[k][j]`` is the source unit placed at ``j``.
+    sign : tuple of numpy.ndarray
+        Per hidden layer ``k``: ``sign[k][j]`` is +-1, the sign unit ``j`` takes.
+    """
 
     perm: tuple[np.ndarray, ...]
     sign: tuple[np.ndarray, ...]
 
     @staticmethod
     def identity(hidden_layers: Sequence[int]) -> Symmetry:
+        """The relabelling that changes nothing, for hidden layers of these sizes."""
         return Symmetry(tuple(np.arange(h) for h in hidden_layers), tuple(np.ones(h) for h in hidden_layers))
 
     @property
     def is_identity(self) -> bool:
+        """Whether the relabelling changes nothing."""
         return all((p == np.arange(p.size)).all() for p in self.perm) and all((s == 1).all() for s in self.sign)
 
 
 def apply_symmetry(weights: Sequence[np.ndarray], sym: Symmetry) -> list[np.ndarray]:
     """Relabel hidden units of an MLP; the network function is unchanged.
 
-    ``weights`` follow :func:`hbnn.model.builders.layer_specs` with any leading batch dims.
-    Hidden layer ``k`` sits between weight matrix ``k`` (its columns) and ``k + 1``
-    (its rows; the output vector for the last hidden layer).
+    Hidden layer ``k`` sits between weight matrix ``k`` (its columns) and ``k + 1`` (its rows; the output
+    vector for the last hidden layer).
+
+    Parameters
+    ----------
+    weights : sequence of numpy.ndarray
+        The layers as :func:`hbnn.model.network.layer_specs` lays them out, with any leading batch dims.
+    sym : Symmetry
+        The relabelling.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Relabelled copies of the layers.
     """
     out = [np.array(w, copy=True) for w in weights]
     for k, (perm, sign) in enumerate(zip(sym.perm, sym.sign, strict=True)):
@@ -168,11 +249,28 @@ def apply_symmetry(weights: Sequence[np.ndarray], sym: Symmetry) -> list[np.ndar
 
 
 def min_cost_assignment(cost: np.ndarray) -> np.ndarray:
-    """The permutation ``perm`` of a square ``cost`` matrix's columns that minimises ``sum(cost[j, perm[j]])``:
-    the Hungarian algorithm (Kuhn-Munkres with row and column potentials, one shortest augmenting path per row,
-    O(n^3)): SciPy's ``linear_sum_assignment``'s permutation where the optimum is unique, an optimal one where
-    costs tie (tested), without importing ``scipy.optimize`` (~0.2 s of ``derive_prior`` and ``transfer_prior``
-    for a few units). :class:`ValueError`, as SciPy's, for a matrix that is not square or not finite."""
+    """The permutation of a square cost matrix's columns that minimises the total cost: the Hungarian algorithm.
+
+    Kuhn-Munkres with row and column potentials, one shortest augmenting path per row, O(n^3): SciPy's
+    ``linear_sum_assignment``'s permutation where the optimum is unique, an optimal one where costs tie
+    (tested), without importing ``scipy.optimize``, whose import costs more than matching a few units
+    (benchmarks/FINDINGS.md, "Start-up imports, the report's order, and a centred output layer").
+
+    Parameters
+    ----------
+    cost : numpy.ndarray
+        A square matrix of finite costs.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``perm`` minimising ``sum(cost[j, perm[j]])``.
+
+    Raises
+    ------
+    ValueError
+        As SciPy's, for a matrix that is not square or not finite.
+    """
     cost = np.asarray(cost, dtype=float)
     if cost.ndim != 2 or cost.shape[0] != cost.shape[1]:
         raise ValueError(f"the cost matrix must be square, not of shape {cost.shape}")
@@ -223,6 +321,20 @@ def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarr
     layer the signed outgoing weight is used directly. With ``signs`` each unit pair takes the
     sign that fits best (a symmetry of odd activations only); without, every sign stays +1. The Hungarian
     algorithm picks the permutation.
+
+    Parameters
+    ----------
+    reference : sequence of numpy.ndarray
+        The network to match, per layer.
+    candidate : sequence of numpy.ndarray
+        The network to relabel, per layer.
+    signs : bool, optional
+        Whether a unit's sign flip is a symmetry (odd activations).
+
+    Returns
+    -------
+    Symmetry
+        The relabelling of ``candidate``.
     """
     n_hidden = len(reference) - 1
     current = [np.asarray(w, dtype=float) for w in candidate]
@@ -265,7 +377,19 @@ def match_symmetry(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarr
 
 @dataclass
 class Alignment:
-    """Aligned group-mean draws and what was done to each chain."""
+    """Aligned group-mean draws and what was done to each chain.
+
+    Parameters
+    ----------
+    mu : list of numpy.ndarray
+        Per layer, the aligned draws ``(chain, draw, *shape)``.
+    symmetries : list of Symmetry
+        Per chain, the relabelling applied.
+    distance_before : list of float
+        Per chain, the distance of its mean weights to the reference chain's before alignment.
+    distance_after : list of float
+        The same after alignment.
+    """
 
     mu: list[np.ndarray]  # per layer (chain, draw, *shape), aligned
     symmetries: list[Symmetry]  # per chain
@@ -276,9 +400,26 @@ class Alignment:
 def align_to_reference(mu: Sequence[np.ndarray], reference_chain: int = 0, signs: bool = True) -> Alignment:
     """Align every chain's group-mean weights to ``reference_chain``.
 
-    ``mu`` holds per-layer arrays ``(chain, draw, *layer.shape)``. The match is
-    made on chain means and applied to every draw of the chain; ``signs``: whether
-    a unit's sign flip is a symmetry (:func:`match_symmetry`).
+    The match is made on chain means and applied to every draw of the chain.
+
+    Parameters
+    ----------
+    mu : sequence of numpy.ndarray
+        Per layer, the draws ``(chain, draw, *layer.shape)``.
+    reference_chain : int, optional
+        The chain the others are aligned to.
+    signs : bool, optional
+        Whether a unit's sign flip is a symmetry (:func:`match_symmetry`).
+
+    Returns
+    -------
+    Alignment
+        The aligned draws and each chain's relabelling and distances.
+
+    Raises
+    ------
+    ValueError
+        If ``reference_chain`` is not a chain of ``mu``.
     """
     n_chains = mu[0].shape[0]
     if not 0 <= reference_chain < n_chains:
@@ -314,9 +455,23 @@ def new_group_draws(
 ) -> list[np.ndarray]:
     """Weights of unseen groups: ``w = mu + sd * eps`` for each posterior draw.
 
-    ``mu[layer]`` is ``(sample, *shape)``, ``sd[layer]`` is ``(sample,)``. Returns
-    per-layer ``(sample * draws_per_sample, layer.size)`` flattened draws. The
-    ``eps`` of all layers come from :func:`standard_normal`, layer by layer.
+    The ``eps`` of all layers come from :func:`standard_normal`, layer by layer.
+
+    Parameters
+    ----------
+    mu : sequence of numpy.ndarray
+        Per layer, the group means ``(sample, *shape)``.
+    sd : sequence of numpy.ndarray
+        Per layer, the group sds ``(sample,)``.
+    draws_per_sample : int
+        New groups drawn per posterior draw.
+    rng : numpy.random.Generator
+        The source of ``eps``.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Per layer, flattened draws ``(sample * draws_per_sample, layer.size)``.
     """
     shapes = [(m.shape[0], draws_per_sample, int(np.prod(m.shape[1:], dtype=int))) for m in mu]
     out = []
@@ -328,10 +483,22 @@ def new_group_draws(
 
 
 def fit_mvnormal(samples: np.ndarray, jitter: float) -> tuple[np.ndarray, np.ndarray]:
-    """Sample mean and covariance (``n - 1`` divisor, as ``np.cov``; plus ``jitter * I``) of ``(n, k)`` draws.
+    """Sample mean and covariance of draws, the same on every machine.
 
     No BLAS: the covariance's entry ``(i, j)``, ``i <= j``, is the :func:`fixed_sum` of the centred columns'
-    element-wise products over ``n - 1``, mirrored below the diagonal, so it is the same on every machine.
+    element-wise products over ``n - 1``, mirrored below the diagonal.
+
+    Parameters
+    ----------
+    samples : numpy.ndarray
+        The draws, ``(n, k)``.
+    jitter : float
+        Added to the covariance's diagonal.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The mean ``(k,)`` and the covariance ``(k, k)`` (``n - 1`` divisor, as ``np.cov``; plus ``jitter * I``).
     """
     samples = np.asarray(samples, dtype=float)
     n, k = samples.shape
@@ -347,12 +514,40 @@ def fit_mvnormal(samples: np.ndarray, jitter: float) -> tuple[np.ndarray, np.nda
 
 
 def layer_arrays(posterior, specs: Sequence[LayerSpec], prefix: str) -> list[np.ndarray]:
-    """Per-layer ``(chain, draw, *shape)`` arrays of ``<prefix>_<layer>`` variables."""
+    """Per-layer arrays of a posterior's ``<prefix>_<layer>`` variables.
+
+    Parameters
+    ----------
+    posterior : xarray.Dataset
+        The draws.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+    prefix : str
+        The variables' prefix (``mu``, ``w``, ...).
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Per layer, ``(chain, draw, *shape)``.
+    """
     return [posterior[f"{prefix}_{s.name}"].transpose("chain", "draw", *s.dims).values for s in specs]
 
 
 def prior_dataset(specs: Sequence[LayerSpec], layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> xr.Dataset:
-    """The prior file's layout: ``mean_<layer>``, ``cov_<layer>`` and the ``layers`` attr (shapes, dims)."""
+    """The prior file's layout.
+
+    Parameters
+    ----------
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+    layers : sequence of tuple of numpy.ndarray
+        Per layer, ``(mean, cov)`` of its flattened weights.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``mean_<layer>``, ``cov_<layer>`` and the ``layers`` attr (each layer's shape and dims, as JSON).
+    """
     data_vars, meta = {}, {}
     for s, (mean, cov) in zip(specs, layers, strict=True):
         data_vars[f"mean_{s.name}"] = (f"weight_{s.name}", mean)
@@ -364,8 +559,30 @@ def prior_dataset(specs: Sequence[LayerSpec], layers: Sequence[tuple[np.ndarray,
 
 
 def load_prior(path: Path, specs, params=None, stage: str = "derive_prior") -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Read ``priors/informed.nc`` (written by ``stage``: ``derive_prior``, or ``transfer_prior`` for the transfer
-    experiment's): its layers must match ``specs`` and, given ``params``, it was made with them."""
+    """Read and check an informed prior file (``priors/informed.nc``).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The prior file.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The layers the model needs; the file's must match.
+    params : hbnn.config.Params or None, optional
+        Given, the file must have been made with these params.
+    stage : str, optional
+        The stage that writes it: ``derive_prior``, or ``transfer_prior`` for the transfer experiment's.
+
+    Returns
+    -------
+    dict of str to tuple of numpy.ndarray
+        Per layer name, ``(mean, cov)``.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the file is missing or unreadable, was made by another stage or with other params, or its layers do
+        not match ``specs``.
+    """
     ds = load_dataset(path, "prior file")
     check_made_with(ds.attrs, params, path, stage)
     try:

@@ -1,4 +1,10 @@
-"""Restarts: when a run-length-controlled fit's chains start again, and what the trace records of it."""
+"""Restarts: when a run-length-controlled fit's chains start again, and what the trace records of it.
+
+**A restart**: every chain of a fit starts again, warmup included, from the best chain's draws, when a look
+(defined in :mod:`hbnn.sampling.runlength`) finds the chains diverging past the bar (defined in
+:mod:`hbnn.diagnostics.criterion`) or stuck in different places. :func:`restart_reason` decides whether and from
+which chain; the attempt left behind is recorded in the trace and the metrics.
+"""
 
 from __future__ import annotations
 
@@ -16,30 +22,29 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-RESTART_SEED_KEY = 100  # derive_seed(fit seed, RESTART_SEED_KEY, k): the k-th restart's chains
+RESTART_SEED_KEY = 100  # derive_seed(fit seed, RESTART_SEED_KEY, k): each restart's chains get seeds of their own
 
 
 # At a run-length-controlled fit's look, divergences restart the chains where a Poisson count at the bar's share
-# of the draws reaches them with less than this chance (one-sided): 5 or more at 2 x 500 draws, 87 in one chain seen
+# of the draws reaches them with less than this chance (one-sided): 5 or more at 2 x 500 draws, so a stray
+# divergence does not restart, a chain diverging steadily does (benchmarks/FINDINGS.md, "Chains started again")
 RESTART_DIVERGENCE_P = 0.01
 
 
 # At a run-length-controlled fit's look, an R-hat past this says the chains sit in different places, more than
-# slow mixing explains: on 30 groups, chains stuck where the input layer's group sd is ~0.3 (the rest: ~0.009) gave
-# 1.3-1.45 at 500 draws; slow but healthy chains of the default fit up to ~1.08 (benchmarks/FINDINGS.md, "Chains
-# started again")
+# slow mixing explains: it lies between what slow but healthy chains reach at a first look and what chains stuck
+# in a worse region gave (benchmarks/FINDINGS.md, "Chains started again")
 RESTART_RHAT = 1.2
 
 
 # ... and a chain is in a worse region where its mean log density lies this many standard errors (from each chain's
-# ESS of the mean) below the best chain's: the stuck chains above were 7-8 below
+# ESS of the mean) below the best chain's: well short of how far the stuck chains lay below (benchmarks/FINDINGS.md,
+# "Chains started again")
 RESTART_LOGP_Z = 4.0
 
 
 def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
-    """Why the chains of a fit's look (``head``: ``posterior``, ``sample_stats``; ``missing``: its
-    :class:`hbnn.diagnostics.criterion.Shortfall` or ``None``) should start again, and from which chain's draws, or
-    ``None``.
+    """Why the chains of a fit's look should start again, and from which chain's draws.
 
     - More divergences than the bar's share (:data:`hbnn.config.DIVERGENT_SHARE_MAX` of the draws) explains
       by chance: a one-sided Poisson test at :data:`RESTART_DIVERGENCE_P` (at 2 x 500 draws: 5 or more). A chain
@@ -56,6 +61,18 @@ def restart_reason(head: Trace, missing) -> tuple[str, int] | None:
     which the metrics then report (R-hat). A lower mean log density is evidence of a worse region, not proof: a
     real mode that is wider but lower would be left behind too, which is why every restart is recorded with its
     numbers.
+
+    Parameters
+    ----------
+    head : hbnn.files.trace.Trace
+        The draws so far, with ``posterior`` and ``sample_stats`` (``diverging``, ``logp``, ``step_size``).
+    missing : hbnn.diagnostics.criterion.Shortfall or None
+        What the look found short of the bar; ``None`` when R-hat and ESS meet it.
+
+    Returns
+    -------
+    tuple of (str, int) or None
+        The reason, as the log and the trace say it, and the chain to restart from; ``None`` for no restart.
     """
     from scipy.special import pdtrc
 

@@ -1,4 +1,10 @@
-"""Run-length control: when a fit whose draws miss the convergence bar looks at its draws again."""
+"""Run-length control: when a fit whose draws miss the bar looks at its draws again.
+
+**A look** is a check of a run-length-controlled fit's draws so far during sampling: the draws are judged
+against the bar (defined in :mod:`hbnn.diagnostics.criterion`), after which sampling stops (everything meets the
+bar, or ``max_draws`` is reached) or draws on to the next look, whose place this module decides. A look may
+also restart the chains (:mod:`hbnn.sampling.restarts`).
+"""
 
 from __future__ import annotations
 
@@ -22,30 +28,59 @@ ESS_SPARE = 1.1  # ... aiming 10% past ESS_MIN, so that one look usually suffice
 
 
 # ... and at least this share of the draws so far further on: a look ranks every draw so far (its cost grows with
-# them), so looks every CHECK_UNIT draws where only R-hat missed cost ~2 s of a core each at 3000-4000 draws per
-# chain on an AVX2 machine, 41 s over one fit's 20 looks; this way a fit stops at most ~10% past the first draws
-# that pass.
+# them), so looks every CHECK_UNIT draws add up on long fits; this way a fit stops at most ~10% past the first
+# draws that pass (benchmarks/FINDINGS.md, "An AVX2 machine: the kernel's float-to-int conversion").
 LOOK_GROWTH = 0.1
 
 
-# ... and at most this share further (at least CHECK_UNIT): the ESS so far is a noisy estimate (g02's fell from 389 at
-# 500 draws to 206 at 600 in the default fit), and a look that overshoots the draws the bar needs costs whole draws
-# of both chains, while one more look costs ~0.5 s of one core at 1000-2000 draws. Replayed on six hierarchical fits
-# (fit_hier and transfer_prior at seeds 1-3), looks at most a block (500) further kept 8900 draws per chain in all,
-# at most 20% further 8000 (the first draws that pass: 7900), with 29 looks instead of 19
-# (benchmarks/FINDINGS.md, "Looks at most 20% further").
+# ... and at most this share further (at least CHECK_UNIT): the ESS so far is a noisy estimate, and a look that
+# overshoots the draws the bar needs costs whole draws of both chains, while one more look costs far less; replayed
+# fits kept fewer draws this way at the price of a few more looks (benchmarks/FINDINGS.md, "Looks at most 20%
+# further").
 LOOK_MAX_GROWTH = 0.2
 
 
 def look_unit(backend: str, draws: int) -> int:
-    """The draws per chain between a run-length-controlled fit's possible looks: nutpie's :data:`CHECK_UNIT`,
-    NumPyro's whole blocks of ``draws``."""
+    """The draws per chain between a run-length-controlled fit's possible looks.
+
+    Parameters
+    ----------
+    backend : str
+        The sampler backend: ``"nutpie"`` looks every :data:`CHECK_UNIT` draws; NumPyro's compiled loop draws
+        whole blocks of ``draws``.
+    draws : int
+        The fit's block of draws per chain (``draws`` of its sampler params).
+
+    Returns
+    -------
+    int
+        Draws per chain between possible looks.
+    """
     return CHECK_UNIT if backend == "nutpie" else draws
 
 
 def at_draw_limit(drawn: int, draws: int, max_draws: int, unit: int) -> bool:
-    """Whether a run-length-controlled fit with ``drawn`` draws per chain can look no further (:func:`_next_check`
-    stops there; it may be short of ``max_draws`` where ``unit`` does not divide it)."""
+    """Whether a run-length-controlled fit can look no further.
+
+    The fit stops there (:func:`_next_check`), which may be short of ``max_draws`` where ``unit`` does not
+    divide it.
+
+    Parameters
+    ----------
+    drawn : int
+        Draws per chain so far.
+    draws : int
+        The fit's block of draws per chain.
+    max_draws : int
+        The most draws per chain the fit may take.
+    unit : int
+        Draws per chain between possible looks (:func:`look_unit`).
+
+    Returns
+    -------
+    bool
+        Whether the next possible look would pass ``max_draws``.
+    """
     return drawn + min(unit, draws) > max_draws
 
 

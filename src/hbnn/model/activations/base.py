@@ -28,7 +28,11 @@ import numpy as np
 
 
 class Activation:
-    """What an activation decides; subclasses set the class attributes and the two functions."""
+    """What an activation decides; subclasses set the class attributes and the two functions.
+
+    The class attributes: :attr:`name` (what ``model.activation`` says), :attr:`sign_symmetric` (whether a unit's
+    sign flip is a symmetry of the network) and :attr:`compiled_source` (the numba text of the module docstring).
+    """
 
     name: ClassVar[str]
     sign_symmetric: ClassVar[bool]  # f(-x) = -f(x): a unit's weights in and out may flip sign together

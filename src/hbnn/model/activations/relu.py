@@ -8,7 +8,9 @@ from hbnn.model.activations.base import Activation
 
 
 class Relu(Activation):
-    """``max(x, 0)``. Flipping a unit's sign changes the network's function (``relu(-x) != -relu(x)``), so the
+    """``max(x, 0)``, whose units are matched across chains by permutations only.
+
+    Flipping a unit's sign changes the network's function (``relu(-x) != -relu(x)``), so the
     informed prior matches relu units across chains by permutations only. The compiled backward pass knows a
     unit only by its output ``h``, so its slope is 1 where ``h > 0`` and 0 elsewhere, at exactly ``x = 0`` too
     (a point of measure zero, where PyTensor's gradient says 1)."""

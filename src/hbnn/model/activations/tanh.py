@@ -8,7 +8,9 @@ from hbnn.model.activations.base import Activation
 
 
 class Tanh(Activation):
-    """``tanh``; its compiled versions are :mod:`hbnn.density.numerics`' float32 rational function (within 3.5e-7)
+    """``tanh``, compiled without library calls so that the loops over rows vectorise.
+
+    Its compiled versions are :mod:`hbnn.density.numerics`' float32 rational function (within 3.5e-7)
     and float64 ``exp``-based one (within 2.3e-16), both free of library calls so that the loops over rows
     vectorise."""
 

@@ -42,7 +42,23 @@ LIKELIHOODS: dict[str, Likelihood] = {lik.name: lik for lik in (Bernoulli(), Gau
 
 
 def get(name: str) -> Likelihood:
-    """The likelihood called ``name`` (``model.likelihood``, or the ``likelihood`` attr of a file)."""
+    """The likelihood called ``name``.
+
+    Parameters
+    ----------
+    name : str
+        ``model.likelihood``, or the ``likelihood`` attr of a file.
+
+    Returns
+    -------
+    Likelihood
+        The registered likelihood.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where no likelihood has that name.
+    """
     try:
         return LIKELIHOODS[name]
     except KeyError:

@@ -11,8 +11,9 @@ from hbnn.model.likelihoods.poisson import Poisson
 
 
 class NegativeBinomial(Poisson):
-    """Counts whose variance exceeds their mean: ``y ~ NegativeBinomial(mu, alpha)`` with ``log mu`` the network
-    output and one dispersion ``alpha ~ HalfNormal(model.noise_sd)``, so that ``Var[y] = mu + mu**2 / alpha``.
+    """Counts whose variance exceeds their mean: ``y ~ NegativeBinomial(mu, alpha)``, ``log mu`` the network output.
+
+    One dispersion ``alpha ~ HalfNormal(model.noise_sd)``, so that ``Var[y] = mu + mu**2 / alpha``.
 
     Small ``alpha`` is strong overdispersion; as ``alpha`` grows the model becomes :class:`Poisson`'s, whose labels,
     scores (RMSE, lpd, 94% coverage of whole counts) and predictions it shares. ``model.noise_sd`` is the scale of

@@ -69,28 +69,100 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
             return np.exp(output)
 
     def component_cdf(self, k: np.ndarray, rates: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
-        """``P(Y <= k[i])`` of each draw's predictive count, ``(sample, n)`` for ``rates (sample, n)`` (``noise``: the
-        extra parameter per draw, which Poisson has none of); 0 where ``k < 0``."""
+        """``P(Y <= k[i])`` of each draw's predictive count.
+
+        Parameters
+        ----------
+        k : numpy.ndarray
+            Counts per row, ``(n,)``.
+        rates : numpy.ndarray
+            Each draw's rate (or mean count) per row, ``(sample, n)``.
+        noise : numpy.ndarray or None
+            The extra parameter per draw, ``(sample,)``; Poisson has none.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(sample, n)``; 0 where ``k < 0``.
+        """
         from scipy.stats import poisson
 
         return poisson.cdf(k[None, :], rates)
 
     def upper_bracket(self, q: float, rates: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
-        """Counts ``(n,)`` at which the mixture CDF reaches ``q``: the largest rate's ``q`` quantile, plus one."""
+        """Counts at which the mixture CDF reaches ``q``: the largest rate's ``q`` quantile, plus one.
+
+        Parameters
+        ----------
+        q : float
+            The probability.
+        rates : numpy.ndarray
+            Each draw's rate (or mean count) per row, ``(sample, n)``.
+        noise : numpy.ndarray or None
+            The extra parameter per draw, ``(sample,)``; Poisson has none.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(n,)``, an upper bracket for :meth:`quantiles`.
+        """
         from scipy.stats import poisson
 
         return poisson.ppf(q, rates.max(axis=0)) + 1
 
     def component_variance(self, rates: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
-        """Each draw's predictive variance of the count: the rate."""
+        """Each draw's predictive variance of the count: the rate.
+
+        Parameters
+        ----------
+        rates : numpy.ndarray
+            Each draw's rate (or mean count) per row, ``(sample, n)``.
+        noise : numpy.ndarray or None
+            The extra parameter per draw, ``(sample,)``; Poisson has none.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(sample, n)``.
+        """
         return rates
 
     def mixture_cdf(self, k: np.ndarray, rates: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
-        """``mean_s P(Y_s <= k[i])`` over the draws' predictive counts, ``rates (sample, n)``; 0 where ``k < 0``."""
+        """``mean_s P(Y_s <= k[i])`` over the draws' predictive counts.
+
+        Parameters
+        ----------
+        k : numpy.ndarray
+            Counts per row, ``(n,)``.
+        rates : numpy.ndarray
+            Each draw's rate (or mean count) per row, ``(sample, n)``.
+        noise : numpy.ndarray or None
+            The extra parameter per draw, ``(sample,)``; Poisson has none.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(n,)``; 0 where ``k < 0``.
+        """
         return self.component_cdf(k, rates, noise).mean(axis=0)
 
     def quantiles(self, rates: np.ndarray, qs, noise: np.ndarray | None = None) -> np.ndarray:
-        """Smallest counts ``(len(qs), n)`` whose mixture CDF reaches each ``q``, by bisection over counts."""
+        """Smallest counts whose mixture CDF reaches each ``q``, by bisection over counts.
+
+        Parameters
+        ----------
+        rates : numpy.ndarray
+            Each draw's rate (or mean count) per row, ``(sample, n)``.
+        qs : sequence of float
+            The probabilities.
+        noise : numpy.ndarray or None, optional
+            The extra parameter per draw, ``(sample,)``; Poisson has none.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(len(qs), n)``.
+        """
         hi0 = self.upper_bracket(max(qs), rates, noise)
         out = []
         for q in qs:

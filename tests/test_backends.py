@@ -14,7 +14,8 @@ from conftest import TINY
 from hbnn.config import ConfigError
 from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
-from hbnn.files.io import RUN_TIME_ATTRS, RUN_TIME_STATS, write_netcdf
+from hbnn.files.io import RUN_TIME_ATTRS, RUN_TIME_STATS
+from hbnn.files.outputs import write_netcdf
 from hbnn.files.trace import Trace
 from hbnn.model.builders import build_flat_model
 from hbnn.pipeline.stages.fit_hier import fit_hier

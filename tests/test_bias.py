@@ -13,9 +13,9 @@ import pytest
 from conftest import TINY
 from test_stages import _run_pipeline
 
+from hbnn.model.alignment import Symmetry, apply_symmetry, match_symmetry
 from hbnn.model.builders import build_flat_model, build_hierarchical_model, build_informed_model
 from hbnn.model.network import has_bias, layer_coords, layer_specs, mlp_logit
-from hbnn.model.prior import Symmetry, apply_symmetry, match_symmetry
 from hbnn.pipeline.budget import n_weights
 
 

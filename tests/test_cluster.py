@@ -16,7 +16,7 @@ from conftest import TINY
 from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.errors import InputError, SamplingError
-from hbnn.files.io import write_netcdf
+from hbnn.files.outputs import write_netcdf
 from hbnn.model.builders import build_flat_model
 from hbnn.pipeline.stages import fit_flat as stage
 from hbnn.pipeline.stages.fitting import model_spec

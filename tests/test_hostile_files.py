@@ -26,7 +26,8 @@ from test_predict import NEW, write_trace
 from hbnn import cli
 from hbnn.config_read import load_params
 from hbnn.files import integrity
-from hbnn.files.io import load_dataset, load_posterior, load_trace, staged_outputs, write_text
+from hbnn.files.io import load_dataset, load_posterior, load_trace
+from hbnn.files.outputs import staged_outputs, write_text
 from hbnn.pipeline.runner import run_stage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +131,7 @@ def test_a_prior_or_posterior_changed_after_writing_is_refused(tmp_path):
 def test_a_checksum_survives_a_netcdf_round_trip_and_moves_with_any_value(tmp_path, values):
     ds = xr.Dataset({"v": (tuple(f"d{i}" for i in range(values.ndim)), values)}, attrs={"note": "x", "n": 3})
     path = tmp_path / "d.nc"
-    from hbnn.files.io import write_netcdf
+    from hbnn.files.outputs import write_netcdf
 
     write_netcdf(ds, path)
     back = load_dataset(path, "file")  # checks it
@@ -254,7 +255,7 @@ def test_an_interrupt_during_the_commit_replaces_every_output_then_says_so(tmp_p
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        import hbnn.files.io as io
+        import hbnn.files.outputs as io
         from hbnn.errors import interrupts_reported
         os.chdir({str(tmp_path)!r})
         real = os.replace
@@ -299,7 +300,8 @@ def test_a_file_copied_from_another_stages_outputs_is_refused(tmp_path):
     from hbnn.data.moons import make_moons_tasks
     from hbnn.data.tasks import load_tasks
     from hbnn.errors import InputError
-    from hbnn.files.io import provenance, write_netcdf
+    from hbnn.files.io import provenance
+    from hbnn.files.outputs import write_netcdf
     from hbnn.pipeline.variants import STAGE_PARAMS
 
     params = parse_params(TINY)

@@ -8,21 +8,17 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from hbnn.errors import NonFiniteError, OutputError
 from hbnn.files.io import (
     InputError,
-    NonFiniteError,
-    OutputError,
-    check_finite,
     close_trace,
     load_dataset,
     load_posterior,
     load_trace,
     provenance,
-    staged_outputs,
     stamp,
-    write_json,
-    write_netcdf,
 )
+from hbnn.files.outputs import check_finite, staged_outputs, write_json, write_netcdf
 
 
 def test_a_failed_write_leaves_nothing(tmp_path):

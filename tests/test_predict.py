@@ -13,7 +13,8 @@ import xarray as xr
 from scipy.special import expit
 
 from hbnn import cli
-from hbnn.files.io import InputError, provenance, stamp, write_netcdf
+from hbnn.files.io import InputError, provenance, stamp
+from hbnn.files.outputs import write_netcdf
 from hbnn.model import likelihoods
 from hbnn.model.likelihoods import mixture_cdf
 from hbnn.pipeline.predict import predict_table

@@ -1,17 +1,13 @@
 import numpy as np
 import pytest
 
+from hbnn.model.alignment import Symmetry, align_to_reference, apply_symmetry, match_symmetry, min_cost_assignment
 from hbnn.model.network import layer_specs, mlp_logit
 from hbnn.model.prior import (
     ZIGGURAT_R,
-    Symmetry,
-    align_to_reference,
-    apply_symmetry,
     fit_mvnormal,
     fixed_sum,
     ieee_log,
-    match_symmetry,
-    min_cost_assignment,
     new_group_draws,
     normal_tail,
     standard_normal,

@@ -18,7 +18,8 @@ from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.data.tasks import Tasks
 from hbnn.diagnostics.predictions import predict_output, predict_proba
-from hbnn.files.io import InputError, detail_path, made_by, provenance, stamp, write_json, write_netcdf
+from hbnn.files.io import InputError, made_by, provenance, stamp
+from hbnn.files.outputs import detail_path, write_json, write_netcdf
 from hbnn.model.network import layer_coords, layer_specs
 from hbnn.pipeline import transfer
 from hbnn.pipeline.variants import STAGE_PARAMS

@@ -94,7 +94,7 @@ def test_transfer_prior_refuses_before_its_fit_when_no_size_can_be_fitted(tmp_pa
     """A table's sizes are only known to the stages: transfer_prior says what `transfer` would, before sampling."""
     from conftest import TINY
 
-    from hbnn.files.io import write_netcdf
+    from hbnn.files.outputs import write_netcdf
     from hbnn.pipeline.stages import transfer as transfer_stage
 
     params = parse_params({**TINY, "transfer": {"sizes": [1000], "all_rows": False}})

@@ -140,7 +140,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 
 def unchanged_check(path: str | Path, params: Params):
-    """A check for :func:`hbnn.files.io.checked_before_commit`: raises :class:`~hbnn.errors.ChangedMeanwhile` where the
+    """A check for :func:`hbnn.errors.checked_before_commit`: raises :class:`~hbnn.errors.ChangedMeanwhile` where the
     parameter file at ``path`` no longer holds ``params`` (edited, or rewritten by another ``dvc exp run`` in the
     same workspace, while the stage ran): DVC records the params it finds after the stage, so outputs made from the
     earlier values would be recorded as made from the new ones."""

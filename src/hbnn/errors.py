@@ -75,7 +75,7 @@ def interrupt_received() -> bool:
 
     Python ignores exceptions raised inside ctypes and weakref callbacks (numba's
     compiler runs such callbacks), so a Ctrl-C landing there is lost as an
-    exception; :meth:`hbnn.files.io.Outputs.commit` asks this before renaming anything.
+    exception; :meth:`hbnn.files.outputs.Outputs.commit` asks this before renaming anything.
     """
     return bool(_received)
 
@@ -85,8 +85,9 @@ _COMMIT_CHECKS: list[Callable[[], None]] = []
 
 @contextlib.contextmanager
 def checked_before_commit(check: Callable[[], None]) -> Iterator[None]:
-    """Within the block, :meth:`hbnn.files.io.Outputs.commit` first calls ``check`` (:func:`run_commit_checks`), which
-    raises to refuse the outputs: the stage runner's check that ``params.yaml`` did not change while the stage ran."""
+    """Within the block, :meth:`hbnn.files.outputs.Outputs.commit` first calls ``check`` (:func:`run_commit_checks`),
+    which raises to refuse the outputs: the stage runner's check that ``params.yaml`` did not change while the stage
+    ran."""
     _COMMIT_CHECKS.append(check)
     try:
         yield

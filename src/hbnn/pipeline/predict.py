@@ -43,7 +43,8 @@ from hbnn.data.tables import check_columns, group_column, numeric_features, read
 from hbnn.diagnostics.predictions import group_extra, group_weights, predict_output
 from hbnn.errors import counted, rows_phrase
 from hbnn.files import integrity
-from hbnn.files.io import InputError, settings_from_attrs, staged_outputs
+from hbnn.files.io import InputError, settings_from_attrs
+from hbnn.files.outputs import staged_outputs
 from hbnn.model import activations, likelihoods
 from hbnn.model.forward import BLOCK
 from hbnn.model.network import LayerSpec, layer_specs

@@ -20,7 +20,8 @@ import xarray as xr
 
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks
-from hbnn.files.io import InputError, detail_path, load_trace, settings_from_attrs
+from hbnn.files.io import InputError, load_trace, settings_from_attrs
+from hbnn.files.outputs import detail_path
 from hbnn.model import activations
 from hbnn.model.network import LayerSpec, layer_specs
 from hbnn.pipeline.variants import BY_NAME

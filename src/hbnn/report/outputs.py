@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from hbnn.diagnostics import evaluation
-from hbnn.files.io import Outputs, as_builtin
+from hbnn.files.io import as_builtin
+from hbnn.files.outputs import Outputs
 from hbnn.model import likelihoods
 from hbnn.report.numbers import LOSS_POINTS, MODELS, difference, lookup
 

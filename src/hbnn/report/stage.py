@@ -10,7 +10,8 @@ import numpy as np
 from hbnn.config import Params
 from hbnn.data.tasks import load_tasks
 from hbnn.diagnostics import evaluation
-from hbnn.files.io import close_trace, settings_from_attrs, staged_outputs
+from hbnn.files.io import close_trace, settings_from_attrs
+from hbnn.files.outputs import staged_outputs
 from hbnn.model import likelihoods
 from hbnn.model.network import has_bias
 from hbnn.model.prior import load_prior

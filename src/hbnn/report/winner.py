@@ -18,7 +18,8 @@ import numpy as np
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks
 from hbnn.errors import InputError
-from hbnn.files.io import as_builtin, check_made_by, detail_path
+from hbnn.files.io import as_builtin, check_made_by
+from hbnn.files.outputs import detail_path
 from hbnn.model import likelihoods
 from hbnn.pipeline.transfer import paired_difference, row_lpd
 from hbnn.report.document import Para
@@ -83,7 +84,7 @@ def winner_line(lik: likelihoods.Likelihood, rows: dict[str, np.ndarray], missin
 
     Parameters
     ----------
-    lik : Likelihood
+    lik : hbnn.model.likelihoods.base.Likelihood
         The tasks' likelihood, which names the score (:func:`score_name`).
     rows : dict of str to numpy.ndarray
         Test-row lpd per model name, the same rows in the same order.

@@ -48,7 +48,8 @@ import numpy as np
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks, load_tasks
 from hbnn.diagnostics.predictions import split_scores
-from hbnn.files.io import as_builtin, detail_path, made_by, staged_outputs
+from hbnn.files.io import as_builtin, made_by
+from hbnn.files.outputs import detail_path, staged_outputs
 from hbnn.model import likelihoods
 from hbnn.model.likelihoods.base import EPS
 from hbnn.pipeline.variants import STAGE_KEYS, derive_seed

@@ -10,18 +10,9 @@ import numpy as np
 
 from hbnn.config import Params, PriorParams
 from hbnn.errors import NonFiniteError
-from hbnn.files.io import (
-    InputError,
-    as_builtin,
-    check_finite,
-    detail_path,
-    load_posterior,
-    made_by,
-    provenance,
-    settings_from_attrs,
-    staged_outputs,
-)
-from hbnn.model import activations, prior
+from hbnn.files.io import InputError, as_builtin, load_posterior, made_by, provenance, settings_from_attrs
+from hbnn.files.outputs import check_finite, detail_path, staged_outputs
+from hbnn.model import activations, alignment, prior
 from hbnn.model.network import layer_specs
 from hbnn.pipeline import budget
 from hbnn.pipeline.variants import STAGE_KEYS, STAGE_PARAMS, derive_seed
@@ -31,7 +22,7 @@ log = logging.getLogger(__name__)
 
 def headline(metrics: dict) -> dict:
     """What ``metrics/prior.json`` holds: the chains used and each layer's mean prior sd (the rest is in the
-    detail file, :func:`hbnn.files.io.detail_path`)."""
+    detail file, :func:`hbnn.files.outputs.detail_path`)."""
     return {"draws": {"chains_used": metrics["draws"]["chains_used"]},
             "layers": {name: {"prior_sd_mean": m["prior_sd_mean"]} for name, m in metrics["layers"].items()}}
 
@@ -89,9 +80,9 @@ def derive(p: PriorParams, posterior, specs, activation: str, seed_key: int, hie
         )
 
     signs = activations.get(activation).sign_symmetric
-    alignment = prior.align_to_reference(mu, p.reference_chain, signs)
+    aligned = alignment.align_to_reference(mu, p.reference_chain, signs)
     if p.align == "chains":
-        mu_used, sd_used, chains_used = alignment.mu, sd, list(range(n_chains))
+        mu_used, sd_used, chains_used = aligned.mu, sd, list(range(n_chains))
     else:  # reference_chain: one chain, nothing to align
         ref = p.reference_chain
         mu_used = [m[ref : ref + 1] for m in mu]
@@ -130,9 +121,9 @@ def derive(p: PriorParams, posterior, specs, activation: str, seed_key: int, hie
         "unit_matching": "permutations and sign flips" if signs else "permutations",
         "alignment": {
             f"chain_{c}": {
-                "distance_before": alignment.distance_before[c],
-                "distance_after": alignment.distance_after[c],
-                "relabelled": int(not alignment.symmetries[c].is_identity),
+                "distance_before": aligned.distance_before[c],
+                "distance_after": aligned.distance_after[c],
+                "relabelled": int(not aligned.symmetries[c].is_identity),
             }
             for c in range(n_chains)
         },

@@ -23,7 +23,8 @@ from hbnn.diagnostics.predictions import (
     pointwise_log_likelihood,
     split_order,
 )
-from hbnn.files.io import as_builtin, detail_path, made_by, provenance, staged_outputs, stamp
+from hbnn.files.io import as_builtin, made_by, provenance, stamp
+from hbnn.files.outputs import detail_path, staged_outputs
 from hbnn.files.trace import Trace
 from hbnn.logs import watch
 from hbnn.model import likelihoods

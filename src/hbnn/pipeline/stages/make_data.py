@@ -8,7 +8,8 @@ from pathlib import Path
 
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks, make_tasks
-from hbnn.files.io import provenance, staged_outputs
+from hbnn.files.io import provenance
+from hbnn.files.outputs import staged_outputs
 from hbnn.pipeline import budget
 from hbnn.pipeline.transfer import data_name, require_groups
 from hbnn.pipeline.variants import STAGE_PARAMS

@@ -25,14 +25,13 @@ from hbnn.files.io import (
     as_builtin,
     check_made_by,
     check_made_with,
-    detail_path,
     load_dataset,
     load_posterior,
     made_by,
     provenance,
     settings_from_attrs,
-    staged_outputs,
 )
+from hbnn.files.outputs import detail_path, staged_outputs
 from hbnn.logs import watch
 from hbnn.model import likelihoods
 from hbnn.model.prior import load_prior, prior_dataset

@@ -48,7 +48,8 @@ class Likelihood:
     quantity_words: ClassVar[str]  # the report's name for the function-space quantity at test rows, plural
     density_source: ClassVar[str | None] = None  # the row terms of the hand-written density (below); None: PyMC's
     # (draw, row) float64 arrays alive at once while hbnn predict summarises rows (:meth:`summarise`), which sizes
-    # its chunks: the peak measured with tracemalloc, rounded up with one to spare
+    # its chunks: the peak measured with tracemalloc, rounded up with one to spare (tests/test_likelihoods.py holds
+    # each likelihood to it; benchmarks/FINDINGS.md, "Measurements behind code comments")
     summary_arrays: ClassVar[int]
 
     def check_labels(self, values: np.ndarray, column: str, where: str) -> np.ndarray:

@@ -611,7 +611,24 @@ def test_status_is_green_when_every_model_converged():
     bad = {**good, "per_group": {**good["per_group"], "b": {"converged": False, "rhat_fn": 1.03, "ess_bulk_fn": 97.0,
                                                            "divergences": 2}}}
     sec = report_status._status_section({**metrics, "informed": bad}, names, ["sd_in"])
-    assert sec.failing is True and "b (R-hat 1.030, ESS 97, 2 divergences)" in sec.blocks[1].rows[2]
+    assert sec.failing is True and sec.blocks[1].rows[2][6] == "b"
+    # the groups missing the bar, with their numbers, in a table of their own under the status table
+    assert sec.blocks[2].text == "Groups missing the bar"
+    assert sec.blocks[3].header == ["Model", "Group", "R-hat (fn)", "Bulk ESS (fn)", "Divergences"]
+    assert sec.blocks[3].rows == [["Informed prior", "b", "1.030", "97", "2"]]
+
+
+def test_a_failing_status_lists_its_groups_in_a_compact_table():
+    names = [f"g{i:02d}" for i in range(40)]
+    bad = {"per_group": {g: {"converged": False, "rhat_fn": 1.02, "ess_bulk_fn": 150.0, "divergences": 0}
+                         for g in names},
+           "sampling": {"max_rhat_fn": 1.02, "min_ess_bulk_fn": 150.0, "divergences": 0}}
+    sec = report_status._status_section({v: bad for v in numbers.MODELS}, names, [])
+    assert sec.blocks[1].rows[0][6] == "g00, g01, g02, g03, g04, g05 and 34 more"
+    table = sec.blocks[3]
+    assert len(table.rows) == report_status.MISSING_ROWS and table.rows[0] == ["Flat", "g00", "1.020", "150", "0"]
+    assert sec.blocks[4].text.startswith(f"... and {3 * 40 - report_status.MISSING_ROWS} more")
+    assert max(len(cell) for row in sec.blocks[1].rows for cell in row) < 50  # the status table stays narrow
 
 
 def test_status_lists_the_chains_started_again_with_their_reason():
@@ -664,8 +681,10 @@ def test_status_judges_advi_fits_by_their_loss_not_by_r_hat():
                                                               "advi_loss": falling}},
            "sampling": {**advi["sampling"], "advi_still_falling": 1}}
     sec = report_status._status_section({**metrics, "flat": one}, names, ["sd_in"])
-    assert sec.blocks[1].rows[0][6] == ("g3 (loss still falling: 2.0% over the last quarter of the iterations, "
-                                        "8.1 standard errors, ESS 480)")
+    assert sec.blocks[1].rows[0][6] == "g3"
+    (table,) = [b for b in sec.blocks if getattr(b, "header", None) and b.header[1] == "Group"]
+    assert table.rows == [["Flat", "g3", "1.016 (not judged)", "480", "n/a",
+                           "loss still falling: 2.0% over the last quarter of the iterations, 8.1 standard errors"]]
 
 
 def test_transfer_status_names_why_the_hierarchical_fit_misses_the_bar():

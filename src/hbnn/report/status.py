@@ -38,32 +38,48 @@ def _loss_text(trend: dict) -> str:
             f"{trend['z']:.1f} standard errors")
 
 
-def _missing_text(metrics: dict, g: str) -> str:
-    """A group that misses the bar, with its numbers: ``g02 (R-hat 1.021, ESS 97, 3 divergences)``, or for
-    ADVI ``g02 (loss still falling: 2.0% over the last quarter of the iterations, 8.1 standard errors, ESS 671)``."""
+MISSING_NAMED = 6  # groups named in a model's row of the status table; all of them are in the table below it
+MISSING_ROWS = 30  # rows of the table of groups missing the bar; the rest are in metrics/detail/<model>.json
+
+
+def _missing_row(model: str, metrics: dict, g: str) -> list[str]:
+    """A group that misses the bar, with its numbers: model, group, function-space R-hat, bulk ESS, divergences
+    (``n/a`` for ADVI) and, for ADVI, its loss trend."""
     d = lookup(metrics, "per_group", g) or {}
     ess = d.get("ess_bulk_fn")
-    ess_text = f"ESS {'n/a' if ess is None else math.floor(ess)}"
-    if "advi_loss" in d:
-        falling = [_loss_text(d["advi_loss"])] if d["advi_loss"]["still_falling"] else []
-        return f"{g} ({', '.join([*falling, ess_text])})"
-    parts = [f"R-hat {fmt(d.get('rhat_fn'))}", ess_text]
-    if d.get("divergences"):
-        parts.append(f"{d['divergences']} divergences")
-    return f"{g} ({', '.join(parts)})"
+    advi = "advi_loss" in d
+    trend = d["advi_loss"] if advi else None
+    return [LABELS[model], g, _rhat_cell(d.get("rhat_fn"), advi), "n/a" if ess is None else str(math.floor(ess)),
+            "n/a" if advi else str(d.get("divergences", 0) or 0),
+            _loss_text(trend) if trend and trend["still_falling"] else ("settled" if advi else "")]
 
 
 def _missing_cell(metrics: dict, missing: Sequence[str]) -> str:
-    """The groups that miss the bar, at most 12 named; a joint ADVI fit whose one loss is still falling is
-    said once, not per group."""
+    """The groups that miss the bar, at most :data:`MISSING_NAMED` named (their numbers are in the table below
+    the status table); a joint ADVI fit whose one loss is still falling is said once, not per group."""
     if not missing:
         return "none"
     trends = [lookup(metrics, "per_group", g, "advi_loss") for g in missing]
     joint = lookup(metrics, "sampling", "advi_still_falling") == 1 and len(missing) > 1
     if joint and all(t is not None and t == trends[0] and t["still_falling"] for t in trends):
         return f"all {len(missing)} (one joint fit, its {_loss_text(trends[0])})"
-    shown = "; ".join(_missing_text(metrics, g) for g in missing[:12])
-    return shown + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
+    shown = ", ".join(missing[:MISSING_NAMED])
+    return shown + (f" and {len(missing) - MISSING_NAMED} more" if len(missing) > MISSING_NAMED else "")
+
+
+def _missing_table(metrics: dict[str, dict], missing: dict[str, list[str]]) -> list:
+    """The groups that miss the bar, one row each with their numbers (at most :data:`MISSING_ROWS`)."""
+    rows = [_missing_row(v, metrics[v], g) for v in MODELS for g in missing.get(v, [])]
+    if not rows:
+        return []
+    header = ["Model", "Group", "R-hat (fn)", "Bulk ESS (fn)", "Divergences", "ADVI loss"]
+    if not any(r[5] for r in rows):  # no ADVI fit among them: no column for it
+        header, rows = header[:5], [r[:5] for r in rows]
+    blocks: list = [Heading("Groups missing the bar"), Table(header, rows[:MISSING_ROWS], text_columns=(1,))]
+    if len(rows) > MISSING_ROWS:
+        blocks.append(Para(f"... and {len(rows) - MISSING_ROWS} more: every group's numbers are in "
+                           "metrics/detail/<model>.json (per_group)."))
+    return blocks
 
 
 def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Sequence[str],
@@ -76,10 +92,13 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
     header = ["Model", "Converged", "Groups meeting the bar", "Max R-hat (fn)", "Min bulk ESS (fn)", "Divergences",
               "Groups missing it", "LOO rows with high Pareto k"]
     rows, missing_any, short, diverging = [], False, [], []  # NUTS fits missing by R-hat/ESS, by divergences
+    missing_by: dict[str, list[str]] = {}
     for v in MODELS:
         s = lookup(metrics[v], "sampling") or {}
         missing = [g for g in names if not lookup(metrics[v], "per_group", g, "converged")]
         missing_any |= bool(missing)
+        joint_advi = _missing_cell(metrics[v], missing).startswith("all ")  # said once in the row, not per group
+        missing_by[v] = [] if joint_advi else missing
         if not _fitted_with_advi(s):
             for g in missing:  # R-hat and ESS met but the group misses: its (or its joint fit's) divergences
                 met = criterion.meets_bar(lookup(metrics[v], "per_group", g, "rhat_fn"),
@@ -119,7 +138,7 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
     flag_text = ("Flagged as non-mixing (the chains sampled distinct functions, each chain well; more draws of "
                  "the same chains will not merge them): " + "; ".join(flags) + "." if flags else
                  "No group is flagged as non-mixing (chains settled in distinct functions).")
-    blocks = [Para(verdict, warn=failing), Table(header, rows)]
+    blocks = [Para(verdict, warn=failing), Table(header, rows, text_columns=(6,)), *_missing_table(metrics, missing_by)]
     if advi_models:
         blocks.append(Para(
             f"Fitted with ADVI: {', '.join(advi_models)}. Their draws are independent draws from a mean-field "

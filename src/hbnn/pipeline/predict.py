@@ -64,7 +64,8 @@ WEIGHT_COPIES = 4  # (draw, weight) arrays: the new-group draws, and per chunk t
 class Fitted:
     """The groups of a trace that prediction reads: ``posterior`` and ``constant_data`` (``None`` if absent).
 
-    Read with xarray alone: ArviZ takes ~2 s to import, most of a small prediction's time.
+    Read with xarray alone: importing ArviZ would be most of a small prediction's time (benchmarks/FINDINGS.md,
+    "Measurements behind code comments").
     """
 
     posterior: xr.Dataset
@@ -81,7 +82,23 @@ def _is_prior(path: Path) -> bool:
 
 
 def load_fitted(path: Path) -> Fitted:
-    """A trace written by a fit stage, with the groups prediction needs, or :class:`InputError`."""
+    """Read a trace written by a fit stage, with the groups prediction needs.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The trace (``traces/*.nc``).
+
+    Returns
+    -------
+    Fitted
+        Its ``posterior`` and ``constant_data`` groups, loaded into memory.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If ``path`` is missing, not a regular file, an informed prior, unreadable, damaged, or of an unknown variant.
+    """
     if path.exists() and not path.is_file():
         raise InputError(f"trace {path} is not a regular file; pass a fit's trace (traces/*.nc)")
     if not path.is_file():
@@ -117,7 +134,21 @@ def _stats(idata, n_features: int) -> tuple[np.ndarray, np.ndarray, float, float
 
 
 def population_weights(posterior, specs: list[LayerSpec], rng: np.random.Generator) -> list[np.ndarray]:
-    """One new-group network per posterior draw: ``w = mu + sd_layer * eps``, per layer ``(chain, draw, *shape)``."""
+    """Draw one new-group network per posterior draw: ``w = mu + sd_layer * eps``.
+
+    Parameters
+    ----------
+    posterior : xarray.Dataset
+        A hierarchical trace's posterior (``mu_*`` and ``sd_*`` variables).
+    specs : list of hbnn.model.network.LayerSpec
+    rng : numpy.random.Generator
+        Source of ``eps ~ N(0, 1)``.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Per layer, the weights ``(chain, draw, *shape)``.
+    """
     mu = layer_arrays(posterior, specs, "mu")
     out = []
     for s, m in zip(specs, mu, strict=True):
@@ -139,15 +170,35 @@ class Plan:
 
 def chunk_rows(samples: int, n_weights: int, likelihood: str, largest_group: int, budget: int | None = None
                ) -> Plan:
-    """Chunks whose arrays (``samples`` kept draws x rows x the likelihood's
-    :attr:`~hbnn.model.likelihoods.base.Likelihood.summary_arrays`, plus
-    :data:`WEIGHT_COPIES` of the ``n_weights`` network weights per draw, all float64) stay within ``budget``
-    bytes (default :data:`SCORING_BUDGET`), or :class:`InputError` where even the smallest would not.
+    """Plan chunks of rows whose scoring arrays stay within a memory budget.
 
-    The forward pass takes whole :data:`~hbnn.model.forward.BLOCK` s of rows, so the compiled loop sees every row in the
-    same place of its block as when a group is scored at once. Where a block's summaries do not fit beside it,
-    they are taken a few rows at a time. A piece has one row in hand: a group's last row is never a piece of its
-    own (:func:`chunks`). ``largest_group``: the most rows one group has.
+    The arrays are ``samples`` kept draws x rows x the likelihood's
+    :attr:`~hbnn.model.likelihoods.base.Likelihood.summary_arrays`, plus :data:`WEIGHT_COPIES` of the network
+    weights per draw, all float64. The forward pass takes whole :data:`~hbnn.model.forward.BLOCK` s of rows, so the
+    compiled loop sees every row in the same place of its block as when a group is scored at once. Where a block's
+    summaries do not fit beside it, they are taken a few rows at a time. A piece has one row in hand: a group's last
+    row is never a piece of its own (:func:`chunks`).
+
+    Parameters
+    ----------
+    samples, n_weights : int
+        Kept posterior draws (chains x draws); network weights per draw.
+    likelihood : str
+        The likelihood's name (:func:`hbnn.model.likelihoods.get`).
+    largest_group : int
+        The most rows one group has.
+    budget : int, optional
+        Bytes the arrays may hold; default :data:`SCORING_BUDGET`.
+
+    Returns
+    -------
+    Plan
+        Rows per forward pass and per summary, and the peak bytes.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If even the smallest chunk would not fit within ``budget``.
     """
     budget = SCORING_BUDGET if budget is None else budget
     value = 8 * samples  # bytes of one row's draws
@@ -175,9 +226,21 @@ def _size(n: int) -> str:
 
 
 def chunks(n: int, size: int) -> list[slice]:
-    """``range(n)`` in slices of ``size`` rows, the last taking one row more rather than leaving one alone (NumPy
-    sums a single column pairwise, so a row's mean alone would differ in the last bit from the same row's beside
-    others)."""
+    """Split ``range(n)`` into slices of ``size`` rows, never leaving a last row alone.
+
+    The last slice takes one row more rather than leaving one alone: NumPy sums a single column pairwise, so a row's
+    mean alone would differ in the last bit from the same row's beside others.
+
+    Parameters
+    ----------
+    n, size : int
+        Number of rows; rows per slice.
+
+    Returns
+    -------
+    list of slice
+        Consecutive slices covering ``range(n)``.
+    """
     starts = list(range(0, n, size))
     if len(starts) > 1 and n - starts[-1] == 1:
         starts.pop()
@@ -186,9 +249,22 @@ def chunks(n: int, size: int) -> list[slice]:
 
 def predict_table(trace, table: pd.DataFrame, where: str, seed: int = 0, budget: int | None = None
                   ) -> pd.DataFrame:
-    """Score every row of ``table`` with the fitted ``trace`` (a path, a :class:`Fitted` or an ``InferenceData``).
+    """Score every row of ``table`` with a fitted trace.
 
-    Returns the table plus the output columns (:func:`score_columns`, rounded to 6 decimals).
+    Parameters
+    ----------
+    trace, table, where, seed, budget
+        As :func:`score_columns`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The table plus the output columns (:func:`score_columns`, rounded to 6 decimals).
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        As :func:`score_columns`.
     """
     out = table.copy()
     for c, values in score_columns(trace, table, where, seed, budget).items():
@@ -199,13 +275,34 @@ def predict_table(trace, table: pd.DataFrame, where: str, seed: int = 0, budget:
 
 def score_columns(trace, table: pd.DataFrame, where: str, seed: int = 0, budget: int | None = None
                   ) -> dict[str, np.ndarray]:
-    """The output columns of :func:`predict_table` for every row of ``table``, unrounded.
+    """Compute the output columns of :func:`predict_table` for every row of ``table``, unrounded.
 
-    All checks (columns, values, unseen groups on flat/informed traces, the memory
-    of :func:`chunk_rows` within ``budget`` bytes, default :data:`SCORING_BUDGET`) happen before any row is
-    scored; failures are :class:`InputError` naming the column, groups or
-    estimate. The new-group draws of unseen groups are drawn once, before the
-    chunks, so the output does not depend on ``budget``.
+    All checks (columns, values, unseen groups on flat/informed traces, the memory of :func:`chunk_rows`) happen
+    before any row is scored. The new-group draws of unseen groups are drawn once, before the chunks, so the output
+    does not depend on ``budget``.
+
+    Parameters
+    ----------
+    trace : str, pathlib.Path, Fitted or arviz.InferenceData
+        The fitted trace, or its path.
+    table : pandas.DataFrame
+        Rows to score (the trace's feature and group columns); ``where`` names it in error messages.
+    where : str
+    seed : int, optional
+        Seed of the new-group draws for unseen groups.
+    budget : int, optional
+        Bytes the scoring arrays may hold; default :data:`SCORING_BUDGET`.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        One array per name in :data:`OUTPUT_COLUMNS`, one value per row.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the column, groups or memory estimate: columns missing or clashing with the outputs, no rows,
+        unseen groups on a flat or informed trace, a trace too large to score, or predictions that overflow.
     """
     idata = load_fitted(Path(trace)) if isinstance(trace, (str, Path)) else trace
     post = idata.posterior
@@ -358,11 +455,28 @@ def _is_text(head: bytes) -> bool:
 
 
 def predict(trace: Path, input_path: Path, output: Path, seed: int = 0) -> pd.DataFrame:
-    """Read ``input_path`` (CSV or Parquet), score it with ``trace`` and write ``output`` atomically: Parquet where
-    its name ends in ``.parquet`` or ``.pq``, CSV where it ends in ``.csv`` (any other is refused, as is an
-    existing file there that is not such a table: :func:`_check_output`).
+    """Read a table, score it with a trace and write the result atomically.
 
-    ``output`` ``-`` writes the CSV to standard output.
+    Parameters
+    ----------
+    trace, input_path : pathlib.Path
+        The fitted trace (``traces/*.nc``); the rows to score, CSV or Parquet.
+    output : pathlib.Path
+        Parquet where its name ends in ``.parquet`` or ``.pq``, CSV where it ends in ``.csv``; ``-`` writes the
+        CSV to standard output.
+    seed : int, optional
+        Seed of the new-group draws for unseen groups.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The scored table as written.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If a suffix is not a table's, ``output`` is the trace, the input or an existing file that is not such a table
+        (:func:`_check_output`), or as :func:`predict_table`.
     """
     if input_path.suffix.lower() not in TABLE_SUFFIXES:
         raise InputError(f"input {input_path} must be a .csv or .parquet file")

@@ -41,13 +41,21 @@ NOT_EXP_SHOW = "the input is not the output of `dvc exp show --json`"
 
 @dataclass(frozen=True)
 class Replicate:
+    """One commit or experiment with metrics: its name, numeric metrics and params, keyed ``file:dotted.key``."""
     name: str  # experiment name, or the commit's short hash
     metrics: dict[str, float]  # "file:dotted.key" -> value (numbers only)
     params: dict[str, Any]  # "file:dotted.key" -> value
 
 
 def flatten(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """``("a.b.c", value)`` for every leaf of nested dicts (a list is a leaf), depth first in key order."""
+    """Yield ``("a.b.c", value)`` for every leaf of nested dicts (a list is a leaf), depth first in key order.
+
+    Parameters
+    ----------
+    node : Any
+    prefix : str, optional
+        Dotted key of ``node`` itself.
+    """
     stack = [(prefix, node)]
     while stack:
         key, value = stack.pop()
@@ -151,12 +159,27 @@ def _replicate(entry: dict, where: str) -> Replicate | None:
 
 
 def replicates(exp_show: Any, workspace: bool = False) -> tuple[list[Replicate], list[str]]:
-    """Every commit and finished experiment of ``dvc exp show --json`` output that has metrics, in its order;
-    and the experiments left out, as ``"<name> (<state>)"``.
+    """Collect every commit and finished experiment of ``dvc exp show --json`` output that has metrics.
 
     A queued or running experiment is left out: DVC lists it with its baseline's metrics files, which
-    would count the baseline twice. So is a failed one. Input of another shape is :class:`InputError` naming
-    where (e.g. ``[1].experiments[0].revs``).
+    would count the baseline twice. So is a failed one.
+
+    Parameters
+    ----------
+    exp_show : Any
+        The parsed JSON of ``dvc exp show --json``.
+    workspace : bool, optional
+        Count the workspace as a replicate too.
+
+    Returns
+    -------
+    tuple of (list of Replicate, list of str)
+        The replicates in the input's order; the experiments left out, as ``"<name> (<state>)"``.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where the input departs from DVC's format, naming where (e.g. ``[1].experiments[0].revs``).
     """
     if not isinstance(exp_show, list):
         raise InputError(f"{NOT_EXP_SHOW} (expected a JSON list of revisions, found {_kind(exp_show)})")
@@ -188,18 +211,35 @@ def replicates(exp_show: Any, workspace: bool = False) -> tuple[list[Replicate],
 
 
 def named(reps: Sequence[Replicate], patterns: Sequence[str]) -> list[Replicate]:
-    """The replicates whose name (experiment name, commit hash or branch) matches one of the globs."""
+    """Return the replicates whose name (experiment name, commit hash or branch) matches one of the globs.
+
+    Parameters
+    ----------
+    reps : sequence of Replicate
+    patterns : sequence of str
+    """
     return [r for r in reps if any(fnmatch.fnmatchcase(r.name, p) for p in patterns)]
 
 
 def differing_params(reps: Sequence[Replicate]) -> dict[str, list[Any]]:
-    """Params whose values are not the same in every replicate: key -> value per replicate."""
+    """Find the params whose values are not the same in every replicate.
+
+    Parameters
+    ----------
+    reps : sequence of Replicate
+
+    Returns
+    -------
+    dict of str to list
+        ``file:key`` -> its value in each replicate (``None`` where absent).
+    """
     keys = sorted({k for r in reps for k in r.params})
     return {k: [r.params.get(k) for r in reps] for k in keys if len({json.dumps(r.params.get(k)) for r in reps}) > 1}
 
 
 @dataclass(frozen=True)
 class Row:
+    """One metric's summary over the replicates that have it (:func:`summarise`)."""
     metric: str
     n: int
     mean: float
@@ -210,10 +250,14 @@ class Row:
 
 
 def moments(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample sd (NaN for one value) of ``values``, by IEEE arithmetic where one is NaN or infinite.
+    """Return the mean and sample sd (NaN for one value) of ``values``, by IEEE arithmetic where one is NaN or inf.
 
     Finite values are scaled by the largest magnitude first, so that values near the float limit (1e308) give
     their mean and sd instead of overflowing.
+
+    Parameters
+    ----------
+    values : sequence of float
     """
     n = len(values)
     if not all(math.isfinite(v) for v in values):
@@ -227,9 +271,17 @@ def moments(values: Sequence[float]) -> tuple[float, float]:
 
 
 def summarise(reps: Sequence[Replicate], patterns: Iterable[str] = DEFAULT_METRICS) -> list[Row]:
-    """Mean, sd, min and max of each metric matching ``patterns`` (globs on ``file:key``) over the replicates
-    that have it, in first-seen order. A NaN value makes all four NaN; infinities are ordered values
-    (:func:`moments`)."""
+    """Return a :class:`Row` (mean, sd, min, max) per metric matching ``patterns``, over the replicates having it.
+
+    Metrics come in first-seen order. A NaN value makes all four NaN; infinities are ordered values
+    (:func:`moments`).
+
+    Parameters
+    ----------
+    reps : sequence of Replicate
+    patterns : iterable of str, default :data:`DEFAULT_METRICS`
+        Globs on ``file:key``.
+    """
     patterns = list(patterns)
     names: dict[str, None] = {}  # insertion-ordered set
     for r in reps:
@@ -265,8 +317,15 @@ def _cell_md(text: str) -> str:
 
 
 def markdown(rows: Sequence[Row], reps: Sequence[Replicate], skipped: Sequence[str] = ()) -> str:
-    """The table as Markdown, with the replicates, the experiments left out, the params they differ in and any
-    non-finite values above it. The sd of a single value is ``n/a``; NaN shows as ``nan``."""
+    """Return the table as Markdown, with the replicates, the experiments left out, the params they differ in and
+    any non-finite values above it. The sd of a single value is ``n/a``; NaN shows as ``nan``.
+
+    Parameters
+    ----------
+    rows : sequence of Row
+    reps : sequence of Replicate
+    skipped : sequence of str, optional
+    """
     varied = differing_params(reps)
     head = [_plain(f"{len(reps)} replicates: {', '.join(r.name for r in reps)}"), ""]
     head += [_plain(f"- left out (not finished or no metrics): {', '.join(skipped)}")] if skipped else []
@@ -285,7 +344,12 @@ def markdown(rows: Sequence[Row], reps: Sequence[Replicate], skipped: Sequence[s
 
 
 def csv(rows: Sequence[Row]) -> str:
-    """``metric,n,mean,sd,min,max`` rows (6 significant digits; ``nan``, ``inf``), quoted where a name needs it."""
+    """Return CSV of ``metric,n,mean,sd,min,max`` rows (6 significant digits; ``nan``, ``inf``), quoted as needed.
+
+    Parameters
+    ----------
+    rows : sequence of Row
+    """
     return _csv_text([["metric", "n", "mean", "sd", "min", "max"],
                       *([r.metric, str(r.n), *(f"{x:.6g}" for x in (r.mean, r.sd, r.low, r.high))] for r in rows)])
 
@@ -318,11 +382,21 @@ def _cell(value: Any) -> str:
 
 
 def headline(reps: Sequence[Replicate]) -> tuple[list[str], list[list[str]]]:
-    """One row per replicate with the few numbers ``dvc exp show`` cannot fit in a terminal: per model
+    """Tabulate one row per replicate with the few numbers ``dvc exp show`` cannot fit in a terminal: per model
     (flat, hier, informed) the test score, log loss (or lpd), LOO elpd and groups not converged, the sampling
     seconds of every fit in the timings files summed, and the params in which the rows differ (``key=value``).
     Rows of different likelihoods (classifiers and regressions) each keep their own scores: every score that
-    some row has gets a column."""
+    some row has gets a column.
+
+    Parameters
+    ----------
+    reps : sequence of Replicate
+
+    Returns
+    -------
+    tuple of (list of str, list of list of str)
+        The header and the rows.
+    """
     columns: list[tuple[str, str]] = []  # (column label, "file:key" of its metric)
     for model in MODELS:
         for choices in SCORES:
@@ -358,11 +432,9 @@ def aligned(header: Sequence[str], rows: Sequence[Sequence[str]], width: int = W
     Parameters
     ----------
     header : sequence of str
-        :func:`headline`'s header.
     rows : sequence of sequence of str
-        Its rows.
+        :func:`headline`'s header and rows.
     width : int, default :data:`WIDTH`
-        The most characters a line should take.
 
     Returns
     -------
@@ -423,4 +495,5 @@ def aligned(header: Sequence[str], rows: Sequence[Sequence[str]], width: int = W
 
 
 def headline_csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Write :func:`headline`'s ``header`` and ``rows`` as CSV text; returns it."""
     return _csv_text([header, *rows])

@@ -13,9 +13,8 @@ The model of the cost is deliberately simple and errs on the high side:
   (training row x network weight) it touches (nutpie, which samples the hand-written
   density of :mod:`hbnn.density.kernel`: the ``KERNEL_`` pair), plus, for the informed prior,
   ``NS_PER_PRIOR_ENTRY`` per entry of each layer's covariance;
-- a NUTS iteration takes ``STEPS_PER_ITERATION[backend]`` gradients (measured on the
-  default hierarchical fit: nutpie 63-72, PyMC 268, NumPyro 511 at target_accept 0.9-0.95;
-  nutpie with ``mass_matrix: diag_stan`` 511-1023; the tree-depth limit allows 1023);
+- a NUTS iteration takes ``STEPS_PER_ITERATION[backend]`` gradients (as each backend adapts on
+  the default hierarchical fit; the tree-depth limit allows 1023);
 - an ADVI step costs ``ADVI_STEP_US`` plus ``NS_PER_ROW_WEIGHT`` per (row of its batch x
   weight) plus ``NS_PER_ADVI_PARAM`` per model parameter: every step updates the mean and
   sd of every parameter, so a hierarchical fit over many groups pays for all of its groups'
@@ -28,15 +27,11 @@ The model of the cost is deliberately simple and errs on the high side:
   a hierarchical draw stores each group's ``z`` and its weights) plus the
   posterior predictions of every row, and the hierarchical fit's padded layout.
 
-Calibrated on the default pipeline on 2 cores (``timings/*.json``): under
-PyTensor's density the hierarchical fit measured 510 us per gradient against
-380 us estimated, the flat fits 30 us against 40 us; under ``hbnn.density.kernel`` (nutpie)
-57 us against 57 us and 7 us against 6 us (its first block of draws took 90-98 s
-against 117 s estimated), and with the passes written out per network
-(:mod:`hbnn.density.written`) 31 us against 32 us and 3 us against 4 us; ``make_data`` of 20,000 moons groups took 15 s
-and 270 bytes per row. The estimate is an order of magnitude, meant
-to catch ``n_groups: 1000000`` or ``hidden_layers: [1000]``, not to plan a
-schedule.
+Calibrated against the default pipeline's measured costs on 2 cores (``timings/*.json``): the hierarchical and
+flat fits' time per gradient under each density (PyTensor's, :mod:`hbnn.density.kernel` and the passes written out
+per network, :mod:`hbnn.density.written`), and ``make_data``'s time and bytes per row (the figures:
+benchmarks/FINDINGS.md, "Measurements behind code comments"). The estimate is an order of magnitude, meant
+to catch ``n_groups: 1000000`` or ``hidden_layers: [1000]``, not to plan a schedule.
 """
 
 from __future__ import annotations
@@ -55,42 +50,43 @@ log = logging.getLogger(__name__)
 GRAD_OVERHEAD_US = 20.0
 NS_PER_ROW_WEIGHT = 10.0
 NS_PER_PRIOR_ENTRY = 1.0
-# Leapfrog steps per NUTS iteration, as adapted on the default fits. numpyro: scaled so the old fixed-length
-# default hierarchical fit (2 x (1000 + 3000), 403 s of sampling, seed 1) was estimated ~20% high (486 s); the
+# Leapfrog steps per NUTS iteration, as adapted on the default fits. numpyro: scaled so that a fixed-length default
+# hierarchical fit is estimated somewhat high (benchmarks/FINDINGS.md, "Measurements behind code comments"); the
 # heartbeat reports the time left from this estimate only while NumPyro compiles (its iterations after that).
 STEPS_PER_ITERATION = {"nutpie": 64, "pymc": 256, "numpyro": 320, "blackjax": 512}
-# nutpie with the Stan-style mass matrix runs NumPyro's trajectory lengths: 511-1023 steps per draw at
-# target_accept 0.98-0.99 (FINDINGS.md); the cap of the tree depth, so the estimate errs high
+# nutpie with the Stan-style mass matrix runs NumPyro's trajectory lengths, up to the tree depth's cap at high
+# target_accept (benchmarks/FINDINGS.md, "Measurements behind code comments"); the cap, so the estimate errs high
 STEPS_PER_ITERATION_DIAG_STAN = 1023
-# nutpie samples the hand-written log density (hbnn.density.kernel, passes written out per network): measured 31 us
-# per gradient of the default hierarchical fit (900 rows x 40 weights) and 3 us for a flat one (50 x 40),
-# sampler overhead and the slower chain's wait included (timings/*.json).
+# nutpie samples the hand-written log density (hbnn.density.kernel, passes written out per network): fitted to the time
+# per gradient of the default hierarchical (900 rows x 40 weights) and flat (50 x 40) fits, sampler overhead and the
+# slower chain's wait included (benchmarks/FINDINGS.md, "Measurements behind code comments")
 KERNEL_GRAD_OVERHEAD_US = 3.0
-# Per sampled coordinate and leapfrog step: the sampler's own vector arithmetic, the priors and the chain rule. With
-# the trajectories' growth with the coordinates (the steps per iteration above were measured at DIMS_MEASURED, the
-# default hierarchical fit's 763), fitted to a hierarchical fit of 20,000 groups of 2 training rows (800,043
-# coordinates, 2 x (40 + 25) iterations: 615 s of sampling, estimated 5 s before these two terms)
+# Per sampled coordinate and leapfrog step: the sampler's own vector arithmetic, the priors and the chain rule. With the
+# trajectories' growth with the coordinates (the steps above were measured at DIMS_MEASURED, the default hierarchical
+# fit's 763), fitted to a fit of 20,000 groups of 2 rows (800,043 coordinates) that the per-row terms put two orders of
+# magnitude too short (benchmarks/FINDINGS.md, "Measurements behind code comments")
 NS_PER_DIM = 10.0
 DIMS_MEASURED = 763
 KERNEL_NS_PER_ROW_WEIGHT = 0.8
-# ADVI, measured on 2 cores: 18 flat fits x 5000 steps took 7.4 s (82 us a step); the 1000-group
-# hierarchical minibatch fit (40,043 parameters) 194 s for 60,000 steps of 500 rows (3.2 ms a step) and
-# 92 s for 20,000 steps of 2000 rows (4.6 ms), estimated 316 s and 117 s.
+# ADVI, fitted on 2 cores to flat fits and to the 1000-group hierarchical minibatch fit (40,043 parameters) at two
+# batch sizes, which it estimates high (benchmarks/FINDINGS.md, "Measurements behind code comments").
 ADVI_STEP_US = 60.0
 NS_PER_ADVI_PARAM = 125.0
 BYTES = 8
 COPIES = 4  # the sampler's own (Arrow) batches, their conversion, the xarray copy and the group stack
-# A fit stage's process before its data's share (Python, NumPy, PyMC and nutpie loaded, the density checked):
-# benchmarks/memory.py measured 0.80 and 1.32 GiB peaks for 0.5 and 4.0 million padded rows, 0.72 GiB at none.
+# A fit stage's process before its data (Python, NumPy, PyMC, nutpie, the density checked): benchmarks/memory.py's peak
+# with no rows, rounded up (benchmarks/FINDINGS.md, "Measurements behind code comments")
 PROCESS_GIB = 0.75
-# The padded layout per row held: the tasks', the density's and PyMC's copies of the features, and the check's values
-# per unit (the activations and their gradients); 224 bytes a row for the measured network (159 measured)
+# The padded layout per row: the tasks', density's and PyMC's feature copies, the check's values per unit (activations,
+# gradients); above the measured bytes a row (benchmarks/FINDINGS.md, "Measurements behind code comments")
 LAYOUT_COPIES = 3
 CHECK_VALUES_PER_UNIT = 2
 LOO_COPIES = 5  # the training rows' log-likelihood, its ratios for the relative ESS and az.loo's working arrays
 MEMORY_FRACTION = 0.8  # limits.max_memory_gib: 0 means this share of the machine's memory
-ROW_BYTES = 400  # one row of the tasks file and its copies while it is built (measured: 270)
-SECONDS_PER_MOONS_GROUP = 2e-3  # make_moons, scale and rotate one group (measured: 1.7 ms at 1000 groups)
+# one row of the tasks file and its copies while it is built; making, scaling and rotating one moons group: both
+# rounded up from the measured figures (benchmarks/FINDINGS.md, "Measurements behind code comments")
+ROW_BYTES = 400
+SECONDS_PER_MOONS_GROUP = 2e-3
 
 
 @dataclass(frozen=True)
@@ -104,6 +100,7 @@ class Estimate:
     first_minutes: float | None = None  # such a fit's time to its first convergence check, else None
 
     def describe(self) -> str:
+        """Return the estimate as one log line: stage, GiB, minutes and sizes."""
         return f"{self.stage}: estimated {self.memory_gib:.2g} GiB and {self.minutes:.2g} min for {self.sizes}"
 
 
@@ -137,17 +134,28 @@ def _numbers(node, prefix: str = ""):
 
 
 def machine_memory_gib() -> float:
-    """Physical memory of this machine in GiB."""
+    """Return the physical memory of this machine in GiB."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
 
 
 def memory_limit_gib(params: Params) -> float:
-    """``limits.max_memory_gib``, or ``MEMORY_FRACTION`` of this machine's memory where it is 0."""
+    """Return ``params.limits.max_memory_gib``, or :data:`MEMORY_FRACTION` of this machine's memory where it is 0."""
     return params.limits.max_memory_gib or MEMORY_FRACTION * machine_memory_gib()
 
 
 def enforce(estimate: Estimate, params: Params) -> None:
-    """Log ``estimate``; raise :class:`ConfigError` naming the limit it exceeds."""
+    """Log ``estimate`` and refuse it where it exceeds a limit.
+
+    Parameters
+    ----------
+    estimate : Estimate
+    params : hbnn.config.Params
+
+    Raises
+    ------
+    hbnn.config.ConfigError
+        Naming the limit ``estimate`` exceeds and the sizes to lower.
+    """
     log.info("%s", estimate.describe())
     memory = memory_limit_gib(params)
     if estimate.memory_gib > memory:
@@ -161,14 +169,15 @@ def enforce(estimate: Estimate, params: Params) -> None:
 
 
 def n_weights(n_features: int, hidden_layers, bias: bool = False) -> list[int]:
-    """Weights per layer of the MLP ``features -> hidden... -> 1`` (biases included, with ``bias``)."""
+    """Return the weights per layer of the MLP ``n_features -> hidden_layers... -> 1`` (with ``bias``, biases too)."""
     sizes = [n_features, *hidden_layers, 1]
     return [(a + int(bias)) * b for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
 
 
 @_past_counting("make_data")
 def data_estimate(params: Params) -> Estimate | None:
-    """``make_data``'s cost for moons (rows it generates); ``None`` for a table, whose size is the file's."""
+    """Return ``make_data``'s cost for moons (from the rows it generates) from ``params`` (:class:`hbnn.config.Params`);
+    ``None`` for a table, whose size is the file's."""
     if params.data.source != "moons":
         return None
     rows = params.n_groups * params.data.n_samples
@@ -191,12 +200,18 @@ def _sampled_dims(n_groups: int, layers: list[int], hierarchical: bool) -> int:
 @_past_counting("")
 def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test: int, n_features: int,
                  max_group_rows: int | None = None) -> Estimate:
-    """Cost of a fit (:data:`hbnn.pipeline.variants.FITS`: ``fit_flat``, ``fit_hier``, ..., ``transfer_informed``) on
-    tasks of these sizes.
+    """Return the :class:`Estimate` of a fit (``fit_flat``, ..., ``transfer_informed``) on tasks of these sizes.
 
-    ``n_train``/``n_test`` count rows over all groups; ``max_group_rows`` is the largest group's training rows
-    (``None``: as if every group had the same), which the hierarchical fit's padded layout and a per-group fit's
-    arrays grow with.
+    Parameters
+    ----------
+    stage : str
+        A key of :data:`hbnn.pipeline.variants.FITS`.
+    params : hbnn.config.Params
+    n_groups, n_train, n_test, n_features : int
+        Groups fitted; training and test rows over all groups; features.
+    max_group_rows : int, optional
+        The largest group's training rows (``None``: as if every group had the same), which the hierarchical fit's
+        padded layout and a per-group fit's arrays grow with.
     """
     variant = FITS[stage][1]
     s = params.sampler_for(stage)
@@ -270,19 +285,20 @@ def _layout_bytes(n_groups: int, rows: int, n_features: int, params: Params) -> 
 
 
 # derive_prior: the hierarchical posterior as read (every stored weight), the new-group draws of each layer, their noise
-# and the fit's centred copy (hbnn.model.prior); reading counted at 50 MB/s (the 1000-group posterior, 0.3 GiB, took 8 s
-# in all, process start included)
+# and the fit's centred copy (hbnn.model.prior); reading counted at 50 MB/s, slower than a disk reads, to cover the
+# stage's decoding and its process start as the 1000-group posterior measured (benchmarks/FINDINGS.md, "Measurements
+# behind code comments")
 PRIOR_COPIES = 3
 NS_PER_PRIOR_VALUE = 5.0
 READ_BYTES_PER_S = 5e7
-# report: each model's worker (three at once) reads its model's posterior and, with trace.pointwise, the training
-# rows' log-likelihood for PSIS-LOO (LOO_COPIES), and holds the grid's points, one page's surfaces (mean and sd) and
+# report: each model's worker (three at once) reads its model's posterior and, with trace.pointwise, the training rows'
+# log-likelihood for PSIS-LOO (LOO_COPIES), and holds the grid's points, one page's surfaces (mean and sd) and
 # matplotlib's images of them (its float64 copy, the colour-mapped RGBA: ~6 values a grid point a panel), besides a
 # fixed chunk of network outputs (hbnn.report.numbers.CHUNK_VALUES). Time, on the cores: the network over every kept
-# draw at every grid point (measured 20 ns a draw and point for the default 40-weight network, 0.5 ns a weight,
-# counted twice), ~0.06 s of matplotlib a surface panel (counted 0.1), PSIS-LOO (0.21 us a value), plus ~10 s of
-# reading, ArviZ's figures and writing (counted 15): 26 s for the default run (measured 17-21 s), 615 s for the
-# README's 1000-group configuration (measured 613 s; its report held 1.0 GiB, estimated 2.9 GiB).
+# draw at every grid point (per weight), matplotlib's time a surface panel, PSIS-LOO per value, plus a fixed time of
+# reading, ArviZ's figures and writing, each rounded up from its measured cost, so the default run and the 1000-group
+# configuration are estimated at or above their measured times and memory (benchmarks/FINDINGS.md, "Measurements behind
+# code comments").
 REPORT_WORKERS = 3
 SURFACE_VALUES_PER_PANEL_POINT = 6
 SURFACE_CHUNK_BYTES = 2**21 * 12
@@ -294,9 +310,17 @@ REPORT_FIXED_SECONDS = 15.0
 
 @_past_counting("")
 def prior_estimate(stage: str, params: Params, posterior_draws: int, n_groups: int, n_features: int) -> Estimate:
-    """Cost of deriving the informed prior (``derive_prior``, and ``transfer_prior`` after its fit) from
-    ``posterior_draws`` draws (all chains) of a hierarchical posterior of ``n_groups`` groups: reading it, and
-    ``prior.draws_per_sample`` new-group draws of every layer's weights for each draw."""
+    """Return the :class:`Estimate` of deriving the informed prior (``derive_prior``; ``transfer_prior`` after its fit).
+
+    The cost is reading ``posterior_draws`` draws (all chains) of a hierarchical posterior of ``n_groups`` groups,
+    and ``prior.draws_per_sample`` new-group draws of every layer's weights for each draw.
+
+    Parameters
+    ----------
+    stage : str
+    params : hbnn.config.Params
+    posterior_draws, n_groups, n_features : int
+    """
     layers = n_weights(n_features, params.model.hidden_layers, params.model.bias)
     read = posterior_draws * _hierarchical_weights(n_groups, layers) * BYTES
     values = posterior_draws * params.prior.draws_per_sample * sum(layers)
@@ -311,9 +335,18 @@ def prior_estimate(stage: str, params: Params, posterior_draws: int, n_groups: i
 @_past_counting("report")
 def report_estimate(params: Params, n_groups: int, n_features: int, posterior_draws: int, n_train: int,
                     models: int = 3) -> Estimate:
-    """Cost of the report for ``models`` models of ``n_groups`` groups (``posterior_draws`` draws each, all chains;
-    ``n_train`` training rows): each model's posterior and PSIS-LOO, and its decision surfaces
-    (``report.grid_size`` squared points, ``report.surface_draws`` draws, ``report.panels_per_page`` groups a page)."""
+    """Return the :class:`Estimate` of the report for ``models`` models of ``n_groups`` groups.
+
+    Each model's posterior and PSIS-LOO, and its decision surfaces (``report.grid_size`` squared points,
+    ``report.surface_draws`` draws, ``report.panels_per_page`` groups a page).
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+    n_groups, n_features, posterior_draws, n_train : int
+        Groups, features, draws per model (all chains) and training rows.
+    models : int, optional
+    """
     r = params.report
     layers = n_weights(n_features, params.model.hidden_layers, params.model.bias)
     points = r.grid_size**2 if n_features >= 2 else 0
@@ -346,6 +379,13 @@ def check_params(params: Params) -> None:
     before any stage starts (else they would come after the fit stages had sampled).
     A table edited with the params unchanged does not rerun this stage: ``make_data``
     checks the table again, and ``transfer_prior`` its held-out groups before its fit.
+
+    Raises
+    ------
+    hbnn.config.ConfigError
+        A cost over the limits, too few groups, or too few draws for the informed prior.
+    hbnn.errors.InputError
+        A data table ``make_data`` would refuse, or a sampler package outside the supported releases.
     """
     _check_sampler_packages(params)
     _warn_too_few_draws(params)

@@ -39,38 +39,100 @@ POPULATION = "n0"  # the size label of the population's prediction (no rows of t
 
 
 def require_groups(n_groups: int, what: str = "the data") -> None:
-    """:class:`InputError` with fewer than 2 groups: nothing could be held out and fitted. The pipeline's
-    ``check_params`` and ``make_data`` check it too, before any stage samples; ``what`` names the data."""
+    """Refuse data with fewer than 2 groups: nothing could be held out and fitted.
+
+    The pipeline's ``check_params`` and ``make_data`` check it too, before any stage samples.
+
+    Parameters
+    ----------
+    n_groups : int
+    what : str, optional
+        Names the data in the message (:func:`data_name`).
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        With fewer than 2 groups.
+    """
     if n_groups < 2:
         raise InputError(f"the transfer stages need at least 2 groups (one to fit, one to hold out); {what} has "
                          f"{n_groups}")
 
 
 def data_name(params) -> str:
-    """What :func:`require_groups` calls the data of ``params``: a table by its file and group column."""
+    """Name the data of ``params`` as :func:`require_groups` calls it: a table by its file and group column.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+
+    Returns
+    -------
+    str
+    """
     d = params.data
     return f"table {d.path} (groups: data.group={d.group!r})" if d.source == "table" else "the data"
 
 
 def refit_sizes(n_train: int, t: TransferParams) -> list[tuple[str, int]]:
-    """The fits of a held-out group with ``n_train`` training rows, as ``(label, rows)``: each of ``transfer.sizes``
-    below ``n_train`` (with as many or more it would be the group's ``all`` fit, or repeat a smaller size), then
-    every row (``all``) where ``transfer.all_rows``."""
+    """List the fits of a held-out group with ``n_train`` training rows.
+
+    Each of ``transfer.sizes`` below ``n_train`` (with as many or more it would be the group's ``all`` fit, or repeat a
+    smaller size), then every row (``all``) where ``transfer.all_rows``.
+
+    Parameters
+    ----------
+    n_train : int
+    t : hbnn.config.TransferParams
+
+    Returns
+    -------
+    list of tuple of (str, int)
+        ``(label, rows)`` per fit, e.g. ``("n8", 8)``.
+    """
     return [(f"n{n}", n) for n in t.sizes if n < n_train] + ([(ALL, n_train)] if t.all_rows else [])
 
 
 def check_refits(train_rows: Sequence[int], t: TransferParams) -> None:
-    """:class:`InputError` where held-out groups of these training rows leave nothing to fit: what ``transfer``
-    would find, said by ``check_params`` before any stage samples and by ``transfer_prior`` before its fit."""
+    """Refuse held-out groups whose training rows leave nothing to fit.
+
+    This is what ``transfer`` would find, said by ``check_params`` before any stage samples and by ``transfer_prior``
+    before its fit.
+
+    Parameters
+    ----------
+    train_rows : sequence of int
+        Training rows of each held-out group.
+    t : hbnn.config.TransferParams
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where no held-out group has a fit (:func:`refit_sizes`).
+    """
     if not any(refit_sizes(n, t) for n in train_rows):
         raise InputError(f"transfer: no held-out group has more training rows than transfer.sizes={list(t.sizes)} "
                          "and transfer.all_rows is false; nothing to fit")
 
 
 def holdout_count(n_groups: int, t: TransferParams) -> int:
-    """``max(min_holdout, round(holdout_fraction * n_groups))``, leaving at least 2 groups (1 with 2 groups).
+    """Count the groups to hold out: ``max(min_holdout, round(holdout_fraction * n_groups))``.
 
-    Raises :class:`InputError` with fewer than 2 groups (:func:`require_groups`).
+    At least 2 groups are left to fit (1 with 2 groups).
+
+    Parameters
+    ----------
+    n_groups : int
+    t : hbnn.config.TransferParams
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        With fewer than 2 groups (:func:`require_groups`).
     """
     require_groups(n_groups)
     k = max(t.min_holdout, round(t.holdout_fraction * n_groups))
@@ -78,7 +140,24 @@ def holdout_count(n_groups: int, t: TransferParams) -> int:
 
 
 def holdout(group_names: Sequence[str], t: TransferParams) -> list[str]:
-    """The held-out groups: a seeded choice (``transfer.seed``) of :func:`holdout_count` groups, in tasks order."""
+    """Choose the held-out groups: a seeded choice (``transfer.seed``) of :func:`holdout_count` groups.
+
+    Parameters
+    ----------
+    group_names : sequence of str
+        The groups, in tasks order.
+    t : hbnn.config.TransferParams
+
+    Returns
+    -------
+    list of str
+        The held-out groups' names, in tasks order.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        With fewer than 2 groups (:func:`require_groups`).
+    """
     k = holdout_count(len(group_names), t)
     rng = np.random.default_rng(derive_seed(t.seed, STAGE_KEYS["transfer_split"], 0))
     picked = rng.choice(len(group_names), size=k, replace=False)
@@ -86,12 +165,25 @@ def holdout(group_names: Sequence[str], t: TransferParams) -> list[str]:
 
 
 def nested_order(y: np.ndarray, stratify: bool, rng: np.random.Generator) -> np.ndarray:
-    """An order of a group's training rows whose every prefix is a seeded subset, stratified by label if asked.
+    """Order a group's training rows so that every prefix is a seeded subset, stratified by label if asked.
 
     Stratified: rows of each label in a random order, interleaved so that after
     ``i`` rows each label has as close to its share of ``i`` as possible (ties go to
     the label with more rows left, then the smaller label); the first two rows of
     a group with both labels are one of each. Otherwise a random permutation.
+
+    Parameters
+    ----------
+    y : numpy.ndarray
+        The group's training labels.
+    stratify : bool
+        Interleave the labels (classifiers) rather than permute.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    numpy.ndarray
+        Positions into ``y``, int64.
     """
     n = y.size
     if not stratify:
@@ -119,18 +211,32 @@ class Refit:
 
     @property
     def name(self) -> str:
+        """The pseudo-group's name, ``<group>/<size>`` (``g05/n8``, ``g05/all``)."""
         return f"{self.group}/{self.size}"
 
 
 def size_labels(t: TransferParams) -> list[str]:
-    """``n2, n4, ..., all`` in fit order."""
+    """Return the size labels ``n2, n4, ..., all`` of ``t`` (:class:`hbnn.config.TransferParams`) in fit order."""
     return [f"n{n}" for n in t.sizes] + ([ALL] if t.all_rows else [])
 
 
 def groups_by_size(fits: Iterable[str]) -> dict[str, list[str]]:
-    """The held-out groups fitted at each size, from the fits' names (``<group>/<size>``, :attr:`Refit.name`; the
-    keys of a ``fits.<model>`` section of the transfer metrics), in increasing size. A group with fewer training
-    rows than a size is not fitted at it, so with groups of unequal sizes the larger sizes pool fewer groups."""
+    """Collect the held-out groups fitted at each size, in increasing size.
+
+    A group with fewer training rows than a size is not fitted at it, so with groups of unequal sizes the larger sizes
+    pool fewer groups.
+
+    Parameters
+    ----------
+    fits : iterable of str
+        The fits' names (``<group>/<size>``, :attr:`Refit.name`; the keys of a ``fits.<model>`` section of the transfer
+        metrics).
+
+    Returns
+    -------
+    dict of str to list of str
+        Size label -> the groups fitted at it.
+    """
     out: dict[str, list[str]] = {}
     for name in fits:
         group, _, size = name.rpartition("/")
@@ -139,22 +245,51 @@ def groups_by_size(fits: Iterable[str]) -> dict[str, list[str]]:
 
 
 def pools_differ(by_size: dict[str, list[str]]) -> bool:
-    """Whether the sizes of :func:`groups_by_size` pool different groups."""
+    """Return whether the sizes of ``by_size`` (:func:`groups_by_size`) pool different groups."""
     return len({tuple(groups) for groups in by_size.values()}) > 1
 
 
 def in_size_order(by_size: dict) -> dict:
-    """``by_size`` (keyed ``n2``, ``n16``, ``all``; JSON files hold them sorted as text) in increasing size."""
+    """Return ``by_size`` in increasing size.
+
+    Parameters
+    ----------
+    by_size : dict
+        Keyed by size label (``n2``, ``n16``, ``all``); JSON files hold them sorted as text.
+
+    Returns
+    -------
+    dict
+    """
     return dict(sorted(by_size.items(), key=lambda kv: float("inf") if kv[0] == ALL else int(kv[0][1:])))
 
 
 def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tuple[Tasks, list[Refit], list[str]]:
-    """Tasks with one pseudo-group per (held-out group, size) and what each is; plus the skipped pairs.
+    """Build tasks with one pseudo-group per (held-out group, size), what each is, and the skipped pairs.
 
-    A group's fits are :func:`refit_sizes`; every skipped pair is returned as
-    ``"<group>/n<size> (<rows> training rows)"``.
-    The nested row order of each group comes from ``transfer.seed`` and the
+    A group's fits are :func:`refit_sizes`. The nested row order of each group comes from ``transfer.seed`` and the
     group's position in the tasks, so it is the same for every size and model.
+
+    Parameters
+    ----------
+    tasks : hbnn.data.tasks.Tasks
+    heldout : sequence of str
+        The held-out groups (:func:`holdout`).
+    t : hbnn.config.TransferParams
+
+    Returns
+    -------
+    hbnn.data.tasks.Tasks
+        The pseudo-groups' rows: the subset of training rows and all of the group's test rows.
+    list of Refit
+        What each pseudo-group is, in the tasks' order.
+    list of str
+        Every skipped pair, as ``"<group>/n<size> (<rows> training rows)"``.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where no held-out group has a fit (:func:`check_refits`).
     """
     from hbnn.data.layout import group_slices
     from hbnn.data.tasks import Tasks
@@ -195,14 +330,38 @@ def refit_tasks(tasks: Tasks, heldout: Sequence[str], t: TransferParams) -> tupl
 
 
 def subset(pred: dict[str, list], indices: Sequence[int]) -> dict[str, list]:
-    """The fits ``indices`` of one split of :func:`hbnn.diagnostics.predictions.evaluate_groups` (for its
-    ``split_scores``)."""
+    """Select the fits ``indices`` of one split of :func:`hbnn.diagnostics.predictions.evaluate_groups` (for its
+    ``split_scores``).
+
+    Parameters
+    ----------
+    pred : dict of str to list
+        One split's ``draws``, ``y`` and ``noise`` (``None`` or one per fit).
+    indices : sequence of int
+
+    Returns
+    -------
+    dict of str to list
+        The same keys, for the fits ``indices``.
+    """
     return {"draws": [pred["draws"][i] for i in indices], "y": [pred["y"][i] for i in indices],
             "noise": None if pred["noise"] is None else [pred["noise"][i] for i in indices]}
 
 
 def row_lpd(lik: likelihoods.Likelihood, pred: dict[str, list]) -> np.ndarray:
-    """Log predictive density of each test row of ``pred`` (a :func:`subset`): ``log mean_s p(y_i | draw s)``."""
+    """Compute the log predictive density of each test row: ``log mean_s p(y_i | draw s)``.
+
+    Parameters
+    ----------
+    lik : hbnn.model.likelihoods.base.Likelihood
+    pred : dict of str to list
+        Fits of one split (a :func:`subset`).
+
+    Returns
+    -------
+    numpy.ndarray
+        One value per row, the fits' rows one after another.
+    """
     noise = pred["noise"] or [None] * len(pred["draws"])
     out = []
     for draws, sd, y in zip(pred["draws"], noise, pred["y"], strict=True):
@@ -213,17 +372,41 @@ def row_lpd(lik: likelihoods.Likelihood, pred: dict[str, list]) -> np.ndarray:
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    """Mean of ``a - b`` over rows and its standard error (``sd / sqrt(n)``): paired, as the rows are shared."""
+    """Compute the mean of ``a - b`` over rows and its standard error (``sd / sqrt(n)``).
+
+    Paired, as the rows are shared.
+
+    Parameters
+    ----------
+    a, b : numpy.ndarray
+        Per-row values of two models on the same rows.
+
+    Returns
+    -------
+    dict of str to float
+        ``mean``, ``se`` (NaN for one row) and ``n``.
+    """
     d = a - b
     se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
     return {"mean": float(d.mean()), "se": se, "n": int(d.size)}
 
 
 def stops_mattering(differences: dict[str, dict[str, float]], z: float = 2.0) -> str | None:
-    """The smallest size from which on the informed-minus-flat difference in test log density lies within ``z``
-    standard errors of zero at every larger size; ``None`` if it still matters at the largest size.
+    """Find the size from which on the informed prior stops mattering.
 
-    ``differences`` is keyed by size label, in increasing size order.
+    The smallest size from which on the informed-minus-flat difference in test log density lies within ``z``
+    standard errors of zero at every larger size.
+
+    Parameters
+    ----------
+    differences : dict of str to dict of str to float
+        :func:`paired_difference` per size label, in increasing size order.
+    z : float, optional
+
+    Returns
+    -------
+    str or None
+        That size's label; ``None`` if it still matters at the largest size.
     """
     answer = None
     for label, d in reversed(differences.items()):

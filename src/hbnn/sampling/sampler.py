@@ -35,7 +35,17 @@ BACKENDS: dict[str, type[Backend]] = {
 
 
 def backend_class(settings: SamplerParams) -> type[Backend]:
-    """The :class:`Backend` that ``settings.backend`` names."""
+    """Look up the :class:`~hbnn.sampling.backend.Backend` that ``settings.backend`` names.
+
+    Parameters
+    ----------
+    settings : hbnn.config.SamplerParams
+
+    Returns
+    -------
+    type
+        A subclass of :class:`hbnn.sampling.backend.Backend`, from :data:`BACKENDS`.
+    """
     return BACKENDS[settings.backend]
 
 
@@ -47,8 +57,14 @@ class Sampler:
     fit; ``pymc``, ``numpyro`` and ``blackjax`` go through ``pm.sample``, which
     compiles (PyMC) or traces and jits (JAX) on every call.
 
-    ``model`` is the PyMC model or a function that builds it: with a hand-written ``density`` (nutpie only,
-    :mod:`hbnn.density.kernel`) it is built only where the density has yet to be checked against it.
+    Parameters
+    ----------
+    model : pymc.Model or callable
+        The PyMC model or a function that builds it: with a hand-written ``density`` (nutpie only,
+        :mod:`hbnn.density.kernel`) it is built only where the density has yet to be checked against it.
+    settings : hbnn.config.SamplerParams
+    density : hbnn.density.densities.Density, optional
+        The hand-written log density nutpie samples instead of PyMC's.
     """
 
     def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
@@ -60,16 +76,37 @@ class Sampler:
 
     def sample(self, seed: int, data: Mapping[str, np.ndarray] | None = None, *, watch: bool = True,
                expected_seconds: float | None = None, until=None) -> Fit:
-        """Fit with the configured settings; ``data`` replaces ``pm.Data`` values.
+        """Fit with the configured settings.
 
         ``until(posterior)`` says what in a posterior (model variables, ``chain``/``draw`` dims) misses
         the convergence bar, or ``None``; with ``max_draws`` the fit goes on in blocks of ``draws`` while
-        it says something (backends that can, :class:`NumpyroBackend`), else it is not called.
+        it says something (backends that can, :class:`~hbnn.sampling.pymc_backends.NumpyroBackend`), else it is not
+        called.
 
         In a log (not a terminal) and with ``watch``, a heartbeat line every 10 s
-        says how long the fit has run and, given ``expected_seconds`` (the cost
-        estimate of :mod:`hbnn.pipeline.budget`), about how long is left; a caller that
-        reports its own progress (a loop over groups) passes ``watch=False``.
+        says how long the fit has run and, given ``expected_seconds``, about how long is left.
+
+        Parameters
+        ----------
+        seed : int
+        data : mapping of str to numpy.ndarray, optional
+            New values of the model's ``pm.Data`` containers (another group's rows).
+        watch : bool, optional
+            Log a heartbeat; a caller that reports its own progress (a loop over groups) passes ``False``.
+        expected_seconds : float, optional
+            The cost estimate of :mod:`hbnn.pipeline.budget`.
+        until : callable, optional
+            The convergence check described above.
+
+        Returns
+        -------
+        hbnn.sampling.backend.Fit
+
+        Raises
+        ------
+        hbnn.errors.SamplingError
+            Where the run stopped early (an interrupt) or drew non-finite values: such a trace is never taken for a
+            finished run.
         """
         description = self.backend.describe(seed)
         log.debug("%s", description)
@@ -97,13 +134,27 @@ class Sampler:
         return Fit(posterior=idata, seconds=seconds, loss=loss, grad_evals=grad_evals)
 
     def sample_each(self, jobs: Sequence[tuple[int, Mapping[str, np.ndarray]]]) -> Iterator[Fit]:
-        """:meth:`sample` of every ``(seed, data)`` in ``jobs``, in order, without a heartbeat (the caller
-        reports its groups' progress).
+        """Run :meth:`sample` for every ``(seed, data)`` in ``jobs``, in order, without a heartbeat.
 
-        With nutpie, the next fit starts before this one is over: the chains of one fit end at different times,
-        and the core a finished chain leaves would otherwise wait for the slowest one. Each fit's draws are its
-        own seed's whatever runs beside it; its ``seconds`` are the wall time from its start, or the previous
-        fit's end if later, to its end, so they add up to the loop's."""
+        The caller reports its groups' progress. With nutpie, the next fit starts before this one is over: the
+        chains of one fit end at different times, and the core a finished chain leaves would otherwise wait for the
+        slowest one. Each fit's draws are its own seed's whatever runs beside it; its ``seconds`` are the wall time
+        from its start, or the previous fit's end if later, to its end, so they add up to the loop's.
+
+        Parameters
+        ----------
+        jobs : sequence of tuple of (int, mapping of str to numpy.ndarray)
+
+        Yields
+        ------
+        hbnn.sampling.backend.Fit
+            One per job, in order.
+
+        Raises
+        ------
+        hbnn.errors.SamplingError
+            As :meth:`sample`; chains still running are cancelled first.
+        """
         if not hasattr(self.backend, "start"):
             for seed, data in jobs:
                 yield self.sample(seed, data, watch=False)

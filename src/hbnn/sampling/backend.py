@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 class Fit:
     """Posterior draws and sampler statistics of one run.
 
+    ``posterior`` holds the groups ``posterior`` and ``sample_stats``; ``seconds`` is the run's wall time.
     ``loss`` is the ADVI loss (negative ELBO) per iteration, ``None`` for NUTS.
     ``grad_evals`` counts leapfrog steps over tuning and draws; ``None`` where the
     backend does not report its tuning steps (numpyro, blackjax) and for ADVI.
@@ -39,13 +40,18 @@ def _leapfrog_steps(idata: Trace, *groups: str) -> int:
 
 
 class Backend:
-    """One way to fit a compiled model; subclasses are looked up by name in :data:`BACKENDS`.
+    """One way to fit a compiled model; subclasses are looked up by name in :data:`hbnn.sampling.sampler.BACKENDS`.
 
-    A backend compiles in ``__init__`` (timed as compile seconds by
-    :class:`Sampler`) and fits in :meth:`run`, returning a :class:`~hbnn.files.trace.Trace` (or ArviZ's
-    ``InferenceData``) with
-    ``posterior`` and ``sample_stats``, the ADVI loss (or ``None``) and the
-    gradient evaluations it made (or ``None`` where it cannot tell).
+    A backend compiles in ``__init__`` (timed as compile seconds by :class:`hbnn.sampling.sampler.Sampler`) and fits in
+    :meth:`run`.
+
+    Parameters
+    ----------
+    model : pymc.Model or callable
+        The PyMC model, or a function that builds it (on first use of :attr:`model`).
+    settings : hbnn.config.SamplerParams
+    density : hbnn.density.densities.Density, optional
+        A hand-written log density, for the backends that sample one (nutpie).
     """
 
     name: str
@@ -66,22 +72,41 @@ class Backend:
 
     @staticmethod
     def minibatch_size(settings: SamplerParams) -> int | None:
-        """Rows per gradient step, ``None`` for the full-batch likelihood."""
+        """Return the rows per gradient step, ``None`` for the full-batch likelihood.
+
+        Parameters
+        ----------
+        settings : hbnn.config.SamplerParams
+
+        Returns
+        -------
+        int or None
+        """
         return None
 
     @staticmethod
     def parallel_chains(settings: SamplerParams) -> int:
-        """Chains that step at the same time, on their own cores (for the cost per gradient)."""
+        """Return the chains that step at the same time, on their own cores (for the cost per gradient).
+
+        Parameters
+        ----------
+        settings : hbnn.config.SamplerParams
+
+        Returns
+        -------
+        int
+        """
         return max(1, min(settings.chains, settings.cores))
 
     compiles_in_sampling = False  # True: pm.sample compiles (or jits) on every call, inside its seconds
 
     def label(self) -> str:
-        """What runs, for log lines: backend and settings."""
+        """Return what runs, for log lines: backend and settings."""
         s = self.settings
         return f"sampling: backend={self.name} chains={s.chains} tune={s.tune} draws={s.draws}"
 
     def describe(self, seed: int) -> str:
+        """Return :meth:`label` with the run's ``seed``, for the log line of one fit."""
         return f"{self.label()} seed={seed}"
 
     iterations = None  # Iterations of the running fit, where the backend reports them
@@ -90,10 +115,38 @@ class Backend:
     until = None
 
     def progress(self, elapsed: float) -> str | None:
-        """What the running fit reports of its progress, for the heartbeat (``None``: nothing)."""
+        """Report the running fit's progress for the heartbeat.
+
+        Parameters
+        ----------
+        elapsed : float
+            Seconds since the fit started.
+
+        Returns
+        -------
+        str or None
+            ``None`` where the backend reports nothing.
+        """
         return self.iterations.status() if self.iterations is not None else None
 
     def run(self, seed: int, data: Mapping[str, np.ndarray] | None) -> tuple[Trace, np.ndarray | None, int | None]:
+        """Fit the compiled model once.
+
+        Parameters
+        ----------
+        seed : int
+        data : mapping of str to numpy.ndarray or None
+            New values of the model's ``pm.Data`` containers.
+
+        Returns
+        -------
+        hbnn.files.trace.Trace
+            ``posterior`` and ``sample_stats`` (or ArviZ's ``InferenceData`` with them).
+        numpy.ndarray or None
+            The ADVI loss, ``None`` for NUTS.
+        int or None
+            The gradient evaluations made, ``None`` where the backend cannot tell.
+        """
         raise NotImplementedError
 
     def _set_data(self, data: Mapping[str, np.ndarray] | None) -> None:
@@ -106,7 +159,15 @@ class Backend:
 
 class Iterations:
     """Iterations a running fit has done (for NUTS: over its chains, tuning included), and the time left at
-    their rate."""
+    their rate.
+
+    Parameters
+    ----------
+    total : int, optional
+        Iterations the fit will do; 0 where unknown (no status).
+    unit : str, optional
+        What an iteration is, for the status line.
+    """
 
     def __init__(self, total: int = 0, unit: str = "iterations (tuning included)"):
         self.total, self.unit = total, unit
@@ -115,11 +176,19 @@ class Iterations:
         self.divergences: int | None = None  # after tuning, where the backend reports them as it goes
 
     def add(self, n: int) -> None:
+        """Count ``n`` more iterations; the first call marks the end of compiling (the rate's start)."""
         if self.started is None:
             self.started = time.monotonic()
         self.done += n
 
     def status(self) -> str | None:
+        """Return the heartbeat's status: iterations done, divergences so far and the time left at this rate.
+
+        Returns
+        -------
+        str or None
+            ``None`` before the first iterations or without a total.
+        """
         if self.started is None or not self.total:
             return None
         text = f"{self.done}/{self.total} {self.unit}"

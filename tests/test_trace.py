@@ -134,7 +134,8 @@ def test_groups_written_through_one_store_read_back_as_to_netcdf_writes_them(tmp
 def test_writing_a_trace_does_not_import_dask_distributed(tmp_path):
     """xarray's to_netcdf asks Dask which scheduler runs, and Dask imports distributed to answer (~0.3-0.4 s a
     stage process); the stages' writer does not ask."""
-    code = (f"import sys, xarray as xr, numpy as np\nfrom hbnn.files import io\nfrom hbnn.files.trace import Trace\n"
+    code = ("import sys, xarray as xr, numpy as np\nfrom hbnn.files import outputs as io\n"
+            "from hbnn.files.trace import Trace\n"
             f"ds = xr.Dataset({{'w': (('chain', 'draw'), np.zeros((2, 3)))}})\n"
             f"io.write_netcdf(Trace(posterior=ds, sample_stats=ds), {str(tmp_path / 't.nc')!r})\n"
             f"io.write_netcdf(ds, {str(tmp_path / 'd.nc')!r})\n"

@@ -86,7 +86,7 @@ def test_negative_binomial_term_is_the_negative_binomial_log_density():
 
 def test_negative_binomial_labels_are_counts():
     assert NB.check_labels(np.array([0.0, 3.0]), "sales", "t").dtype == np.int64
-    with pytest.raises(InputError, match="must hold counts"):
+    with pytest.raises(InputError, match="must hold counts .* for model.likelihood=negative_binomial; found"):
         NB.check_labels(np.array([0.5]), "sales", "t")
 
 

@@ -44,7 +44,7 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
         if bad.size:
             shown = sorted({float(v) for v in values[bad]})[:5]
             raise InputError(f"{where}: label column {column!r} must hold counts (0, 1, 2, ... up to 2**53) for "
-                             f"model.likelihood=poisson; found {shown} in {rows_phrase(bad)}")
+                             f"model.likelihood={self.name}; found {shown} in {rows_phrase(bad)}")
         return values.astype(np.int64)
 
     def add_observed(self, output, y, noise_sd, total_size=None):

@@ -1017,3 +1017,16 @@ def test_prose_columns_of_a_table_are_left_aligned_and_numbers_right():
     assert '<th style="text-align: left">how</th>' in html and '<td style="text-align: left">two words</td>' in html
     assert "<td>3</td>" in html
     assert "|---|---|---:|" in render_markdown("t", [], section)
+
+
+def test_a_group_named_like_the_joint_advi_sentence_still_gets_its_row():
+    """Whether a model's groups are one joint ADVI fit is read from its metrics, not from the status cell's text:
+    a failing group called "all sites" is listed with its numbers."""
+    names = ["all sites", "b"]
+    good = {"per_group": {g: {"converged": True, "rhat_fn": 1.0, "ess_bulk_fn": 900.0} for g in names},
+            "sampling": {"max_rhat_fn": 1.0, "min_ess_bulk_fn": 900.0, "divergences": 0}}
+    bad = {**good, "per_group": {**good["per_group"], "all sites": {"converged": False, "rhat_fn": 1.05,
+                                                                    "ess_bulk_fn": 80.0, "divergences": 0}}}
+    sec = report_status._status_section({**{v: good for v in numbers.MODELS}, "flat": bad}, names, [])
+    assert sec.blocks[1].rows[0][6] == "all sites"
+    assert sec.blocks[3].rows == [["Flat", "all sites", "1.050", "80", "0"]]

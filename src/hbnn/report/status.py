@@ -54,15 +54,25 @@ def _missing_row(model: str, metrics: dict, g: str) -> list[str]:
             _loss_text(trend) if trend and trend["still_falling"] else ("settled" if advi else "")]
 
 
+def _joint_loss_trend(metrics: dict, missing: Sequence[str]) -> dict | None:
+    """The loss trend that makes every group of ``missing`` miss the bar where they are one joint ADVI fit whose one
+    loss is still falling (said once, not per group); ``None`` otherwise."""
+    if len(missing) < 2 or lookup(metrics, "sampling", "advi_still_falling") != 1:
+        return None
+    trends = [lookup(metrics, "per_group", g, "advi_loss") for g in missing]
+    if all(t is not None and t == trends[0] and t["still_falling"] for t in trends):
+        return trends[0]
+    return None
+
+
 def _missing_cell(metrics: dict, missing: Sequence[str]) -> str:
     """The groups that miss the bar, at most :data:`MISSING_NAMED` named (their numbers are in the table below
     the status table); a joint ADVI fit whose one loss is still falling is said once, not per group."""
     if not missing:
         return "none"
-    trends = [lookup(metrics, "per_group", g, "advi_loss") for g in missing]
-    joint = lookup(metrics, "sampling", "advi_still_falling") == 1 and len(missing) > 1
-    if joint and all(t is not None and t == trends[0] and t["still_falling"] for t in trends):
-        return f"all {len(missing)} (one joint fit, its {_loss_text(trends[0])})"
+    trend = _joint_loss_trend(metrics, missing)
+    if trend is not None:
+        return f"all {len(missing)} (one joint fit, its {_loss_text(trend)})"
     shown = ", ".join(missing[:MISSING_NAMED])
     return shown + (f" and {len(missing) - MISSING_NAMED} more" if len(missing) > MISSING_NAMED else "")
 
@@ -97,8 +107,8 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
         s = lookup(metrics[v], "sampling") or {}
         missing = [g for g in names if not lookup(metrics[v], "per_group", g, "converged")]
         missing_any |= bool(missing)
-        joint_advi = _missing_cell(metrics[v], missing).startswith("all ")  # said once in the row, not per group
-        missing_by[v] = [] if joint_advi else missing
+        # a joint ADVI fit's groups are said once in its row, not per group
+        missing_by[v] = [] if _joint_loss_trend(metrics[v], missing) is not None else missing
         if not _fitted_with_advi(s):
             for g in missing:  # R-hat and ESS met but the group misses: its (or its joint fit's) divergences
                 met = criterion.meets_bar(lookup(metrics[v], "per_group", g, "rhat_fn"),

@@ -17,10 +17,10 @@ from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.errors import InputError, SamplingError
 from hbnn.files.outputs import write_netcdf
+from hbnn.fitting.common import model_spec
+from hbnn.fitting.per_group import fit_per_group
 from hbnn.model.builders import build_flat_model
 from hbnn.pipeline.stages import fit_flat as stage
-from hbnn.pipeline.stages.fitting import model_spec
-from hbnn.pipeline.stages.per_group import fit_per_group
 from hbnn.sampling import cluster
 
 # The builders below run in the workers' processes, which cannot import this test module: ship it by value.

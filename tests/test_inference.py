@@ -5,9 +5,9 @@ import numpy as np
 import nutpie
 
 from hbnn.config_read import parse_params
+from hbnn.fitting.common import model_spec
+from hbnn.fitting.per_group import fit_per_group
 from hbnn.model.builders import build_flat_model
-from hbnn.pipeline.stages.fitting import model_spec
-from hbnn.pipeline.stages.per_group import fit_per_group
 from hbnn.pipeline.variants import derive_seed
 from hbnn.sampling.sampler import Sampler
 
@@ -185,7 +185,7 @@ def test_groups_that_miss_the_bar_are_fitted_again_longer_and_thinned(ragged_tas
     import logging
 
     from hbnn.density.densities import FlatDensity
-    from hbnn.pipeline.stages import fitting
+    from hbnn.fitting import common as fitting
 
     raw = {"model": {"hidden_layers": [2]}, "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 60}}
     params = parse_params(raw)
@@ -241,7 +241,7 @@ def test_groups_that_diverge_past_the_bar_are_fitted_again_at_a_higher_target_ac
 
     from hbnn.density.densities import FlatDensity
     from hbnn.diagnostics import criterion
-    from hbnn.pipeline.stages import fitting
+    from hbnn.fitting import common as fitting
 
     raw = {"model": {"hidden_layers": [2]},
            "sampler": {"tune": 30, "draws": 20, "chains": 2, "max_draws": 0, "refit_target_accept": 0.95}}

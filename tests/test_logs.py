@@ -35,7 +35,7 @@ def test_heartbeat_adds_the_status_it_is_given(caplog):
 
 
 def test_group_progress_counts_groups_draws_divergences_and_time_left():
-    from hbnn.pipeline.stages.per_group import GroupProgress
+    from hbnn.fitting.per_group import GroupProgress
 
     p = GroupProgress(n_groups=4, draws_per_group=100)
     assert p.status(3.0) == "0/4 groups, 0/400 draws, 0 divergences so far"

@@ -12,10 +12,10 @@ from test_kernel import _assert_same_density, _data
 
 from hbnn.config_read import parse_params
 from hbnn.density import densities
+from hbnn.fitting import common as fitting
 from hbnn.model import activations, likelihoods
 from hbnn.model.builders import build_hierarchical_model
 from hbnn.model.likelihoods.poisson import Poisson
-from hbnn.pipeline.stages import fitting
 
 TABLE = {"source": "table", "path": "sales.csv", "features": ["price"], "label": "sales", "group": "shop"}
 PAIRS = [(lik, act) for lik in likelihoods.LIKELIHOODS for act in activations.ACTIVATIONS]
@@ -58,7 +58,7 @@ def uncompiled(monkeypatch):
 def test_a_likelihood_without_density_code_falls_back_with_one_info_line(uncompiled, caplog):
     params = parse_params({**TINY, "data": TABLE, "model": {"likelihood": uncompiled}})
     assert densities.unsupported(uncompiled, "tanh") is not None
-    with caplog.at_level(logging.INFO, logger="hbnn.pipeline.stages.fitting"):
+    with caplog.at_level(logging.INFO, logger="hbnn.fitting.common"):
         said = [fitting.hand_written(fitting.model_spec(params, _Features()), params.sampler_for(stage), stage)
                 for stage in ("fit_flat", "fit_hier", "fit_flat")]
     assert said == [False, False, False]

@@ -196,7 +196,7 @@ class SamplerParams:
     (nutpie: in steps of 100 draws; numpyro: a block of ``draws`` at a time)
     (:meth:`hbnn.sampling.sampler.Sampler.sample`, :func:`hbnn.sampling.runlength._next_check`). A per-group fit that
     misses it is fitted again from its seed with ``k`` times ``draws`` and its chains thinned by ``k``, since a stage's
-    groups share one draw count (:func:`hbnn.pipeline.stages.per_group.fit_per_group`).
+    groups share one draw count (:func:`hbnn.fitting.per_group.fit_per_group`).
     ``refit_target_accept`` (the per-group NUTS fits; off at 0 or at most ``target_accept``): a group whose fit
     diverges more often than the bar allows (0.1% of its draws) is fitted again from its seed at this target_accept
     (smaller steps), once; longer too where its R-hat or ESS also miss. More draws do not dilute divergences: they

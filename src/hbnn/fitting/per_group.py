@@ -14,9 +14,9 @@ from hbnn.config import DIVERGENT_SHARE_MAX, ESS_MIN, SamplerParams
 from hbnn.data.tasks import Tasks
 from hbnn.diagnostics import criterion
 from hbnn.diagnostics.predictions import group_weights, quantity_draws
+from hbnn.fitting.common import Cost, Sampled
 from hbnn.logs import watch
 from hbnn.model.spec import ModelSpec
-from hbnn.pipeline.stages.fitting import Cost, Sampled
 from hbnn.pipeline.variants import STAGE_KEYS, derive_seed
 from hbnn.sampling import cluster
 from hbnn.sampling.runlength import ESS_SPARE

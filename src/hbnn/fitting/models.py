@@ -1,0 +1,101 @@
+"""The three models as the fits sample them: the hierarchical model over all groups
+(:func:`sample_hierarchical`), and the per-group flat and informed models as PyMC builders and hand-written densities
+(:func:`flat_model`, :func:`informed_model`), which :func:`hbnn.fitting.per_group.fit_per_group` fits group by group.
+"""
+
+from __future__ import annotations
+
+from hbnn.config import Params, SamplerParams
+from hbnn.data.tasks import Tasks
+from hbnn.density.densities import FlatDensity, HierarchicalDensity, InformedDensity
+from hbnn.diagnostics import criterion
+from hbnn.fitting import common as fitting
+from hbnn.model.spec import ModelSpec
+from hbnn.pipeline.variants import STAGE_KEYS, derive_seed
+from hbnn.sampling.sampler import Sampler
+
+
+def sample_hierarchical(stage: str, params: Params, spec: ModelSpec, tasks: Tasks) -> fitting.Sampled:
+    """Check the cost, build and sample the hierarchical model ``spec`` of ``tasks`` (fit ``stage``,
+    :data:`hbnn.pipeline.variants.FITS`); the group sds' R-hat and ESS are its extra diagnostics. With ``max_draws`` the
+    fit draws on, in blocks, until every group's test points and every group sd meet the bar (or ``max_draws`` is
+    reached)."""
+    settings = params.sampler_for(stage)
+    estimate = fitting.enforce_budget(stage, params, tasks)
+    batch = fitting.minibatch(settings)
+    density = None  # a hand-written log density of the full-batch model, for the backends that take one
+    if batch:
+        train = tasks.split("train")
+
+        def model():
+            from hbnn.model.builders import build_hierarchical_minibatch_model
+
+            return build_hierarchical_minibatch_model(
+                train.X, train.group, train.y, tasks.group_names, spec.features, spec.hidden_layers, batch,
+                likelihood=spec.likelihood, noise_sd=spec.noise_sd, bias=spec.bias, activation=spec.activation,
+            )
+    else:
+        padded = tasks.padded("train")
+
+        def model():  # PyMC's model: built where a backend samples it, or to check the hand-written density
+            from hbnn.model.builders import build_hierarchical_model
+
+            return build_hierarchical_model(
+                padded.X, padded.y, padded.valid, tasks.group_names, spec.features, spec.hidden_layers,
+                likelihood=spec.likelihood, noise_sd=spec.noise_sd, bias=spec.bias, activation=spec.activation,
+            )
+        if fitting.hand_written(spec, settings, stage):
+            density = HierarchicalDensity(padded.X, padded.y, padded.counts, spec.hidden_layers, spec.bias,
+                                          spec.likelihood, spec.noise_sd, features=spec.features,
+                                          groups=tuple(tasks.group_names), activation=spec.activation)
+    sampler = Sampler(model, settings, density)
+    sd_vars = [f"sd_{s.name}" for s in spec.layers]
+    fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS[stage]),
+                         expected_seconds=60 * (estimate.first_minutes or estimate.minutes),
+                         until=criterion.ShortfallCheck(tasks, spec.layers, spec.activation, sd_vars))
+    posterior = fit.posterior.posterior
+    return fitting.Sampled(posterior, fit.posterior.sample_stats,
+                           fitting.Cost(fit.seconds, sampler.compile_seconds, fit.grad_evals),
+                           criterion.scalar_diagnostics(posterior, sd_vars))
+
+
+def flat_model(spec: ModelSpec, settings: SamplerParams, stage: str):
+    """``build(X, y)``, the flat BNN of ``spec`` as a PyMC model (:func:`hbnn.model.builders.build_flat_model`,
+    imported only when built), and ``density(X, y)``, its hand-written log density, on one group's rows, for fit
+    ``stage`` sampled with ``settings`` (``None`` where the model has none:
+    :func:`hbnn.fitting.common.hand_written`)."""
+    batch = fitting.minibatch(settings)
+
+    def build(X, y):
+        from hbnn.model.builders import build_flat_model
+
+        return build_flat_model(X, y, spec.features, spec.hidden_layers, spec.prior_sd, minibatch_size=batch,
+                                likelihood=spec.likelihood, noise_sd=spec.noise_sd, bias=spec.bias,
+                                activation=spec.activation)
+
+    def density(X, y):
+        return FlatDensity.on_rows(X, y, spec.hidden_layers, spec.bias, spec.likelihood, spec.noise_sd,
+                                   prior_sd=spec.prior_sd, features=spec.features, activation=spec.activation)
+
+    return build, density if fitting.hand_written(spec, settings, stage) else None
+
+
+def informed_model(spec: ModelSpec, settings: SamplerParams, layer_prior: dict, stage: str):
+    """``build(X, y)``, the BNN of ``spec`` with the informed prior ``layer_prior`` as a PyMC model
+    (:func:`hbnn.model.builders.build_informed_model`, imported only when built), and ``density(X, y)``, its
+    hand-written log density, on one group's rows, for fit ``stage`` sampled with ``settings`` (``None`` where the
+    model has none: :func:`hbnn.fitting.common.hand_written`)."""
+    batch = fitting.minibatch(settings)
+
+    def build(X, y):
+        from hbnn.model.builders import build_informed_model
+
+        return build_informed_model(X, y, spec.features, spec.hidden_layers, layer_prior, minibatch_size=batch,
+                                    likelihood=spec.likelihood, noise_sd=spec.noise_sd, bias=spec.bias,
+                                    activation=spec.activation)
+
+    def density(X, y):
+        return InformedDensity.on_rows(X, y, spec.hidden_layers, spec.bias, spec.likelihood, spec.noise_sd,
+                                       prior=layer_prior, features=spec.features, activation=spec.activation)
+
+    return build, density if fitting.hand_written(spec, settings, stage) else None

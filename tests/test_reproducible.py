@@ -1,7 +1,7 @@
 """The informed prior's derivation, and the default moons data, give the same bytes whatever BLAS kernel, SIMD code
 and libm a machine picks.
 
-Two subprocesses run ``derive_prior``'s computation (:func:`hbnn.pipeline.stages.derive_prior.derive`: chain alignment,
+Two subprocesses run ``derive_prior``'s computation (:func:`hbnn.fitting.prior.derive`: chain alignment,
 new-group draws, mean and covariance, metrics) on one synthetic hierarchical posterior: one as this machine
 chooses, one as an older x86-64 machine would, through environment variables read at import:
 
@@ -50,7 +50,7 @@ from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
 from hbnn.model.network import layer_specs
 from hbnn.model.prior import new_group_draws
-from hbnn.pipeline.stages.derive_prior import derive
+from hbnn.fitting.prior import derive
 src, out, state = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
 arrays = np.load(src)
 specs = layer_specs(2, (5, 5), False)

@@ -35,13 +35,13 @@ from hbnn.files.outputs import detail_path, staged_outputs
 from hbnn.fitting import common as fitting
 from hbnn.fitting import per_group
 from hbnn.fitting.models import flat_model, informed_model, sample_hierarchical
+from hbnn.fitting.prior import derive
 from hbnn.logs import watch
 from hbnn.model import likelihoods
 from hbnn.model.prior import load_prior, prior_dataset
 from hbnn.model.spec import ModelSpec
 from hbnn.pipeline import budget, transfer
 from hbnn.pipeline.predict import population_weights
-from hbnn.pipeline.stages.derive_prior import derive
 from hbnn.pipeline.variants import FLAT, INFORMED, STAGE_KEYS, STAGE_PARAMS, derive_seed
 
 log = logging.getLogger(__name__)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from hbnn.errors import InputError
 from hbnn.model import activations, likelihoods
 from hbnn.names import name_problem
 
@@ -68,7 +69,7 @@ ESS_MIN = 400
 DIVERGENT_SHARE_MAX = 0.001  # of a fit's draws
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A parameter is missing, unknown, of the wrong type or out of range."""
 
 

@@ -15,8 +15,10 @@ from typing import NoReturn
 from hbnn.homes import use_writable_homes
 
 
-class InputError(RuntimeError):
-    """An input file is missing, unreadable or not what this stage expects."""
+class InputError(ValueError):
+    """Bad input, named in one line: a file that is missing, unreadable or not what a stage expects, a table's bad
+    column or value, a bad setting of the Python API (:mod:`hbnn.api`). A ``ValueError``, as scikit-learn and NumPy
+    raise for bad values."""
 
 
 class OutputError(RuntimeError):

@@ -183,8 +183,9 @@ def transfer_shape(score: str) -> dict:
 def read_checked(path: Path, what: str, shape: Any) -> Any:
     """:func:`read_json` of ``path`` checked against ``shape`` (:func:`conform`), or :class:`InputError` naming the
     file and the key; rerunning the stage that writes it rewrites it in its shape."""
+    doc = read_json(path, what)
     try:
-        return conform(read_json(path, what), shape)
+        return conform(doc, shape)
     except ValueError as err:
         raise InputError(f"{what} {path}: {err}; rerun the stage that writes it (dvc repro)") from None
 

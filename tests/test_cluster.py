@@ -181,7 +181,9 @@ def test_a_stage_whose_worker_is_killed_writes_complete_outputs_identical_to_the
     monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
     stage.fit_flat(params, tasks_path, *outputs("serial"))
     marker = tmp_path / "killed"
-    real = stage.flat_model
+    from hbnn.fitting import models
+
+    real = models.flat_model
 
     def killing_model(*args):
         build, density = real(*args)
@@ -194,7 +196,7 @@ def test_a_stage_whose_worker_is_killed_writes_complete_outputs_identical_to_the
 
         return killing, density
 
-    monkeypatch.setattr(stage, "flat_model", killing_model)
+    monkeypatch.setattr(models, "flat_model", killing_model)
     # no record of earlier checks: each worker builds PyMC's model to check the density against it, and dies there
     monkeypatch.setenv("HBNN_DENSITY_CHECKS", str(tmp_path / "checks"))
     monkeypatch.setenv(cluster.SCHEDULER_ENV, "local:2")

@@ -86,7 +86,9 @@ def test_package_inits_with_code_are_deps():
     inits = {init.relative_to(ROOT).as_posix() for init in (ROOT / "src").rglob("__init__.py") if _holds_code(init)}
     assert "src/hbnn/model/likelihoods/__init__.py" in inits
     assert "src/hbnn/model/likelihoods/__init__.py" in import_closure(ROOT / "stages" / "check_params.py")
-    assert "src/hbnn/__init__.py" not in inits
+    # hbnn's own __init__ holds the API's lazy exports: code every stage runs, so every stage declares it
+    assert "src/hbnn/__init__.py" in inits
+    assert "src/hbnn/__init__.py" in import_closure(ROOT / "stages" / "check_params.py")
 
 
 SAMPLERS = ("pymc", "pytensor", "nutpie", "jax", "numpyro", "blackjax")

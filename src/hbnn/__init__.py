@@ -15,8 +15,30 @@ Subpackages, one layer each:
   ``hbnn predict`` and ``hbnn summarise``;
 - ``report``: the report stage, its sections, figures and plots.
 
+- ``fitting``: fitting a model to tasks and scoring it, which the fit stages and the Python API share;
+- ``api``: the Python API, :class:`HierarchicalBNN`, :class:`FlatBNN`, :class:`InformedBNN` and :func:`load`, importable
+  from ``hbnn`` itself.
+
 Beside them: ``config`` (typed, validated params; ``config_read`` reads ``params.yaml``, ``config_schema`` writes
 its schema), ``names``, ``errors``, ``logs``, ``homes`` and ``cli`` (the ``hbnn`` command line).
 """
 
 __version__ = "0.1.0"
+
+# The Python API's names, imported on first use (importlib: the command line and the stages, which never ask for
+# them, import ``hbnn`` without the estimators' imports)
+_LAZY = {"FlatBNN": "hbnn.api", "HierarchicalBNN": "hbnn.api", "InformedBNN": "hbnn.api", "load": "hbnn.api",
+         "InputError": "hbnn.errors"}
+
+
+def __getattr__(name: str):
+    """``hbnn.HierarchicalBNN`` and the API's other names, from the module that defines them."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'hbnn' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -258,7 +258,30 @@ def _model_scale(values, mean, sd, names: list[str], role: str, where: str) -> n
 
 
 def load_table_tasks(params: Params) -> xr.Dataset:
-    """The user's table (``data.path``) as long-layout tasks.
+    """The user's table (``data.path``) as long-layout tasks (:func:`frame_tasks`).
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The checked params: ``data`` names the file and its columns.
+
+    Returns
+    -------
+    xarray.Dataset
+        The tasks in the long layout.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the file, column, row or group that cannot be used.
+    """
+    d = params.data
+    df = read_table(d.path, text_columns=(d.group,))
+    return frame_tasks(df, params, f"table {d.path}", table=str(d.path))
+
+
+def frame_tasks(df: pd.DataFrame, params: Params, where: str, all_train: bool = False, table: str = "") -> xr.Dataset:
+    """A table's rows as long-layout tasks: the columns ``params.data`` names, checked, split and standardised.
 
     Checks, in this order, each failing with an :class:`InputError` that names
     the column or group: the columns exist; features are numeric and complete;
@@ -271,11 +294,34 @@ def load_table_tasks(params: Params) -> xr.Dataset:
     likelihood's, the label for ``bernoulli``). With ``data.standardize``,
     features (and labels, where the likelihood standardises them) are
     standardised with training-row statistics, stored with the data.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        The rows.
+    params : hbnn.config.Params
+        The checked params: ``data`` names the columns (features, label, group, split), the train fraction and
+        whether to standardise; ``model.likelihood`` checks the labels; ``seed`` seeds the split.
+    where : str
+        The table's name in error messages.
+    all_train : bool, optional
+        Every row trains, and each group is judged (convergence) and scored on its training inputs: the rows are
+        stored again as the test split. For fits without held-out rows (the Python API without ``split``).
+    table : str, optional
+        The file the rows come from, recorded in the tasks' attrs.
+
+    Returns
+    -------
+    xarray.Dataset
+        The tasks in the long layout.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the column, row or group that cannot be used.
     """
     d = params.data
     likelihood = params.model.likelihood
-    where = f"table {d.path}"
-    df = read_table(d.path, text_columns=(d.group,))
     roles = [(f"data.features[{i}]", f) for i, f in enumerate(d.features)]
     roles += [("data.label", d.label), ("data.group", d.group)] + ([("data.split", d.split)] if d.split else [])
     check_columns(df, roles, where)
@@ -285,12 +331,16 @@ def load_table_tasks(params: Params) -> xr.Dataset:
     X = numeric_features(df, features, where)
     y = _labels(df, d.label, likelihood, where)
     names = group_column(df, d.group, where)
-    if d.split:
+    if all_train:
+        split = np.full(len(df), "train")
+    elif d.split:
         split = _split_column(df, d.split, where)
     else:
         strata = likelihoods.get(likelihood).strata(y)
         split = stratified_split(names, strata, d.train_fraction, params.seed)
-    _check_groups(names, y, split, likelihood, where)
+    twice = (lambda a: np.concatenate([a, a])) if all_train else (lambda a: a)  # the rows again, as the test split
+    _check_groups(twice(names), twice(y), np.repeat(["train", "test"], len(df)) if all_train else split, likelihood,
+                  where)
     train = split == "train"
     x_mean, x_sd = np.zeros(X.shape[1]), np.ones(X.shape[1])
     y_mean, y_sd = 0.0, 1.0
@@ -302,10 +352,12 @@ def load_table_tasks(params: Params) -> xr.Dataset:
             (y_mean,), (y_sd,), _ = _standardise(y[:, None], train)
     X_model = _model_scale(X, x_mean, x_sd, features, "feature", where)
     y_model = _model_scale(y[:, None], y_mean, y_sd, [d.label], "label", where)[:, 0]  # stored as label_dtype
+    if all_train:
+        split = np.repeat(["train", "test"], len(df))
     ds = tasks_dataset(
-        X_model,
-        y_model,
-        names,
+        twice(X_model),
+        twice(y_model),
+        twice(names),
         split,
         features,
         likelihood=likelihood,
@@ -314,5 +366,7 @@ def load_table_tasks(params: Params) -> xr.Dataset:
         y_mean=y_mean,
         y_sd=y_sd,
     )
-    ds.attrs.update({"source": "table", "table": str(d.path), "group_column": d.group, "label_column": d.label})
+    ds.attrs.update({"source": "table", "table": table, "group_column": d.group, "label_column": d.label})
+    if all_train:
+        ds.attrs["test_rows"] = "training inputs"
     return ds

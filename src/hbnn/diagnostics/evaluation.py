@@ -256,6 +256,28 @@ def fit_metrics(
     return metrics
 
 
+def group_diagnostics(metrics: dict) -> dict[str, dict]:
+    """Each group's convergence numbers from :func:`fit_metrics`' metrics: what a trace keeps in its
+    ``sample_stats`` attr ``hbnn_diagnostics`` and the Python API's ``diagnostics()`` shows.
+
+    Parameters
+    ----------
+    metrics : dict
+        :func:`fit_metrics`' output.
+
+    Returns
+    -------
+    dict
+        Per group: ``rhat`` and ``ess_bulk`` (function space, on the points the group is judged on; ``None`` where
+        it has none), ``divergences`` (its own fit's, or the joint fit's), and ``converged``
+        (:func:`hbnn.diagnostics.criterion.group_converged`).
+    """
+    total = metrics["sampling"]["divergences"]
+    return {name: {"rhat": g.get("rhat_fn"), "ess_bulk": g.get("ess_bulk_fn"),
+                   "divergences": int(g.get("divergences", total)), "converged": bool(g["converged"])}
+            for name, g in metrics["per_group"].items()}
+
+
 def add_loo(metrics: dict, loo: tuple[dict, dict[str, dict]]) -> None:
     """Put :func:`loo_metrics`' output into :func:`fit_metrics`' metrics, in place.
 

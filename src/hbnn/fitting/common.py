@@ -92,6 +92,7 @@ def _settings(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, **extra
         "hidden_layers": list(spec.hidden_layers),
         "bias": spec.bias,
         "activation": spec.activation,
+        "noise_sd": spec.noise_sd,
         "features": tasks.features,
         "likelihood": tasks.likelihood,
         "group_column": tasks.group_column,
@@ -99,35 +100,108 @@ def _settings(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, **extra
     }
 
 
-def finish_fit(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, sampled: Sampled, trace_out: Path,
-               metrics_out: Path, timing_out: Path, settings_extra: dict | None = None) -> dict:
-    """Score a fit of ``spec`` (:func:`score_fit`) and write its trace, timing, headline and detail metrics
-    together."""
-    what = f"{stage}: scoring the draws, PSIS-LOO and writing the outputs"
+@dataclass(frozen=True)
+class Fit:
+    """A scored fit, before anything is written: what a fit stage writes and the Python API's estimators hold.
+
+    Parameters
+    ----------
+    stage : str
+        The fit (:data:`hbnn.pipeline.variants.FITS`).
+    spec : hbnn.model.spec.ModelSpec
+        The model fitted.
+    tasks : hbnn.data.tasks.Tasks
+        The data it was fitted to and scored on.
+    trace : hbnn.files.trace.Trace
+        The trace: posterior, sample stats, data and, with ``trace.pointwise``, the pointwise groups.
+    metrics : dict
+        :func:`hbnn.diagnostics.evaluation.fit_metrics`' metrics with PSIS-LOO and the model's likelihood and
+        activation; the stage adds ``made_by``.
+    timing : dict
+        Wall-clock seconds and gradient counts (:func:`hbnn.diagnostics.evaluation.timing_metrics`).
+    """
+
+    stage: str
+    spec: ModelSpec
+    tasks: Tasks
+    trace: Trace
+    metrics: dict
+    timing: dict
+
+
+def score(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, sampled: Sampled,
+          settings_extra: dict | None = None) -> Fit:
+    """Score a fit of ``spec`` (:func:`score_fit`) and say how it went in the log.
+
+    Parameters
+    ----------
+    stage : str
+        The fit (:data:`hbnn.pipeline.variants.FITS`).
+    params : hbnn.config.Params
+        The settings it was fitted with.
+    spec : hbnn.model.spec.ModelSpec
+        The model.
+    tasks : hbnn.data.tasks.Tasks
+        The data.
+    sampled : Sampled
+        The draws.
+    settings_extra : dict, optional
+        More settings for the trace's ``hbnn_settings`` attr (the flat prior's sd, the informed prior's file).
+
+    Returns
+    -------
+    Fit
+        The trace, metrics and timing; nothing is written.
+    """
+    what = f"{stage}: scoring the draws and PSIS-LOO"
     log.info("%s (sampling took %.1fs)", what, sampled.cost.seconds)
     with watch(log, what):
         idata, metrics, timing, _ = score_fit(stage, params, spec, tasks, sampled, settings_extra)
-        metrics["made_by"] = made_by(FITS[stage][0], params)
-        metrics["model"] = {"likelihood": tasks.likelihood, "activation": spec.activation}
-        score = likelihoods.get(tasks.likelihood).score
-        with staged_outputs() as outputs:
-            outputs.write_netcdf(idata, trace_out)
-            outputs.write_json(as_builtin(timing), timing_out)
-            outputs.write_json(as_builtin(metrics), detail_path(metrics_out))
-            outputs.write_json(as_builtin(evaluation.headline(metrics, score)), metrics_out)
-        log.info(
-            "%s: train %s %.4f, test %s %.4f, LOO elpd %.1f (se %.1f), %d divergences, %.1fs sampling",
-            stage, score, metrics["train"][score], score, metrics["test"].get(score, float("nan")),
-            metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], sampled.cost.seconds,
-        )
-        falling = metrics["sampling"].get("advi_still_falling")
-        if falling:
-            s = params.sampler_for(stage)
-            fits = ("the joint fit, so every group misses the bar" if sampled.sample_stats["loss"].ndim == 1
-                    else f"{falling} of {len(tasks.group_names)} fits, so those groups miss the bar")
-            log.warning("%s: the ADVI loss is still falling in %s; raise %s.advi.iterations (now %d)", stage, fits,
-                        "hier_sampler" if s is params.hier_sampler else "sampler", s.advi.iterations)
-        return metrics
+    metrics["model"] = {"likelihood": tasks.likelihood, "activation": spec.activation}
+    idata.sample_stats.attrs["hbnn_diagnostics"] = json.dumps(evaluation.group_diagnostics(as_builtin(metrics)),
+                                                              sort_keys=True)
+    score_name = likelihoods.get(tasks.likelihood).score
+    log.info(
+        "%s: train %s %.4f, test %s %.4f, LOO elpd %.1f (se %.1f), %d divergences, %.1fs sampling",
+        stage, score_name, metrics["train"][score_name], score_name, metrics["test"].get(score_name, float("nan")),
+        metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], sampled.cost.seconds,
+    )
+    falling = metrics["sampling"].get("advi_still_falling")
+    if falling:
+        s = params.sampler_for(stage)
+        fits = ("the joint fit, so every group misses the bar" if sampled.sample_stats["loss"].ndim == 1
+                else f"{falling} of {len(tasks.group_names)} fits, so those groups miss the bar")
+        log.warning("%s: the ADVI loss is still falling in %s; raise %s.advi.iterations (now %d)", stage, fits,
+                    "hier_sampler" if s is params.hier_sampler else "sampler", s.advi.iterations)
+    return Fit(stage, spec, tasks, idata, metrics, timing)
+
+
+def write_fit(fit: Fit, params: Params, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
+    """Write a fit stage's outputs together: its trace, timing, detail metrics and headline metrics.
+
+    Parameters
+    ----------
+    fit : Fit
+        The scored fit.
+    params : hbnn.config.Params
+        The run's params, whose hash ``made_by`` records.
+    trace_out, metrics_out, timing_out : pathlib.Path
+        Where the trace, the headline metrics and the timing go; the detail metrics go beside the headline's
+        (:func:`hbnn.files.outputs.detail_path`).
+
+    Returns
+    -------
+    dict
+        The detail metrics written.
+    """
+    metrics = {**fit.metrics, "made_by": made_by(FITS[fit.stage][0], params)}
+    score_name = likelihoods.get(fit.tasks.likelihood).score
+    with staged_outputs() as outputs:
+        outputs.write_netcdf(fit.trace, trace_out)
+        outputs.write_json(as_builtin(fit.timing), timing_out)
+        outputs.write_json(as_builtin(metrics), detail_path(metrics_out))
+        outputs.write_json(as_builtin(evaluation.headline(metrics, score_name)), metrics_out)
+    return metrics
 
 
 def score_fit(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, sampled: Sampled,

@@ -10,6 +10,7 @@ from hbnn.data.tasks import Tasks
 from hbnn.density.densities import FlatDensity, HierarchicalDensity, InformedDensity
 from hbnn.diagnostics import criterion
 from hbnn.fitting import common as fitting
+from hbnn.fitting import per_group
 from hbnn.model.spec import ModelSpec
 from hbnn.pipeline.variants import STAGE_KEYS, derive_seed
 from hbnn.sampling.sampler import Sampler
@@ -99,3 +100,47 @@ def informed_model(spec: ModelSpec, settings: SamplerParams, layer_prior: dict, 
                                        prior=layer_prior, features=spec.features, activation=spec.activation)
 
     return build, density if fitting.hand_written(spec, settings, stage) else None
+
+
+def fit(stage: str, params: Params, tasks: Tasks, layer_prior: dict | None = None,
+        settings_extra: dict | None = None) -> fitting.Fit:
+    """Fit one of the three models to ``tasks`` and score it: the fit stages' and the Python API's one code path.
+
+    Parameters
+    ----------
+    stage : str
+        ``fit_flat``, ``fit_hier`` or ``fit_informed``: which model, and its seed stream
+        (:data:`hbnn.pipeline.variants.STAGE_KEYS`).
+    params : hbnn.config.Params
+        The checked settings: ``model``, the stage's sampler (:meth:`hbnn.config.Params.sampler_for`), ``trace``
+        and ``limits``.
+    tasks : hbnn.data.tasks.Tasks
+        The data; each group is scored and judged on its test rows.
+    layer_prior : dict, optional
+        ``fit_informed`` only: per layer, the informed prior's ``(mean, cov)`` (:func:`hbnn.model.prior.load_prior`).
+    settings_extra : dict, optional
+        More settings for the trace's ``hbnn_settings`` attr (the informed prior's file).
+
+    Returns
+    -------
+    hbnn.fitting.common.Fit
+        The trace, metrics and timing; nothing is written.
+
+    Raises
+    ------
+    hbnn.config.ConfigError
+        Where the fit's estimated memory or time is past ``params.limits`` (before anything is compiled).
+    """
+    spec = fitting.model_spec(params, tasks)
+    if stage == "fit_hier":
+        return fitting.score(stage, params, spec, tasks, sample_hierarchical(stage, params, spec, tasks),
+                             settings_extra)
+    settings = params.sampler_for(stage)
+    fitting.enforce_budget(stage, params, tasks)
+    if stage == "fit_flat":
+        models = flat_model(spec, settings, stage)
+        settings_extra = {"prior_sd": spec.prior_sd, **(settings_extra or {})}
+    else:
+        models = informed_model(spec, settings, layer_prior, stage)
+    sampled = per_group.fit_per_group(stage, settings, spec, tasks, *models)
+    return fitting.score(stage, params, spec, tasks, sampled, settings_extra)

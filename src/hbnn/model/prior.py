@@ -320,21 +320,47 @@ def load_prior(path: Path, specs, params=None, stage: str = "derive_prior") -> d
     """
     ds = load_dataset(path, "prior file")
     check_made_with(ds.attrs, params, path, stage)
+    return prior_layers(ds, specs, f"prior file {path}")
+
+
+def prior_layers(ds: xr.Dataset, specs, where: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The layers of an informed prior (:func:`prior_dataset`'s layout), checked against the model's.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The prior.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The layers the model needs; the prior's must match.
+    where : str
+        The prior's name in error messages.
+
+    Returns
+    -------
+    dict of str to tuple of numpy.ndarray
+        Per layer name, ``(mean, cov)``.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If it has no valid ``layers`` attr or its layers do not match ``specs``.
+    """
     try:
         layers = json.loads(ds.attrs["layers"])
-    except (KeyError, ValueError) as err:
-        raise InputError(
-            f"prior file {path} has no valid 'layers' attribute; it was not written by derive_prior"
-        ) from err
+        found = {name: meta["shape"] for name, meta in layers.items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise InputError(f"{where} has no valid 'layers' attribute; it was not written by derive_prior") from err
     expected = {s.name: list(s.shape) for s in specs}
-    found = {name: meta["shape"] for name, meta in layers.items()}
     if found != expected:
-        raise InputError(f"prior file {path} has layer shapes {found} but the model needs {expected}")
+        raise InputError(f"{where} has layer shapes {found} but the model needs {expected}")
     out = {}
     for s in specs:
-        mean, cov = ds[f"mean_{s.name}"].values, ds[f"cov_{s.name}"].values
+        try:
+            mean, cov = ds[f"mean_{s.name}"].values, ds[f"cov_{s.name}"].values
+        except KeyError as err:
+            raise InputError(f"{where} lacks the variable {err}") from None
         if mean.shape != (s.size,) or cov.shape != (s.size, s.size):
-            raise InputError(f"prior file {path}: layer {s.name} has mean {mean.shape} / cov {cov.shape}, "
+            raise InputError(f"{where}: layer {s.name} has mean {mean.shape} / cov {cov.shape}, "
                              f"expected ({s.size},) / ({s.size}, {s.size})")
         out[s.name] = (mean, cov)
     return out

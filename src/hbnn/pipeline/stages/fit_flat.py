@@ -1,22 +1,39 @@
-"""Stage ``fit_flat``: one flat BNN per group."""
+"""Stage ``fit_flat``: one flat BNN per group (:class:`hbnn.FlatBNN`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from hbnn.api.estimators import FlatBNN
 from hbnn.config import Params
 from hbnn.data.tasks import load_tasks
-from hbnn.fitting import common as fitting
-from hbnn.fitting import per_group
-from hbnn.fitting.models import flat_model
+from hbnn.fitting.common import write_fit
 
 
 def fit_flat(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
-    """One flat BNN per group, ``Normal(0, prior_sd)`` weights."""
+    """Fit one flat BNN per group, ``Normal(0, prior_sd)`` weights, to ``data/tasks.nc`` and write its trace,
+    metrics and timing.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The run's params: the estimator's settings (:meth:`hbnn.api.base.BNNEstimator.from_params`).
+    tasks_path : pathlib.Path
+        The tasks (``make_data``'s output).
+    trace_out, metrics_out, timing_out : pathlib.Path
+        Where the trace, headline metrics and timing go (:func:`hbnn.fitting.common.write_fit`).
+
+    Returns
+    -------
+    dict
+        The detail metrics written.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the tasks file is missing, damaged or made with other params, or the fit is estimated past
+        ``params.limits``.
+    """
     tasks = load_tasks(tasks_path, params.model.likelihood, params)
-    spec = fitting.model_spec(params, tasks)
-    settings = params.sampler_for("fit_flat")
-    fitting.enforce_budget("fit_flat", params, tasks)
-    sampled = per_group.fit_per_group("fit_flat", settings, spec, tasks, *flat_model(spec, settings, "fit_flat"))
-    return fitting.finish_fit("fit_flat", params, spec, tasks, sampled, trace_out, metrics_out, timing_out,
-                              settings_extra={"prior_sd": spec.prior_sd})
+    fit = FlatBNN.from_params(params).fit_tasks(tasks)
+    return write_fit(fit, params, trace_out, metrics_out, timing_out)

@@ -1,27 +1,47 @@
-"""Stage ``fit_informed``: one flat BNN per group with the informed MvNormal layer priors."""
+"""Stage ``fit_informed``: one flat BNN per group with the informed MvNormal layer priors
+(:class:`hbnn.InformedBNN`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from hbnn.api.estimators import InformedBNN
 from hbnn.config import Params
 from hbnn.data.tasks import load_tasks
-from hbnn.fitting import common as fitting
-from hbnn.fitting import per_group
-from hbnn.fitting.models import informed_model
-from hbnn.model.prior import load_prior
+from hbnn.files.io import check_made_with, load_dataset
+from hbnn.fitting.common import write_fit
 
 
 def fit_informed(
     params: Params, tasks_path: Path, prior_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path
 ) -> dict:
-    """One flat BNN per group with the informed MvNormal layer priors."""
+    """Fit one BNN per group with the informed prior of ``prior_path`` to ``data/tasks.nc`` and write its trace,
+    metrics and timing.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The run's params: the estimator's settings (:meth:`hbnn.api.base.BNNEstimator.from_params`).
+    tasks_path : pathlib.Path
+        The tasks (``make_data``'s output).
+    prior_path : pathlib.Path
+        The informed prior (``derive_prior``'s output), which must have been made with ``params``.
+    trace_out, metrics_out, timing_out : pathlib.Path
+        Where the trace, headline metrics and timing go (:func:`hbnn.fitting.common.write_fit`).
+
+    Returns
+    -------
+    dict
+        The detail metrics written.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the tasks or prior file is missing, damaged, made with other params or does not fit the network, or
+        the fit is estimated past ``params.limits``.
+    """
     tasks = load_tasks(tasks_path, params.model.likelihood, params)
-    spec = fitting.model_spec(params, tasks)
-    settings = params.sampler_for("fit_informed")
-    fitting.enforce_budget("fit_informed", params, tasks)
-    layer_prior = load_prior(prior_path, spec.layers, params)
-    sampled = per_group.fit_per_group("fit_informed", settings, spec, tasks,
-                                      *informed_model(spec, settings, layer_prior, "fit_informed"))
-    return fitting.finish_fit("fit_informed", params, spec, tasks, sampled, trace_out, metrics_out, timing_out,
-                              settings_extra={"prior_file": str(prior_path)})
+    with load_dataset(prior_path, "prior file") as prior:
+        check_made_with(prior.attrs, params, prior_path, "derive_prior")
+    fit = InformedBNN.from_params(params, prior=prior_path).fit_tasks(tasks)
+    return write_fit(fit, params, trace_out, metrics_out, timing_out)

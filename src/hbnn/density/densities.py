@@ -7,59 +7,15 @@ data and settings before it is first sampled (:meth:`Density.checked_nutpie_mode
 from __future__ import annotations
 
 import functools
-import hashlib
-import logging
 import math
-import os
 from dataclasses import KW_ONLY, dataclass
-from pathlib import Path
 from typing import ClassVar
 
-import numba
 import numpy as np
 
-from hbnn.density.kernel import (
-    _HALFNORMAL_CONST,
-    _HEADER,
-    _LOG_2PI,
-    _PER_LAYER,
-    FLAT,
-    HIERARCHICAL,
-    INFORMED,
-    SOURCE,
-    call,
-    call_expand,
-)
-from hbnn.density.numerics import ROW_DTYPE
-from hbnn.errors import DENSITY_OVERFLOW, SamplingError
-
-log = logging.getLogger(__name__)
-
-
-# ... so the density equals PyMC's (float64 throughout) to this share of max(1, |log density|) and its gradient to
-# this share of max(1, largest gradient component): measured up to 6e-7 on tests/test_kernel.py's networks and
-# points (rates up to e^20 excepted: there float32 rounding of the network's output, which exp amplifies, costs a
-# Poisson gradient more). A Poisson output past 88 overflows float32 (e^88 > 3.4e38): the density is then not
-# finite and the sampler treats the point as it treats any other such (float64 went on to 709).
-ROW_RTOL = 1e-5
-
-
-class DensityMismatch(ValueError):
-    """The hand-written density is not the PyMC model's (:meth:`Density.check`); ``compiled`` is nutpie's compile
-    of the PyMC model, which the sampler then samples instead."""
-
-    def __init__(self, message: str, compiled):
-        super().__init__(message)
-        self.compiled = compiled
-
-
-def check_dir() -> Path:
-    """Where passed :meth:`Density.check` results are recorded: ``$HBNN_DENSITY_CHECKS``, else ``checked/`` beside the
-    written-out kernels (:func:`hbnn.density.modules.cache_dir`). The test suite gives each of its runs its own, so
-    every run checks every density it samples."""
-    from hbnn.density.modules import cache_dir
-
-    return Path(os.environ["HBNN_DENSITY_CHECKS"]) if os.environ.get("HBNN_DENSITY_CHECKS") else cache_dir() / "checked"
+from hbnn.density import buffer, pymc_check
+from hbnn.density.kernel import _HALFNORMAL_CONST, _LOG_2PI, FLAT, HIERARCHICAL, INFORMED
+from hbnn.density.pymc_check import ROW_RTOL
 
 
 def unsupported(likelihood: str, activation: str) -> str | None:
@@ -227,48 +183,12 @@ class Density:
             expand_func=None)
 
     def checked_nutpie_model(self, build):
-        """:meth:`nutpie_model`, checked (:meth:`check`) against nutpie's compile of PyMC's model ``build()`` the first
-        time this code and these pins meet this network, likelihood, settings and data shapes: a file in
-        :func:`check_dir`, named by :meth:`check_key`, records each check passed, so later fits of the same model
-        neither import PyMC nor compile PyTensor's graphs (~2.6 s a process on an AVX2 machine).
-        :class:`DensityMismatch` where the check fails."""
-        key = self.check_key()
-        stamp = check_dir() / key
-        if stamp.exists():
-            log.debug("kernel: %s was checked against PyMC's model before (%s)", type(self).__name__, key)
-            return self.nutpie_model()
-        from hbnn.sampling.nutpie_adapter import compile_numba
-
-        log.info("kernel: checking the hand-written %s against PyMC's model (once per network, likelihood, "
-                 "settings, data shapes and code version)", type(self).__name__)
-        checked = self.check(compile_numba(build()))
-        if self.check_key() != key:  # the code changed on disk while it was checked: do not vouch for the new one
-            return checked
-        try:
-            stamp.parent.mkdir(parents=True, exist_ok=True)
-            stamp.touch()
-        except OSError as err:  # a read-only cache: the check runs again next time, nothing else changes
-            log.warning("kernel: cannot record the check in %s (%s)", stamp, err)
-        return checked
+        """:func:`hbnn.density.pymc_check.checked_nutpie_model` of this density."""
+        return pymc_check.checked_nutpie_model(self, build)
 
     def check_key(self) -> str:
-        """What a :meth:`check` depends on, hashed: every source file of ``hbnn`` (the density, the PyMC models,
-        the stages' builders, the data layout, nutpie's compile), the pins of PyMC, PyTensor, nutpie, numba and
-        NumPy, and the model's kind, network, likelihood, settings, data shapes and coordinates (not the data's
-        values, nor an informed prior's: the same code computes every value)."""
-        from importlib import metadata
-
-        h = hashlib.sha256(SOURCE.encode())  # this module as imported
-        package = Path(__file__).parents[1]  # all of hbnn, not only this subpackage
-        for path in sorted(package.rglob("*.py")):
-            h.update(path.relative_to(package).as_posix().encode() + path.read_bytes())
-        for package in ("pymc", "pytensor", "nutpie", "numba", "numpy"):
-            h.update(f"{package}=={metadata.version(package)}".encode())
-        h.update(repr((type(self).__name__, self.X_padded.shape, tuple(int(c) for c in self.counts),
-                       tuple(self.hidden_layers), bool(self.bias), self.likelihood, self.activation,
-                       float(self.noise_sd),
-                       getattr(self, "prior_sd", None), tuple(self.features), tuple(self.groups))).encode())
-        return h.hexdigest()[:32]
+        """:func:`hbnn.density.pymc_check.check_key` of this density."""
+        return pymc_check.check_key(self)
 
     def initial_center(self) -> np.ndarray:
         """PyMC's initial point before its jitter: every value variable at its prior's support point on the
@@ -280,149 +200,16 @@ class Density:
         return center
 
     def check(self, compiled, rtol: float = ROW_RTOL, expand_rtol: float = 1e-9):
-        """:meth:`nutpie_model`, once it is known to be ``compiled``, nutpie's compile of the PyMC model of the same
-        data and settings: the same value variables at the same places, the same expanded variables, dims and
-        coordinates, and, at two points, the same log density and gradient (through the callback as nutpie calls
-        it; to ``rtol``, as the passes over rows run in float32) and the same expanded draw (float64 throughout, to
-        ``expand_rtol``); :class:`DensityMismatch` otherwise."""
-        names, slices, shapes = compiled.shape_info
-        layout = {n: (int(sl.start), tuple(int(d) for d in shape))
-                  for n, sl, shape in zip(names, slices, shapes, strict=True) if sl.stop <= compiled.n_dim}
-        offsets = self.offsets()
-        want = {n: (offsets[n], shape) for n, shape in self.names().items()}
-        if layout != want:
-            raise DensityMismatch(f"not the model this log density computes: value variables {layout}, expected "
-                                  f"{want}", compiled)
-        ours = self.nutpie_model()
-        theirs = [(n, tuple(int(d) for d in shape)) for n, shape in zip(names, shapes, strict=True)]
-        mine = [(n, tuple(int(d) for d in shape)) for n, shape in zip(ours.shape_info[0], ours.shape_info[2],
-                                                                      strict=True)]
-        if mine != theirs:
-            raise DensityMismatch(f"nutpie's expanded draw holds {theirs}, the hand-written one {mine}", compiled)
-        dims = {name: tuple(d) for name, d in compiled.dims.items() if name in names}
-        coords = {d: list(compiled.coords[d]) for ds in dims.values() for d in ds}
-        if ours.dims != dims or {d: list(ours.coords[d]) for d in coords} != coords:
-            raise DensityMismatch(f"the trace's dims and coordinates would differ from PyMC's: {ours.dims} "
-                                  f"{dict(ours.coords)} against {dims} {coords}", compiled)
-        rng = np.random.default_rng(0)
-        for point in (np.zeros(compiled.n_dim), rng.normal(0.0, 0.5, compiled.n_dim)):
-            want_value, want_grad = compiled.logp_func(point)
-            if not (np.isfinite(want_value) and np.isfinite(want_grad).all()):  # no density could agree with it
-                raise SamplingError(f"the model's own log density (PyMC's) is {want_value} near its initial point, so "
-                                    f"no sampler can start: {DENSITY_OVERFLOW}")
-            value, grad = call(ours, point)
-            scale = max(1.0, float(np.abs(want_grad).max()))
-            off = float(np.abs(grad - want_grad).max())
-            if not (abs(value - want_value) <= rtol * max(1.0, abs(want_value)) and off <= rtol * scale):
-                raise DensityMismatch(f"hand-written log density disagrees with PyMC's: {value} vs {want_value}, "
-                                      f"gradient off by {off:.3g}", compiled)
-            got, want_draw = call_expand(ours, point), call_expand(compiled, point)
-            if not np.allclose(got, want_draw, rtol=expand_rtol, atol=expand_rtol):
-                raise DensityMismatch(f"hand-written expanded draw disagrees with PyMC's by up to "
-                                      f"{float(np.abs(got - want_draw).max()):.3g}", compiled)
-        return ours
+        """:func:`hbnn.density.pymc_check.check` of this density."""
+        return pymc_check.check(self, compiled, rtol, expand_rtol)
 
     def _layers(self, offsets: dict[str, int], at: int) -> tuple[list[float], list[np.ndarray], float]:
         """Per layer the three kind-specific slots, extra arrays to append at ``at``, and the prior's constant."""
         raise NotImplementedError
 
     def pack(self, offsets: dict[str, int]) -> np.ndarray:
-        """The buffer :func:`logp_grad` reads: a header, the layers, counts, ``X`` (group, feature, row) and
-        ``Y`` (group, row), then whatever the kind needs; ``offsets``: each value variable's start in the flat
-        vector."""
-        from hbnn.model import likelihoods
-
-        X = np.asarray(self.X_padded, dtype=np.float64)
-        G, R, D = X.shape
-        counts = np.asarray(self.counts, dtype=np.int64)
-        # Rows padded to whole vectors (zeros past each group's real rows): the row loops then run with no scalar
-        # remainder (~9% of a gradient on the default data with 8-row vectors, ~9% more with 16 where numba
-        # compiles 512-bit vectors: benchmarks/FINDINGS.md).
-        lanes = row_lanes()
-        R8 = -(-R // lanes) * lanes
-        X = np.concatenate([X, np.zeros((G, R8 - R, D))], axis=1)
-        X[np.arange(R8)[None, :] >= counts[:, None]] = 0.0
-        R = R8
-        y = np.asarray(self.y, dtype=np.float64)
-        Y = np.zeros((G, R))
-        starts = np.concatenate([[0], np.cumsum(counts)])
-        for g in range(G):
-            Y[g, : counts[g]] = y[starts[g]: starts[g + 1]]
-        specs = self.specs()
-        at = _HEADER + _PER_LAYER * len(specs) + G + G * R * D + G * R
-        slots, extra, const = self._layers(offsets, at)
-        lay = []
-        for s, three in zip(specs, slots, strict=True):
-            lay += [s.shape[0] - int(self.bias), s.shape[1] if len(s.shape) == 2 else 1, *three]
-        n_dim = sum(math.prod(shape) for shape in self.names().values())
-        extra_at = next((offsets[name] for name, _, _ in self._extra_var("_log__")), -1)
-        const += likelihoods.get(self.likelihood).density_constant(y, self.noise_sd)
-        n_expanded = n_dim + sum(math.prod(shape) for _, shape, _ in self.derived())
-        # slot 6 is unused (0)
-        header = [0.0, len(specs), G, R, D, int(self.bias), 0, extra_at, self.noise_sd, const, n_dim, self.kind,
-                  getattr(self, "prior_sd", 1.0), n_expanded, lanes]
-        buf = np.concatenate([np.asarray(header, dtype=np.float64), np.asarray(lay, dtype=np.float64),
-                              counts.astype(np.float64), _rows(X.transpose(0, 2, 1)), _rows(Y), *extra])
-        buf[0] = buf.size
-        return buf
-
-
-@functools.cache
-def row_lanes() -> int:
-    """float32 rows per vector in the kernel's loops as numba compiles them on this machine: 16 where LLVM emits
-    512-bit vectors (AVX-512 CPUs it tunes for them, e.g. AMD Zen 4), else 8 (AVX2, and the AVX-512 CPUs it tunes for
-    256-bit vectors, most Intel ones). Found by compiling a small loop of the same kind and reading its assembly,
-    once a process: padding the rows to 16 where the vectors hold 8 costs ~6%, to 8 where they hold 16 ~9%. The
-    padding decides the order of the loops' float32 sums, so the draws of one machine differ in their last bits
-    from those of a machine with the other width (as they do between other CPUs). The answer is kept in a file of
-    :func:`hbnn.density.modules.cache_dir` named by what decides it (the CPU and its features as numba targets them,
-    numba's and llvmlite's versions, this module's source), since the probe's compile costs ~0.4 s a process."""
-    import llvmlite
-    import llvmlite.binding as llvm
-    from numba.core import codegen, config
-
-    from hbnn.density.modules import cache_dir
-
-    # as numba targets the CPU (its own reading of the host's features, NUMBA_ENABLE_AVX, NUMBA_OPT, NUMBA_CPU_*)
-    target = (config.CPU_NAME or llvm.get_host_cpu_name(), config.CPU_FEATURES or codegen.get_host_cpu_features(),
-              config.ENABLE_AVX, config.OPT, numba.__version__, llvmlite.__version__, SOURCE)
-    path = cache_dir() / f"row_lanes_{hashlib.sha256(repr(target).encode()).hexdigest()[:20]}"
-    try:
-        kept = path.read_bytes()
-    except OSError:
-        kept = b""
-    if kept in (b"8", b"16"):
-        return int(kept)
-    signature = (numba.float32, numba.float32[::1], numba.float32[::1], numba.int64)
-    try:
-        probe = numba.njit(signature, fastmath=True, error_model="numpy")(_axpy)
-        lanes = 16 if "zmm" in probe.inspect_asm(signature) else 8
-    except Exception as err:  # noqa: BLE001 - no assembly to read: 8 rows, right for most CPUs and correct for all
-        log.warning("kernel: cannot read the vector width numba compiles (%s: %s); padding rows to 8",
-                    type(err).__name__, err)
-        return 8
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(str(lanes))
-        os.replace(tmp, path)
-    except OSError as err:  # a read-only cache: the probe runs again next time, nothing else changes
-        log.debug("kernel: cannot record the row lanes in %s (%s)", path, err)
-    return lanes
-
-
-def _axpy(a, x, y, n):
-    """``y[:n] += a * x[:n]``: the shape of the kernel's row loops, for :func:`row_lanes`."""
-    for i in range(n):
-        y[i] += a * x[i]
-
-
-def _rows(values: np.ndarray) -> np.ndarray:
-    """``values`` as :data:`ROW_DTYPE` (float32) in the first half of as many float64 slots as there are values,
-    which keeps the buffer's layout (every offset) as it is for float64."""
-    slots = np.zeros(values.size)
-    slots.view(ROW_DTYPE)[: values.size] = values.ravel()
-    return slots
+        """:func:`hbnn.density.buffer.pack` of this density."""
+        return buffer.pack(self, offsets)
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,12 @@ float64. tanh is a rational function (Eigen's float32 minimax approximation),
 within 3.5e-7 absolute; the Bernoulli terms' ``exp`` a degree-7 Taylor polynomial
 after the usual ``k ln 2`` range reduction (:mod:`hbnn.density.numerics`).
 The log density and gradient equal PyMC's compiled (float64) ones to
-:data:`~hbnn.density.densities.ROW_RTOL` of their scale, including every normalising constant:
+:data:`~hbnn.density.pymc_check.ROW_RTOL` of their scale, including every normalising constant:
 ``tests/test_kernel.py`` checks values and gradients against PyMC for each
-supported configuration, and :meth:`~hbnn.density.densities.Density.check` checks them again, at two
+supported configuration, and :func:`~hbnn.density.pymc_check.check` checks them again, at two
 points, for the model at hand before it is first sampled (once per network,
 likelihood, settings, data shapes and code version:
-:meth:`~hbnn.density.densities.Density.checked_nutpie_model`). NUTS stays exact for the density it is
+:func:`~hbnn.density.pymc_check.checked_nutpie_model`). NUTS stays exact for the density it is
 given: the leapfrog steps are reversible and volume-preserving for any
 gradient that is a function of the position, and the accept step uses this
 density's own value, which differs from PyMC's by less than 1e-5 of its scale.
@@ -55,7 +55,7 @@ nutpie's model is built from the density alone (:meth:`~hbnn.density.densities.D
 the log density through nutpie's logp callback, the draws expanded to every
 model variable by :func:`expand` (the group sds, ``w = mu + sd * z``, ``w = mean
 + L @ z``), chains started as PyMC starts them. Where the values live:
-:meth:`~hbnn.density.densities.Density.pack` writes the layout and the data into one float64 buffer,
+:func:`~hbnn.density.buffer.pack` writes the layout and the data into one float64 buffer,
 the ``user_data`` that nutpie passes to both callbacks; so the machine code
 depends on neither the data nor the model's sizes, and numba's disk cache
 serves every process after the first.
@@ -198,7 +198,8 @@ def _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias):
 def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay, n_layers, bias, extra, lanes):
     """One group's log-likelihood at weights ``W``; adds its gradient to ``gW`` and returns ``(loglik,
     d loglik / d log extra)``. The passes run over the ``n`` real rows rounded up to whole vectors of ``lanes``
-    rows (:func:`row_lanes`). Its source is also compiled in :mod:`hbnn.density.written`'s modules, where
+    rows (:func:`hbnn.density.buffer.row_lanes`). Its source is also compiled in :mod:`hbnn.density.written`'s
+    modules, where
     ``_forward`` and ``_backward`` are the ones written out for one network."""
     n8 = min(R, -(-n // lanes) * lanes)
     _forward(W, H, X, g, n8, R, D, lay, n_layers, bias)

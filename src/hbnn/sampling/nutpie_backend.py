@@ -61,7 +61,7 @@ class NutpieBackend(Backend):
         super().__init__(model, settings)
         check_version()  # before anything is built: the model class and trace it uses are nutpie's own
         if density is not None:
-            from hbnn.density.densities import DensityMismatch
+            from hbnn.density.pymc_check import DensityMismatch
 
             try:
                 self.compiled = density.checked_nutpie_model(lambda: self.model)

@@ -1,0 +1,133 @@
+"""The check of a hand-written density against PyMC's model of the same data and settings (:func:`check`),
+run once per code version and model (:func:`checked_nutpie_model`, :func:`check_key`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from hbnn.density.kernel import SOURCE, call, call_expand
+from hbnn.errors import DENSITY_OVERFLOW, SamplingError
+
+log = logging.getLogger(__name__)
+
+
+# ... so the density equals PyMC's (float64 throughout) to this share of max(1, |log density|) and its gradient to
+# this share of max(1, largest gradient component): measured up to 6e-7 on tests/test_kernel.py's networks and
+# points (rates up to e^20 excepted: there float32 rounding of the network's output, which exp amplifies, costs a
+# Poisson gradient more). A Poisson output past 88 overflows float32 (e^88 > 3.4e38): the density is then not
+# finite and the sampler treats the point as it treats any other such (float64 went on to 709).
+ROW_RTOL = 1e-5
+
+
+class DensityMismatch(ValueError):
+    """The hand-written density is not the PyMC model's (:meth:`Density.check`); ``compiled`` is nutpie's compile
+    of the PyMC model, which the sampler then samples instead."""
+
+    def __init__(self, message: str, compiled):
+        super().__init__(message)
+        self.compiled = compiled
+
+
+def check_dir() -> Path:
+    """Where passed :meth:`Density.check` results are recorded: ``$HBNN_DENSITY_CHECKS``, else ``checked/`` beside the
+    written-out kernels (:func:`hbnn.density.modules.cache_dir`). The test suite gives each of its runs its own, so
+    every run checks every density it samples."""
+    from hbnn.density.modules import cache_dir
+
+    return Path(os.environ["HBNN_DENSITY_CHECKS"]) if os.environ.get("HBNN_DENSITY_CHECKS") else cache_dir() / "checked"
+
+
+def checked_nutpie_model(density, build):
+    """:meth:`nutpie_model`, checked (:meth:`check`) against nutpie's compile of PyMC's model ``build()`` the first
+    time this code and these pins meet this network, likelihood, settings and data shapes: a file in
+    :func:`check_dir`, named by :meth:`check_key`, records each check passed, so later fits of the same model
+    neither import PyMC nor compile PyTensor's graphs (~2.6 s a process on an AVX2 machine).
+    :class:`DensityMismatch` where the check fails."""
+    key = density.check_key()
+    stamp = check_dir() / key
+    if stamp.exists():
+        log.debug("kernel: %s was checked against PyMC's model before (%s)", type(density).__name__, key)
+        return density.nutpie_model()
+    from hbnn.sampling.nutpie_adapter import compile_numba
+
+    log.info("kernel: checking the hand-written %s against PyMC's model (once per network, likelihood, "
+             "settings, data shapes and code version)", type(density).__name__)
+    checked = density.check(compile_numba(build()))
+    if density.check_key() != key:  # the code changed on disk while it was checked: do not vouch for the new one
+        return checked
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+    except OSError as err:  # a read-only cache: the check runs again next time, nothing else changes
+        log.warning("kernel: cannot record the check in %s (%s)", stamp, err)
+    return checked
+
+
+def check_key(density) -> str:
+    """What a :meth:`check` depends on, hashed: every source file of ``hbnn`` (the density, the PyMC models,
+    the stages' builders, the data layout, nutpie's compile), the pins of PyMC, PyTensor, nutpie, numba and
+    NumPy, and the model's kind, network, likelihood, settings, data shapes and coordinates (not the data's
+    values, nor an informed prior's: the same code computes every value)."""
+    from importlib import metadata
+
+    h = hashlib.sha256(SOURCE.encode())  # this module as imported
+    package = Path(__file__).parents[1]  # all of hbnn, not only this subpackage
+    for path in sorted(package.rglob("*.py")):
+        h.update(path.relative_to(package).as_posix().encode() + path.read_bytes())
+    for package in ("pymc", "pytensor", "nutpie", "numba", "numpy"):
+        h.update(f"{package}=={metadata.version(package)}".encode())
+    h.update(repr((type(density).__name__, density.X_padded.shape, tuple(int(c) for c in density.counts),
+                   tuple(density.hidden_layers), bool(density.bias), density.likelihood, density.activation,
+                   float(density.noise_sd),
+                   getattr(density, "prior_sd", None), tuple(density.features), tuple(density.groups))).encode())
+    return h.hexdigest()[:32]
+
+
+def check(density, compiled, rtol: float = ROW_RTOL, expand_rtol: float = 1e-9):
+    """:meth:`nutpie_model`, once it is known to be ``compiled``, nutpie's compile of the PyMC model of the same
+    data and settings: the same value variables at the same places, the same expanded variables, dims and
+    coordinates, and, at two points, the same log density and gradient (through the callback as nutpie calls
+    it; to ``rtol``, as the passes over rows run in float32) and the same expanded draw (float64 throughout, to
+    ``expand_rtol``); :class:`DensityMismatch` otherwise."""
+    names, slices, shapes = compiled.shape_info
+    layout = {n: (int(sl.start), tuple(int(d) for d in shape))
+              for n, sl, shape in zip(names, slices, shapes, strict=True) if sl.stop <= compiled.n_dim}
+    offsets = density.offsets()
+    want = {n: (offsets[n], shape) for n, shape in density.names().items()}
+    if layout != want:
+        raise DensityMismatch(f"not the model this log density computes: value variables {layout}, expected "
+                              f"{want}", compiled)
+    ours = density.nutpie_model()
+    theirs = [(n, tuple(int(d) for d in shape)) for n, shape in zip(names, shapes, strict=True)]
+    mine = [(n, tuple(int(d) for d in shape)) for n, shape in zip(ours.shape_info[0], ours.shape_info[2],
+                                                                  strict=True)]
+    if mine != theirs:
+        raise DensityMismatch(f"nutpie's expanded draw holds {theirs}, the hand-written one {mine}", compiled)
+    dims = {name: tuple(d) for name, d in compiled.dims.items() if name in names}
+    coords = {d: list(compiled.coords[d]) for ds in dims.values() for d in ds}
+    if ours.dims != dims or {d: list(ours.coords[d]) for d in coords} != coords:
+        raise DensityMismatch(f"the trace's dims and coordinates would differ from PyMC's: {ours.dims} "
+                              f"{dict(ours.coords)} against {dims} {coords}", compiled)
+    rng = np.random.default_rng(0)
+    for point in (np.zeros(compiled.n_dim), rng.normal(0.0, 0.5, compiled.n_dim)):
+        want_value, want_grad = compiled.logp_func(point)
+        if not (np.isfinite(want_value) and np.isfinite(want_grad).all()):  # no density could agree with it
+            raise SamplingError(f"the model's own log density (PyMC's) is {want_value} near its initial point, so "
+                                f"no sampler can start: {DENSITY_OVERFLOW}")
+        value, grad = call(ours, point)
+        scale = max(1.0, float(np.abs(want_grad).max()))
+        off = float(np.abs(grad - want_grad).max())
+        if not (abs(value - want_value) <= rtol * max(1.0, abs(want_value)) and off <= rtol * scale):
+            raise DensityMismatch(f"hand-written log density disagrees with PyMC's: {value} vs {want_value}, "
+                                  f"gradient off by {off:.3g}", compiled)
+        got, want_draw = call_expand(ours, point), call_expand(compiled, point)
+        if not np.allclose(got, want_draw, rtol=expand_rtol, atol=expand_rtol):
+            raise DensityMismatch(f"hand-written expanded draw disagrees with PyMC's by up to "
+                                  f"{float(np.abs(got - want_draw).max()):.3g}", compiled)
+    return ours

@@ -450,7 +450,7 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
     wrong_size = ours.compiled_logp_func.ctypes(compiled.n_dim + 1, *pointers, ours.user_data.ctypes.data)
     assert wrong_size == -1  # a vector of the wrong size is refused
     # the expanded draw: PyTensor's, variable for variable (sds on their own scale, w = mu + sd * z)
-    np.testing.assert_allclose(kernel.call_expand(ours, theta), kernel.call_expand(compiled, theta), rtol=1e-13,
+    np.testing.assert_allclose(pymc_check.call_expand(ours, theta), pymc_check.call_expand(compiled, theta), rtol=1e-13,
                                atol=1e-14)
     # it samples, with PyTensor's variables, dims and coordinates, the same draws for the same seed
     kwargs = dict(draws=30, tune=30, chains=2, cores=1, seed=5, progress_bar=False)

@@ -63,7 +63,6 @@ serves every process after the first.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import logging
 import math
@@ -455,26 +454,3 @@ def _expand_callback(dim, n_expanded, x_, out_, user_data_):
     if expand(numba.carray(x_, (dim,)), out, buf) != n_expanded:
         return -1
     return 0
-
-
-def call(compiled, theta: np.ndarray) -> tuple[float, np.ndarray]:
-    """Log density and gradient at ``theta`` through ``compiled``'s logp callback, called as nutpie calls it;
-    :class:`ValueError` where it reports a failure."""
-    theta = np.ascontiguousarray(theta, dtype=np.float64)
-    grad, value = np.empty(theta.size), np.empty(1)
-    pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, grad, value)]
-    status = compiled.compiled_logp_func.ctypes(theta.size, *pointers, compiled.user_data.ctypes.data)
-    if status not in (0, 3, 4):
-        raise ValueError(f"the logp callback refused a vector of {theta.size}: status {status}")
-    return float(value[0]), grad
-
-
-def call_expand(compiled, theta: np.ndarray) -> np.ndarray:
-    """The expanded draw at ``theta`` through ``compiled``'s expand callback, called as nutpie calls it."""
-    theta = np.ascontiguousarray(theta, dtype=np.float64)
-    out = np.empty(compiled.n_expanded)
-    pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, out)]
-    status = compiled.compiled_expand_func.ctypes(theta.size, out.size, *pointers, compiled.user_data.ctypes.data)
-    if status != 0:
-        raise ValueError(f"the expand callback refused a vector of {theta.size}: status {status}")
-    return out

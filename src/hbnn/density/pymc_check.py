@@ -4,6 +4,7 @@ run once per code version and model (:func:`checked_nutpie_model`, :func:`check_
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hbnn.density.kernel import SOURCE, call, call_expand
+from hbnn.density.kernel import SOURCE
 from hbnn.errors import DENSITY_OVERFLOW, SamplingError
 
 log = logging.getLogger(__name__)
@@ -131,3 +132,26 @@ def check(density, compiled, rtol: float = ROW_RTOL, expand_rtol: float = 1e-9):
             raise DensityMismatch(f"hand-written expanded draw disagrees with PyMC's by up to "
                                   f"{float(np.abs(got - want_draw).max()):.3g}", compiled)
     return ours
+
+
+def call(compiled, theta: np.ndarray) -> tuple[float, np.ndarray]:
+    """Log density and gradient at ``theta`` through ``compiled``'s logp callback, called as nutpie calls it;
+    :class:`ValueError` where it reports a failure."""
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    grad, value = np.empty(theta.size), np.empty(1)
+    pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, grad, value)]
+    status = compiled.compiled_logp_func.ctypes(theta.size, *pointers, compiled.user_data.ctypes.data)
+    if status not in (0, 3, 4):
+        raise ValueError(f"the logp callback refused a vector of {theta.size}: status {status}")
+    return float(value[0]), grad
+
+
+def call_expand(compiled, theta: np.ndarray) -> np.ndarray:
+    """The expanded draw at ``theta`` through ``compiled``'s expand callback, called as nutpie calls it."""
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    out = np.empty(compiled.n_expanded)
+    pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, out)]
+    status = compiled.compiled_expand_func.ctypes(theta.size, out.size, *pointers, compiled.user_data.ctypes.data)
+    if status != 0:
+        raise ValueError(f"the expand callback refused a vector of {theta.size}: status {status}")
+    return out

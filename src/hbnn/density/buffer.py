@@ -20,17 +20,31 @@ log = logging.getLogger(__name__)
 
 
 def pack(density, offsets: dict[str, int]) -> np.ndarray:
-    """The buffer :func:`logp_grad` reads: a header, the layers, counts, ``X`` (group, feature, row) and
-    ``Y`` (group, row), then whatever the kind needs; ``offsets``: each value variable's start in the flat
-    vector."""
+    """The buffer :func:`hbnn.density.kernel.logp_grad` reads, nutpie's ``user_data``.
+
+    Parameters
+    ----------
+    density : hbnn.density.densities.Density
+        The model's data and settings.
+    offsets : dict of str to int
+        Each value variable's start in the flat vector
+        (:meth:`hbnn.density.densities.Density.offsets`).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64: a header (its size in slot 0), the layers, the counts, ``X`` (group, feature, row) and ``Y``
+        (group, row) as float32 (:func:`_rows`), each group's rows padded to whole vectors of :func:`row_lanes`,
+        then whatever the kind needs (an informed prior's means and Cholesky factors).
+    """
     from hbnn.model import likelihoods
 
     X = np.asarray(density.X_padded, dtype=np.float64)
     G, R, D = X.shape
     counts = np.asarray(density.counts, dtype=np.int64)
     # Rows padded to whole vectors (zeros past each group's real rows): the row loops then run with no scalar
-    # remainder (~9% of a gradient on the default data with 8-row vectors, ~9% more with 16 where numba
-    # compiles 512-bit vectors: benchmarks/FINDINGS.md).
+    # remainder, which would cost a share of every gradient
+    # (measured: benchmarks/FINDINGS.md, section 'Measurements behind code comments').
     lanes = row_lanes()
     R8 = -(-R // lanes) * lanes
     X = np.concatenate([X, np.zeros((G, R8 - R, D))], axis=1)
@@ -62,14 +76,23 @@ def pack(density, offsets: dict[str, int]) -> np.ndarray:
 
 @functools.cache
 def row_lanes() -> int:
-    """float32 rows per vector in the kernel's loops as numba compiles them on this machine: 16 where LLVM emits
-    512-bit vectors (AVX-512 CPUs it tunes for them, e.g. AMD Zen 4), else 8 (AVX2, and the AVX-512 CPUs it tunes for
-    256-bit vectors, most Intel ones). Found by compiling a small loop of the same kind and reading its assembly,
-    once a process: padding the rows to 16 where the vectors hold 8 costs ~6%, to 8 where they hold 16 ~9%. The
-    padding decides the order of the loops' float32 sums, so the draws of one machine differ in their last bits
-    from those of a machine with the other width (as they do between other CPUs). The answer is kept in a file of
-    :func:`hbnn.density.modules.cache_dir` named by what decides it (the CPU and its features as numba targets them,
-    numba's and llvmlite's versions, this module's source), since the probe's compile costs ~0.4 s a process."""
+    """float32 rows per vector in the kernel's loops as numba compiles them on this machine.
+
+    Found by compiling a small loop of the same kind (:func:`_axpy`) and reading its assembly: padding the rows to
+    the other width costs time either way (measured: benchmarks/FINDINGS.md, section 'Measurements behind code
+    comments'). The padding decides the order of the loops' float32 sums, so the draws of one machine differ in
+    their last bits from those of a machine with the other width (as they do between other CPUs). The answer is
+    kept in a file of :func:`hbnn.density.modules.cache_dir` named by what decides it (the CPU and its features as
+    numba targets them, numba's and llvmlite's versions, the kernel's source), so the probe compiles once per
+    machine, not once a process.
+
+    Returns
+    -------
+    int
+        16 where LLVM emits 512-bit vectors (AVX-512 CPUs it tunes for them, e.g. AMD Zen 4), else 8 (AVX2, and
+        the AVX-512 CPUs it tunes for 256-bit vectors, most Intel ones, and any machine whose assembly cannot be
+        read).
+    """
     import llvmlite
     import llvmlite.binding as llvm
     from numba.core import codegen, config

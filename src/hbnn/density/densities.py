@@ -53,11 +53,34 @@ def _initial_point(center: np.ndarray, seed: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Density:
-    """A model's data and settings, as the hand-written log density needs them; subclasses say how the weights
-    come from the flat vector.
+    """A model's data and settings, as the hand-written log density needs them.
 
-    ``X_padded`` is ``(group, row, feature)`` with each group's ``counts[g]`` real rows first
-    (:meth:`hbnn.data.tasks.Tasks.padded`), and ``y`` the labels of the real rows in group order.
+    Subclasses (:class:`HierarchicalDensity`, :class:`FlatDensity`, :class:`InformedDensity`) say how the weights
+    come from the sampler's flat vector; this class is not sampled itself.
+
+    Parameters
+    ----------
+    X_padded : numpy.ndarray
+        ``(group, row, feature)``, each group's ``counts[g]`` real rows first
+        (:meth:`hbnn.data.tasks.Tasks.padded`).
+    y : numpy.ndarray
+        The labels of the real rows, in group order.
+    counts : numpy.ndarray
+        Each group's number of real rows.
+    hidden_layers : tuple of int
+        The hidden layers' widths.
+    bias : bool
+        Whether every layer has a bias row.
+    likelihood : str
+        The registered likelihood (:mod:`hbnn.model.likelihoods`).
+    noise_sd : float
+        The scale of the likelihood's extra parameter's prior, ``HalfNormal(noise_sd)``, where it has one.
+    features : tuple of str, optional
+        The feature names, the trace's coordinates (``x1, x2, ...`` where not given).
+    groups : tuple of str, optional
+        The hierarchical model's group names (``g00, g01, ...`` where not given).
+    activation : str, default "tanh"
+        The hidden units' registered activation (:mod:`hbnn.model.activations`).
     """
 
     X_padded: np.ndarray
@@ -78,27 +101,73 @@ class Density:
     @classmethod
     def on_rows(cls, x: np.ndarray, y: np.ndarray, hidden_layers, bias: bool, likelihood: str, noise_sd: float,
                 **extra) -> Density:
-        """A per-group model's density on one group's rows ``x (row, feature)`` and ``y``."""
+        """A per-group model's density on one group's rows.
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            ``(row, feature)``.
+        y : numpy.ndarray
+            The rows' labels.
+        hidden_layers, bias, likelihood, noise_sd
+            As for :class:`Density`.
+        **extra
+            The keyword fields (``features``, ``activation``, a subclass's ``prior_sd`` or ``prior``).
+
+        Returns
+        -------
+        hbnn.density.densities.Density
+            An instance of ``cls`` with one group.
+        """
         x = np.asarray(x, dtype=np.float64)
         return cls(x[None], np.asarray(y, dtype=np.float64), np.array([x.shape[0]]), tuple(hidden_layers), bias,
                    likelihood, noise_sd, **extra)
 
     def with_rows(self, x: np.ndarray, y: np.ndarray) -> Density:
-        """The same model on one group's rows ``x (row, feature)`` and ``y``."""
+        """The same model on other rows.
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            ``(row, feature)``: one group's rows.
+        y : numpy.ndarray
+            Their labels.
+
+        Returns
+        -------
+        hbnn.density.densities.Density
+            This density's class and settings, with one group of these rows.
+        """
         return self.on_rows(x, y, self.hidden_layers, self.bias, self.likelihood, self.noise_sd,
                             features=self.features, activation=self.activation,
                             **{f: getattr(self, f) for f in self._extra_fields})
 
     def logp_grad(self):
-        """The function that computes this density from :meth:`pack`'s buffer (:func:`logp_grad`'s signature):
-        the network's passes written out (:func:`hbnn.density.written.logp_grad_for`)."""
+        """The compiled function that computes this density from :meth:`pack`'s buffer.
+
+        Returns
+        -------
+        numba.core.registry.CPUDispatcher
+            With :func:`hbnn.density.kernel.logp_grad`'s signature: the network's passes written out
+            (:func:`hbnn.density.written.logp_grad_for`).
+        """
         from hbnn.density.written import logp_grad_for
 
         return logp_grad_for(*self._network(), self.likelihood, self.activation)
 
     def callback(self, skip: int):
-        """nutpie's callback (:func:`callback`) for this network, its buffer ``skip`` slots in: numba's disk-cached
-        one (:func:`hbnn.density.written.callback_for`)."""
+        """nutpie's logp callback for this network, from numba's disk cache (:func:`hbnn.density.written.callback_for`).
+
+        Parameters
+        ----------
+        skip : int
+            How many float64 slots into nutpie's ``user_data`` the :meth:`pack` buffer starts.
+
+        Returns
+        -------
+        numba.core.ccallback.CFunc
+            The callback, as :func:`hbnn.density.kernel.callback` describes it.
+        """
         from hbnn.density.written import callback_for
 
         return callback_for(*self._network(), self.likelihood, self.activation, skip)
@@ -108,21 +177,44 @@ class Density:
         return int(self.X_padded.shape[2]), tuple(int(h) for h in self.hidden_layers), bool(self.bias)
 
     def specs(self):
+        """The network's layers, as :func:`hbnn.model.network.layer_specs` lays them out for these features.
+
+        Returns
+        -------
+        list of hbnn.model.network.LayerSpec
+        """
         from hbnn.model.network import layer_specs
 
         return layer_specs(self.X_padded.shape[2], self.hidden_layers, self.bias)
 
     def names(self) -> dict[str, tuple[int, ...]]:
-        """The model's value variables, in order, with their shapes."""
+        """The model's value variables, in order, with their shapes.
+
+        Returns
+        -------
+        dict of str to tuple of int
+        """
         return {name: shape for name, shape, _ in self.variables()}
 
     def variables(self) -> list[tuple[str, tuple[int, ...], tuple[str, ...]]]:
-        """The model's value variables in PyMC's order (the flat vector's): name, shape and dims."""
+        """The model's value variables in PyMC's order (the flat vector's).
+
+        Returns
+        -------
+        list of tuple
+            ``(name, shape, dims)`` for each.
+        """
         raise NotImplementedError
 
     def derived(self) -> list[tuple[str, tuple[int, ...], tuple[str, ...]]]:
-        """What nutpie's expanded draw holds after the value variables (:func:`expand`): the log-transformed
-        variables on their own scale, then the weights that are not value variables; name, shape and dims."""
+        """What nutpie's expanded draw holds after the value variables (:func:`hbnn.density.kernel.expand`).
+
+        Returns
+        -------
+        list of tuple
+            ``(name, shape, dims)`` of the log-transformed variables on their own scale, then of the weights that
+            are not value variables.
+        """
         return self._extra_var("")
 
     def _extra_var(self, suffix: str) -> list:
@@ -133,7 +225,12 @@ class Density:
         return [(f"{extra}{suffix}", (), ())] if extra else []
 
     def offsets(self) -> dict[str, int]:
-        """Where each value variable starts in the flat vector."""
+        """Where each value variable starts in the flat vector.
+
+        Returns
+        -------
+        dict of str to int
+        """
         out, at = {}, 0
         for name, shape in self.names().items():
             out[name] = at
@@ -141,7 +238,13 @@ class Density:
         return out
 
     def coords(self) -> dict[str, list]:
-        """The coordinates of the trace's dims."""
+        """The coordinates of the trace's dims.
+
+        Returns
+        -------
+        dict of str to list
+            Each dim's coordinates (:func:`hbnn.model.network.layer_coords`).
+        """
         from hbnn.model.network import layer_coords
 
         D = self.X_padded.shape[2]
@@ -152,10 +255,17 @@ class Density:
         return layer_coords(features, self.hidden_layers, groups, self.bias)
 
     def nutpie_model(self):
-        """nutpie's model of this density, built without PyTensor: the log density is :meth:`callback`'s, the
-        expanded draws :func:`expand`'s, the data :meth:`pack`'s buffer (``user_data``), and each chain starts as
-        PyMC would start it (:meth:`initial_center` plus PyMC's jitter). :meth:`check` compares it with PyMC's
-        model."""
+        """nutpie's model of this density, built without PyTensor.
+
+        The log density is :meth:`callback`'s, the expanded draws :func:`hbnn.density.kernel.expand`'s, the data
+        :meth:`pack`'s buffer (``user_data``), and each chain starts as PyMC would start it (:meth:`initial_center`
+        plus PyMC's ``U(-1, 1)`` jitter). :meth:`check` compares it with PyMC's model.
+
+        Returns
+        -------
+        nutpie.compile_pymc.CompiledPyMCModel
+            Built through :func:`hbnn.sampling.nutpie_adapter.compiled_model`.
+        """
         import pandas as pd
 
         from hbnn.density.written import expand_callback
@@ -183,24 +293,73 @@ class Density:
             expand_func=None)
 
     def checked_nutpie_model(self, build):
-        """:func:`hbnn.density.pymc_check.checked_nutpie_model` of this density."""
+        """:meth:`nutpie_model`, checked against PyMC's model once per code version and model.
+
+        Parameters
+        ----------
+        build : callable
+            Returns PyMC's model of the same data and settings.
+
+        Returns
+        -------
+        nutpie.compile_pymc.CompiledPyMCModel
+            As :func:`hbnn.density.pymc_check.checked_nutpie_model` returns it.
+
+        Raises
+        ------
+        hbnn.density.pymc_check.DensityMismatch
+            Where the density is not PyMC's.
+        """
         return pymc_check.checked_nutpie_model(self, build)
 
     def check_key(self) -> str:
-        """:func:`hbnn.density.pymc_check.check_key` of this density."""
+        """What a check of this density depends on, hashed (:func:`hbnn.density.pymc_check.check_key`).
+
+        Returns
+        -------
+        str
+        """
         return pymc_check.check_key(self)
 
     def initial_center(self) -> np.ndarray:
-        """PyMC's initial point before its jitter: every value variable at its prior's support point on the
-        unconstrained scale (0 for the normals and for ``log sd``, ``sd ~ HalfNormal(1)``; ``log noise_sd`` for the
-        likelihood's extra parameter, ``HalfNormal(noise_sd)``)."""
+        """PyMC's initial point before its jitter.
+
+        Returns
+        -------
+        numpy.ndarray
+            Every value variable at its prior's support point on the unconstrained scale: 0 for the normals and
+            for ``log sd`` (``sd ~ HalfNormal(1)``), ``log noise_sd`` for the likelihood's extra parameter
+            (``HalfNormal(noise_sd)``).
+        """
         center = np.zeros(sum(math.prod(shape) for shape in self.names().values()))
         for name, _, _ in self._extra_var("_log__"):
             center[self.offsets()[name]] = math.log(self.noise_sd)
         return center
 
     def check(self, compiled, rtol: float = ROW_RTOL, expand_rtol: float = 1e-9):
-        """:func:`hbnn.density.pymc_check.check` of this density."""
+        """This density's nutpie model, once it is known to be ``compiled`` (:func:`hbnn.density.pymc_check.check`).
+
+        Parameters
+        ----------
+        compiled : nutpie.compile_pymc.CompiledPyMCModel
+            nutpie's compile of PyMC's model of the same data and settings.
+        rtol : float, default :data:`hbnn.density.pymc_check.ROW_RTOL`
+            Relative tolerance on the log density and its gradient.
+        expand_rtol : float, default 1e-9
+            Relative and absolute tolerance on the expanded draw.
+
+        Returns
+        -------
+        nutpie.compile_pymc.CompiledPyMCModel
+            :meth:`nutpie_model`.
+
+        Raises
+        ------
+        hbnn.density.pymc_check.DensityMismatch
+            Where the two models differ.
+        hbnn.errors.SamplingError
+            Where PyMC's own log density is not finite near the initial point.
+        """
         return pymc_check.check(self, compiled, rtol, expand_rtol)
 
     def _layers(self, offsets: dict[str, int], at: int) -> tuple[list[float], list[np.ndarray], float]:
@@ -208,13 +367,27 @@ class Density:
         raise NotImplementedError
 
     def pack(self, offsets: dict[str, int]) -> np.ndarray:
-        """:func:`hbnn.density.buffer.pack` of this density."""
+        """The buffer the compiled density reads (:func:`hbnn.density.buffer.pack`).
+
+        Parameters
+        ----------
+        offsets : dict of str to int
+            Each value variable's start in the flat vector (:meth:`offsets`).
+
+        Returns
+        -------
+        numpy.ndarray
+            float64.
+        """
         return buffer.pack(self, offsets)
 
 
 @dataclass(frozen=True)
 class HierarchicalDensity(Density):
-    """:func:`hbnn.model.builders.build_hierarchical_model` (same data and settings)."""
+    """The density of :func:`hbnn.model.builders.build_hierarchical_model` (same data and settings).
+
+    Fields as :class:`Density`'s; ``w[g] = mu + sd * z[g]`` per layer.
+    """
 
     kind = HIERARCHICAL
 
@@ -239,7 +412,15 @@ class HierarchicalDensity(Density):
 
 @dataclass(frozen=True)
 class FlatDensity(Density):
-    """:func:`hbnn.model.builders.build_flat_model` (one group: ``X_padded`` is ``(1, row, feature)``)."""
+    """The density of :func:`hbnn.model.builders.build_flat_model`.
+
+    Fields as :class:`Density`'s, with one group (``X_padded`` is ``(1, row, feature)``), and
+
+    Parameters
+    ----------
+    prior_sd : float, default 1.0
+        The weights' prior, ``Normal(0, prior_sd)``.
+    """
 
     prior_sd: float = 1.0
     kind = FLAT
@@ -257,7 +438,15 @@ class FlatDensity(Density):
 
 @dataclass(frozen=True)
 class InformedDensity(Density):
-    """:func:`hbnn.model.builders.build_informed_model`: ``prior[layer] = (mean, cov)`` of the flattened layer."""
+    """The density of :func:`hbnn.model.builders.build_informed_model`.
+
+    Fields as :class:`Density`'s, with one group, and
+
+    Parameters
+    ----------
+    prior : dict
+        ``prior[layer] = (mean, cov)`` of the flattened layer's weights; ``w = mean + chol(cov) @ z``.
+    """
 
     prior: dict = None
 

@@ -1,5 +1,9 @@
-"""The check of a hand-written density against PyMC's model of the same data and settings (:func:`check`),
-run once per code version and model (:func:`checked_nutpie_model`, :func:`check_key`).
+"""The check of a hand-written density against PyMC's model of the same data and settings.
+
+:func:`check` compares the two models' variables, dims, coordinates, log densities, gradients and expanded draws;
+:func:`checked_nutpie_model` runs it once per code version and model (:func:`check_key`) and records each check
+passed in :func:`check_dir`. :class:`hbnn.density.densities.Density` calls these through its methods of the same
+names. :func:`call` and :func:`call_expand` call a model's callbacks as nutpie calls them.
 """
 
 from __future__ import annotations
@@ -18,17 +22,26 @@ from hbnn.errors import DENSITY_OVERFLOW, SamplingError
 log = logging.getLogger(__name__)
 
 
-# ... so the density equals PyMC's (float64 throughout) to this share of max(1, |log density|) and its gradient to
-# this share of max(1, largest gradient component): measured up to 6e-7 on tests/test_kernel.py's networks and
-# points (rates up to e^20 excepted: there float32 rounding of the network's output, which exp amplifies, costs a
-# Poisson gradient more). A Poisson output past 88 overflows float32 (e^88 > 3.4e38): the density is then not
-# finite and the sampler treats the point as it treats any other such (float64 went on to 709).
+# The passes over rows run in float32 (hbnn.density.numerics.ROW_DTYPE), so the density equals PyMC's (float64
+# throughout) to this share of max(1, |log density|) and its gradient to this share of max(1, largest gradient
+# component), with a margin over the largest difference on tests/test_kernel.py's networks and points
+# (measured: benchmarks/FINDINGS.md, section 'Measurements behind code comments'); rates up to e^20 excepted:
+# there float32 rounding of the network's output, which exp amplifies, costs a Poisson gradient more.
+# A Poisson output past 88 overflows float32 (e^88 > 3.4e38): the density is then not finite and the sampler
+# treats the point as it treats any other such (float64 goes on to 709).
 ROW_RTOL = 1e-5
 
 
 class DensityMismatch(ValueError):
-    """The hand-written density is not the PyMC model's (:meth:`Density.check`); ``compiled`` is nutpie's compile
-    of the PyMC model, which the sampler then samples instead."""
+    """The hand-written density is not the PyMC model's (:func:`check`).
+
+    Parameters
+    ----------
+    message : str
+        What differs.
+    compiled : nutpie.compile_pymc.CompiledPyMCModel
+        nutpie's compile of the PyMC model, which the sampler then samples instead (kept as ``compiled``).
+    """
 
     def __init__(self, message: str, compiled):
         super().__init__(message)
@@ -36,20 +49,48 @@ class DensityMismatch(ValueError):
 
 
 def check_dir() -> Path:
-    """Where passed :meth:`Density.check` results are recorded: ``$HBNN_DENSITY_CHECKS``, else ``checked/`` beside the
-    written-out kernels (:func:`hbnn.density.modules.cache_dir`). The test suite gives each of its runs its own, so
-    every run checks every density it samples."""
+    """Where passed checks (:func:`checked_nutpie_model`) are recorded.
+
+    Returns
+    -------
+    pathlib.Path
+        ``$HBNN_DENSITY_CHECKS``, else ``checked/`` beside the written-out kernels
+        (:func:`hbnn.density.modules.cache_dir`). The test suite gives each of its runs its own, so every run
+        checks every density it samples.
+    """
     from hbnn.density.modules import cache_dir
 
     return Path(os.environ["HBNN_DENSITY_CHECKS"]) if os.environ.get("HBNN_DENSITY_CHECKS") else cache_dir() / "checked"
 
 
 def checked_nutpie_model(density, build):
-    """:meth:`nutpie_model`, checked (:meth:`check`) against nutpie's compile of PyMC's model ``build()`` the first
-    time this code and these pins meet this network, likelihood, settings and data shapes: a file in
-    :func:`check_dir`, named by :meth:`check_key`, records each check passed, so later fits of the same model
-    neither import PyMC nor compile PyTensor's graphs (~2.6 s a process on an AVX2 machine).
-    :class:`DensityMismatch` where the check fails."""
+    """The density's nutpie model, checked against PyMC's the first time this code meets this model.
+
+    The check (:func:`check`, against nutpie's compile of ``build()``) runs the first time this code and these pins
+    meet this network, likelihood, settings and data shapes: a file in :func:`check_dir`, named by
+    :func:`check_key`, records each check passed, so later fits of the same model neither import PyMC nor compile
+    PyTensor's graphs, the larger part of a fit's start-up (measured: benchmarks/FINDINGS.md, section
+    'Measurements behind code comments').
+
+    Parameters
+    ----------
+    density : hbnn.density.densities.Density
+        The hand-written density.
+    build : callable
+        Returns PyMC's model of the same data and settings (called only where the check runs).
+
+    Returns
+    -------
+    nutpie.compile_pymc.CompiledPyMCModel
+        :meth:`hbnn.density.densities.Density.nutpie_model`.
+
+    Raises
+    ------
+    DensityMismatch
+        Where the check fails.
+    hbnn.errors.SamplingError
+        Where PyMC's own log density is not finite near the initial point.
+    """
     key = density.check_key()
     stamp = check_dir() / key
     if stamp.exists():
@@ -71,13 +112,24 @@ def checked_nutpie_model(density, build):
 
 
 def check_key(density) -> str:
-    """What a :meth:`check` depends on, hashed: every source file of ``hbnn`` (the density, the PyMC models,
-    the stages' builders, the data layout, nutpie's compile), the pins of PyMC, PyTensor, nutpie, numba and
-    NumPy, and the model's kind, network, likelihood, settings, data shapes and coordinates (not the data's
-    values, nor an informed prior's: the same code computes every value)."""
+    """What a :func:`check` depends on, hashed.
+
+    Parameters
+    ----------
+    density : hbnn.density.densities.Density
+        The hand-written density.
+
+    Returns
+    -------
+    str
+        32 hex digits of a SHA-256 over every source file of ``hbnn`` (the density, the PyMC models, the stages'
+        builders, the data layout, nutpie's compile), the pins of PyMC, PyTensor, nutpie, numba and NumPy, and the
+        model's kind, network, likelihood, settings, data shapes and coordinates (not the data's values, nor an
+        informed prior's: the same code computes every value).
+    """
     from importlib import metadata
 
-    h = hashlib.sha256(SOURCE.encode())  # this module as imported
+    h = hashlib.sha256(SOURCE.encode())  # hbnn.density.kernel as imported
     package = Path(__file__).parents[1]  # all of hbnn, not only this subpackage
     for path in sorted(package.rglob("*.py")):
         h.update(path.relative_to(package).as_posix().encode() + path.read_bytes())
@@ -91,11 +143,35 @@ def check_key(density) -> str:
 
 
 def check(density, compiled, rtol: float = ROW_RTOL, expand_rtol: float = 1e-9):
-    """:meth:`nutpie_model`, once it is known to be ``compiled``, nutpie's compile of the PyMC model of the same
-    data and settings: the same value variables at the same places, the same expanded variables, dims and
-    coordinates, and, at two points, the same log density and gradient (through the callback as nutpie calls
-    it; to ``rtol``, as the passes over rows run in float32) and the same expanded draw (float64 throughout, to
-    ``expand_rtol``); :class:`DensityMismatch` otherwise."""
+    """The density's nutpie model, once it is known to compute the same model as ``compiled``.
+
+    Checked: the same value variables at the same places, the same expanded variables, dims and coordinates, and,
+    at two points, the same log density and gradient (through the callback as nutpie calls it; to ``rtol``, as the
+    passes over rows run in float32) and the same expanded draw (float64 throughout, to ``expand_rtol``).
+
+    Parameters
+    ----------
+    density : hbnn.density.densities.Density
+        The hand-written density.
+    compiled : nutpie.compile_pymc.CompiledPyMCModel
+        nutpie's compile of the PyMC model of the same data and settings.
+    rtol : float, default :data:`ROW_RTOL`
+        Relative tolerance on the log density and its gradient.
+    expand_rtol : float, default 1e-9
+        Relative and absolute tolerance on the expanded draw.
+
+    Returns
+    -------
+    nutpie.compile_pymc.CompiledPyMCModel
+        :meth:`hbnn.density.densities.Density.nutpie_model`.
+
+    Raises
+    ------
+    DensityMismatch
+        Where anything checked differs.
+    hbnn.errors.SamplingError
+        Where PyMC's own log density or gradient is not finite at a checked point: no sampler could start.
+    """
     names, slices, shapes = compiled.shape_info
     layout = {n: (int(sl.start), tuple(int(d) for d in shape))
               for n, sl, shape in zip(names, slices, shapes, strict=True) if sl.stop <= compiled.n_dim}
@@ -135,8 +211,25 @@ def check(density, compiled, rtol: float = ROW_RTOL, expand_rtol: float = 1e-9):
 
 
 def call(compiled, theta: np.ndarray) -> tuple[float, np.ndarray]:
-    """Log density and gradient at ``theta`` through ``compiled``'s logp callback, called as nutpie calls it;
-    :class:`ValueError` where it reports a failure."""
+    """The log density and gradient at ``theta`` through ``compiled``'s logp callback, called as nutpie calls it.
+
+    Parameters
+    ----------
+    compiled : nutpie.compile_pymc.CompiledPyMCModel
+        Either the hand-written density's model or nutpie's compile of PyMC's.
+    theta : numpy.ndarray
+        The sampler's flat vector.
+
+    Returns
+    -------
+    tuple of (float, numpy.ndarray)
+        The value and the gradient (not finite where the callback reports so).
+
+    Raises
+    ------
+    ValueError
+        Where the callback refuses the vector.
+    """
     theta = np.ascontiguousarray(theta, dtype=np.float64)
     grad, value = np.empty(theta.size), np.empty(1)
     pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, grad, value)]
@@ -147,7 +240,25 @@ def call(compiled, theta: np.ndarray) -> tuple[float, np.ndarray]:
 
 
 def call_expand(compiled, theta: np.ndarray) -> np.ndarray:
-    """The expanded draw at ``theta`` through ``compiled``'s expand callback, called as nutpie calls it."""
+    """The expanded draw at ``theta`` through ``compiled``'s expand callback, called as nutpie calls it.
+
+    Parameters
+    ----------
+    compiled : nutpie.compile_pymc.CompiledPyMCModel
+        Either the hand-written density's model or nutpie's compile of PyMC's.
+    theta : numpy.ndarray
+        The sampler's flat vector.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``compiled.n_expanded`` values.
+
+    Raises
+    ------
+    ValueError
+        Where the callback refuses the vector.
+    """
     theta = np.ascontiguousarray(theta, dtype=np.float64)
     out = np.empty(compiled.n_expanded)
     pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, out)]

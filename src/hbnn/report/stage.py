@@ -20,17 +20,7 @@ from hbnn.pipeline.stages.baselines import LABELS as BASELINE_LABELS
 from hbnn.pipeline.variants import BY_NAME
 from hbnn.report import plots
 from hbnn.report.document import render_html, render_markdown
-from hbnn.report.figures import (
-    _correlation_figure,
-    _diagnostic_figures,
-    _metrics_figures,
-    _per_group_values,
-    _regression_figures,
-    all_model_outputs,
-    compare_figure,
-    group_sd_diagnostic_figures,
-    transfer_figure,
-)
+from hbnn.report.figures import all_model_outputs
 from hbnn.report.inputs import (
     check_traces,
     data_settings,
@@ -39,6 +29,16 @@ from hbnn.report.inputs import (
     open_traces,
     read_metrics,
     trace_network,
+)
+from hbnn.report.metric_figures import (
+    _correlation_figure,
+    _diagnostic_figures,
+    _metrics_figures,
+    _per_group_values,
+    _regression_figures,
+    compare_figure,
+    group_sd_diagnostic_figures,
+    transfer_figure,
 )
 from hbnn.report.numbers import LABELS, MODELS
 from hbnn.report.outputs import advi_loss, calibration_csv, loss_csv, per_group_csv, summary, write_figures

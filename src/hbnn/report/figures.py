@@ -1,4 +1,7 @@
-"""The report's figures, computed from the traces one model and one group at a time."""
+"""The report's figures and numbers computed from each model's trace (its surfaces, calibration, PSIS-LOO and
+test-row lpd), one model and one group at a time, in worker processes (:func:`all_model_outputs`); the figures drawn
+from the metrics files are :mod:`hbnn.report.metric_figures`'.
+"""
 
 from __future__ import annotations
 
@@ -49,6 +52,23 @@ class SurfaceSetup:
     the first two); ``scale = (y_mean, y_sd)`` maps stored labels to their units;
     ``value_range`` fixes the colour scale of predictions and training labels
     across pages and models (``None`` for probabilities, which span 0 to 1).
+
+    Parameters
+    ----------
+    centre : numpy.ndarray
+        Every feature's training mean.
+    features : tuple of str
+        The feature names.
+    likelihood : hbnn.model.likelihoods.base.Likelihood, optional
+        The table's likelihood (Bernoulli by default).
+    scale : tuple of float, default (0.0, 1.0)
+        ``(y_mean, y_sd)``.
+    value_range : tuple of float, optional
+        The colour scale's range.
+    axis_labels : tuple of str, optional
+        The axes' labels (``None``: the default ``x1``, ``x2``).
+    activation : str, default "tanh"
+        The network's hidden units' activation.
     """
 
     centre: np.ndarray
@@ -61,6 +81,20 @@ class SurfaceSetup:
 
     @staticmethod
     def of(tasks: Tasks, activation: str) -> SurfaceSetup:
+        """The setup for a tasks file's data and likelihood.
+
+        Parameters
+        ----------
+        tasks : hbnn.data.tasks.Tasks
+            The run's groups and splits.
+        activation : str
+            The network's hidden units' activation.
+
+        Returns
+        -------
+        SurfaceSetup
+            Predictions of a regression or count model coloured on the 1% to 99% quantiles of its training labels.
+        """
         train = tasks.split("train")
         centre = train.X.mean(axis=0)
         labels = None
@@ -74,9 +108,15 @@ class SurfaceSetup:
                             (float(np.quantile(y, 0.01)), float(np.quantile(y, 0.99))), labels, activation)
 
     def values(self) -> Callable[[np.ndarray], np.ndarray]:
-        """The plotted quantity as a function of network outputs: SciPy's ``expit`` itself where the likelihood's
-        mean is the Bernoulli's (the logistic link), which :func:`surface_stats` computes in one compiled pass with
-        its sums."""
+        """The plotted quantity as a function of network outputs.
+
+        Returns
+        -------
+        callable
+            SciPy's ``expit`` itself where the likelihood's mean is the Bernoulli's (the logistic link), which
+            :func:`hbnn.report.numbers.surface_stats` computes in one compiled pass with its sums; else the
+            likelihood's mean in the labels' units.
+        """
         if type(self.likelihood).mean is likelihoods.Bernoulli.mean:
             return expit
         return functools.partial(self.likelihood.mean, y_mean=self.scale[0], y_sd=self.scale[1])
@@ -90,7 +130,29 @@ def model_surfaces(
 
     Each group's surface is computed once (mean and sd together) from
     ``surface_draws`` draws thinned evenly over all chains and draws; only one
-    page of surfaces is held at a time. Returns ``({file name: png}, draws used)``.
+    page of surfaces is held at a time.
+
+    Parameters
+    ----------
+    variant : str
+        The model (``flat``, ``hierarchical``, ``informed``).
+    post : xarray.Dataset
+        Its posterior's weights.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+    names : sequence of str
+        The group names.
+    train : hbnn.data.tasks.Split
+        The training rows, drawn over the surfaces.
+    rp : hbnn.config.ReportParams
+        The report's settings.
+    setup : SurfaceSetup, optional
+        What the surfaces show (default: two features, ``P(y = 1)``).
+
+    Returns
+    -------
+    tuple of (dict of str to bytes, int)
+        ``({file name: png}, draws used)``.
     """
     setup = setup or SurfaceSetup(np.zeros(2), ("x1", "x2"))
     axis, points = surface_points(rp.grid_limit, rp.grid_size, setup.centre)
@@ -127,7 +189,26 @@ def model_surfaces(
 
 def mean_test_probabilities(post: xr.Dataset, specs: Sequence[LayerSpec], activation: str, names: Sequence[str],
                             test: Split):
-    """Posterior mean P(y=1) over all draws at every test row, in ``test`` (group-sorted) order."""
+    """Posterior mean P(y=1) over all draws at every test row.
+
+    Parameters
+    ----------
+    post : xarray.Dataset
+        The posterior's weights.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+    activation : str
+        The hidden units' activation.
+    names : sequence of str
+        The group names.
+    test : hbnn.data.tasks.Split
+        The test rows.
+
+    Returns
+    -------
+    numpy.ndarray
+        In ``test`` (group-sorted) order.
+    """
     parts = [
         predict_proba(group_weights(post, specs, names[g]), test.X[test.rows(g)], activation).mean(axis=(0, 1))
         for g in range(len(names))
@@ -141,7 +222,17 @@ class ModelOutputs:
     feature), the draws they used, its reliability table on the pooled test rows (classifiers only, else
     ``None``), its PSIS-LOO (``None`` without a ``log_likelihood`` group) and the log predictive density of each
     test row in the tasks' group-sorted test order (:func:`hbnn.pipeline.transfer.row_lpd`), which the report's
-    first line compares paired across models."""
+    first line compares paired across models.
+
+    Parameters
+    ----------
+    pages : dict of str to bytes
+    used_draws : int
+    calibration : dict or None
+    loo : object
+        :func:`hbnn.diagnostics.evaluation.psis_loo`'s result, or ``None``.
+    row_lpd : numpy.ndarray
+    """
 
     pages: dict[str, bytes]
     used_draws: int
@@ -154,7 +245,29 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activati
                   rp: ReportParams, params: Params) -> ModelOutputs:
     """:class:`ModelOutputs` of the trace of ``variant`` at ``path`` (checked by the caller; a network of ``specs``
     whose hidden units are ``activation``'s), which it opens, reads and closes: the report runs one per model in
-    worker processes (:func:`all_model_outputs`)."""
+    worker processes (:func:`all_model_outputs`).
+
+    Parameters
+    ----------
+    variant : str
+        The model.
+    path : pathlib.Path
+        Its trace.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+    activation : str
+        The hidden units' activation.
+    tasks : hbnn.data.tasks.Tasks
+        The run's groups and splits.
+    rp : hbnn.config.ReportParams
+        The report's settings.
+    params : hbnn.config.Params
+        The run's params, which the trace must have been fitted with.
+
+    Returns
+    -------
+    ModelOutputs
+    """
     idata = load_trace(path, variant, groups=(), params=params, only=("posterior", "log_likelihood"),
                        stage=BY_NAME[variant].stage)
     lik = likelihoods.get(tasks.likelihood)
@@ -186,10 +299,23 @@ def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], activa
     that waits for them (``{model: outputs}`` in ``paths`` order): the surfaces take most of the report's time,
     and the models' are independent, so the report's other work runs beside them on the machine's other cores.
 
-    The workers are forked (they inherit the loaded libraries, not a second ~3 s of imports) while no trace is
+    The workers are forked (they inherit the loaded libraries instead of importing them again, which takes
+    seconds: benchmarks/FINDINGS.md, section 'Measurements behind code comments') while no trace is
     open in this process. Where fork is not available or not safe (a process that has loaded JAX, which runs
     threads: library use, the test suite), or on one core, they run here, one after another, when the function
     is called. Leaving the block early stops the workers.
+
+    Parameters
+    ----------
+    paths : dict of str to pathlib.Path
+        Each model's trace.
+    specs, activation, tasks, rp, params
+        As for :func:`model_outputs`.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        Yields the function that waits for ``{model: ModelOutputs}``.
     """
     if "fork" not in multiprocessing.get_all_start_methods() or "jax" in sys.modules or (os.cpu_count() or 1) < 2:
         return contextlib.nullcontext(lambda: {v: model_outputs(v, p, specs, activation, tasks, rp, params)

@@ -66,9 +66,18 @@ def _diagnostic_figures(metrics: dict[str, dict], names: Sequence[str]) -> dict[
 def group_sd_diagnostic_figures(sds: xr.Dataset, stats: xr.Dataset | None) -> dict[str, bytes]:
     """ArviZ's rank plots and trace plot (divergent draws marked) of the group sds, and its energy plot (BFMI).
 
-    ``sds`` holds the ``sd_<layer>`` draws, ``stats`` the hierarchical fit's
-    sample stats (``None`` or without ``energy``/``diverging`` for ADVI, which
-    has neither: those plots are skipped).
+    Parameters
+    ----------
+    sds : xarray.Dataset
+        The ``sd_<layer>`` draws.
+    stats : xarray.Dataset or None
+        The hierarchical fit's sample stats (``None`` or without ``energy``/``diverging`` for ADVI, which has
+        neither: those plots are skipped).
+
+    Returns
+    -------
+    dict of str to bytes
+        ``{file name: png}``.
     """
     import arviz as az  # here, not at the top: the report's workers fork without it (their draws need no ArviZ)
 
@@ -95,7 +104,18 @@ def group_sd_diagnostic_figures(sds: xr.Dataset, stats: xr.Dataset | None) -> di
 
 
 def compare_figure(table) -> bytes:
-    """ArviZ's ``az.plot_compare`` of an ``az.compare`` table."""
+    """ArviZ's ``az.plot_compare`` of an ``az.compare`` table.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        ``az.compare``'s table.
+
+    Returns
+    -------
+    bytes
+        A PNG.
+    """
     import arviz as az
 
     with matplotlib.rc_context({"font.size": plots.SMALL}):
@@ -122,7 +142,20 @@ def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: d
 
 
 def transfer_figure(tm: dict, score: str) -> bytes:
-    """:func:`hbnn.report.plots.plot_transfer` of ``metrics/detail/transfer.json``."""
+    """:func:`hbnn.report.plots.plot_transfer` of ``metrics/detail/transfer.json``.
+
+    Parameters
+    ----------
+    tm : dict
+        The transfer metrics (checked by :func:`hbnn.report.inputs.transfer_shape`).
+    score : str
+        The headline score's key in each size's test metrics.
+
+    Returns
+    -------
+    bytes
+        A PNG.
+    """
     sizes = in_size_order(tm["sizes"])
     series = {m: {"score": [r[m]["test"][score] for r in sizes.values()],
                   "log_loss": [-r[m]["test"]["lpd_mean"] for r in sizes.values()],

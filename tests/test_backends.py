@@ -337,7 +337,7 @@ def test_nutpie_counts_the_steps_of_chains_still_running(tiny_tasks):
 
 
 def test_nutpie_chains_start_at_the_unconstrained_values_of_a_draw(tiny_tasks):
-    from hbnn.density import densities, kernel
+    from hbnn.density import densities, pymc_check
 
     pad = tiny_tasks.padded("train")
     density = densities.HierarchicalDensity(pad.X, pad.y, pad.counts, (3,), False, "bernoulli", 1.0,
@@ -345,7 +345,7 @@ def test_nutpie_chains_start_at_the_unconstrained_values_of_a_draw(tiny_tasks):
     compiled = density.nutpie_model()
     names, slices, shapes = compiled.shape_info
     thetas = np.random.default_rng(4).normal(size=(2, 6, compiled.n_dim))  # (chain, draw, unconstrained)
-    expanded = np.array([[kernel.call_expand(compiled, t) for t in chain] for chain in thetas])
+    expanded = np.array([[pymc_check.call_expand(compiled, t) for t in chain] for chain in thetas])
     posterior = xr.Dataset({name: (("chain", "draw", *(f"{name}_{i}" for i in range(len(shape)))),
                                    expanded[:, :, where].reshape(2, 6, *shape))
                             for name, where, shape in zip(names, slices, shapes, strict=True)})

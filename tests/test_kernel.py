@@ -11,7 +11,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from hbnn.density import densities, kernel, modules, numerics
+from hbnn.density import buffer, densities, kernel, modules, numerics, pymc_check
 from hbnn.model.builders import build_flat_model, build_hierarchical_model, build_informed_model
 from hbnn.model.network import layer_specs
 from hbnn.sampling.nutpie_adapter import compile_numba
@@ -87,14 +87,14 @@ def _assert_same_density(model, density):
     for scale in (0.0, 0.5, 1.5, 4.0):  # 4.0: saturated tanh units, large logits and rates
         theta = rng.normal(0.0, scale, n_dim)
         want, want_grad = pymc(theta)
-        # The passes over rows run in float32 (numerics.ROW_DTYPE): equal to densities.ROW_RTOL of the scale. At 4.0 a
+        # The passes over rows run in float32 (numerics.ROW_DTYPE): equal to pymc_check.ROW_RTOL of the scale. At 4.0 a
         # Poisson log density reaches -1e9 (rates up to e^20), where the float32 sums of the gradient lose more.
         counts = density.likelihood in ("poisson", "negative_binomial")
-        grad_rtol = 1e-2 if scale == 4.0 and counts else densities.ROW_RTOL
+        grad_rtol = 1e-2 if scale == 4.0 and counts else pymc_check.ROW_RTOL
         for fn in (generic, written_out):
             grad = np.full(n_dim, np.nan)
             got = fn(theta, grad, buf)
-            assert abs(got - want) <= densities.ROW_RTOL * max(1.0, abs(want))
+            assert abs(got - want) <= pymc_check.ROW_RTOL * max(1.0, abs(want))
             assert np.abs(grad - want_grad).max() <= grad_rtol * max(1.0, np.abs(want_grad).max())
 
 
@@ -102,9 +102,9 @@ def _assert_same_density(model, density):
 @pytest.mark.parametrize("likelihood, hidden, bias, counts", [CASES[0], CASES[5], ("poisson", (2,), False, (17, 3, 9))])
 def test_rows_padded_to_either_vector_width_give_pymcs_density(monkeypatch, lanes, likelihood, hidden, bias, counts):
     """The kernel pads each group's rows to whole vectors of the width numba compiles on the machine (8 or 16
-    float32 rows, :func:`hbnn.density.densities.row_lanes`); both paddings compute PyMC's density, whichever this
+    float32 rows, :func:`hbnn.density.buffer.row_lanes`); both paddings compute PyMC's density, whichever this
     machine has."""
-    monkeypatch.setattr(densities, "row_lanes", lambda: lanes)
+    monkeypatch.setattr(buffer, "row_lanes", lambda: lanes)
     X, y, counts, valid = _data(likelihood, counts, n_features=3 if bias else 2)
     model = build_hierarchical_model(X, y, valid, [f"g{i}" for i in range(len(counts))],
                                      [f"x{i}" for i in range(X.shape[2])], hidden, likelihood=likelihood,
@@ -118,18 +118,18 @@ def test_rows_padded_to_either_vector_width_give_pymcs_density(monkeypatch, lane
 def test_the_row_lanes_are_what_numba_compiles_here_and_kept_for_later_processes(fresh_kernel_cache):
     import numba
 
-    lanes = densities.row_lanes.__wrapped__()
+    lanes = buffer.row_lanes.__wrapped__()
     signature = (numba.float32, numba.float32[::1], numba.float32[::1], numba.int64)
-    asm = numba.njit(signature, fastmath=True)(densities._axpy).inspect_asm(signature)
+    asm = numba.njit(signature, fastmath=True)(buffer._axpy).inspect_asm(signature)
     assert lanes == (16 if "zmm" in asm else 8)
     (kept,) = fresh_kernel_cache.glob("row_lanes_*")
     assert kept.read_text() == str(lanes)
     other = 24 - lanes
     kept.write_text(str(other))  # what a later process reads instead of compiling the probe again
-    assert densities.row_lanes.__wrapped__() == other
+    assert buffer.row_lanes.__wrapped__() == other
     for damaged in ("4", "sixteen", ""):  # ... and where it reads no width, it probes again and writes it afresh
         kept.write_text(damaged)
-        assert densities.row_lanes.__wrapped__() == lanes and kept.read_text() == str(lanes)
+        assert buffer.row_lanes.__wrapped__() == lanes and kept.read_text() == str(lanes)
 
 
 def test_networks_past_the_written_out_size_get_a_module_of_the_generic_loops():
@@ -422,7 +422,7 @@ def test_the_passes_over_rows_run_in_float32_vectors():
     # 512-bit registers (on some CPUs only integer address arithmetic does, and float32 takes 256-bit ones)
     (asm,) = fn.inspect_asm().values()
     wide = re.search(r"^\s*v(?:fmadd\w*|mul|add|sub)ps\s.*zmm", asm, re.MULTILINE)
-    assert densities.row_lanes() == (16 if wide else 8)
+    assert buffer.row_lanes() == (16 if wide else 8)
 
 
 def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, caplog, fresh_density_checks):
@@ -445,12 +445,12 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
     status = ours.compiled_logp_func.ctypes(compiled.n_dim, *pointers, ours.user_data.ctypes.data)
     want, want_grad = compiled.logp_func(theta)
     assert status == 0
-    assert abs(value[0] - want) <= densities.ROW_RTOL * max(1.0, abs(want))  # float32 passes over rows
-    assert np.abs(grad - want_grad).max() <= densities.ROW_RTOL * max(1.0, np.abs(want_grad).max())
+    assert abs(value[0] - want) <= pymc_check.ROW_RTOL * max(1.0, abs(want))  # float32 passes over rows
+    assert np.abs(grad - want_grad).max() <= pymc_check.ROW_RTOL * max(1.0, np.abs(want_grad).max())
     wrong_size = ours.compiled_logp_func.ctypes(compiled.n_dim + 1, *pointers, ours.user_data.ctypes.data)
     assert wrong_size == -1  # a vector of the wrong size is refused
     # the expanded draw: PyTensor's, variable for variable (sds on their own scale, w = mu + sd * z)
-    np.testing.assert_allclose(kernel.call_expand(ours, theta), kernel.call_expand(compiled, theta), rtol=1e-13,
+    np.testing.assert_allclose(pymc_check.call_expand(ours, theta), pymc_check.call_expand(compiled, theta), rtol=1e-13,
                                atol=1e-14)
     # it samples, with PyTensor's variables, dims and coordinates, the same draws for the same seed
     kwargs = dict(draws=30, tune=30, chains=2, cores=1, seed=5, progress_bar=False)
@@ -466,7 +466,7 @@ def test_nutpie_samples_the_hand_written_density_after_checking_it(tiny_tasks, c
         dataclasses.replace(density, hidden_layers=(4,)).check(compiled)
     with pytest.raises(ValueError, match="disagrees with PyMC"):
         dataclasses.replace(density, noise_sd=2.0, likelihood="poisson").check(compiled)
-    with pytest.raises(densities.DensityMismatch, match="dims and coordinates would differ"):
+    with pytest.raises(pymc_check.DensityMismatch, match="dims and coordinates would differ"):
         dataclasses.replace(density, groups=tuple(reversed(density.groups))).check(compiled)
     # the sampler then keeps PyTensor's density, with a warning: the same draws as without a density
     settings = SamplerParams(tune=20, draws=10, cores=1)
@@ -483,7 +483,7 @@ def test_a_checked_density_samples_without_pymc_afterwards(tiny_tasks, fresh_den
     from hbnn.config import SamplerParams
     from hbnn.sampling.sampler import Sampler
 
-    caplog.set_level("DEBUG", logger=densities.log.name)
+    caplog.set_level("DEBUG", logger=pymc_check.log.name)
     pad = tiny_tasks.padded("train")
     built = []
 

@@ -26,9 +26,21 @@ from hbnn.homes import use_writable_homes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``hbnn`` console script (also ``python -m hbnn``). Subcommands: ``predict``, ``summarise``, ``headline``.
+    """The ``hbnn`` console script (also ``python -m hbnn``): ``predict``, ``summarise`` and ``headline``.
 
-    Bad inputs print one ``error:`` line and return 2 before anything is scored.
+    Bad inputs print one ``error:`` line and return before anything is scored; no error prints a traceback.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments after ``hbnn`` (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 on success, :data:`hbnn.errors.EXIT_BAD_INPUT` (2) for bad input,
+        :data:`hbnn.errors.EXIT_FAILED` (1) where an output cannot be written or anything else fails, 130 on
+        an interrupt.
     """
     parser = OneLineParser(prog="hbnn", description="Hierarchical Bayesian neural networks.")
     parser.add_argument("--version", action="version", version=f"hbnn {metadata.version('hbnn')}")

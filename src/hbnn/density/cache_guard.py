@@ -31,12 +31,39 @@ SUFFIXES = (".nbi", ".nbc")  # numba's index and data files
 
 
 def manifest_path(directory: Path, stem: str) -> Path:
-    """Where the hashes of the entries of module ``stem`` (``""``: every entry of ``directory``) are kept."""
+    """Where the hashes of a module's entries are kept.
+
+    Parameters
+    ----------
+    directory : pathlib.Path
+        The folder of numba's entries.
+    stem : str
+        The module's name (``""``: every entry of ``directory``).
+
+    Returns
+    -------
+    pathlib.Path
+    """
     return Path(directory) / f"hbnn-manifest-{stem or 'all'}.json"
 
 
 def entries(directory: Path, stem: str, suffixes: tuple[str, ...] = SUFFIXES) -> list[Path]:
-    """The cache files (numba's, by default) in ``directory`` of the module named ``stem`` (``""``: all), sorted."""
+    """The cache files of a module.
+
+    Parameters
+    ----------
+    directory : pathlib.Path
+        The folder of the entries.
+    stem : str
+        The module's name (``""``: all).
+    suffixes : tuple of str, default :data:`SUFFIXES`
+        Which files count (numba's, by default).
+
+    Returns
+    -------
+    list of pathlib.Path
+        Sorted.
+    """
     pattern = f"{glob.escape(stem)}.*" if stem else "*"
     return sorted(p for p in Path(directory).glob(pattern) if p.suffix in suffixes and p.is_file())
 
@@ -58,8 +85,20 @@ def _manifest(directory: Path, stem: str) -> dict[str, str]:
 def verify(directory: Path, stem: str = "", suffixes: tuple[str, ...] = SUFFIXES) -> list[str]:
     """Remove the entries of ``stem`` in ``directory`` that its manifest does not list with their current hash.
 
-    Returns the names removed (a warning names them): entries written by a process that did not record them, or
-    changed since (truncated, damaged or replaced), all of which numba then compiles again.
+    Parameters
+    ----------
+    directory : pathlib.Path
+        The folder of the entries.
+    stem : str, optional
+        The module's name (``""``: all).
+    suffixes : tuple of str, default :data:`SUFFIXES`
+        Which files count.
+
+    Returns
+    -------
+    list of str
+        The names removed (a warning names them): entries written by a process that did not record them, or
+        changed since (truncated, damaged or replaced), all of which numba then compiles again.
     """
     vouched = _manifest(directory, stem)
     removed = []
@@ -79,8 +118,19 @@ def verify(directory: Path, stem: str = "", suffixes: tuple[str, ...] = SUFFIXES
 
 
 def record(directory: Path, stem: str = "", suffixes: tuple[str, ...] = SUFFIXES) -> None:
-    """Write the manifest of ``stem``'s entries in ``directory`` as they are now (atomically); a cache that cannot
-    be written is left as it is (its entries are then compiled again by the next process)."""
+    """Write the manifest of a module's entries as they are now (atomically).
+
+    A cache that cannot be written is left as it is (its entries are then compiled again by the next process).
+
+    Parameters
+    ----------
+    directory : pathlib.Path
+        The folder of the entries.
+    stem : str, optional
+        The module's name (``""``: all).
+    suffixes : tuple of str, default :data:`SUFFIXES`
+        Which files count.
+    """
     try:
         hashes = {path.name: _digest(path) for path in entries(directory, stem, suffixes)}
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".manifest.", suffix=".tmp")
@@ -95,7 +145,15 @@ def record(directory: Path, stem: str = "", suffixes: tuple[str, ...] = SUFFIXES
 
 
 def purge(directory: Path, stem: str = "") -> None:
-    """Remove every entry of ``stem`` in ``directory`` and its manifest (after a load that failed)."""
+    """Remove every entry of a module and its manifest (after a load that failed).
+
+    Parameters
+    ----------
+    directory : pathlib.Path
+        The folder of the entries.
+    stem : str, optional
+        The module's name (``""``: all).
+    """
     for path in [*entries(directory, stem), manifest_path(directory, stem)]:
         try:
             path.unlink(missing_ok=True)
@@ -109,7 +167,13 @@ _BESIDE: set[str] = set()  # folders whose modules' entries numba keeps in their
 def keep_beside(folder: Path) -> None:
     """Have numba keep the entries of the modules in ``folder`` in ``folder/__pycache__``, where :func:`verify`
     looks, even where ``NUMBA_CACHE_DIR`` would send them elsewhere (numba's cache locators, checked in turn, are
-    numba's own classes: one of ours goes first, and answers for these folders only)."""
+    numba's own classes: one of ours goes first, and answers for these folders only).
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        A folder of written modules.
+    """
     _install_locator()
     _BESIDE.add(os.path.realpath(folder))
 
@@ -131,8 +195,13 @@ def _install_locator() -> None:
 
 
 def pytensor_base_compiledir() -> Path:
-    """PyTensor's cache folder as it will pick it, without importing PyTensor: ``base_compiledir`` from
-    ``PYTENSOR_FLAGS``, else ``~/.pytensor`` (a ``.pytensorrc`` setting is not read)."""
+    """PyTensor's cache folder as it will pick it, without importing PyTensor.
+
+    Returns
+    -------
+    pathlib.Path
+        ``base_compiledir`` from ``PYTENSOR_FLAGS``, else ``~/.pytensor`` (a ``.pytensorrc`` setting is not read).
+    """
     for flag in os.environ.get("PYTENSOR_FLAGS", "").split(","):
         key, _, value = flag.partition("=")
         if key.strip() == "base_compiledir" and value.strip():

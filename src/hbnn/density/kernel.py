@@ -1,69 +1,58 @@
 """Hand-written log densities and gradients of the three BNNs, for nutpie.
 
-PyTensor's numba backend runs the hierarchical model's gradient at ~250 us (about
-1.8x a NumPy version of the same arithmetic), and XLA at ~60 us, both bound by
-per-op overhead and a scalar ``tanh``: the arithmetic is ~100 kflop and ~10k
-``tanh`` per gradient on the default data (benchmarks/FINDINGS.md). A per-group
-flat or informed model (~40 weights, 50 rows) pays ~20 us per step in PyTensor
-for ~1 us of arithmetic. This module computes exactly the densities PyMC gives
-NUTS for :mod:`hbnn.model.builders`' full-batch models, in the unconstrained space the
-sampler sees, with manual backpropagation in one numba function: every layer
-count, width, bias row and ragged group size the builders accept, for every likelihood and activation that
-provides compiled code (:func:`hbnn.density.densities.unsupported` says which do not).
+PyTensor's compiled gradients (its numba backend, or XLA) are bound by per-op overhead and a scalar ``tanh``, not by
+the arithmetic, which on these small networks is a small share of each gradient's time, the more so for a per-group
+flat or informed model (measured: benchmarks/FINDINGS.md, section 'Measurements behind code comments'). This module
+computes exactly the densities PyMC gives NUTS for :mod:`hbnn.model.builders`' full-batch models, in the
+unconstrained space the sampler sees, with manual backpropagation in one numba function: every layer count, width,
+bias row and ragged group size the builders accept, for every likelihood and activation that provides compiled code
+(:func:`hbnn.density.densities.unsupported` says which do not).
 
-* weights, in ``model.value_vars`` order:
-  hierarchical (:class:`~hbnn.density.densities.HierarchicalDensity`): per layer ``mu_<layer>``,
-  ``sd_<layer>_log__`` (``sd = exp(s)``, the density includes the log-Jacobian
-  ``s``, ``sd ~ HalfNormal(1)``) and ``z_<layer>`` ``(group, *layer.shape)``, with
-  ``w[g] = mu + sd * z[g]``; flat (:class:`~hbnn.density.densities.FlatDensity`): ``w_<layer> ~ Normal(0,
-  prior_sd)``; informed (:class:`~hbnn.density.densities.InformedDensity`): ``z_<layer> ~ Normal(0, I)`` and
-  ``w = mean + chol(cov) @ z`` per flattened layer;
-* the likelihood of :mod:`hbnn.model.likelihoods` over each group's real rows, its terms computed by the
-  likelihood's compiled source (:attr:`~hbnn.model.likelihoods.base.Likelihood.density_source`), and its
-  extra parameter, where it has one (gaussian's ``sigma``, negative_binomial's ``alpha``), with the prior
-  ``HalfNormal(noise_sd)`` as value variable ``<extra>_log__``, last.
+* weights, in ``model.value_vars`` order: hierarchical (:class:`~hbnn.density.densities.HierarchicalDensity`): per
+  layer ``mu_<layer>``, ``sd_<layer>_log__`` (``sd = exp(s)``, the density includes the log-Jacobian ``s``,
+  ``sd ~ HalfNormal(1)``) and ``z_<layer>`` ``(group, *layer.shape)``, with ``w[g] = mu + sd * z[g]``; flat
+  (:class:`~hbnn.density.densities.FlatDensity`): ``w_<layer> ~ Normal(0, prior_sd)``; informed
+  (:class:`~hbnn.density.densities.InformedDensity`): ``z_<layer> ~ Normal(0, I)`` and ``w = mean + chol(cov) @ z``
+  per flattened layer;
+* the likelihood of :mod:`hbnn.model.likelihoods` over each group's real rows, its terms computed by the likelihood's
+  compiled source (:attr:`~hbnn.model.likelihoods.base.Likelihood.density_source`), and its extra parameter, where
+  it has one (gaussian's ``sigma``, negative_binomial's ``alpha``), with the prior ``HalfNormal(noise_sd)`` as value
+  variable ``<extra>_log__``, last.
 
 The functions here are templates: a likelihood's terms (``_likelihood_rows``) and an activation's
-(``_activation_inplace``, ``_activation_slope``) are bound only in the modules :mod:`hbnn.density.written`
-writes for one network, likelihood and activation, which compile this module's functions around them (from its
-text as imported, :data:`SOURCE`): with the layers' loops reading the widths at run time, or, on networks up to
-:data:`hbnn.density.written.MAX_WEIGHTS` weights, with passes written out for the widths (~1.6x faster on the
-default network). Every fit uses them (:meth:`~hbnn.density.densities.Density.logp_grad`). Every loop runs over
-rows, and every function uses numba's ``error_model="numpy"``: with Python's, each float division checks for
-zero, and a loop with that check does not vectorise.
+(``_activation_inplace``, ``_activation_slope``) are bound only in the modules :mod:`hbnn.density.written` writes
+for one network, likelihood and activation, which compile this module's functions around them (from its text as
+imported, :data:`SOURCE`): with the layers' loops reading the widths at run time, or, on networks up to
+:data:`hbnn.density.written.MAX_WEIGHTS` weights, with passes written out for the widths (faster, for the reasons
+:mod:`hbnn.density.written` gives). Every fit uses them (:meth:`~hbnn.density.densities.Density.logp_grad`). Every
+loop runs over rows, and every function uses numba's ``error_model="numpy"``: with Python's, each float division
+checks for zero, and a loop with that check does not vectorise.
 
-The passes over a group's rows (forward, likelihood terms, backward) run in
-float32 (:data:`~hbnn.density.numerics.ROW_DTYPE`, :mod:`hbnn.density.numerics`): twice as many rows per vector as
-float64 and shorter polynomials, 1.6-1.8x faster on the default network (benchmarks/FINDINGS.md).
-Each group's log-likelihood terms are summed in float64, and the weights,
-priors, sums over groups and the chain rule to the sampler's coordinates are
-float64. tanh is a rational function (Eigen's float32 minimax approximation),
-within 3.5e-7 absolute; the Bernoulli terms' ``exp`` a degree-7 Taylor polynomial
-after the usual ``k ln 2`` range reduction (:mod:`hbnn.density.numerics`).
-The log density and gradient equal PyMC's compiled (float64) ones to
-:data:`~hbnn.density.densities.ROW_RTOL` of their scale, including every normalising constant:
-``tests/test_kernel.py`` checks values and gradients against PyMC for each
-supported configuration, and :meth:`~hbnn.density.densities.Density.check` checks them again, at two
-points, for the model at hand before it is first sampled (once per network,
-likelihood, settings, data shapes and code version:
-:meth:`~hbnn.density.densities.Density.checked_nutpie_model`). NUTS stays exact for the density it is
-given: the leapfrog steps are reversible and volume-preserving for any
-gradient that is a function of the position, and the accept step uses this
-density's own value, which differs from PyMC's by less than 1e-5 of its scale.
+The passes over a group's rows (forward, likelihood terms, backward) run in float32
+(:data:`~hbnn.density.numerics.ROW_DTYPE`, :mod:`hbnn.density.numerics`): twice as many rows per vector as float64
+and shorter polynomials (measured: benchmarks/FINDINGS.md, section 'Measurements behind code comments'). Each
+group's log-likelihood terms are summed in float64, and the weights, priors, sums over groups and the chain rule to
+the sampler's coordinates are float64. tanh is a rational function (Eigen's float32 minimax approximation), within
+3.5e-7 absolute; the Bernoulli terms' ``exp`` a degree-7 Taylor polynomial after the usual ``k ln 2`` range
+reduction (:mod:`hbnn.density.numerics`). The log density and gradient equal PyMC's compiled (float64) ones to
+:data:`~hbnn.density.pymc_check.ROW_RTOL` of their scale, including every normalising constant:
+``tests/test_kernel.py`` checks values and gradients against PyMC for each supported configuration, and
+:func:`~hbnn.density.pymc_check.check` checks them again, at two points, for the model at hand before it is first
+sampled (once per network, likelihood, settings, data shapes and code version:
+:func:`~hbnn.density.pymc_check.checked_nutpie_model`). NUTS stays exact for the density it is given: the leapfrog
+steps are reversible and volume-preserving for any gradient that is a function of the position, and the accept step
+uses this density's own value, which differs from PyMC's by less than ``ROW_RTOL`` of its scale.
 
-nutpie's model is built from the density alone (:meth:`~hbnn.density.densities.Density.nutpie_model`):
-the log density through nutpie's logp callback, the draws expanded to every
-model variable by :func:`expand` (the group sds, ``w = mu + sd * z``, ``w = mean
-+ L @ z``), chains started as PyMC starts them. Where the values live:
-:meth:`~hbnn.density.densities.Density.pack` writes the layout and the data into one float64 buffer,
-the ``user_data`` that nutpie passes to both callbacks; so the machine code
-depends on neither the data nor the model's sizes, and numba's disk cache
-serves every process after the first.
+nutpie's model is built from the density alone (:meth:`~hbnn.density.densities.Density.nutpie_model`): the log
+density through nutpie's logp callback, the draws expanded to every model variable by :func:`expand` (the group sds,
+``w = mu + sd * z``, ``w = mean + L @ z``), chains started as PyMC starts them. Where the values live:
+:func:`~hbnn.density.buffer.pack` writes the layout and the data into one float64 buffer, the ``user_data`` that
+nutpie passes to both callbacks; so the machine code depends on neither the data nor the model's sizes, and numba's
+disk cache serves every process after the first.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import logging
 import math
@@ -83,10 +72,10 @@ SOURCE = Path(__file__).read_text()  # as imported: hbnn.density.written compile
 HIERARCHICAL, FLAT, INFORMED = 0, 1, 2  # how a layer's weights come from the flat vector
 
 
-_HEADER = 15  # buffer slots before the per-layer layout (see Density.pack)
+_HEADER = 15  # buffer slots before the per-layer layout (see hbnn.density.buffer.pack)
 
 
-_PER_LAYER = 5  # n_in (without bias), n_out, then three offsets that depend on the kind (see Density.pack)
+_PER_LAYER = 5  # n_in (without bias), n_out, then three offsets that depend on the kind (hbnn.density.buffer.pack)
 
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -198,7 +187,8 @@ def _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias):
 def _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay, n_layers, bias, extra, lanes):
     """One group's log-likelihood at weights ``W``; adds its gradient to ``gW`` and returns ``(loglik,
     d loglik / d log extra)``. The passes run over the ``n`` real rows rounded up to whole vectors of ``lanes``
-    rows (:func:`row_lanes`). Its source is also compiled in :mod:`hbnn.density.written`'s modules, where
+    rows (:func:`hbnn.density.buffer.row_lanes`). Its source is also compiled in :mod:`hbnn.density.written`'s
+    modules, where
     ``_forward`` and ``_backward`` are the ones written out for one network."""
     n8 = min(R, -(-n // lanes) * lanes)
     _forward(W, H, X, g, n8, R, D, lay, n_layers, bias)
@@ -275,7 +265,22 @@ def _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g
 
 @numba.njit(fastmath=True, error_model="numpy", cache=True)
 def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
-    """Log density at ``theta`` (flat, in the layout packed in ``buf``); writes its gradient into ``grad``."""
+    """The log density at ``theta``, its gradient written into ``grad``.
+
+    Parameters
+    ----------
+    theta : numpy.ndarray
+        The sampler's flat vector, in the layout packed in ``buf``.
+    grad : numpy.ndarray
+        As long as ``theta``; overwritten with the gradient.
+    buf : numpy.ndarray
+        :func:`hbnn.density.buffer.pack`'s buffer.
+
+    Returns
+    -------
+    float
+        The log density, every normalising constant included.
+    """
     n_layers = int(buf[1])
     G = int(buf[2])
     R = int(buf[3])
@@ -388,13 +393,24 @@ def logp_callback(dim, x_, out_, logp_, user_data_):
 
 @functools.cache
 def callback(skip: int, fn):
-    """nutpie's logp callback for a ``user_data`` whose :meth:`Density.pack` buffer starts ``skip`` float64
-    slots in (0 for :meth:`Density.nutpie_model`, whose ``user_data`` is the buffer), computed by ``fn``
-    (:func:`logp_grad`'s signature: a written module's); 0 on success, as nutpie expects (3: a
-    non-finite gradient, 4: a non-finite value, -1: a vector of the wrong size).
+    """nutpie's logp callback, compiled in this process.
 
-    Compiled in this process (~1 s), never cached: a fit takes the cached one of
-    :func:`hbnn.density.written.callback_for` (:meth:`Density.callback`); the tests compare the two.
+    Never cached: a fit takes the cached one of :func:`hbnn.density.written.callback_for`
+    (:meth:`hbnn.density.densities.Density.callback`); the tests compare the two.
+
+    Parameters
+    ----------
+    skip : int
+        How many float64 slots into ``user_data`` the :func:`hbnn.density.buffer.pack` buffer starts (0 for
+        :meth:`hbnn.density.densities.Density.nutpie_model`, whose ``user_data`` is the buffer).
+    fn : callable
+        Computes the density, with :func:`logp_grad`'s signature (a written module's).
+
+    Returns
+    -------
+    numba.core.ccallback.CFunc
+        Returns 0 on success, as nutpie expects (3: a non-finite gradient, 4: a non-finite value, -1: a vector
+        of the wrong size).
     """
     namespace = {"numba": numba, "np": np, "SKIP": int(skip), "logp_grad": fn}
     exec(CALLBACK_SOURCE, namespace)  # noqa: S102 - our own text, the same that callback_for writes out
@@ -403,10 +419,25 @@ def callback(skip: int, fn):
 
 @numba.njit(error_model="numpy", cache=True)
 def expand(theta: np.ndarray, out: np.ndarray, buf: np.ndarray) -> int:
-    """nutpie's expanded draw at ``theta`` (the layout packed in ``buf``), in PyMC's order: ``theta`` itself, each
-    log-transformed variable on its own scale (the group sds, then the likelihood's extra parameter), then the weights
-    that are not value variables (hierarchical ``w[g] = mu + sd * z[g]``, informed ``w = mean + L @ z``), each
-    row-major. Returns how many values it wrote (:meth:`Density.variables`, then :meth:`Density.derived`, list them)."""
+    """nutpie's expanded draw at ``theta``, in PyMC's order.
+
+    Parameters
+    ----------
+    theta : numpy.ndarray
+        The sampler's flat vector, in the layout packed in ``buf``.
+    out : numpy.ndarray
+        Receives ``theta`` itself, each log-transformed variable on its own scale (the group sds, then the
+        likelihood's extra parameter), then the weights that are not value variables (hierarchical
+        ``w[g] = mu + sd * z[g]``, informed ``w = mean + L @ z``), each row-major.
+    buf : numpy.ndarray
+        :func:`hbnn.density.buffer.pack`'s buffer.
+
+    Returns
+    -------
+    int
+        How many values it wrote (:meth:`hbnn.density.densities.Density.variables`, then
+        :meth:`hbnn.density.densities.Density.derived`, list them).
+    """
     n_layers = int(buf[1])
     G = int(buf[2])
     bias = int(buf[5])
@@ -444,8 +475,8 @@ _EXPAND_SIG = numba.types.int64(numba.types.uint64, numba.types.uint64, numba.ty
 
 
 def _expand_callback(dim, n_expanded, x_, out_, user_data_):
-    """nutpie's expand callback over a ``user_data`` that is :meth:`Density.pack`'s buffer (its size in slot 0):
-    0 on success, -1 for vectors of the wrong sizes."""
+    """nutpie's expand callback over a ``user_data`` that is :func:`hbnn.density.buffer.pack`'s buffer (its size in
+    slot 0): 0 on success, -1 for vectors of the wrong sizes."""
     size = int(numba.carray(user_data_, (1,), np.float64)[0])
     buf = numba.carray(user_data_, (size,), np.float64)
     if dim != int(buf[10]) or n_expanded != int(buf[13]):  # before writing: expand does not check bounds
@@ -454,26 +485,3 @@ def _expand_callback(dim, n_expanded, x_, out_, user_data_):
     if expand(numba.carray(x_, (dim,)), out, buf) != n_expanded:
         return -1
     return 0
-
-
-def call(compiled, theta: np.ndarray) -> tuple[float, np.ndarray]:
-    """Log density and gradient at ``theta`` through ``compiled``'s logp callback, called as nutpie calls it;
-    :class:`ValueError` where it reports a failure."""
-    theta = np.ascontiguousarray(theta, dtype=np.float64)
-    grad, value = np.empty(theta.size), np.empty(1)
-    pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, grad, value)]
-    status = compiled.compiled_logp_func.ctypes(theta.size, *pointers, compiled.user_data.ctypes.data)
-    if status not in (0, 3, 4):
-        raise ValueError(f"the logp callback refused a vector of {theta.size}: status {status}")
-    return float(value[0]), grad
-
-
-def call_expand(compiled, theta: np.ndarray) -> np.ndarray:
-    """The expanded draw at ``theta`` through ``compiled``'s expand callback, called as nutpie calls it."""
-    theta = np.ascontiguousarray(theta, dtype=np.float64)
-    out = np.empty(compiled.n_expanded)
-    pointers = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (theta, out)]
-    status = compiled.compiled_expand_func.ctypes(theta.size, out.size, *pointers, compiled.user_data.ctypes.data)
-    if status != 0:
-        raise ValueError(f"the expand callback refused a vector of {theta.size}: status {status}")
-    return out

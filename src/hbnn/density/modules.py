@@ -28,8 +28,13 @@ log = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
-    """Where the written-out modules live: ``$HBNN_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/hbnn/kernels``
-    (``~/.cache/hbnn/kernels``)."""
+    """Where the written-out modules live.
+
+    Returns
+    -------
+    pathlib.Path
+        ``$HBNN_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/hbnn/kernels`` (``~/.cache/hbnn/kernels``).
+    """
     if os.environ.get("HBNN_KERNEL_CACHE"):
         return Path(os.environ["HBNN_KERNEL_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -43,14 +48,28 @@ _LOADED: dict[str, Path] = {}  # module name -> the folder it was imported from 
 
 
 def load(name: str, source: str, defines: str, depends: tuple[str, ...] = ()):
-    """The module ``name`` with ``source``, which ``defines`` that callable: imported once per process; ``depends``:
-    the written modules it imports, whose functions numba compiles (or loads) as it runs.
+    """The module ``name`` with ``source``, imported once per process.
 
     From the shared cache (:func:`cache_dir`), whose entries numba may load only as they were written
     (:func:`hbnn.density.cache_guard.verify`); where importing there fails (an entry damaged in a way its hash could not
     show, a folder that cannot be written), its entries are removed and it is tried once more, then in a folder of
     this process's own, and last compiled in memory without any cache. Every way compiles the same source, so the
     machine code, and the draws, are the same; only the time to compile differs. A warning says which way was taken.
+
+    Parameters
+    ----------
+    name : str
+        The module's name (a hash of ``source``, so a changed text is another module).
+    source : str
+        The module's Python source.
+    defines : str
+        The callable the module must define; a module without it counts as failed.
+    depends : tuple of str, optional
+        The written modules it imports, whose functions numba compiles (or loads) as it runs.
+
+    Returns
+    -------
+    types.ModuleType
     """
     if name in sys.modules:
         return sys.modules[name]
@@ -152,7 +171,13 @@ def _private_dir() -> Path:
 
 
 def record(name: str) -> None:
-    """Record the entries of the module ``name`` as they are now (:func:`hbnn.density.cache_guard.record`)."""
+    """Record the entries of the module ``name`` as they are now (:func:`hbnn.density.cache_guard.record`).
+
+    Parameters
+    ----------
+    name : str
+        A module this process loaded with :func:`load`.
+    """
     entries = _LOADED[name] / "__pycache__"
     if entries.is_dir():
         cache_guard.record(entries, name)
@@ -168,9 +193,28 @@ def _record_all() -> None:
 
 
 def function_source(text: str, name: str) -> str:
-    """The source of the top-level function ``name`` in ``text``, decorators included: from its decorators to
-    the next line at column 0. (Read from the text, not with ``ast.parse``, which CPython 3.11 does not allow
-    in two threads at once: "AST constructor recursion depth mismatch".)"""
+    """The source of a top-level function in a module's text, decorators included.
+
+    Read from the text, not with ``ast.parse``, which CPython 3.11 does not allow in two threads at once ("AST
+    constructor recursion depth mismatch").
+
+    Parameters
+    ----------
+    text : str
+        A module's source.
+    name : str
+        The function.
+
+    Returns
+    -------
+    str
+        From its decorators to the next line at column 0.
+
+    Raises
+    ------
+    StopIteration
+        Where ``text`` has no top-level ``def name(``.
+    """
     lines = text.splitlines(keepends=True)
     start = next(i for i, line in enumerate(lines) if line.startswith(f"def {name}("))
     end = start + 1

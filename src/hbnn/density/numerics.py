@@ -15,8 +15,9 @@ log = logging.getLogger(__name__)
 
 
 # The passes over rows run in float32 (:data:`ROW_DTYPE`): twice the values per vector of float64 and shorter
-# polynomials, 1.6-1.8x faster on the default network. Every constant they use is a float32 below: a Python float
-# in a numba expression is a float64 and would turn the whole expression into float64.
+# polynomials, so faster (measured: benchmarks/FINDINGS.md, section 'Measurements behind code comments'). Every
+# constant they use is a float32 below: a Python float in a numba expression is a float64 and would turn the whole
+# expression into float64.
 ROW_DTYPE = np.float32
 
 
@@ -63,8 +64,8 @@ _EXP_CAP = np.float32(87.0)  # exp(-87) = 1.6e-38 is still a normal float32 (sma
 
 
 # The Bernoulli terms' exp(-|l|) stops here: past it their u**2 (~e**-2|l| / 4) would be subnormal, which x86
-# computes ~2x slower (measured: 512 rows at |l| = 90 took 3.1 us against 1.65 us); what it changes is below
-# 4.3e-18 in each term and in each row's gradient.
+# computes slower (measured: benchmarks/FINDINGS.md, section 'Measurements behind code comments'); what it changes
+# is below 4.3e-18 in each term and in each row's gradient.
 _BERNOULLI_CAP = np.float32(40.0)
 
 
@@ -82,8 +83,8 @@ def _exp_reduced(x):
     degree-7 Taylor polynomial (error < 6e-9 relative, below float32's rounding), evaluated by Estrin's scheme.
     Returns ``p`` and ``k + _EXP_SHIFT``, whose low mantissa bits are ``k + 127``: :func:`_scale_bits` turns them
     into the float ``2**k``. No library call and no float-to-integer conversion, so loops over it vectorise on
-    every x86-64 (a vector conversion to int64 needs AVX-512: with AVX2 alone each value went through a scalar
-    conversion, ~1.8x the time)."""
+    every x86-64 (a vector conversion to int64 needs AVX-512: with AVX2 alone each value goes through a scalar
+    conversion, which costs time: benchmarks/FINDINGS.md, section 'Measurements behind code comments')."""
     k = np.floor(x * _LOG2E + _HALF)
     r = (x - k * _LN2_HI) - k * _LN2_LO
     r2 = r * r
@@ -114,13 +115,15 @@ def _exp_nonpositive(x: np.ndarray, out: np.ndarray, n: int, bits: np.ndarray) -
 @numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
 def _tanh_inplace(a: np.ndarray, n: int) -> None:
     """``a[:n] = tanh(a[:n])`` in float32, within 3.5e-7 of the exact value (float32's spacing below 1: 6e-8;
-    measured with fused multiply-adds: 2.9e-7 at most over every float32 in ``(0, 9.06]``, 3.4e-7 without them).
+    checked over every float32 in ``(0, 9.06]``: benchmarks/FINDINGS.md, section 'Measurements behind code
+    comments').
 
     ``tanh(x) = x P(x**2) / Q(x**2)`` on ``|x| <= 7.905`` (clamped past it, where ``tanh`` is 2.7e-7 below 1 and
     this returns 0.99999976), with ``P`` of degree 6 and ``Q`` of degree 3: Eigen's minimax coefficients for
     float32 (``Eigen::internal::generic_fast_tanh_float``). Nine multiply-adds, two multiplications, the clamp and
-    one division, with no exponent arithmetic and no scratch arrays: 9% less time for the hierarchical gradient
-    than ``(1 - e) / (1 + e)`` with ``e = exp(-2|x|)`` from :func:`_exp_reduced` (benchmarks/FINDINGS.md)."""
+    one division, with no exponent arithmetic and no scratch arrays: less time than ``(1 - e) / (1 + e)`` with
+    ``e = exp(-2|x|)`` from :func:`_exp_reduced` (measured: benchmarks/FINDINGS.md, section 'Measurements behind
+    code comments')."""
     for i in range(n):
         x = min(max(a[i], -_TANH_CLAMP), _TANH_CLAMP)
         x2 = x * x

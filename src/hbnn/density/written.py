@@ -1,13 +1,12 @@
 """:mod:`hbnn.density.kernel`'s log density with the network's pass written out for one network's widths.
 
-The generic kernel loops over layers, units and rows with sizes it reads at run time, so every
-(input, output) pair of units is its own loop over a group's ~50 rows, which loads and stores the
-activations each time: on the default network about 120 such loops per group, whose set-up costs more
-than their arithmetic. With the widths known when the code is written, each layer is one loop over rows
-that holds every unit of a row in registers, and the backward pass is one loop that keeps the gradient
-of every weight as its own accumulator; LLVM vectorises both over rows. Each group's weights from the
-sampler's coordinates and their gradient back to them (``_group_weights``, ``_group_chain_rule``) are
-loops of constant length too.
+The generic kernel loops over layers, units and rows with sizes it reads at run time, so every (input, output) pair
+of units is its own loop over a group's rows, which loads and stores the activations each time: on small networks
+many short loops per group, whose set-up costs more than their arithmetic (measured: benchmarks/FINDINGS.md, section
+'Measurements behind code comments'). With the widths known when the code is written, each layer is one loop over
+rows that holds every unit of a row in registers, and the backward pass is one loop that keeps the gradient of every
+weight as its own accumulator; LLVM vectorises both over rows. Each group's weights from the sampler's coordinates
+and their gradient back to them (``_group_weights``, ``_group_chain_rule``) are loops of constant length too.
 
 :func:`logp_grad_for` writes the functions for a network (features, hidden widths, bias) as Python
 source into a module file under :func:`hbnn.density.modules.cache_dir`, named by a hash of that source, and imports it:
@@ -136,9 +135,9 @@ def _by_kind(signature: str, sizes: list[tuple[int, int]], hierarchical, flat, i
 
 def _weights_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
     """``_group_weights`` with :func:`hbnn.density.kernel._group_weights`' signature and effect, each layer's loop of a
-    constant length: with lengths read at run time, these loops of 5-25 weights ran mostly as scalar remainders
-    (written out, the default hierarchical gradient took ~10% less time, with the same values). The loops index
-    slices from 0 (:func:`_slices`)."""
+    constant length: with lengths read at run time, short loops run mostly as scalar remainders (written out, the
+    same values take less time: benchmarks/FINDINGS.md, section 'Measurements behind code comments'). The loops
+    index slices from 0 (:func:`_slices`)."""
     sizes = _sizes(n_features, hidden, bias)
     return _by_kind(
         "def _group_weights(theta, W, gW, g, buf, lay, n_layers, bias, kind, sds):", sizes,
@@ -152,8 +151,8 @@ def _weights_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str
 
 def _chain_rule_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
     """``_group_chain_rule`` with :func:`hbnn.density.kernel._group_chain_rule`'s signature and effect, each layer's
-    loop of a constant length. (The hierarchical layers' loop over slices (:func:`_slices`) took ~0.5 us less, but
-    moved the first group's first ``z`` of each layer by an ulp, which would draw other chains.)"""
+    loop of a constant length. (The hierarchical layers' loop does not use slices (:func:`_slices`): that is
+    faster, but moves the first group's first ``z`` of each layer by an ulp, which would draw other chains.)"""
     return _by_kind(
         "def _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g_sd):",
         _sizes(n_features, hidden, bias),
@@ -171,20 +170,19 @@ def _chain_rule_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> 
 
 def _slices(size: int, **starts: tuple[str, str | int]) -> list[str]:
     """Lines that bind each name to ``size`` values of an array from a start (``ta=("theta", "a")``: ``ta =
-    theta[a: a + size]``). The hierarchical weights' loops over these, indexed from 0, took the default
-    gradient from 11.9-12.2 to 11.5-11.8 us (interleaved in one process; the same bits) against loops that
-    index ``theta[a + k]`` with a start read at run time."""
+    theta[a: a + size]``). Loops over these, indexed from 0, are faster than loops that index ``theta[a + k]``
+    with a start read at run time, with the same bits (measured: benchmarks/FINDINGS.md, section 'Measurements
+    behind code comments')."""
     return [f"        {name} = {array}[{at}: {at} + {size}]" for name, (array, at) in starts.items()]
 
 
 def _informed_weights(li: int, size: int, w_at: int) -> list[str]:
     """An informed layer's ``W = mean + L @ z`` (:func:`hbnn.density.kernel._mean_plus_chol`) with one accumulator per
     weight, over the columns of ``L``. Row by row, each weight's sum is a chain of dependent adds that bounds
-    the loop (the default informed gradient: 1.48-1.50 us against 1.21-1.25, interleaved in one process); column
-    by column the chains run side by side. Each sum adds the same products in the same order (``L``'s zeros
-    above the diagonal add exact zeros), but fastmath lets LLVM fuse other multiply-adds, so a float64 sum can
-    differ in its last bit; rounded to the float32 weights that changes a gradient about once in 8 million
-    random points (a review's count), and none of the committed run's."""
+    the loop; column by column the chains run side by side (measured: benchmarks/FINDINGS.md, section
+    'Measurements behind code comments'). Each sum adds the same products in the same order (``L``'s zeros above
+    the diagonal add exact zeros), but fastmath lets LLVM fuse other multiply-adds, so a float64 sum can differ in
+    its last bit; rounded to the float32 weights that changes a gradient rarely (same section)."""
     lines = [f"        mean = buf[int(lay[_PER_LAYER * {li} + 3]):]",
              f"        chol = buf[int(lay[_PER_LAYER * {li} + 4]):]"]
     lines += [f"        m{k} = mean[{k}]" for k in range(size)]
@@ -250,9 +248,14 @@ def _kernel_header() -> list[str]:
 
 
 def expand_source() -> str:
-    """A module holding nutpie's expand callback (:func:`hbnn.density.kernel.expand` behind
-    :func:`hbnn.density.kernel._expand_callback`) compiled with numba's disk cache: one for every network, since the
-    buffer describes the layout."""
+    """The source of a module holding nutpie's expand callback, compiled with numba's disk cache.
+
+    Returns
+    -------
+    str
+        :func:`hbnn.density.kernel.expand` behind :func:`hbnn.density.kernel._expand_callback`: one module for every
+        network, since the buffer describes the layout.
+    """
     return "\n".join([
         '"""nutpie\'s expand callback: written by hbnn.density.written; do not edit."""',
         *_kernel_header(),
@@ -279,8 +282,20 @@ def _network_module(n_features: int, hidden: tuple[int, ...], bias: bool, likeli
 @functools.cache
 def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str,
                   generic: bool = False):
-    """``logp_grad`` for this model (:func:`hbnn.density.kernel.logp_grad`'s signature), from its written module
-    (:func:`module_source`, whose parameters these are), loaded as :func:`hbnn.density.modules.load` says."""
+    """``logp_grad`` for this model, from its written module (:func:`module_source`).
+
+    Parameters
+    ----------
+    n_features, hidden, bias, likelihood, activation
+        The model, as for :func:`module_source`.
+    generic : bool, default False
+        As for :func:`module_source`.
+
+    Returns
+    -------
+    numba.core.registry.CPUDispatcher
+        With :func:`hbnn.density.kernel.logp_grad`'s signature, loaded as :func:`hbnn.density.modules.load` says.
+    """
     hidden = tuple(int(h) for h in hidden)
     with modules.LOADING:
         return modules.load(*_network_module(n_features, hidden, bias, likelihood, activation, generic),
@@ -288,8 +303,20 @@ def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool, likeliho
 
 
 def callback_source(network: str, skip: int) -> str:
-    """A module holding nutpie's callback (:data:`hbnn.density.kernel.CALLBACK_SOURCE`) around the module ``network``'s
-    ``logp_grad``, its buffer ``skip`` slots into ``user_data``, compiled with numba's disk cache."""
+    """The source of a module holding nutpie's logp callback, compiled with numba's disk cache.
+
+    Parameters
+    ----------
+    network : str
+        The name of the written module whose ``logp_grad`` the callback calls.
+    skip : int
+        How many float64 slots into ``user_data`` the buffer starts.
+
+    Returns
+    -------
+    str
+        :data:`hbnn.density.kernel.CALLBACK_SOURCE` with ``SKIP`` and ``logp_grad`` bound.
+    """
     return "\n".join([
         f'"""nutpie\'s logp callback over {network}, buffer at slot {skip}: written by hbnn.density.written; '
         'do not edit."""',
@@ -310,11 +337,22 @@ def callback_source(network: str, skip: int) -> str:
 
 @functools.cache
 def callback_for(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str, skip: int):
-    """nutpie's callback for this model (:func:`hbnn.density.kernel.callback` with :func:`logp_grad_for`), loaded from
-    numba's disk cache after its first compile (~1.5 s saved in every later process that samples).
+    """nutpie's logp callback for this model, loaded from numba's disk cache after its first compile.
 
-    The cached callback computes the same bits as the one compiled in the process that wrote the cache
-    (tests/test_kernel.py runs three processes on one fresh cache).
+    The callback is :func:`hbnn.density.kernel.callback`'s around :func:`logp_grad_for`; later processes that sample
+    skip its compile. The cached callback computes the same bits as the one compiled in the process that wrote the
+    cache (tests/test_kernel.py runs three processes on one fresh cache).
+
+    Parameters
+    ----------
+    n_features, hidden, bias, likelihood, activation
+        The model, as for :func:`module_source`.
+    skip : int
+        How many float64 slots into ``user_data`` the buffer starts.
+
+    Returns
+    -------
+    numba.core.ccallback.CFunc
     """
     hidden = tuple(int(h) for h in hidden)
     logp_grad_for(n_features, hidden, bias, likelihood, activation)  # the module the callback imports, loaded first
@@ -327,7 +365,12 @@ def callback_for(n_features: int, hidden: tuple[int, ...], bias: bool, likelihoo
 
 @functools.cache
 def expand_callback():
-    """nutpie's expand callback (:func:`expand_source`), loaded from numba's disk cache after its first compile."""
+    """nutpie's expand callback (:func:`expand_source`), loaded from numba's disk cache after its first compile.
+
+    Returns
+    -------
+    numba.core.ccallback.CFunc
+    """
     source = expand_source()
     name = "hbnn_expand_" + hashlib.sha256(source.encode()).hexdigest()[:20]
     with modules.LOADING:

@@ -14,6 +14,8 @@ surfaces (the report says so).
 
 Modules: ``numbers`` (models, references, formatting, surface grids), ``document``
 (Markdown and HTML rendering), ``inputs`` (reading and checking traces and metrics),
-``figures``, ``sections`` (prose), ``outputs`` (summary metrics, plots CSVs) and
+``figures`` (each model's surfaces, calibration and scores from its trace, in worker processes),
+``metric_figures`` (figures from the metrics files and the group-level draws), ``plots`` (matplotlib drawing),
+``sections``, ``status``, ``transfer_section`` and ``winner`` (prose), ``outputs`` (summary metrics, plots CSVs) and
 ``stage`` (the stage body, :func:`hbnn.report.stage.report`).
 """

@@ -43,6 +43,18 @@ def markdown_text(text: str, block: bool = False) -> str:
 
     Every text :func:`render_markdown` writes goes through here, as :func:`render_html` puts every text through
     ``html.escape``: the document holds plain text, and each renderer escapes it for its format.
+
+    Parameters
+    ----------
+    text : str
+        Plain text.
+    block : bool, default False
+        Whether the text begins a paragraph.
+
+    Returns
+    -------
+    str
+        Markdown.
     """
     text = _MARKDOWN_INLINE.sub(r"\\\1", " ".join(str(text).splitlines()))
     if block:
@@ -55,17 +67,23 @@ def markdown_text(text: str, block: bool = False) -> str:
 
 @dataclass(frozen=True)
 class Para:
+    """A paragraph of plain text; ``warn`` draws it as a warning (bold, red in HTML)."""
+
     text: str
     warn: bool = False
 
 
 @dataclass(frozen=True)
 class Heading:
+    """A sub-heading within a section."""
+
     text: str
 
 
 @dataclass(frozen=True)
 class Table:
+    """A table of plain-text cells: a header and rows; numbers are right-aligned."""
+
     header: Sequence[str]
     rows: Sequence[Sequence[str]]
     text_columns: Sequence[int] = ()  # columns of prose, left-aligned (the first always is; the rest: numbers)
@@ -73,6 +91,8 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
+    """An embedded figure: its file name under ``figures/`` and its caption."""
+
     name: str  # file name under figures/
     caption: str
 
@@ -88,6 +108,9 @@ class FigureLinks:
 
 @dataclass(frozen=True)
 class Section:
+    """A section of the report: title, a "how to read this" note, its blocks, its HTML id and, for a status
+    section, whether something fails."""
+
     title: str
     how_to_read: str
     blocks: Sequence[Para | Heading | Table | Figure | FigureLinks]
@@ -96,8 +119,18 @@ class Section:
 
 
 def anchors(sections: Sequence[Section]) -> list[str]:
-    """One unique HTML id per section: its ``anchor``, else its title in lower case with runs of other
-    characters as ``-``."""
+    """One unique HTML id per section.
+
+    Parameters
+    ----------
+    sections : sequence of Section
+
+    Returns
+    -------
+    list of str
+        Each section's ``anchor``, else its title in lower case with runs of other characters as ``-``; a repeated
+        id gets ``-2``, ``-3``, ...
+    """
     out: list[str] = []
     for sec in sections:
         base = sec.anchor or "".join(c if c.isalnum() else "-" for c in sec.title.lower()).strip("-")
@@ -115,8 +148,23 @@ def _png_width_px(data: bytes) -> int:
 
 
 def render_markdown(title: str, intro: Sequence[Para], sections: Sequence[Section]) -> str:
-    """The report as Markdown; figures are linked as ``figures/<name>``. Every text is escaped
-    (:func:`markdown_text`), so names show as written and nothing in them becomes markup."""
+    """The report as Markdown; figures are linked as ``figures/<name>``.
+
+    Every text is escaped (:func:`markdown_text`), so names show as written and nothing in them becomes markup.
+
+    Parameters
+    ----------
+    title : str
+        The report's title.
+    intro : sequence of Para
+        The paragraphs before the first section.
+    sections : sequence of Section
+        The sections, the status section first.
+
+    Returns
+    -------
+    str
+    """
     m = markdown_text
 
     def para(p: Para) -> str:
@@ -159,6 +207,23 @@ def render_html(title: str, intro: Sequence[Para], sections: Sequence[Section], 
     first (the status) section. Images are shown at one figure inch per CSS
     inch (``dpi`` pixels per inch in the PNG), shrunk only where the page is
     narrower, so the figures' point sizes are the sizes a reader sees.
+
+    Parameters
+    ----------
+    title : str
+        The report's title.
+    intro : sequence of Para
+        The paragraphs before the first section.
+    sections : sequence of Section
+        The sections, the status section first.
+    figures : dict of str to bytes
+        Every embedded figure's PNG, by file name.
+    dpi : float, default 150.0
+        The PNGs' pixels per figure inch.
+
+    Returns
+    -------
+    str
     """
     e = html.escape
 

@@ -1,4 +1,7 @@
-"""The report's figures, computed from the traces one model and one group at a time."""
+"""The report's figures and numbers computed from each model's trace (its surfaces, calibration, PSIS-LOO and
+test-row lpd), one model and one group at a time, in worker processes (:func:`all_model_outputs`); the figures drawn
+from the metrics files are :mod:`hbnn.report.metric_figures`'.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import numpy as np
 import xarray as xr
 from scipy.special import expit
@@ -28,23 +30,15 @@ from hbnn.diagnostics.predictions import evaluate_groups, group_extra, group_wei
 from hbnn.files.io import close_trace, load_trace
 from hbnn.model import forward, likelihoods
 from hbnn.model.network import LayerSpec
-from hbnn.pipeline.transfer import in_size_order, row_lpd
+from hbnn.pipeline.transfer import row_lpd
 from hbnn.pipeline.variants import BY_NAME
 from hbnn.report import plots
 from hbnn.report.inputs import load_vars
 from hbnn.report.numbers import (
-    ESS_OK,
     LABELS,
-    MODELS,
-    REFERENCES,
-    RHAT_OK,
-    correlation_from_cov,
-    correlation_of_draws,
-    lookup,
     surface_points,
     surface_stats,
     thin_indices,
-    weight_labels,
 )
 
 log = logging.getLogger(__name__)
@@ -58,6 +52,23 @@ class SurfaceSetup:
     the first two); ``scale = (y_mean, y_sd)`` maps stored labels to their units;
     ``value_range`` fixes the colour scale of predictions and training labels
     across pages and models (``None`` for probabilities, which span 0 to 1).
+
+    Parameters
+    ----------
+    centre : numpy.ndarray
+        Every feature's training mean.
+    features : tuple of str
+        The feature names.
+    likelihood : hbnn.model.likelihoods.base.Likelihood, optional
+        The table's likelihood (Bernoulli by default).
+    scale : tuple of float, default (0.0, 1.0)
+        ``(y_mean, y_sd)``.
+    value_range : tuple of float, optional
+        The colour scale's range.
+    axis_labels : tuple of str, optional
+        The axes' labels (``None``: the default ``x1``, ``x2``).
+    activation : str, default "tanh"
+        The network's hidden units' activation.
     """
 
     centre: np.ndarray
@@ -70,6 +81,20 @@ class SurfaceSetup:
 
     @staticmethod
     def of(tasks: Tasks, activation: str) -> SurfaceSetup:
+        """The setup for a tasks file's data and likelihood.
+
+        Parameters
+        ----------
+        tasks : hbnn.data.tasks.Tasks
+            The run's groups and splits.
+        activation : str
+            The network's hidden units' activation.
+
+        Returns
+        -------
+        SurfaceSetup
+            Predictions of a regression or count model coloured on the 1% to 99% quantiles of its training labels.
+        """
         train = tasks.split("train")
         centre = train.X.mean(axis=0)
         labels = None
@@ -83,9 +108,15 @@ class SurfaceSetup:
                             (float(np.quantile(y, 0.01)), float(np.quantile(y, 0.99))), labels, activation)
 
     def values(self) -> Callable[[np.ndarray], np.ndarray]:
-        """The plotted quantity as a function of network outputs: SciPy's ``expit`` itself where the likelihood's
-        mean is the Bernoulli's (the logistic link), which :func:`surface_stats` computes in one compiled pass with
-        its sums."""
+        """The plotted quantity as a function of network outputs.
+
+        Returns
+        -------
+        callable
+            SciPy's ``expit`` itself where the likelihood's mean is the Bernoulli's (the logistic link), which
+            :func:`hbnn.report.numbers.surface_stats` computes in one compiled pass with its sums; else the
+            likelihood's mean in the labels' units.
+        """
         if type(self.likelihood).mean is likelihoods.Bernoulli.mean:
             return expit
         return functools.partial(self.likelihood.mean, y_mean=self.scale[0], y_sd=self.scale[1])
@@ -99,7 +130,29 @@ def model_surfaces(
 
     Each group's surface is computed once (mean and sd together) from
     ``surface_draws`` draws thinned evenly over all chains and draws; only one
-    page of surfaces is held at a time. Returns ``({file name: png}, draws used)``.
+    page of surfaces is held at a time.
+
+    Parameters
+    ----------
+    variant : str
+        The model (``flat``, ``hierarchical``, ``informed``).
+    post : xarray.Dataset
+        Its posterior's weights.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+    names : sequence of str
+        The group names.
+    train : hbnn.data.tasks.Split
+        The training rows, drawn over the surfaces.
+    rp : hbnn.config.ReportParams
+        The report's settings.
+    setup : SurfaceSetup, optional
+        What the surfaces show (default: two features, ``P(y = 1)``).
+
+    Returns
+    -------
+    tuple of (dict of str to bytes, int)
+        ``({file name: png}, draws used)``.
     """
     setup = setup or SurfaceSetup(np.zeros(2), ("x1", "x2"))
     axis, points = surface_points(rp.grid_limit, rp.grid_size, setup.centre)
@@ -136,7 +189,26 @@ def model_surfaces(
 
 def mean_test_probabilities(post: xr.Dataset, specs: Sequence[LayerSpec], activation: str, names: Sequence[str],
                             test: Split):
-    """Posterior mean P(y=1) over all draws at every test row, in ``test`` (group-sorted) order."""
+    """Posterior mean P(y=1) over all draws at every test row.
+
+    Parameters
+    ----------
+    post : xarray.Dataset
+        The posterior's weights.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+    activation : str
+        The hidden units' activation.
+    names : sequence of str
+        The group names.
+    test : hbnn.data.tasks.Split
+        The test rows.
+
+    Returns
+    -------
+    numpy.ndarray
+        In ``test`` (group-sorted) order.
+    """
     parts = [
         predict_proba(group_weights(post, specs, names[g]), test.X[test.rows(g)], activation).mean(axis=(0, 1))
         for g in range(len(names))
@@ -150,7 +222,17 @@ class ModelOutputs:
     feature), the draws they used, its reliability table on the pooled test rows (classifiers only, else
     ``None``), its PSIS-LOO (``None`` without a ``log_likelihood`` group) and the log predictive density of each
     test row in the tasks' group-sorted test order (:func:`hbnn.pipeline.transfer.row_lpd`), which the report's
-    first line compares paired across models."""
+    first line compares paired across models.
+
+    Parameters
+    ----------
+    pages : dict of str to bytes
+    used_draws : int
+    calibration : dict or None
+    loo : object
+        :func:`hbnn.diagnostics.evaluation.psis_loo`'s result, or ``None``.
+    row_lpd : numpy.ndarray
+    """
 
     pages: dict[str, bytes]
     used_draws: int
@@ -163,7 +245,29 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activati
                   rp: ReportParams, params: Params) -> ModelOutputs:
     """:class:`ModelOutputs` of the trace of ``variant`` at ``path`` (checked by the caller; a network of ``specs``
     whose hidden units are ``activation``'s), which it opens, reads and closes: the report runs one per model in
-    worker processes (:func:`all_model_outputs`)."""
+    worker processes (:func:`all_model_outputs`).
+
+    Parameters
+    ----------
+    variant : str
+        The model.
+    path : pathlib.Path
+        Its trace.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+    activation : str
+        The hidden units' activation.
+    tasks : hbnn.data.tasks.Tasks
+        The run's groups and splits.
+    rp : hbnn.config.ReportParams
+        The report's settings.
+    params : hbnn.config.Params
+        The run's params, which the trace must have been fitted with.
+
+    Returns
+    -------
+    ModelOutputs
+    """
     idata = load_trace(path, variant, groups=(), params=params, only=("posterior", "log_likelihood"),
                        stage=BY_NAME[variant].stage)
     lik = likelihoods.get(tasks.likelihood)
@@ -195,10 +299,23 @@ def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], activa
     that waits for them (``{model: outputs}`` in ``paths`` order): the surfaces take most of the report's time,
     and the models' are independent, so the report's other work runs beside them on the machine's other cores.
 
-    The workers are forked (they inherit the loaded libraries, not a second ~3 s of imports) while no trace is
+    The workers are forked (they inherit the loaded libraries instead of importing them again, which takes
+    seconds: benchmarks/FINDINGS.md, section 'Measurements behind code comments') while no trace is
     open in this process. Where fork is not available or not safe (a process that has loaded JAX, which runs
     threads: library use, the test suite), or on one core, they run here, one after another, when the function
     is called. Leaving the block early stops the workers.
+
+    Parameters
+    ----------
+    paths : dict of str to pathlib.Path
+        Each model's trace.
+    specs, activation, tasks, rp, params
+        As for :func:`model_outputs`.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        Yields the function that waits for ``{model: ModelOutputs}``.
     """
     if "fork" not in multiprocessing.get_all_start_methods() or "jax" in sys.modules or (os.cpu_count() or 1) < 2:
         return contextlib.nullcontext(lambda: {v: model_outputs(v, p, specs, activation, tasks, rp, params)
@@ -293,111 +410,3 @@ def _forked(paths, specs, activation, tasks, rp, params):
                     process.terminate()
                 process.join()
             receive.close()
-
-
-def _correlation_figure(hier_extra: xr.Dataset, prior: dict, spec: LayerSpec, features: Sequence[str],
-                        ref_chain: int) -> bytes:
-    """Heatmaps: correlations of the informed prior's ``cov_<layer>`` and of ``mu_<layer>`` draws of one chain."""
-    mu = hier_extra[f"mu_{spec.name}"].transpose("chain", "draw", *spec.dims).values[ref_chain]
-    corr = {
-        f"informed prior: corr from cov_{spec.name}": correlation_from_cov(prior[spec.name][1]),
-        f"hierarchical mu_{spec.name} draws (chain {ref_chain})": correlation_of_draws(mu.reshape(mu.shape[0], -1)),
-    }
-    return plots.png_bytes(plots.plot_correlations(corr, weight_labels(spec, features))[0])
-
-
-def _per_group_values(metrics: dict[str, dict], names: Sequence[str], *keys: str) -> dict[str, np.ndarray]:
-    """``{model: (group,)}`` of ``per_group.<g>.<keys>`` (NaN where missing)."""
-    return {v: np.array([lookup(metrics[v], "per_group", g, *keys) for g in names], dtype=float) for v in MODELS}
-
-
-def _regression_figures(metrics: dict[str, dict], names: Sequence[str]) -> dict:
-    """Per-group test RMSE of a run scored by RMSE, from the metrics files."""
-    rmse = _per_group_values(metrics, names, "test", "rmse")
-    return {
-        "per_group_rmse.png": plots.png_bytes(plots.plot_per_group(
-            names, rmse, kind="bar", ylabel="test RMSE")[0]),
-    }
-
-
-def _diagnostic_figures(metrics: dict[str, dict], names: Sequence[str]) -> dict[str, bytes]:
-    """Per-group function-space R-hat and bulk ESS of every model, against the bar."""
-    rhat = _per_group_values(metrics, names, "rhat_fn")
-    ess = _per_group_values(metrics, names, "ess_bulk_fn")
-    return {
-        "rhat_fn.png": plots.png_bytes(plots.plot_per_group(
-            names, rhat, kind="point", ylabel="function-space R-hat", hlines=(RHAT_OK,))[0]),
-        "ess_fn.png": plots.png_bytes(plots.plot_per_group(
-            names, ess, kind="point", ylabel="function-space bulk ESS", hlines=(ESS_OK,), log=True)[0]),
-    }
-
-
-def group_sd_diagnostic_figures(sds: xr.Dataset, stats: xr.Dataset | None) -> dict[str, bytes]:
-    """ArviZ's rank plots and trace plot (divergent draws marked) of the group sds, and its energy plot (BFMI).
-
-    ``sds`` holds the ``sd_<layer>`` draws, ``stats`` the hierarchical fit's
-    sample stats (``None`` or without ``energy``/``diverging`` for ADVI, which
-    has neither: those plots are skipped).
-    """
-    import arviz as az  # here, not at the top: the report's workers fork without it (their draws need no ArviZ)
-
-    names = list(sds.data_vars)
-    out = {}
-    with matplotlib.rc_context({"font.size": plots.SMALL}):
-        axes = az.plot_rank(sds, var_names=names, kind="bars", figsize=(min(3.4 * len(names), plots.MAX_WIDTH_IN), 3.4),
-                            backend_kwargs={"layout": "constrained"})
-        out["rank_group_sd.png"] = plots.png_bytes(plots.readable(np.ravel(axes)[0].figure), tight=True)
-        has = set(stats.data_vars) if stats is not None else set()
-        if "diverging" in has:
-            idata = az.InferenceData(posterior=sds, sample_stats=stats[["diverging"]])
-            axes = az.plot_trace(idata, var_names=names, divergences="bottom", compact=False,
-                                 figsize=(plots.MAX_WIDTH_IN * 0.85, 2.0 * len(names)),
-                                 backend_kwargs={"layout": "constrained"})
-            out["trace_group_sd.png"] = plots.png_bytes(plots.readable(np.ravel(axes)[0].figure), tight=True)
-        if "energy" in has:
-            ax = az.plot_energy(stats, figsize=(6.0, 3.8), textsize=plots.SMALL + 1, bfmi=True)
-            first = np.ravel(ax)[0]
-            first.set_title("Hierarchical fit: energy")
-            first.set_xlabel("energy minus its mean")
-            out["energy.png"] = plots.png_bytes(plots.readable(np.ravel(ax)[0].figure), tight=True)
-    return out
-
-
-def compare_figure(table) -> bytes:
-    """ArviZ's ``az.plot_compare`` of an ``az.compare`` table."""
-    import arviz as az
-
-    with matplotlib.rc_context({"font.size": plots.SMALL}):
-        ax = az.plot_compare(table, figsize=(7.0, 1.2 + 0.7 * len(table)), textsize=plots.SMALL + 1,
-                             legend=True, title=False, plot_ic_diff=True)
-    return plots.png_bytes(plots.readable(np.ravel(ax)[0].figure), tight=True)
-
-
-def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: dict[str, np.ndarray],
-                     references: bool = True) -> dict:
-    """Accuracy and per-group accuracy figures, from the metrics files; ``references``: the seed notebooks' numbers
-    beside this run's (moons, not a table)."""
-    # Start the axis at chance (or lower if needed) so differences between models stay visible.
-    low = min(0.5, np.floor(np.nanmin([*np.concatenate(list(accuracy.values())), 1.0]) * 10) / 10)
-    refs = {r: tuple(np.array([np.nan if vals[v] is None else vals[v][i] / 100 for v in MODELS]) for i in (0, 1))
-            for r, vals in REFERENCES.items()} if references else {}
-    train = np.array([lookup(metrics[v], "train", "accuracy") for v in MODELS], dtype=float)
-    test = np.array([lookup(metrics[v], "test", "accuracy") for v in MODELS], dtype=float)
-    return {
-        "per_group_accuracy.png": plots.png_bytes(plots.plot_per_group(
-            names, accuracy, kind="bar", ylabel="test accuracy", ylim=(low, 1.0))[0]),
-        "accuracy.png": plots.png_bytes(plots.plot_accuracy([LABELS[v] for v in MODELS], train, test, refs)[0]),
-    }
-
-
-def transfer_figure(tm: dict, score: str) -> bytes:
-    """:func:`hbnn.report.plots.plot_transfer` of ``metrics/detail/transfer.json``."""
-    sizes = in_size_order(tm["sizes"])
-    series = {m: {"score": [r[m]["test"][score] for r in sizes.values()],
-                  "log_loss": [-r[m]["test"]["lpd_mean"] for r in sizes.values()],
-                  "lpd_se": [r[m]["lpd_se"] for r in sizes.values()]} for m in ("flat", "informed")}
-    pop = tm["population"]
-    population = {"score": pop["test"][score], "log_loss": -pop["test"]["lpd_mean"]}
-    fig, _ = plots.plot_transfer([r["rows_mean"] for r in sizes.values()], list(sizes), score, series, population,
-                                 [r["difference"] for r in sizes.values()], [r["groups"] for r in sizes.values()])
-    return plots.png_bytes(fig)

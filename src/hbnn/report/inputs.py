@@ -29,7 +29,25 @@ from hbnn.report.numbers import METRICS_FILES, lookup
 
 
 def read_json(path: Path, what: str) -> Any:
-    """A metrics JSON file, or :class:`InputError` naming it."""
+    """A metrics JSON file, parsed.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file.
+    what : str
+        What it is, for messages (``"metrics file"``).
+
+    Returns
+    -------
+    object
+        The parsed JSON.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the file where it is missing, unreadable, not JSON or nested too deeply.
+    """
     if not path.is_file():
         raise InputError(f"{what} {path} does not exist; run the stage that writes it first (dvc repro)")
     try:
@@ -54,7 +72,17 @@ ANY = "anything"
 
 @dataclass(frozen=True)
 class Each:
-    """An object whose every value has ``shape`` (and, where ``keys`` is given, whose keys match it)."""
+    """A shape for :func:`conform`: an object whose every value has ``shape``.
+
+    Parameters
+    ----------
+    shape : object
+        Every value's shape.
+    keys : str, optional
+        A regular expression every key must match in full.
+    keys_say : str, optional
+        What such a key looks like, for messages.
+    """
 
     shape: Any
     keys: str | None = None  # a regular expression every key must match in full
@@ -63,7 +91,7 @@ class Each:
 
 @dataclass(frozen=True)
 class ListOf:
-    """A list whose every item has ``shape``."""
+    """A shape for :func:`conform`: a list whose every item has ``shape``."""
 
     shape: Any
 
@@ -89,9 +117,28 @@ def _is_number(value: Any) -> bool:
 
 
 def conform(value: Any, shape: Any, where: str = "") -> Any:
-    """``value`` checked against ``shape`` (a dict of keys, ``"key?"`` optional; :class:`Each`, :class:`ListOf`
-    or one of the leaf kinds above), with ``null`` read as NaN where the shape is :data:`NUM_NAN`; a mismatch is
-    ``ValueError("<where> is missing")`` or ``ValueError("<where> is <kind>, expected <shape>")``."""
+    """A parsed JSON value checked against a shape.
+
+    Parameters
+    ----------
+    value : object
+        The parsed JSON.
+    shape : object
+        A dict of keys (``"key?"`` optional), :class:`Each`, :class:`ListOf` or one of the leaf kinds of this
+        module (:data:`NUM`, :data:`NUM_NAN`, :data:`COUNT`, ...).
+    where : str, optional
+        The value's key path, for messages.
+
+    Returns
+    -------
+    object
+        ``value``, with ``null`` read as NaN where the shape is :data:`NUM_NAN`.
+
+    Raises
+    ------
+    ValueError
+        ``"<where> is missing"`` or ``"<where> is <kind>, expected <shape>"``.
+    """
     def bad(expected: str) -> ValueError:
         return ValueError(f"{where or 'the file'} is {_kind(value)}, expected {expected}")
 
@@ -163,7 +210,18 @@ SIZE_LABEL = r"n[0-9]{1,9}|all"  # transfer's sizes: n<rows> or all (hbnn.pipeli
 
 
 def transfer_shape(score: str) -> dict:
-    """What the report reads of ``metrics/detail/transfer.json``, for a likelihood whose headline is ``score``."""
+    """What the report reads of ``metrics/detail/transfer.json``.
+
+    Parameters
+    ----------
+    score : str
+        The likelihood's headline score (a key of each size's test metrics).
+
+    Returns
+    -------
+    dict
+        A shape for :func:`conform`.
+    """
     test = {score: NUM_NAN, "lpd_mean": NUM_NAN}
     model = {"test": test, "lpd_se": NUM_NAN, "fits_not_converged": COUNT}
     fits = {"fits": COUNT, "fits_not_converged": COUNT}
@@ -181,8 +239,26 @@ def transfer_shape(score: str) -> dict:
 
 
 def read_checked(path: Path, what: str, shape: Any) -> Any:
-    """:func:`read_json` of ``path`` checked against ``shape`` (:func:`conform`), or :class:`InputError` naming the
-    file and the key; rerunning the stage that writes it rewrites it in its shape."""
+    """:func:`read_json` of ``path`` checked against ``shape`` (:func:`conform`).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file.
+    what : str
+        What it is, for messages.
+    shape : object
+        Its shape.
+
+    Returns
+    -------
+    object
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the file and the key; rerunning the stage that writes it rewrites it in its shape.
+    """
     doc = read_json(path, what)
     try:
         return conform(doc, shape)
@@ -194,7 +270,27 @@ def read_metrics(metrics_dir: Path, timings_dir: Path, names: Sequence[str], sco
                  ) -> tuple[dict[str, dict], dict, dict | None]:
     """Every model's detail metrics (with its timings file's ``sampling`` merged in), ``prior.json``'s and
     ``transfer.json``'s (``None`` where the transfer stages have not run), each checked for the shape the report
-    reads and for covering ``names``; ``score``: the likelihood's headline score."""
+    reads and for covering ``names``.
+
+    Parameters
+    ----------
+    metrics_dir, timings_dir : pathlib.Path
+        The folders of the metrics and the timings files.
+    names : sequence of str
+        The tasks file's groups.
+    score : str
+        The likelihood's headline score.
+
+    Returns
+    -------
+    tuple of (dict of str to dict, dict, dict or None)
+        The models' metrics by variant, the prior's, the transfer experiment's.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where a file is missing, malformed or covers other groups.
+    """
     metrics = {v: read_checked(detail_path(metrics_dir / f), "metrics file", FIT_METRICS)
                for v, f in METRICS_FILES.items()}
     prior = read_checked(detail_path(metrics_dir / "prior.json"), "metrics file", PRIOR_METRICS)
@@ -210,26 +306,76 @@ def read_metrics(metrics_dir: Path, timings_dir: Path, names: Sequence[str], sco
 
 def open_traces(paths: dict[str, Path], params: Params) -> dict[str, Any]:
     """Every trace's ``posterior`` and ``sample_stats`` opened lazily (variant and params checked, nothing loaded
-    yet): what the report's own process reads; each model's worker opens what it reads itself."""
+    yet): what the report's own process reads; each model's worker opens what it reads itself.
+
+    Parameters
+    ----------
+    paths : dict of str to pathlib.Path
+        Each model's trace file.
+    params : hbnn.config.Params
+        The run's params, which each trace must have been fitted with.
+
+    Returns
+    -------
+    dict of str to object
+        Each model's trace (:func:`hbnn.files.io.load_trace`).
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where a trace is missing, unreadable or fitted with other params.
+    """
     return {v: load_trace(p, v, groups=(), params=params, only=("posterior", "sample_stats"),
                           stage=BY_NAME[v].stage) for v, p in paths.items()}
 
 
 def group_level_vars(specs: Sequence[LayerSpec]) -> list[str]:
-    """The hierarchical fit's draws the report reads besides the weights: every ``sd_<layer>`` and the first
-    layer's ``mu``."""
+    """The hierarchical fit's draws the report reads besides the weights.
+
+    Parameters
+    ----------
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+
+    Returns
+    -------
+    list of str
+        Every ``sd_<layer>`` and the first layer's ``mu``.
+    """
     return [*(f"sd_{s.name}" for s in specs), f"mu_{specs[0].name}"]
 
 
 def needed_vars(variant: str, specs: Sequence[LayerSpec]) -> list[str]:
-    """Posterior variables the report reads from a trace of ``variant``."""
+    """Posterior variables the report reads from a trace of ``variant`` (a model's name), a network of ``specs``.
+
+    Returns
+    -------
+    list of str
+    """
     extra = group_level_vars(specs) if BY_NAME[variant].has_group_distribution else []
     return [s.var for s in specs] + extra
 
 
 def check_traces(traces: dict[str, Any], paths: dict[str, Path], specs: Sequence[LayerSpec],
                   names: Sequence[str]) -> None:
-    """Every trace has the variables the report reads and the tasks file's groups, in order."""
+    """Check that every trace has the variables the report reads and the tasks file's groups, in order.
+
+    Parameters
+    ----------
+    traces : dict of str to object
+        Each model's trace, opened lazily (:func:`open_traces`).
+    paths : dict of str to pathlib.Path
+        Each model's trace file, for messages.
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+    names : sequence of str
+        The tasks file's groups.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the trace that lacks a variable or holds other groups.
+    """
     for v, idata in traces.items():
         missing = [n for n in needed_vars(v, specs) if n not in idata.posterior]
         if missing:
@@ -238,15 +384,41 @@ def check_traces(traces: dict[str, Any], paths: dict[str, Path], specs: Sequence
 
 
 def load_vars(idata, names: Sequence[str]) -> xr.Dataset:
-    """Load only ``names`` from a lazily opened trace's posterior, into a new dataset."""
+    """Load only ``names`` from a lazily opened trace's posterior, into a new dataset.
+
+    Returns
+    -------
+    xarray.Dataset
+    """
     # compute(), not load(): load() would also fill the lazy dataset, keeping every model in memory.
     return idata.posterior[list(names)].compute()
 
 
 def trace_network(traces: dict[str, Any], paths: dict[str, Path], params: Params, tasks: Tasks
                   ) -> tuple[list[LayerSpec], str]:
-    """The network shared by all three traces (from their settings attrs): its layer layout and its hidden units'
-    activation (a trace written before ``model.activation`` existed is tanh's)."""
+    """The network shared by all three traces, from their settings attrs.
+
+    Parameters
+    ----------
+    traces : dict of str to object
+        Each model's trace, opened lazily (:func:`open_traces`).
+    paths : dict of str to pathlib.Path
+        Each model's trace file, for messages.
+    params : hbnn.config.Params
+        The run's params (the hidden layers where a trace does not record them).
+    tasks : hbnn.data.tasks.Tasks
+        The run's groups and features.
+
+    Returns
+    -------
+    tuple of (list of hbnn.model.network.LayerSpec, str)
+        The layer layout and the hidden units' activation (tanh where a trace's settings name none).
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where the traces disagree, were fit on other features, or name an unknown activation.
+    """
     found = {}
     for v, idata in traces.items():
         settings = settings_from_attrs(idata.posterior.attrs)
@@ -270,6 +442,22 @@ def _check_groups(post: xr.Dataset, path: Path, names: Sequence[str]) -> None:
 
 
 def check_metrics(metrics: dict[str, dict], metrics_dir: Path, names: Sequence[str]) -> None:
+    """Check that every model's metrics cover the tasks file's groups.
+
+    Parameters
+    ----------
+    metrics : dict of str to dict
+        Each model's detail metrics.
+    metrics_dir : pathlib.Path
+        Their folder, for messages.
+    names : sequence of str
+        The tasks file's groups.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the metrics file that covers other groups.
+    """
     for v, m in metrics.items():
         groups = lookup(m, "per_group") or {}
         if sorted(groups) != sorted(names):
@@ -279,7 +467,18 @@ def check_metrics(metrics: dict[str, dict], metrics_dir: Path, names: Sequence[s
 
 
 def data_settings(tasks: Tasks, params: Params) -> dict[str, Any]:
-    """The data settings the tasks file was made with (from its attrs, else params)."""
+    """The data settings the tasks file was made with (from its attrs, else params).
+
+    Parameters
+    ----------
+    tasks : hbnn.data.tasks.Tasks
+    params : hbnn.config.Params
+
+    Returns
+    -------
+    dict of str to object
+        ``n_groups``, ``seed`` and the ``data.*`` settings, by name.
+    """
     s = settings_from_attrs(tasks.ds.attrs)
     data = s.get("data", {})
     out = {

@@ -43,13 +43,25 @@ REFERENCE_MODEL = {
     "model.prior_sd": 1.0,
 }
 RHAT_OK, ESS_OK = RHAT_MAX, ESS_MIN  # the convergence bar the metrics judge groups by
-CHUNK_VALUES = 2**21  # network outputs per chunk of a surface's draws (8 MB of float32, 16 MB of their values)
+CHUNK_VALUES = 2**21  # network outputs per chunk of a surface's draws: bounds memory (8 MB of float32)
 
 
 
 
 def lookup(d: Any, *keys: str) -> Any:
-    """``d[k1][k2]...`` or None where any level is missing."""
+    """``d[k1][k2]...``, or ``None`` where any level is missing.
+
+    Parameters
+    ----------
+    d : object
+        Nested dicts (a metrics file).
+    *keys : str
+        The path.
+
+    Returns
+    -------
+    object or None
+    """
     for k in keys:
         if not isinstance(d, dict) or k not in d:
             return None
@@ -58,24 +70,55 @@ def lookup(d: Any, *keys: str) -> Any:
 
 
 def fmt(x: Any, spec: str = ".3f") -> str:
+    """``x`` formatted with ``spec`` for a table; ``"n/a"`` for ``None`` and non-finite floats.
+
+    Returns
+    -------
+    str
+    """
     if x is None or (isinstance(x, float) and not np.isfinite(x)):
         return "n/a"
     return format(x, spec)
 
 
 def pct(x: float | None) -> str:
+    """A fraction ``x`` as a percentage with two decimals; ``"n/a"`` for ``None``.
+
+    Returns
+    -------
+    str
+    """
     return "n/a" if x is None else f"{100 * x:.2f}"
 
 
 def difference(a: float | None, b: float | None) -> float | None:
+    """``a - b``, or ``None`` where either is missing.
+
+    Returns
+    -------
+    float or None
+    """
     return None if a is None or b is None else a - b
 
 
 def surface_points(limit: float, size: int, centre: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Axis values ``(size,)`` and grid points ``(size * size, feature)`` in row-major ``(x2, x1)`` order.
 
-    The grid spans the first two features; further features (``centre`` has one
-    value per feature, default two features) are held at their ``centre`` value.
+    The grid spans the first two features; further features are held at their ``centre`` value.
+
+    Parameters
+    ----------
+    limit : float
+        The grid spans ``[-limit, limit]`` on each axis.
+    size : int
+        Points per axis.
+    centre : numpy.ndarray, optional
+        One value per feature (default: two features).
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, numpy.ndarray)
+        The axis values and the grid points.
     """
     axis = np.linspace(-limit, limit, size)
     x1, x2 = np.meshgrid(axis, axis)
@@ -87,7 +130,13 @@ def surface_points(limit: float, size: int, centre: np.ndarray | None = None) ->
 
 
 def thin_indices(n_total: int, n_keep: int) -> np.ndarray:
-    """``min(n_keep, n_total)`` evenly spaced, distinct indices into ``range(n_total)``."""
+    """``min(n_keep, n_total)`` evenly spaced, distinct indices into ``range(n_total)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, sorted.
+    """
     return np.unique(np.linspace(0, n_total - 1, min(n_keep, n_total)).round().astype(np.int64))
 
 
@@ -97,15 +146,30 @@ def surface_stats(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Posterior mean and sd of ``values(output)`` at ``points (n, feature)``: by default ``P(y = 1)``.
 
-    ``weights`` are per-layer ``(sample, *shape)`` draws (a layer's last input row its bias where it has one more
-    row than inputs) of a network whose hidden units are ``activation``'s; ``values`` maps network outputs to the
-    plotted quantity (the likelihood's :meth:`~hbnn.model.likelihoods.Likelihood.mean`). The network runs in float32 in
-    a compiled loop over draws (:func:`hbnn.model.forward.outputs`, the log density's float32 tanh): 0.09-0.10 s a group
-    against 0.25-0.37 s for NumPy's float32 on the default grid (500 draws, 100 x 100 points, an AVX2 machine); mean and
-    sd differ from float64 by about 1e-7, far below what a plot shows. Draws are taken in chunks and only running
-    float64 sums are kept, so memory is ``chunk * n`` values. With ``values`` SciPy's ``expit`` (a classifier's), the
-    probabilities and their sums are one compiled pass over the outputs (:func:`_add_expit_moments`, the
-    kernel's float32 ``exp``) instead of three NumPy passes: ~40% of a group's time before.
+    The network runs in float32 in a compiled loop over draws (:func:`hbnn.model.forward.outputs`, the log
+    density's float32 tanh), faster than NumPy's float32; mean and sd differ from float64 by about 1e-7, far below
+    what a plot shows. Draws are taken in chunks and only running float64 sums are kept, so memory is
+    ``chunk * n`` values. With ``values`` SciPy's ``expit`` (a classifier's), the probabilities and their sums are
+    one compiled pass over the outputs (:func:`_add_expit_moments`, the kernel's float32 ``exp``) instead of three
+    NumPy passes (measured: benchmarks/FINDINGS.md, section 'Measurements behind code comments').
+
+    Parameters
+    ----------
+    weights : sequence of numpy.ndarray
+        Per-layer ``(sample, *shape)`` draws (a layer's last input row its bias where it has one more row than
+        inputs).
+    points : numpy.ndarray
+        ``(n, feature)``.
+    activation : str
+        The hidden units' activation.
+    values : callable, default scipy.special.expit
+        Maps network outputs to the plotted quantity (the likelihood's
+        :meth:`~hbnn.model.likelihoods.base.Likelihood.mean`).
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, numpy.ndarray)
+        The mean and the sd at each point.
     """
     n_samples = weights[0].shape[0]
     chunk = max(1, CHUNK_VALUES // points.shape[0])
@@ -162,7 +226,12 @@ def _add_moments(values: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> None:
 
 
 def correlation_from_cov(cov: np.ndarray) -> np.ndarray:
-    """Correlation matrix of a covariance matrix; NaN rows/columns where a variance is 0."""
+    """Correlation matrix of a covariance matrix; NaN rows/columns where a variance is 0.
+
+    Returns
+    -------
+    numpy.ndarray
+    """
     sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     denom = np.outer(sd, sd)
     corr = np.full(cov.shape, np.nan)
@@ -171,7 +240,12 @@ def correlation_from_cov(cov: np.ndarray) -> np.ndarray:
 
 
 def correlation_of_draws(draws: np.ndarray) -> np.ndarray:
-    """Correlation matrix ``(k, k)`` of ``(n, k)`` draws (all NaN with fewer than 2 draws)."""
+    """Correlation matrix ``(k, k)`` of ``(n, k)`` draws (all NaN with fewer than 2 draws).
+
+    Returns
+    -------
+    numpy.ndarray
+    """
     if draws.shape[0] < 2:
         return np.full((draws.shape[1], draws.shape[1]), np.nan)
     return correlation_from_cov(np.atleast_2d(np.cov(draws, rowvar=False)))
@@ -181,6 +255,17 @@ def weight_labels(spec: LayerSpec, features: Sequence[str]) -> list[str]:
     """``feature->unit`` labels of the first layer's weights in row-major (flattened) order.
 
     A linear model's only layer maps features to the output: ``feature->out``.
+
+    Parameters
+    ----------
+    spec : hbnn.model.network.LayerSpec
+        The first layer.
+    features : sequence of str
+        The feature names.
+
+    Returns
+    -------
+    list of str
     """
     if spec.dims[0] == "feature":
         rows = list(features)

@@ -22,6 +22,22 @@ def summary(metrics: dict[str, dict], n_groups: int, lik: likelihoods.Likelihood
     ``<a>_minus_<b>_test_<score>``: the difference of the likelihood's headline
     test score; with ``loo`` (:func:`hbnn.diagnostics.evaluation.psis_loo` per model, all
     three), ``<a>_minus_<b>_elpd`` and its paired standard error ``..._elpd_se``.
+
+    Parameters
+    ----------
+    metrics : dict of str to dict
+        Each model's detail metrics.
+    n_groups : int
+        The number of groups.
+    lik : hbnn.model.likelihoods.base.Likelihood
+        The run's likelihood (its headline score).
+    loo : dict, optional
+        Each model's PSIS-LOO.
+
+    Returns
+    -------
+    dict
+        ``{"comparison": {...}, "n_groups": n}``, JSON-ready.
     """
     score = lik.score
     test = {v: lookup(metrics[v], "test", score) for v in MODELS}
@@ -40,6 +56,15 @@ def plot_label(name: str) -> str:
     DVC's plots page embeds each plot's data as JSON inside a ``<script>`` element without escaping it, so a name
     holding ``</script>`` would end that element there and run what follows (``report.html`` and ``report.md``
     escape names themselves). A backslash stops the browser seeing either sequence; the label shows it.
+
+    Parameters
+    ----------
+    name : str
+        The group's name.
+
+    Returns
+    -------
+    str
     """
     return name.replace("</", "<\\/").replace("<!--", "<\\!--")
 
@@ -47,7 +72,20 @@ def plot_label(name: str) -> str:
 def per_group_csv(per_group: dict[str, np.ndarray], names: Sequence[str]) -> str:
     """``group,flat,hierarchical,informed`` rows of test accuracy (empty where a group has no test rows; one row
     without values where there are no groups to show, as for likelihoods that are not classifiers:
-    :func:`_nothing_to_plot`)."""
+    :func:`_nothing_to_plot`).
+
+    Parameters
+    ----------
+    per_group : dict of str to numpy.ndarray
+        Each model's test accuracy per group.
+    names : sequence of str
+        The groups.
+
+    Returns
+    -------
+    str
+        CSV text.
+    """
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["group", *MODELS])
@@ -64,6 +102,18 @@ def advi_loss(idata, points: int = LOSS_POINTS) -> tuple[np.ndarray, np.ndarray]
 
     Iterations are cut into at most ``points`` equal blocks; each point is the
     block's mean loss, placed at the block's last iteration.
+
+    Parameters
+    ----------
+    idata : hbnn.files.trace.Trace
+        A trace whose ``sample_stats`` hold ``loss``.
+    points : int, default :data:`hbnn.report.numbers.LOSS_POINTS`
+        The most points returned.
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, numpy.ndarray)
+        Iterations and mean losses.
     """
     loss = idata.sample_stats["loss"]
     total = loss.sum([d for d in loss.dims if d != "advi_iteration"]).values
@@ -78,7 +128,18 @@ def advi_loss(idata, points: int = LOSS_POINTS) -> tuple[np.ndarray, np.ndarray]
 
 def loss_csv(losses: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
     """``iteration,<model>...`` rows of the ADVI loss (one row without values when no model used ADVI:
-    :func:`_nothing_to_plot`)."""
+    :func:`_nothing_to_plot`).
+
+    Parameters
+    ----------
+    losses : dict of str to tuple
+        Each ADVI model's :func:`advi_loss`.
+
+    Returns
+    -------
+    str
+        CSV text.
+    """
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["iteration", *MODELS])
@@ -102,7 +163,18 @@ def _nothing_to_plot(writer, x) -> None:
 
 def calibration_csv(tables: dict[str, dict[str, np.ndarray]]) -> str:
     """``bin,<model>...`` rows: observed fraction of ``y = 1`` per probability bin (empty where no rows; one row
-    without values for likelihoods that are not classifiers: :func:`_nothing_to_plot`)."""
+    without values for likelihoods that are not classifiers: :func:`_nothing_to_plot`).
+
+    Parameters
+    ----------
+    tables : dict of str to dict
+        Each model's reliability table (:func:`hbnn.diagnostics.evaluation.reliability`).
+
+    Returns
+    -------
+    str
+        CSV text.
+    """
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     models = list(tables)
@@ -118,7 +190,17 @@ def calibration_csv(tables: dict[str, dict[str, np.ndarray]]) -> str:
 
 
 def write_figures(figures: dict[str, bytes], fig_dir: Path, outputs: Outputs) -> None:
-    """Stage ``figures`` into ``fig_dir``, and the removal of PNGs a previous run left that are not rewritten."""
+    """Stage ``figures`` into ``fig_dir``, and the removal of PNGs a previous run left that are not rewritten.
+
+    Parameters
+    ----------
+    figures : dict of str to bytes
+        PNGs by file name.
+    fig_dir : pathlib.Path
+        The report's figures folder.
+    outputs : hbnn.files.outputs.Outputs
+        The stage's staged outputs, written together once the stage succeeds.
+    """
     if fig_dir.is_dir():
         for stale in fig_dir.glob("*.png"):
             if stale.name not in figures:

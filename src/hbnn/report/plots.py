@@ -53,31 +53,52 @@ def literal(text: str) -> str:
     """``text`` for a matplotlib text that draws it as written: every ``$`` escaped as ``\\$``.
 
     matplotlib reads a text with an even number of unescaped ``$`` as mathtext: a
-    group named ``$\\undefinedmacro$`` stopped the report, ``50$ and 60$`` was drawn
+    group named ``$\\undefinedmacro$`` would stop the report, ``50$ and 60$`` would be drawn
     as maths. With none unescaped, it draws ``\\$`` as ``$`` and every other character
     as it is. Every text these functions take from their callers goes through
     here; matplotlib's own tick labels (``$\\mathdefault{10^{2}}$`` on a log axis)
-    stay mathtext, which ``text.parse_math: False`` would have drawn as code.
+    stay mathtext, which ``text.parse_math: False`` would draw as code.
+
+    Returns
+    -------
+    str
     """
     return str(text).replace("$", r"\$")
 
 
 # Names drawn where their neighbours' stand beside them (panel titles, tick labels) are cut to these many characters
-# (the rest as "..."): a 100-character group name (the longest names.py allows) overprinted the next panels' titles.
+# (the rest as "..."): a group name as long as names.py allows would overprint the next panels' titles.
 # The report's tables and the plots data hold every name whole.
 TITLE_CHARS = 24
 TICK_CHARS = 16
 
 
 def short(text: str, limit: int) -> str:
-    """:func:`literal` of ``text`` cut to ``limit`` characters, its end shown as ``...``."""
+    """:func:`literal` of ``text`` cut to ``limit`` characters, its end shown as ``...``.
+
+    Returns
+    -------
+    str
+    """
     text = str(text)
     return literal(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def png_bytes(fig, dpi: int = DPI, tight: bool = False) -> bytes:
-    """Render ``fig`` to PNG bytes and close it; ``tight`` crops (or grows) the canvas to what is drawn,
-    for figures laid out by other libraries whose text :func:`readable` enlarged."""
+    """Render ``fig`` to PNG bytes and close it.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    dpi : int, default :data:`DPI`
+    tight : bool, default False
+        Crop (or grow) the canvas to what is drawn, for figures laid out by other libraries whose text
+        :func:`readable` enlarged.
+
+    Returns
+    -------
+    bytes
+    """
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, **({"bbox_inches": "tight", "pad_inches": 0.1} if tight else {}))
     plt.close(fig)
@@ -95,7 +116,13 @@ def readable(fig, size: float = SMALL, largest: float = TITLE + 1):
 
 def shrink_png(data: bytes, max_width_px: int) -> bytes:
     """``data`` (a PNG) scaled down to at most ``max_width_px`` wide (unchanged if narrower), for pages
-    that show images at their pixel size (``dvc plots``)."""
+    that show images at their pixel size (``dvc plots``).
+
+    Returns
+    -------
+    bytes
+        A PNG.
+    """
     from PIL import Image  # pillow: a dependency of matplotlib
 
     image = Image.open(io.BytesIO(data))
@@ -117,13 +144,23 @@ def plot_message(text: str):
 
 
 def panel_grid(n: int) -> tuple[int, int]:
-    """Near-square ``(rows, cols)`` for ``n >= 1`` panels: ``cols = ceil(sqrt(n))``, rows as needed."""
+    """Near-square ``(rows, cols)`` for ``n >= 1`` panels: ``cols = ceil(sqrt(n))``, rows as needed.
+
+    Returns
+    -------
+    tuple of (int, int)
+    """
     cols = math.ceil(math.sqrt(n))
     return math.ceil(n / cols), cols
 
 
 def pages(n: int, per_page: int) -> list[range]:
-    """Split ``range(n)`` into consecutive pages of at most ``per_page`` items."""
+    """Split ``range(n)`` into consecutive pages of at most ``per_page`` items.
+
+    Returns
+    -------
+    list of range
+    """
     return [range(lo, min(lo + per_page, n)) for lo in range(0, n, per_page)]
 
 
@@ -163,8 +200,8 @@ def plot_surface_page(
         style["vmax"] = max(float(fields.max()), 1e-12)
     n = len(names)
     rows, cols = panel_grid(n)
-    # A fixed layout in inches: matplotlib's layout engines measure every tick label of
-    # every panel, which took most of the report's time (about 2 s per 18-panel page).
+    # A fixed layout in inches: matplotlib's layout engines measure every tick label of every panel, most of the
+    # report's time otherwise (measured: benchmarks/FINDINGS.md, section 'Measurements behind code comments').
     left, right = (0.65 if axis_labels else 0.5), 1.0  # right: colorbar and its label
     bottom, top = (0.55 if axis_labels else 0.4), (0.55 if title else 0.3)
     gap_w, gap_h = 0.15, 0.3  # between panels; gap_h leaves room for the panel titles
@@ -204,7 +241,7 @@ def plot_surface_page(
                 ax.scatter(X[sel, 0], X[sel, 1], s=13, linewidths=0.7, **marker)
         ax.set_xlim(-limit, limit)
         ax.set_ylim(-limit, limit)
-        # y given: matplotlib does not measure every tick label of the panel to place the title (~0.3 s a page)
+        # y given: matplotlib does not measure every tick label of the panel to place the title (a cost per page)
         ax.set_title(short(names[k], TITLE_CHARS), fontsize=SMALL, pad=2, y=1.0)
         ax.tick_params(labelsize=SMALL, length=2, pad=1)
         ax.label_outer()
@@ -412,10 +449,27 @@ def plot_transfer(rows: Sequence[float], labels: Sequence[str], score_name: str,
     """The transfer curve: test score, test log loss and the informed-minus-flat log density against the held-out
     groups' training rows (the sizes at even steps, "all" last).
 
-    ``rows``/``labels``: each size's mean training rows and its label; ``series[model]`` has ``score``,
-    ``log_loss`` and ``lpd_se`` per size; ``population`` the same scalars (drawn as a dashed line: no rows);
-    ``difference`` per size ``mean`` and ``se``. Bars are +-2 standard errors over test rows. ``groups``: the
-    held-out groups each size pools, written under its tick where they are not the same at every size.
+    Bars are +-2 standard errors over test rows.
+
+    Parameters
+    ----------
+    rows, labels : sequence
+        Each size's mean training rows and its label.
+    score_name : str
+        The headline score's name, for the axis.
+    series : mapping of str to mapping
+        Per model, ``score``, ``log_loss`` and ``lpd_se`` per size.
+    population : mapping
+        The same scalars of the population model (drawn as a dashed line: no rows).
+    difference : sequence of mapping
+        Per size, the informed-minus-flat ``mean`` and ``se``.
+    groups : sequence of int, optional
+        The held-out groups each size pools, written under its tick where they are not the same at every size.
+
+    Returns
+    -------
+    tuple
+        ``(fig, axes)``.
     """
     fig, axes = plt.subplots(1, 3, figsize=(11.0, 3.3), layout="constrained")
     # Sizes at even steps (2, 4, 8, ... are log-spaced already); "all" last, whatever its mean row count.

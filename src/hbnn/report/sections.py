@@ -129,8 +129,18 @@ def _reference_note(data: dict[str, Any], model: dict[str, Any] | None = None) -
 
 
 def model_settings(settings: dict[str, dict]) -> dict[str, Any]:
-    """The networks' settings the traces record (``settings``: each model's trace settings), keyed as
-    :data:`REFERENCE_MODEL`; where the models disagree (they should not), the flat trace's."""
+    """The networks' settings the traces record, keyed as :data:`hbnn.report.numbers.REFERENCE_MODEL`.
+
+    Parameters
+    ----------
+    settings : dict of str to dict
+        Each model's trace settings.
+
+    Returns
+    -------
+    dict of str to object
+        Where the models disagree (they should not), the flat trace's values.
+    """
     out: dict[str, Any] = {}
     for v in reversed(MODELS):  # the flat model's last, so that its values stand
         s = settings.get(v, {})
@@ -142,7 +152,17 @@ def model_settings(settings: dict[str, dict]) -> dict[str, Any]:
 
 def on_moons(data: dict[str, Any]) -> bool:
     """Whether the run's data are the moons, so that the report sets it beside the seed notebooks' numbers (with a
-    caution where its data differ from theirs) and speaks of moons; not for a table."""
+    caution where its data differ from theirs) and speaks of moons; not for a table.
+
+    Parameters
+    ----------
+    data : dict of str to object
+        :func:`hbnn.report.inputs.data_settings`.
+
+    Returns
+    -------
+    bool
+    """
     return data.get("data.source") != "table"
 
 

@@ -20,17 +20,7 @@ from hbnn.pipeline.stages.baselines import LABELS as BASELINE_LABELS
 from hbnn.pipeline.variants import BY_NAME
 from hbnn.report import plots
 from hbnn.report.document import render_html, render_markdown
-from hbnn.report.figures import (
-    _correlation_figure,
-    _diagnostic_figures,
-    _metrics_figures,
-    _per_group_values,
-    _regression_figures,
-    all_model_outputs,
-    compare_figure,
-    group_sd_diagnostic_figures,
-    transfer_figure,
-)
+from hbnn.report.figures import all_model_outputs
 from hbnn.report.inputs import (
     check_traces,
     data_settings,
@@ -39,6 +29,16 @@ from hbnn.report.inputs import (
     open_traces,
     read_metrics,
     trace_network,
+)
+from hbnn.report.metric_figures import (
+    _correlation_figure,
+    _diagnostic_figures,
+    _metrics_figures,
+    _per_group_values,
+    _regression_figures,
+    compare_figure,
+    group_sd_diagnostic_figures,
+    transfer_figure,
 )
 from hbnn.report.numbers import LABELS, MODELS
 from hbnn.report.outputs import advi_loss, calibration_csv, loss_csv, per_group_csv, summary, write_figures
@@ -87,8 +87,33 @@ def report(
     summary dict. Wall-clock times come from ``timings_dir``. All inputs are
     checked before anything is computed and nothing is written until every
     figure has been drawn. For likelihoods that are not classifiers accuracy and
-    class calibration do not exist: the two CSV files then hold only their header
-    row and the report shows the likelihood's scores (RMSE, lpd and coverage).
+    class calibration do not exist: the two CSV files then hold their header and one
+    row without values, and the report shows the likelihood's scores (RMSE, lpd and coverage).
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The run's params.
+    tasks_path : pathlib.Path
+        The tasks file.
+    flat_trace, hier_trace, informed_trace : pathlib.Path
+        The three models' traces.
+    prior_path : pathlib.Path
+        The informed prior.
+    metrics_dir, timings_dir : pathlib.Path
+        The metrics and the timings folders.
+    out_dir : pathlib.Path
+        The report's folder.
+
+    Returns
+    -------
+    dict
+        ``metrics/summary.json``'s content (:func:`hbnn.report.outputs.summary`).
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where an input is missing, malformed, stale or disagrees with another (before anything is computed).
     """
     rp = params.report
     tasks = load_tasks(tasks_path, params=params)
@@ -122,8 +147,8 @@ def report(
     ref_chain = params.prior.reference_chain if params.prior.reference_chain < hier_extra.sizes["chain"] else 0
     corr_name = f"correlation_{first.name}.png"
     # The models' surfaces, reliability and PSIS-LOO in worker processes; the rest here, beside them. ArviZ is
-    # imported only once they have forked (~3 s of a core, which the workers, reading with xarray, do not need).
-    # Said first: the next line comes once the first surface page is done, ~15 s into a default report.
+    # imported only once they have forked (its import takes seconds of a core, and the workers, reading with xarray,
+    # do not need it). Said first: the next line comes only once the first surface page is done.
     work = [f"surfaces ({len(names)} groups, up to {rp.surface_draws} draws on a {rp.grid_size} x {rp.grid_size} "
             "grid)"] if tasks.n_features >= 2 else []
     work += (["reliability"] if lik.classifier else []) + (["PSIS-LOO"] if params.trace.pointwise else [])

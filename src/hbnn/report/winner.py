@@ -29,18 +29,56 @@ BASELINES_FILE = "baselines.json"  # metrics/<this>: the baselines stage's headl
 
 
 def score_name(lik: likelihoods.Likelihood) -> str:
-    """The headline proper score of ``lik``'s models: ``log loss`` (lower is better) or ``lpd`` (higher)."""
+    """The headline proper score of ``lik``'s models.
+
+    Parameters
+    ----------
+    lik : hbnn.model.likelihoods.base.Likelihood
+
+    Returns
+    -------
+    str
+        ``log loss`` (lower is better) for a classifier, else ``lpd`` (higher is better).
+    """
     return "log loss" if lik.classifier else "lpd"
 
 
 def shown(lik: likelihoods.Likelihood, mean_lpd: float) -> float:
-    """A mean row lpd as :func:`score_name` reports it."""
+    """A mean row lpd as :func:`score_name` reports it (negated into a log loss for a classifier).
+
+    Parameters
+    ----------
+    lik : hbnn.model.likelihoods.base.Likelihood
+    mean_lpd : float
+
+    Returns
+    -------
+    float
+    """
     return -mean_lpd if lik.classifier else mean_lpd
 
 
 def read_baselines(metrics_dir: Path, params: Params) -> dict | None:
     """The baselines stage's detail metrics beside ``metrics_dir/baselines.json`` (per model ``train``, ``test``,
-    ``per_group``), checked to be that stage's with these params; ``None`` where the stage has not run."""
+    ``per_group``), checked to be that stage's with these params.
+
+    Parameters
+    ----------
+    metrics_dir : pathlib.Path
+        The metrics folder.
+    params : hbnn.config.Params
+        The run's params.
+
+    Returns
+    -------
+    dict or None
+        ``None`` where the stage has not run.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where the file is unreadable or was made by another stage or other params.
+    """
     path = metrics_dir / BASELINES_FILE
     if not path.exists():
         return None
@@ -53,8 +91,26 @@ def read_baselines(metrics_dir: Path, params: Params) -> dict | None:
 def baseline_rows(tasks: Tasks, params: Params, detail: dict, metrics_dir: Path) -> dict[str, np.ndarray]:
     """Each baseline's test-row lpd in the tasks' group-sorted test order, from refitting the baselines.
 
-    Raises :class:`InputError` where the test scores of ``detail`` (:func:`read_baselines`) differ from the
-    refitted models' (a stale or edited file).
+    Parameters
+    ----------
+    tasks : hbnn.data.tasks.Tasks
+        The run's groups and splits.
+    params : hbnn.config.Params
+        The run's params.
+    detail : dict
+        :func:`read_baselines`.
+    metrics_dir : pathlib.Path
+        The metrics folder, for messages.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Per baseline.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where the test scores of ``detail`` differ from the refitted models' (a stale or edited file).
     """
     from hbnn.pipeline.stages import baselines
 

@@ -21,7 +21,17 @@ log = logging.getLogger(__name__)
 
 
 class AdviBackend(Backend):
-    """Mean-field ADVI (:class:`_Advi`), then ``chains x draws`` draws from the approximation."""
+    """Mean-field ADVI (:class:`_Advi`), then ``chains x draws`` draws from the approximation.
+
+    Parameters
+    ----------
+    model : pymc.Model or callable
+        The PyMC model, or a function that builds it.
+    settings : hbnn.config.SamplerParams
+        The sampler's settings.
+    density : hbnn.density.densities.Density, optional
+        Not used: ADVI fits PyMC's model.
+    """
 
     name = "advi"
 
@@ -60,7 +70,8 @@ class _Advi:
     The approximation's means start at the model's initial point plus
     ``N(0, init_jitter)`` noise: at all-zero weights a tanh network sits on a
     saddle where every hidden unit looks alike, and ADVI started there stays
-    near it (hierarchical test accuracy 0.44 instead of 0.86 on the default data).
+    near it, with a far lower test accuracy (measured: benchmarks/FINDINGS.md, section 'Measurements behind code
+    comments').
     """
 
     def __init__(self, model: pm.Model, learning_rate: float):

@@ -1,40 +1,34 @@
 """Where the per-group fits run: in the stage's process, or in shards on a Dask cluster.
 
-The flat, informed and transfer stages fit one small model per group, and the
-fits are independent. ``HBNN_DASK_SCHEDULER`` says where they run:
+The flat, informed and transfer stages fit one small model per group, and the fits are independent.
+``HBNN_DASK_SCHEDULER`` says where they run:
 
 - unset or empty: in the stage's own process, one group after another;
-- ``local`` or ``local:N``: a ``dask.distributed.LocalCluster`` of N worker
-  processes (default: every core), one thread each, started for the fit and
-  closed after it;
-- the address of a running scheduler, ``tcp://host:port`` (or ``tls://``,
-  ``ws://``, ``wss://``; a bare ``host:port`` is TCP), e.g. ``tcp://host:8786``
-  (its workers need this project's pinned environment and ``hbnn`` importable).
+- ``local`` or ``local:N``: a ``dask.distributed.LocalCluster`` of N worker processes (default: every core), one
+  thread each, started for the fit and closed after it;
+- the address of a running scheduler, ``tcp://host:port`` (or ``tls://``, ``ws://``, ``wss://``; a bare
+  ``host:port`` is TCP), e.g. ``tcp://host:8786`` (its workers need this project's pinned environment and ``hbnn``
+  importable).
 
-Any other value (``ucx://``, whose transport is not installed; ``inproc://``, a
-scheduler inside this process; a missing or non-numeric port) is refused by
-:func:`scheduler` with :class:`InputError` before any group is fitted.
+Any other value (``ucx://``, whose transport is not installed; ``inproc://``, a scheduler inside this process; a
+missing or non-numeric port) is refused by :func:`check_scheduler` with :class:`~hbnn.errors.InputError` before
+any group is fitted.
 
-``HBNN_DASK_SHARDS`` sets the number of shards (default: 4 per worker, and more
-where that leaves over 10 groups in a shard, at most one per group). Groups are
-split into contiguous shards; the model and its settings are sent to every worker
-once, and a worker compiles the model once per fit and keeps it for its next
-shard of the same fit.
+``HBNN_DASK_SHARDS`` sets the number of shards (default: 4 per worker, and more where that leaves over 10 groups in
+a shard, at most one per group). Groups are split into contiguous shards; the model and its settings are sent to
+every worker once, and a worker compiles the model once per fit and keeps it for its next shard of the same fit.
 
-Where a group runs does not change its draws. Its seed comes from its position in
-the stage's list of groups (:func:`hbnn.pipeline.variants.derive_seed`), and every worker
-compiles the model from the same rows (the first group's). So the same params
-give the same draws per group in-process, on a LocalCluster and on a cluster of
-the same CPU type and pins. That is why the scheduler is an environment variable,
-not a DVC param: changing it reruns nothing.
+Where a group runs does not change its draws. Its seed comes from its position in the stage's list of groups
+(:func:`hbnn.pipeline.variants.derive_seed`), and every worker compiles the model from the same rows (the first
+group's). So the same params give the same draws per group in-process, on a LocalCluster and on a cluster of the
+same CPU type and pins. That is why the scheduler is an environment variable, not a DVC param: changing it reruns
+nothing.
 
-A worker that dies mid-shard (killed, out of memory) has its shard rerun on
-another worker by the scheduler, up to ``distributed.scheduler.allowed-failures``
-times (Dask's default: 3). If the dead worker took the scattered model with it,
-the scheduler cancels the shards that need it instead (scattered data cannot be
-recomputed); those are resubmitted with the model scattered again, up to
-:data:`SHARD_RESUBMITS` times. A shard that still fails fails the stage, which then
-writes nothing.
+A worker that dies mid-shard (killed, out of memory) has its shard rerun on another worker by the scheduler, up to
+``distributed.scheduler.allowed-failures`` times (Dask's default: 3). If the dead worker took the scattered model
+with it, the scheduler cancels the shards that need it instead (scattered data cannot be recomputed); those are
+resubmitted with the model scattered again, up to :data:`SHARD_RESUBMITS` times. A shard that still fails fails the
+stage, which then writes nothing.
 """
 
 from __future__ import annotations
@@ -58,8 +52,9 @@ from hbnn.errors import InputError, SamplingError, one_line
 log = logging.getLogger(__name__)
 
 SCHEDULER_ENV = "HBNN_DASK_SCHEDULER"
-# local:N starts N worker processes here, each holding a Python, NumPy and a compiled model (~0.5 GB): more than this
-# many per core only queue for the cores and fill the memory (local:99999 started workers until the machine ran out)
+# local:N starts N worker processes here, each holding a Python, NumPy and a compiled model: more than this many per
+# core only queue for the cores and fill the memory (a worker's size: benchmarks/FINDINGS.md, section 'Measurements
+# behind code comments')
 MAX_WORKERS_PER_CORE = 4
 SHARDS_ENV = "HBNN_DASK_SHARDS"
 SHARDS_PER_WORKER = 4
@@ -72,11 +67,19 @@ _HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{
 
 @dataclass(frozen=True)
 class Model:
-    """What a worker needs to compile a fit's model: ``build(x, y)`` (a PyMC model), the sampler settings and,
-    where there is one, the model's hand-written log density (:mod:`hbnn.density.kernel`).
+    """What a worker needs to compile a fit's model.
 
-    ``x`` and ``y`` are the rows the model is built from (the stage's first group),
-    the same in every process, so the compiled model is the same everywhere.
+    Parameters
+    ----------
+    build : callable
+        ``build(x, y)`` returns the PyMC model.
+    settings : hbnn.config.SamplerParams
+        The sampler's settings.
+    x, y : numpy.ndarray
+        The rows the model is built from (the stage's first group), the same in every process, so the compiled
+        model is the same everywhere.
+    density : hbnn.density.densities.Density, optional
+        The model's hand-written log density, on any group's rows (:mod:`hbnn.density.kernel`).
     """
 
     build: Callable
@@ -88,7 +91,15 @@ class Model:
 
 @dataclass(frozen=True)
 class GroupJob:
-    """One group's fit: its position in the stage's groups, name, seed and training rows."""
+    """One group's fit.
+
+    Parameters
+    ----------
+    index, name, seed
+        Its position in the stage's groups, the group's name and the fit's seed.
+    x, y : numpy.ndarray
+        The group's training rows and labels.
+    """
 
     index: int
     name: str
@@ -99,7 +110,18 @@ class GroupJob:
 
 @dataclass(frozen=True)
 class GroupResult:
-    """One group's draws, its sampling seconds, gradient evaluations and divergences."""
+    """One group's fit, done.
+
+    Parameters
+    ----------
+    index, name
+        As the :class:`GroupJob`'s.
+    posterior, sample_stats : xarray.Dataset
+        The draws and the sampler's statistics of them.
+    seconds, grad_evals, divergences
+        Sampling seconds, gradient evaluations (``None`` where the backend does not report them) and divergent
+        transitions after tuning.
+    """
 
     index: int
     name: str
@@ -114,8 +136,14 @@ class GroupResult:
 class Fitted:
     """Every group's result in the stage's group order, and the seconds spent compiling.
 
-    ``compile_seconds`` is summed over the processes that compiled (``None`` where
-    the backend compiles inside every sampling call); ``where`` describes where the fits ran.
+    Parameters
+    ----------
+    results : list of GroupResult
+        In the stage's group order.
+    compile_seconds : float or None
+        Summed over the processes that compiled (``None`` where the backend compiles inside every sampling call).
+    where : str
+        Where the fits ran, for the log.
     """
 
     results: list[GroupResult]
@@ -129,12 +157,24 @@ _COMPILED: dict[str, object] = {}
 
 def fit_shard(key: str, model: Model, jobs: Sequence[GroupJob],
               on_done: Callable[[GroupResult], None] | None = None) -> tuple[list[GroupResult], float | None]:
-    """Fit ``jobs`` in order (with nutpie, each beside the next: :meth:`hbnn.sampling.sampler.Sampler.sample_each`)
-    with ``model`` compiled once per process and fit ``key``.
+    """Fit jobs in order, with the model compiled once per process and fit.
 
-    Returns the results and the seconds this call spent compiling (0 when the
-    process had already compiled this fit; ``None`` for backends that compile
-    while sampling). ``on_done`` is called after each group.
+    With nutpie each fit runs beside the next (:meth:`hbnn.sampling.sampler.Sampler.sample_each`).
+
+    Parameters
+    ----------
+    key : str
+        The fit's key: a process keeps the model it compiled for it, for its next shard.
+    model, jobs
+        What to compile (:class:`Model`) and the groups to fit (:class:`GroupJob`).
+    on_done : callable, optional
+        Called with each :class:`GroupResult` as it is done.
+
+    Returns
+    -------
+    tuple of (list of GroupResult, float or None)
+        The results, and the seconds this call spent compiling (0 when the process had already compiled this fit;
+        ``None`` for backends that compile while sampling).
     """
     from hbnn.sampling.sampler import Sampler
 
@@ -169,13 +209,34 @@ def _result(job: GroupJob, fit, on_done: Callable[[GroupResult], None] | None) -
 
 
 def forget(key: str) -> None:
-    """Drop the model compiled for fit ``key`` in this process, if it is the one kept."""
+    """Drop the model compiled for fit ``key`` (:func:`fit_shard`) in this process, if it is the one kept."""
     _COMPILED.pop(key, None)
 
 
 def fit_groups(what: str, model: Model, jobs: Sequence[GroupJob],
                on_done: Callable[[GroupResult], None] | None = None) -> Fitted:
-    """Fit every job where :data:`SCHEDULER_ENV` says (see the module doc); results in ``jobs`` order."""
+    """Fit every job where :data:`SCHEDULER_ENV` says (see the module doc).
+
+    Parameters
+    ----------
+    what : str
+        The stage's name, for the log and the fit's key.
+    model, jobs, on_done
+        As for :func:`fit_shard`.
+
+    Returns
+    -------
+    Fitted
+        Results in ``jobs`` order.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where :data:`SCHEDULER_ENV` or :data:`SHARDS_ENV` is malformed, the scheduler cannot be reached, or it has
+        no workers.
+    hbnn.errors.SamplingError
+        Where a shard fails on the cluster, or is cancelled more than :data:`SHARD_RESUBMITS` times.
+    """
     scheduler = scheduler_setting()
     key = f"{what}-{uuid.uuid4().hex}"
     try:
@@ -248,8 +309,24 @@ def _fit_on(client, what: str, key: str, model: Model, jobs: Sequence[GroupJob],
 
 
 def shard_count(n_jobs: int, workers: int) -> int:
-    """:data:`SHARDS_ENV` if set, else :data:`SHARDS_PER_WORKER` per worker and at most :data:`GROUPS_PER_SHARD`
-    groups per shard (the progress line moves as shards finish); at most one per job, at least one."""
+    """How many shards the jobs are split into.
+
+    Parameters
+    ----------
+    n_jobs, workers : int
+        The number of groups and of the cluster's workers.
+
+    Returns
+    -------
+    int
+        :data:`SHARDS_ENV` if set, else :data:`SHARDS_PER_WORKER` per worker and at most :data:`GROUPS_PER_SHARD`
+        groups per shard (the progress line moves as shards finish); at most one per job, at least one.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where :data:`SHARDS_ENV` is not a whole number of at least 1.
+    """
     raw = os.environ.get(SHARDS_ENV, "").strip()
     if raw:
         try:
@@ -264,7 +341,12 @@ def shard_count(n_jobs: int, workers: int) -> int:
 
 
 def split(jobs: Sequence[GroupJob], n: int) -> list[list[GroupJob]]:
-    """``jobs`` in ``n`` contiguous shards whose sizes differ by at most one."""
+    """``jobs`` in ``n`` contiguous shards whose sizes differ by at most one (none empty).
+
+    Returns
+    -------
+    list of list of GroupJob
+    """
     size, extra = divmod(len(jobs), n)
     shards, start = [], 0
     for i in range(n):
@@ -275,15 +357,31 @@ def split(jobs: Sequence[GroupJob], n: int) -> list[list[GroupJob]]:
 
 
 def scheduler_setting() -> str:
-    """:data:`SCHEDULER_ENV` (stripped; ``""`` where unset), checked by :func:`check_scheduler`."""
+    """:data:`SCHEDULER_ENV`, stripped (``""`` where unset); :class:`~hbnn.errors.InputError` as
+    :func:`check_scheduler` raises it.
+
+    Returns
+    -------
+    str
+    """
     scheduler = os.environ.get(SCHEDULER_ENV, "").strip()
     check_scheduler(scheduler)
     return scheduler
 
 
 def check_scheduler(scheduler: str) -> None:
-    """:class:`InputError` naming :data:`SCHEDULER_ENV` and its value unless ``scheduler`` is one of the forms the
-    module doc lists: empty, ``local``, ``local:N`` or a scheduler address over a transport of :data:`SCHEMES`."""
+    """Refuse a scheduler setting that is not one of the forms the module doc lists.
+
+    Parameters
+    ----------
+    scheduler : str
+        Empty, ``local``, ``local:N`` or a scheduler address over a transport of :data:`SCHEMES`.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming :data:`SCHEDULER_ENV` and its value, for any other form.
+    """
     if not scheduler or local_workers(scheduler) is not None:
         return
     expected = (f"expected local, local:N with N >= 1 workers, or a scheduler address {'|'.join(SCHEMES)}://host:port "
@@ -303,7 +401,23 @@ def check_scheduler(scheduler: str) -> None:
 
 
 def local_workers(scheduler: str) -> int | None:
-    """The worker count of ``local`` / ``local:N`` (every core for ``local``), ``None`` for an address."""
+    """The worker count of a local cluster.
+
+    Parameters
+    ----------
+    scheduler : str
+        The setting of :data:`SCHEDULER_ENV`.
+
+    Returns
+    -------
+    int or None
+        N for ``local:N``, every core for ``local``, ``None`` for an address.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where N is not a whole number of at least 1, or more than :data:`MAX_WORKERS_PER_CORE` per core.
+    """
     if scheduler == "local":
         return os.cpu_count() or 1
     if not scheduler.startswith("local:"):
@@ -322,10 +436,26 @@ def local_workers(scheduler: str) -> int | None:
 
 @contextmanager
 def connect(scheduler: str, timeout: float = 20.0) -> Iterator[object]:
-    """A ``dask.distributed.Client`` for ``scheduler`` (``local``, ``local:N`` or an address), closed after use.
+    """A Dask client for a scheduler, closed after use.
 
     Dask's own log lines are kept at WARNING, in the workers too, and a LocalCluster's
     workers may start processes of their own (PyMC's chains).
+
+    Parameters
+    ----------
+    scheduler : str
+        ``local``, ``local:N`` (a LocalCluster started here) or a scheduler's address.
+    timeout : float, default 20.0
+        Seconds to wait for the scheduler.
+
+    Yields
+    ------
+    dask.distributed.Client
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where the setting is malformed or the scheduler cannot be reached.
     """
     check_scheduler(scheduler)
     n_local = local_workers(scheduler)

@@ -24,8 +24,15 @@ SUPPORTED = ((0, 22, 0), (0, 23, 0))
 
 
 def check_version() -> None:
-    """:class:`~hbnn.errors.InputError` unless the installed NumPyro is one of :data:`SUPPORTED` (a missing NumPyro
-    is the backend's own error: it needs the JAX extra)."""
+    """Refuse a NumPyro outside :data:`SUPPORTED`, before anything is built.
+
+    A missing NumPyro passes: that is the backend's own error (it needs the JAX extra).
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where the installed NumPyro is outside :data:`SUPPORTED`; the message names both versions.
+    """
     try:
         found = metadata.version("numpyro")
     except metadata.PackageNotFoundError:
@@ -43,14 +50,27 @@ def check_version() -> None:
 def numpyro_patched(count: bool, extend=None):
     """NumPyro's ``MCMC``, as PyMC's bridge runs it, changed in two ways while the context lasts.
 
-    ``count``: its progress-bar updates are counted instead of drawn (``numpyro.util.progress_bar_factory``
-    makes one ``tqdm_auto`` bar per chain and updates it from a host callback every few iterations), and
-    every draw after tuning reports whether it diverged (a host callback from NUTS's sample step), so the
-    heartbeat shows divergences as they happen; the context yields the :class:`Iterations` (``None``
-    without ``count``). ``extend``: after the run, while
-    ``extend(states)`` says so, the chains go on from their last state for another ``num_samples`` draws
-    (no warmup), NumPyro's own recipe for more draws (``post_warmup_state = last_state``), and every block
-    is kept.
+    Parameters
+    ----------
+    count : bool
+        Count the progress-bar updates instead of drawing them (``numpyro.util.progress_bar_factory`` makes one
+        ``tqdm_auto`` bar per chain and updates it from a host callback every few iterations), and have every draw
+        after tuning report whether it diverged (a host callback from NUTS's sample step), so the heartbeat shows
+        divergences as they happen.
+    extend : callable, optional
+        ``extend(states)``: after the run, while it says so, the chains go on from their last state for another
+        ``num_samples`` draws (no warmup), NumPyro's own recipe for more draws (``post_warmup_state =
+        last_state``), and every block is kept.
+
+    Yields
+    ------
+    hbnn.sampling.backend.Iterations or None
+        The counts (``None`` without ``count``).
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where the installed NumPyro is outside :data:`SUPPORTED`.
     """
     check_version()
     import jax

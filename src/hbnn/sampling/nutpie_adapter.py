@@ -1,29 +1,29 @@
 """Everything of hbnn's that touches nutpie's internals, behind the few functions the rest of hbnn calls.
 
 hbnn samples with nutpie but reaches past its public ``sample``: it builds nutpie's model class
-(``nutpie.compile_pymc.CompiledPyMCModel``) around the hand-written density's callbacks
-(:func:`compiled_model`), replaces fields of it (:func:`with_user_data`, :func:`with_initial_points`), reads
-nutpie's raw trace, Arrow record batches, into a :class:`~hbnn.files.trace.Trace` without ArviZ
-(:func:`trace_from_raw`, :func:`trace_from_batches`), imports nutpie without importing ArviZ (:func:`load`), and
-keys numba's disk cache of nutpie's two ``cfunc`` wrappers itself (:func:`compile_numba`). Each depends on how a
-nutpie release lays these out, so they are tested against the releases in :data:`SUPPORTED` and refused outside it,
-before any sampling, with one error naming the installed and the supported versions (:func:`check_version`).
+(``nutpie.compile_pymc.CompiledPyMCModel``) around the hand-written density's callbacks (:func:`compiled_model`) and
+replaces its fields (:func:`with_user_data`, :func:`with_initial_points`), reads nutpie's raw trace into a
+:class:`~hbnn.files.trace.Trace` without ArviZ (:func:`trace_from_raw`), imports nutpie without ArviZ
+(:func:`load`), and keys numba's disk cache of nutpie's ``cfunc`` wrappers itself (:func:`compile_numba`). Each
+depends on how a nutpie release lays these out, so they are tested against the releases in :data:`SUPPORTED` and
+refused outside it before any sampling, with one error naming both versions (:func:`check_version`).
 
-**Loading.** ``nutpie.sample`` imports ArviZ at its top, whose own import (matplotlib's pyplot, SciPy's stats, a
-numba ufunc compiled at import) costs a stage process ~2.5 s on a 2-core machine; nutpie uses it only to convert
-traces and in its return annotations. While nutpie imports, ``arviz`` is a stand-in that holds a placeholder for
-the annotations and forwards every other attribute to the real ArviZ, imported then.
+**Loading.** ``nutpie.sample`` imports ArviZ at its top, a large share of a stage process's start-up (measured:
+benchmarks/FINDINGS.md, section 'Measurements behind code comments'); nutpie uses it only to convert traces (which
+hbnn does itself) and in its return annotations.
+While nutpie imports, ``arviz`` is a stand-in that holds a placeholder for the annotations and forwards every other
+attribute to the real ArviZ, imported then.
 
 **The compile cache.** ``nutpie.compile_pymc_model(backend="numba")`` wraps PyTensor's logp+gradient and "expand"
-functions in two ``numba.cfunc`` callbacks, closures that numba keys on a pickle of their cell contents, which differ
-in every process: every process re-typed and re-generated machine code for the whole linked model (~10 s).
-:func:`compile_numba` compiles with ``cache=True`` and, for the two wrappers only, replaces numba's key with a
-description of what the machine code depends on: the wrapper's bytecode, the bytecode of the nutpie helpers in its
-closure, PyTensor's own cache key for the model's function, the dtypes and ranks of the shared-data arrays (their
-values are passed at run time), numba helpers by name, and the nutpie and PyTensor versions. Whatever the closure
-holds that cannot be described so is compiled without a cache entry, as nutpie does by default. The cache can never
-fail a fit: any error inside it ends in an uncached compile with one warning, and numba loads only entries as they
-were written (:mod:`hbnn.density.cache_guard`).
+functions in two ``numba.cfunc`` closures, which numba keys on a pickle of their cell contents, different in every
+process, so every process would compile the whole linked model again, which takes seconds (measured:
+benchmarks/FINDINGS.md, section 'Measurements behind code comments'). :func:`compile_numba` compiles with
+``cache=True`` and keys the two wrappers by what their machine code depends on: their bytecode and that of the
+nutpie helpers in their closures, PyTensor's cache key for the model's function, the shared-data arrays' dtypes and
+ranks (their values are passed at run time), numba helpers by name, and the nutpie and PyTensor versions. A closure
+holding anything else is compiled without a cache entry, as nutpie does by default. The cache never fails a fit: any
+error in it ends in an uncached compile with one warning, and numba loads only entries as they were written
+(:mod:`hbnn.density.cache_guard`).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ if TYPE_CHECKING:  # imported where traces are converted: check_params checks th
 log = logging.getLogger(__name__)
 
 # The nutpie releases whose private model class, raw trace and cfunc wrappers this module is tested against
-# (requirements.lock pins 0.16.8); 0.16.9 made a new field of CompiledPyMCModel required, and no later release has
-# been tried: [lowest, first refused)
+# (requirements.lock pins 0.16.8); 0.16.9 requires a field of CompiledPyMCModel that compiled_model does not set:
+# [lowest, first refused)
 SUPPORTED = ((0, 16, 8), (0, 16, 9))
 
 
@@ -65,7 +65,12 @@ def _version_text(version: tuple[int, ...]) -> str:
 
 
 def installed_version() -> str:
-    """The installed nutpie's version, from its package metadata (nutpie is not imported)."""
+    """The installed nutpie's version (``"not installed"`` where it is not), read without importing nutpie.
+
+    Returns
+    -------
+    str
+    """
     try:
         return metadata.version("nutpie")
     except metadata.PackageNotFoundError:
@@ -73,7 +78,13 @@ def installed_version() -> str:
 
 
 def check_version() -> None:
-    """:class:`~hbnn.errors.InputError` unless the installed nutpie is one of :data:`SUPPORTED`."""
+    """Refuse a nutpie outside :data:`SUPPORTED`, before anything is built or sampled.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where the installed nutpie is missing or outside :data:`SUPPORTED`; the message names both versions.
+    """
     found = installed_version()
     parts = tuple(int(p) for p in re.findall(r"\d+", found)[:3]) if found != "not installed" else None
     low, high = SUPPORTED
@@ -85,17 +96,44 @@ def check_version() -> None:
 
 
 def compiled_model(**fields):
-    """nutpie's model class (``CompiledPyMCModel``) with these fields, as the hand-written density builds it."""
+    """nutpie's model class with ``fields`` (:meth:`hbnn.density.densities.Density.nutpie_model` passes them).
+
+    Returns
+    -------
+    nutpie.compile_pymc.CompiledPyMCModel
+    """
     return load().compile_pymc.CompiledPyMCModel(**fields)
 
 
 def with_user_data(compiled, user_data: np.ndarray):
-    """``compiled`` sampling the same callbacks over another ``user_data`` buffer (another group's rows)."""
+    """``compiled`` sampling the same callbacks over another ``user_data`` buffer (another group's rows).
+
+    Parameters
+    ----------
+    compiled : nutpie.compile_pymc.CompiledPyMCModel
+    user_data : numpy.ndarray
+        :func:`hbnn.density.buffer.pack`'s buffer.
+
+    Returns
+    -------
+    nutpie.compile_pymc.CompiledPyMCModel
+    """
     return dataclasses.replace(compiled, user_data=user_data)
 
 
 def with_initial_points(compiled, initial_point):
-    """``compiled`` whose chains start where ``initial_point(seed)`` says."""
+    """``compiled`` whose chains start where ``initial_point(seed)`` says.
+
+    Parameters
+    ----------
+    compiled : nutpie.compile_pymc.CompiledPyMCModel
+    initial_point : callable
+        A chain's first point on the unconstrained scale, from its seed.
+
+    Returns
+    -------
+    nutpie.compile_pymc.CompiledPyMCModel
+    """
     return dataclasses.replace(compiled, initial_point_func=initial_point)
 
 
@@ -116,8 +154,17 @@ class _Placeholder:
 
 
 def load() -> types.ModuleType:
-    """The ``nutpie`` package, imported (once) without importing ArviZ where ArviZ is not loaded already, after
-    :func:`check_version`."""
+    """The ``nutpie`` package, imported (once) without importing ArviZ where ArviZ is not loaded already.
+
+    Returns
+    -------
+    types.ModuleType
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        As :func:`check_version`.
+    """
     check_version()
     with _LOCK:
         if "nutpie" in sys.modules or "arviz" in sys.modules:
@@ -149,8 +196,17 @@ def _tuning_rows(stats) -> int:
 
 
 def draws_done(stats) -> int:
-    """Draws after tuning that every chain holds (the slowest chain's), from its record batches of sample stats:
-    a poll that only counts the draws does not convert them (:func:`trace_from_batches`)."""
+    """Draws after tuning that every chain holds (the slowest chain's), without converting them.
+
+    Parameters
+    ----------
+    stats : sequence of pyarrow.RecordBatch
+        Each chain's sample stats, as a raw trace hands them over.
+
+    Returns
+    -------
+    int
+    """
     return min((s.num_rows - _tuning_rows(s) for s in stats), default=0)
 
 
@@ -158,16 +214,38 @@ def trace_from_raw(trace, coords: Mapping[str, Sequence]) -> Trace:
     """nutpie's raw trace (``return_raw_trace=True``) as ``posterior`` and ``sample_stats`` of the draws after
     tuning and, of tuning, the ``n_steps`` only (``warmup_sample_stats``, to count gradient evaluations).
 
-    The same arrays, dims and coordinates as nutpie's own conversion (tests/test_inference.py compares them),
-    which goes through ArviZ's ``from_dict`` for every group of draws: ~65 ms a fit, ~7 s over the default
-    pipeline's 108 per-group fits. Chains shorter than the longest (a trace inspected while it runs) are
-    padded as nutpie pads them: NaN for floats, 0 otherwise.
+    The same arrays, dims and coordinates as nutpie's own conversion (tests/test_inference.py compares them), which
+    goes through ArviZ's ``from_dict`` for every group of draws, a cost every per-group fit would pay (measured:
+    benchmarks/FINDINGS.md, section 'Measurements behind code comments'). Chains shorter than the longest (a trace
+    inspected while it runs) are padded as nutpie pads them: NaN for floats, 0 otherwise.
+
+    Parameters
+    ----------
+    trace : object
+        nutpie's raw trace.
+    coords : mapping of str to sequence
+        The coordinates of the model's dims.
+
+    Returns
+    -------
+    hbnn.files.trace.Trace
     """
     return trace_from_batches(*trace.get_arrow_trace(), coords)
 
 
 def trace_from_batches(draws, stats, coords: Mapping[str, Sequence]) -> Trace:
-    """:func:`trace_from_raw` of the record batches a raw trace hands over (once: ``get_arrow_trace``)."""
+    """:func:`trace_from_raw` of the record batches a raw trace hands over (once: ``get_arrow_trace``).
+
+    Parameters
+    ----------
+    draws, stats : sequence of pyarrow.RecordBatch
+        Each chain's draws and sample stats.
+    coords : mapping of str to sequence
+
+    Returns
+    -------
+    hbnn.files.trace.Trace
+    """
     from hbnn.files.trace import Trace
 
     tuned = [_tuning_rows(s) for s in stats]
@@ -259,7 +337,17 @@ def _describe(obj) -> object:
 
 
 def wrapper_key(py_func) -> str | None:
-    """The cache key of a nutpie wrapper, or ``None`` where it cannot be described."""
+    """The cache key of a nutpie wrapper (see the module doc).
+
+    Parameters
+    ----------
+    py_func : function
+
+    Returns
+    -------
+    str or None
+        A SHA-256 hex digest, or ``None`` where the closure holds something that cannot be described.
+    """
     import pytensor
 
     nutpie = load()
@@ -272,7 +360,12 @@ def wrapper_key(py_func) -> str | None:
 
 
 def cache_dir() -> Path:
-    """Where the wrappers are cached: beside PyTensor's own numba cache."""
+    """Where the wrappers are cached: beside PyTensor's own numba cache.
+
+    Returns
+    -------
+    pathlib.Path
+    """
     from pytensor.configdefaults import config
 
     return Path(config.base_compiledir) / "numba" / "nutpie"
@@ -282,9 +375,8 @@ def _locator_class(key_of):
     from numba.core.caching import _CacheLocator
 
     class KeyedLocator(_CacheLocator):
-        """Files named by the wrapper's key: one index per key, so runs compiling other
-        models at the same time (``dvc exp run --queue`` with several jobs) never
-        rewrite each other's index."""
+        """Files named by the wrapper's key: one index per key, so runs compiling other models at the same time
+        (``dvc exp run --queue`` with several jobs) never rewrite each other's index."""
 
         def __init__(self, key: str, py_func, py_file: str):
             self._key = key
@@ -311,10 +403,8 @@ def _locator_class(key_of):
 
 @contextlib.contextmanager
 def _keyed_wrappers() -> Iterator[list[str]]:
-    """Within the block, numba files and keys nutpie's wrappers by :func:`wrapper_key`.
-
-    Yields a list that collects the errors met loading or saving a wrapper.
-    """
+    """Within the block, numba files and keys nutpie's wrappers by :func:`wrapper_key`; yields a list that collects
+    the errors met loading or saving a wrapper."""
     from numba.core.caching import CacheImpl, FunctionCache
 
     original = {name: getattr(FunctionCache, name) for name in ("_index_key", "load_overload", "save_overload")}
@@ -374,7 +464,17 @@ def _keyed_wrappers() -> Iterator[list[str]]:
 
 
 def compile_numba(model):
-    """``nutpie.compile_pymc_model(model, backend="numba")``, reusing wrappers compiled by earlier runs."""
+    """``nutpie.compile_pymc_model(model, backend="numba")``, reusing wrappers compiled by earlier runs.
+
+    Parameters
+    ----------
+    model : pymc.Model
+
+    Returns
+    -------
+    nutpie.compile_pymc.CompiledPyMCModel
+        Compiled without the cache, with one warning, where anything in the cache fails.
+    """
     from hbnn.density import cache_guard
 
     nutpie = load()

@@ -40,12 +40,30 @@ class NutpieBackend(Backend):
 
     With a hand-written log density (``density``, :mod:`hbnn.density.densities`), nutpie's model is built from it
     alone (:meth:`~hbnn.density.densities.Density.checked_nutpie_model`: no PyMC model is built or compiled once the
-    density has been checked against it), and new rows are packed into its buffer.
-    With ``max_draws`` and a :attr:`Backend.until` check, the chains run on towards ``max_draws`` while the
-    first ``n`` draws of every chain are checked as they arrive (``n = draws``, then as :func:`_next_check`
-    extrapolates, in steps of :data:`CHECK_UNIT` draws); the fit keeps exactly the first ``n`` that meet the
-    bar (or ``max_draws``) and stops the chains. Which draws are kept depends on the draws only, never on
-    timing, so the trace is the same on every run.
+    density has been checked against it), and new rows are packed into its buffer; where the check fails, PyMC's
+    compiled density is sampled instead, with a warning.
+    With ``max_draws`` and a :attr:`~hbnn.sampling.backend.Backend.until` check, the chains run on towards
+    ``max_draws`` while the first ``n`` draws of every chain are judged at each look (defined in
+    :mod:`hbnn.sampling.runlength`: ``n = draws``, then where :func:`hbnn.sampling.runlength._next_check` places the
+    next, in whole units of :func:`hbnn.sampling.runlength.look_unit`); the fit keeps exactly the first ``n`` that
+    meet the bar (defined in :mod:`hbnn.diagnostics.criterion`), or ``max_draws``, and stops the chains. Which draws
+    are kept depends on the draws only, never on timing, so the trace is the same on every run.
+
+    Parameters
+    ----------
+    model : pymc.Model or callable
+        The PyMC model, or a function that builds it (only where it is needed: no density, or its first check).
+    settings : hbnn.config.SamplerParams
+        The sampler's settings.
+    density : hbnn.density.densities.Density, optional
+        The hand-written log density of the same model.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where the installed nutpie is outside :data:`hbnn.sampling.nutpie_adapter.SUPPORTED`.
+    hbnn.errors.SamplingError
+        Where PyMC's own log density is not finite near the initial point (the density's check).
     """
 
     name = "nutpie"
@@ -61,7 +79,7 @@ class NutpieBackend(Backend):
         super().__init__(model, settings)
         check_version()  # before anything is built: the model class and trace it uses are nutpie's own
         if density is not None:
-            from hbnn.density.densities import DensityMismatch
+            from hbnn.density.pymc_check import DensityMismatch
 
             try:
                 self.compiled = density.checked_nutpie_model(lambda: self.model)
@@ -89,8 +107,25 @@ class NutpieBackend(Backend):
         return self.finish(self.start(seed, data))
 
     def start(self, seed: int, data: Mapping[str, np.ndarray] | None) -> _NutpieRun:
-        """Start a fit in nutpie's threads and return at once; :meth:`finish` waits for it (or cancel the
-        returned run's ``running``)."""
+        """Start a fit in nutpie's threads and return at once.
+
+        Parameters
+        ----------
+        seed : int
+            nutpie's seed.
+        data : mapping of str to numpy.ndarray or None
+            New rows (``x`` and ``y`` for a hand-written density), or ``None`` for the compiled model's own.
+
+        Returns
+        -------
+        _NutpieRun
+            :meth:`finish` waits for it (or cancel its ``running``).
+
+        Raises
+        ------
+        ValueError
+            Where a hand-written density is given new data other than ``x`` and ``y``.
+        """
         s = self.settings
         compiled = self._with_data(data)
         blocks = s.max_draws > s.draws and self.until is not None
@@ -118,7 +153,23 @@ class NutpieBackend(Backend):
         )
 
     def finish(self, run: _NutpieRun) -> tuple[Trace, None, int]:
-        """The trace of a fit :meth:`start` started, once it is over."""
+        """The trace of a fit :meth:`start` started, once it is over.
+
+        Parameters
+        ----------
+        run : _NutpieRun
+            What :meth:`start` returned.
+
+        Returns
+        -------
+        tuple of (hbnn.files.trace.Trace, None, int)
+            The trace, no ADVI loss, and the leapfrog steps taken (warmup and restarted chains included).
+
+        Raises
+        ------
+        hbnn.errors.SamplingError
+            Where nutpie finds no initial point with a finite log density and gradient.
+        """
         # nutpie's blocking call turns Ctrl-C into an early return with the draws so far;
         # here an interrupt stops the chains and propagates, so no partial trace is used.
         with _no_start_refused():
@@ -135,8 +186,21 @@ class NutpieBackend(Backend):
         return idata, None, _leapfrog_steps(idata, "warmup_sample_stats", "sample_stats")
 
     def progress(self, elapsed: float) -> str | None:
-        """Past the first look, how far the chains are from the next one (the cost estimate covers the first
-        block only, so past it a heartbeat would otherwise say only that the fit runs over)."""
+        """Past the first look, how far the chains are from the next one.
+
+        The cost estimate covers the first block only, so past it a heartbeat would otherwise say only that the fit
+        runs over.
+
+        Parameters
+        ----------
+        elapsed : float
+            Seconds since the fit started.
+
+        Returns
+        -------
+        str or None
+            The heartbeat's text, or ``None`` before the first look (the cost estimate speaks).
+        """
         if self.towards is None:
             return self.restarting
         drawn, target, rate, at = self.towards
@@ -148,9 +212,10 @@ class NutpieBackend(Backend):
     def _first_converged_blocks(self, run: _NutpieRun) -> tuple[Trace, None, int]:
         """The first ``n`` draws of every chain, for the first ``n`` of the checks (``draws``, then as
         :func:`_next_check` says) whose draws :attr:`until` passes (or ``max_draws``); the chains are stopped
-        once that is known. At any look, chains that :func:`restart_reason` finds failing start again from
-        the best chain's draws (up to ``restarts`` times in all; a chain can drift into a worse region after the
-        first look: on 30 groups one did between 600 and 800 draws per chain), recorded in the trace's
+        once that is known. At any look, chains that :func:`~hbnn.sampling.restarts.restart_reason` finds failing
+        start again from the best chain's draws (a restart, defined in :mod:`hbnn.sampling.restarts`; up to
+        ``restarts`` times in all, at any look, since a chain can drift into a worse region after the first), recorded
+        in the trace's
         ``sample_stats`` attribute ``hbnn_restarts``; the gradient evaluations returned count the attempts left
         behind too (up to their cancel). Any error or interrupt stops the chains running."""
         s = self.settings
@@ -243,9 +308,28 @@ class _Poll:
 
 
 def starting_from(compiled, posterior: xr.Dataset, chain: int):
-    """``compiled`` whose chains start at draws of ``posterior``'s ``chain`` (its second half: past where it came
-    from), one drawn for each chain from the seed nutpie gives its initial point, on the unconstrained scale
-    (the value variables of ``compiled.shape_info``, ``*_log__`` for the sds)."""
+    """``compiled`` whose chains start at draws of one chain of ``posterior``.
+
+    Parameters
+    ----------
+    compiled : nutpie.compile_pymc.CompiledPyMCModel
+        The model sampled.
+    posterior : xarray.Dataset
+        Draws of it, on the unconstrained scale (the value variables of ``compiled.shape_info``, ``*_log__`` for
+        the sds).
+    chain : int
+        The chain whose second half (past where it came from) the chains start from: one draw for each chain,
+        drawn from the seed nutpie gives its initial point.
+
+    Returns
+    -------
+    nutpie.compile_pymc.CompiledPyMCModel
+
+    Raises
+    ------
+    ValueError
+        Where the chain's draws do not fill every unconstrained coordinate with finite values.
+    """
     names, slices, _ = compiled.shape_info
     draws = posterior.isel(chain=chain)
     n = draws.sizes["draw"]

@@ -42,7 +42,17 @@ def _use_host_devices(n: int) -> None:
 
 
 class PymcBackend(Backend):
-    """PyMC's own NUTS through ``pm.sample``, which compiles on every call."""
+    """PyMC's own NUTS through ``pm.sample``, which compiles on every call.
+
+    Parameters
+    ----------
+    model : pymc.Model or callable
+        The PyMC model, or a function that builds it.
+    settings : hbnn.config.SamplerParams
+        The sampler's settings.
+    density : hbnn.density.densities.Density, optional
+        Not used: this backend samples PyMC's compiled density.
+    """
 
     name = "pymc"
     compiles_in_sampling = True
@@ -94,6 +104,20 @@ class JaxBackend(PymcBackend):
 
     The bridge traces and jits on every call and does not report tuning steps,
     so gradient evaluations are unknown (``None``).
+
+    Parameters
+    ----------
+    model : pymc.Model or callable
+        The PyMC model, or a function that builds it.
+    settings : hbnn.config.SamplerParams
+        The sampler's settings.
+    density : hbnn.density.densities.Density, optional
+        Not used: this backend samples PyMC's compiled density.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where the JAX extra is not installed.
     """
 
     def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
@@ -113,9 +137,25 @@ class JaxBackend(PymcBackend):
 class NumpyroBackend(JaxBackend):
     """NumPyro's NUTS. In a log, its progress callbacks are recorded (not drawn) for the heartbeat.
 
-    With ``max_draws`` and a :attr:`Backend.until` check, a run whose draws miss the convergence bar goes
-    on from where it stopped (no new warmup: the adapted step size and mass matrix are kept) in blocks of
-    ``draws`` per chain, up to ``max_draws``; the trace holds every block.
+    With ``max_draws`` and a :attr:`~hbnn.sampling.backend.Backend.until` check, a run whose draws miss the bar
+    (defined in :mod:`hbnn.diagnostics.criterion`) at a look (defined in :mod:`hbnn.sampling.runlength`) goes on
+    from where it stopped (no new warmup: the adapted step size and mass matrix are kept) in blocks of ``draws`` per
+    chain, up to ``max_draws``; the trace holds every block.
+
+    Parameters
+    ----------
+    model : pymc.Model or callable
+        The PyMC model, or a function that builds it.
+    settings : hbnn.config.SamplerParams
+        The sampler's settings.
+    density : hbnn.density.densities.Density, optional
+        Not used: this backend samples PyMC's compiled density.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Where the JAX extra is not installed, or the installed NumPyro is outside
+        :data:`hbnn.sampling.numpyro_adapter.SUPPORTED`.
     """
 
     name = "numpyro"
@@ -161,4 +201,6 @@ class NumpyroBackend(JaxBackend):
 
 
 class BlackjaxBackend(JaxBackend):
+    """BlackJAX's NUTS through PyMC's JAX bridge; parameters as :class:`JaxBackend`'s."""
+
     name = "blackjax"

@@ -187,7 +187,7 @@ def test_wall_clock_timings_are_no_stage_output_dependency_or_metric():
                 for p in _declared(s.get(k))}
     declared |= {p for k in ("metrics", "plots") for p in _declared(DVC.get(k))}
     assert not {p for p in declared if p.startswith("timings")}
-    # no stage reads them (the report's --timings-dir): its cmd names timings only where it writes them
+    # no stage reads them: a cmd names timings only in its --timing-out
     assert not [n for n, s in DVC["stages"].items() if "timings" in re.sub(r"--timing-out \S+", "", s["cmd"])]
 
 

@@ -339,8 +339,7 @@ def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200), mi
     _fit("fit_informed", params, "informed", "--prior-path", "priors/informed.nc")
     run = _stage("report", params, "--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc",
                  "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
-                 "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--timings-dir", "timings",
-                 "--out-dir", "reports")
+                 "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--out-dir", "reports")
     out["report"][str(n)] = {"seconds": run["seconds"], "peak_rss_mib": run["peak_rss_mib"]}
     return out
 
@@ -396,7 +395,7 @@ def _pipeline_stages() -> list[tuple[str, tuple[str, ...]]]:
                       "reports/plots/transfer.csv", "--timing-out", "timings/transfer.json")),
         ("report", ("--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc", "--hier-trace",
                     "traces/hier.nc", "--informed-trace", "traces/informed.nc", "--prior-path", "priors/informed.nc",
-                    "--metrics-dir", "metrics", "--timings-dir", "timings", "--out-dir", "reports")),
+                    "--metrics-dir", "metrics", "--out-dir", "reports")),
     ]
 
 

@@ -5,7 +5,7 @@ import _checkout  # noqa: F401 - first: this checkout's src/ before any installe
 from hbnn.errors import exit_stage, interrupts_reported
 
 PATHS = [
-    "tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "timings_dir", "out_dir",
+    "tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "out_dir",
 ]
 
 if __name__ == "__main__":

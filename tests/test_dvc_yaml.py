@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +171,46 @@ def test_params_yaml_survives_the_overrides_the_readme_shows(tmp_path):
         assert raw["sampler"][key] == PARAMS["sampler"][key]
     params = load_params(path)
     assert params.sampler.advi.iterations == 5000 and params.hier_sampler.advi.minibatch_size == 500
+
+
+def _declared(entries) -> list[str]:
+    """The paths of a stage's (or the top level's) ``deps``, ``outs``, ``metrics`` or ``plots`` entries."""
+    return [p for e in entries or [] for p in ([e] if isinstance(e, str) else e)]
+
+
+TIMING_OUTS = sorted(m.group(1) for s in DVC["stages"].values() if (m := re.search(r"--timing-out (\S+)", s["cmd"])))
+
+
+def test_wall_clock_timings_are_no_stage_output_dependency_or_metric():
+    """Timings differ on every run: declared anywhere in dvc.yaml, their hashes in dvc.lock (and a report that
+    shows them) would change on every ``dvc repro``, and a fresh clone's ``make repro`` leave ``git status`` dirty."""
+    assert len(TIMING_OUTS) == 5  # fit_flat, fit_hier, fit_informed, transfer_prior, transfer
+    declared = {p for s in DVC["stages"].values() for k in ("deps", "outs", "metrics", "plots")
+                for p in _declared(s.get(k))}
+    declared |= {p for k in ("metrics", "plots") for p in _declared(DVC.get(k))}
+    assert not {p for p in declared if p.startswith("timings")}
+    # no stage reads them: a cmd names timings only in its --timing-out
+    assert not [n for n, s in DVC["stages"].items() if "timings" in re.sub(r"--timing-out \S+", "", s["cmd"])]
+
+
+def test_wall_clock_timings_are_ignored_by_git():
+    """Neither tracked nor shown as untracked: a rerun rewrites them."""
+    git = ["git", "-C", str(ROOT)]
+    if subprocess.run([*git, "rev-parse", "--is-inside-work-tree"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    assert subprocess.run([*git, "ls-files", "timings"], capture_output=True, text=True, check=True).stdout == ""
+    ignored = subprocess.run([*git, "check-ignore", "--no-index", *TIMING_OUTS], capture_output=True, text=True)
+    assert sorted(ignored.stdout.split()) == TIMING_OUTS
+
+
+def test_make_repro_drops_dvcs_push_hint_and_nothing_else():
+    """The line ``dvc repro`` prints after every run that reran a stage, as the installed DVC writes it, is what
+    the Makefile's filter matches (grep's basic regex; ``$$`` is make's ``$``)."""
+    import importlib.util
+
+    source = Path(importlib.util.find_spec("dvc.commands.repro").origin).read_text()
+    hint = re.search(r'ui\.write\("(Use `dvc push`[^"]*)"\)', source).group(1)
+    pattern = re.search(r"^PUSH_HINT := (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).replace("$$", "$")
+    assert re.search(pattern, hint)
+    for line in ("Data and pipelines are up to date.", "Running stage 'fit_flat':", f"{hint} ", "Use dvc pull"):
+        assert not re.search(pattern, line)

@@ -348,12 +348,10 @@ def test_a_stage_refuses_an_unsupported_scheduler_before_sampling(tasks_dir, cap
 
 # ----------------------------------------------------------------------------- D: the report's metrics files
 def _detail_files(d: Path, names, transfer: dict | None) -> None:
-    """Detail metrics and timings the report reads (the least it needs), with ``transfer`` as transfer.json."""
+    """Detail metrics the report reads (the least it needs), with ``transfer`` as transfer.json."""
     (d / "metrics" / "detail").mkdir(parents=True)
-    (d / "timings").mkdir()
     for stem in ("flat", "hier", "informed"):
         (d / "metrics" / "detail" / f"{stem}.json").write_text(json.dumps({"per_group": {g: {} for g in names}}))
-        (d / "timings" / f"{stem}.json").write_text(json.dumps({"sampling": {"seconds": 1.5}}))
     (d / "metrics" / "detail" / "prior.json").write_text("{}")
     if transfer is not None:
         (d / "metrics" / "detail" / "transfer.json").write_text(json.dumps(transfer))
@@ -392,11 +390,11 @@ NAMES = ["g0", "g1", "g2"]
 def test_the_report_reads_the_transfer_file_the_stage_writes(tmp_path):
     """A standard error of one row is written as null (no NaN in JSON): the report computes with it as NaN."""
     _detail_files(tmp_path, NAMES, _transfer())
-    metrics, prior, transfer = inputs.read_metrics(tmp_path / "metrics", tmp_path / "timings", NAMES, "accuracy")
+    metrics, prior, transfer = inputs.read_metrics(tmp_path / "metrics", NAMES, "accuracy")
     assert math.isnan(transfer["sizes"]["n2"]["difference"]["se"]) and transfer["stops_mattering"] is None
-    assert metrics["hierarchical"]["sampling"] == {"seconds": 1.5} and prior == {}
+    assert metrics["hierarchical"] == {"per_group": {g: {} for g in NAMES}} and prior == {}
     _detail_files(tmp_path / "none", NAMES, None)
-    assert inputs.read_metrics(tmp_path / "none" / "metrics", tmp_path / "none" / "timings", NAMES, "rmse")[2] is None
+    assert inputs.read_metrics(tmp_path / "none" / "metrics", NAMES, "rmse")[2] is None
 
 
 @pytest.mark.parametrize(("transfer", "expected"), [
@@ -417,7 +415,7 @@ def test_the_report_reads_the_transfer_file_the_stage_writes(tmp_path):
 def test_a_transfer_file_of_another_shape_is_one_error_naming_file_and_key(tmp_path, transfer, expected):
     _detail_files(tmp_path, NAMES, transfer)
     with pytest.raises(InputError) as err:
-        inputs.read_metrics(tmp_path / "metrics", tmp_path / "timings", NAMES, "accuracy")
+        inputs.read_metrics(tmp_path / "metrics", NAMES, "accuracy")
     message = str(err.value)
     assert message.startswith(f"metrics file {tmp_path / 'metrics' / 'detail' / 'transfer.json'}: ")
     assert expected in message and "\n" not in message
@@ -433,16 +431,18 @@ def test_a_transfer_file_of_another_shape_is_one_error_naming_file_and_key(tmp_p
      "per_group.g0.test.accuracy is a string"),
     ("metrics/detail/prior.json", {"alignment": [1]}, "alignment is a list, expected an object"),
     ("metrics/detail/prior.json", {"layers": {"in": {"group_sd": {"mean": "x"}}}}, "layers.in.group_sd.mean"),
-    ("timings/flat.json", {"sampling": [1]}, "sampling is a list, expected an object"),
-    ("timings/flat.json", {"sampling": {"max_rhat_fn": "1.0"}}, "sampling.max_rhat_fn is a string"),
+    ("metrics/detail/flat.json", {"per_group": {g: {} for g in NAMES}, "sampling": [1]},
+     "sampling is a list, expected an object"),
+    ("metrics/detail/flat.json", {"per_group": {g: {} for g in NAMES}, "sampling": {"max_rhat_fn": "1.0"}},
+     "sampling.max_rhat_fn is a string"),
     ("metrics/detail/flat.json", "[" * 50_000 + "]" * 50_000, "its JSON nests too deeply"),  # past any recursion limit
 ])
 def test_the_other_metrics_files_are_checked_too(tmp_path, file, content, expected):
     _detail_files(tmp_path, NAMES, _transfer())
     (tmp_path / file).write_text(content if isinstance(content, str) else json.dumps(content))
     with pytest.raises(InputError) as err:
-        inputs.read_metrics(tmp_path / "metrics", tmp_path / "timings", NAMES, "accuracy")
-    assert str(err.value).startswith(f"{'timing' if 'timings' in file else 'metrics'} file {tmp_path / file}")
+        inputs.read_metrics(tmp_path / "metrics", NAMES, "accuracy")
+    assert str(err.value).startswith(f"metrics file {tmp_path / file}")
     assert expected in str(err.value)
 
 
@@ -456,11 +456,10 @@ def test_the_report_stage_refuses_a_transfer_file_of_another_shape(tasks_dir, ca
     (tasks_dir / "reports").mkdir()
     (tasks_dir / "reports" / "report.md").write_text("earlier")
     before = _files(tasks_dir)
-    paths = ["tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "timings_dir",
-             "out_dir"]
+    paths = ["tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "out_dir"]
     argv = ["--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc", "--hier-trace", "traces/hier.nc",
             "--informed-trace", "traces/informed.nc", "--prior-path", "priors/informed.nc", "--metrics-dir",
-            "metrics", "--timings-dir", "timings", "--out-dir", "reports"]
+            "metrics", "--out-dir", "reports"]
     code = run_stage("report", paths, report, argv)
     _one_error(code, capsys.readouterr().err, "metrics/detail/transfer.json: population is missing")
     assert _files(tasks_dir) == before

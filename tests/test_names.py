@@ -195,7 +195,7 @@ def test_names_with_markup_go_through_the_report_as_written(tmp_path, monkeypatc
     assert tasks.group_names == HOSTILE and tasks.features == FEATURES
     paths, _ = write_fits(tmp_path, params, tasks, np.random.default_rng(0))
     report(params, Path("tasks.nc"), paths["flat"], paths["hierarchical"], paths["informed"], Path("prior.nc"),
-           Path("metrics"), Path("timings"), Path("reports"))
+           Path("metrics"), Path("reports"))
     _assert_shown_as_written(tmp_path / "reports")
     texts = recorded_figure_texts()
     drawn = {text for text, _ in texts}

@@ -82,8 +82,8 @@ def _prior(rng, specs) -> xr.Dataset:
 
 
 def write_fits(d, params, tasks: Tasks, rng) -> tuple[dict, dict]:
-    """Synthetic outputs of the fit stages for ``tasks`` under ``d`` (traces, metrics, timings, the informed prior
-    and its metrics), as the report reads them: ``(trace paths, metrics)``."""
+    """Synthetic outputs of the fit stages for ``tasks`` under ``d`` (traces, metrics, the informed prior and
+    its metrics), as the report reads them: ``(trace paths, metrics)``."""
     names = tasks.group_names
     specs = layer_specs(tasks.n_features, HIDDEN)
     coords = layer_coords(tasks.features, HIDDEN)
@@ -103,8 +103,6 @@ def write_fits(d, params, tasks: Tasks, rng) -> tuple[dict, dict]:
         write_netcdf(idata, paths[v])
         metrics[v] = {**_metrics(rng, names, v == "hierarchical"), "made_by": made_by(stage, params)}
         write_json(metrics[v], detail_path(d / "metrics" / numbers.METRICS_FILES[v]))
-        write_json({"backend": "nutpie", "sampling": {"seconds": 1.0, "compile_seconds": 2.0}},
-                   d / "timings" / numbers.METRICS_FILES[v])
     prior = _prior(rng, specs)
     prior.attrs.update(provenance("derive_prior", "informed_prior", params.section_hash(*STAGE_PARAMS["derive_prior"]),
                                   {}))
@@ -143,7 +141,7 @@ def run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plots, "plot_surface_page", recording)
         result = report(params, d / "tasks.nc", paths["flat"], paths["hierarchical"], paths["informed"],
-                            d / "prior.nc", d / "metrics", d / "timings", d / "reports")
+                            d / "prior.nc", d / "metrics", d / "reports")
     panels = sorted(tuple(json.loads(line)) for line in record.read_text().splitlines())
     return {"dir": d, "names": names, "metrics": metrics, "result": result, "panels": panels, "params": params}
 
@@ -169,7 +167,7 @@ from hbnn.report.stage import report
 raw, d, out = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 assert "jax" not in sys.modules  # so the models' figures are drawn in forked workers
 report(parse_params(raw), d / "tasks.nc", d / "traces" / "flat.nc", d / "traces" / "hierarchical.nc",
-       d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", d / "timings", out)
+       d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", out)
 """
 
 
@@ -210,11 +208,11 @@ with interrupts_reported():
     from hbnn.pipeline.runner import run_stage
 
     sys.exit(run_stage("report", ["tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path",
-                                  "metrics_dir", "timings_dir", "out_dir"], report, [
+                                  "metrics_dir", "out_dir"], report, [
         "--params", str(d / "params.yaml"), "--tasks-path", str(d / "tasks.nc"),
         "--flat-trace", str(d / "traces" / "flat.nc"), "--hier-trace", str(d / "traces" / "hierarchical.nc"),
         "--informed-trace", str(d / "traces" / "informed.nc"), "--prior-path", str(d / "prior.nc"),
-        "--metrics-dir", str(d / "metrics"), "--timings-dir", str(d / "timings"), "--out-dir", out]))
+        "--metrics-dir", str(d / "metrics"), "--out-dir", out]))
 """
 
 
@@ -380,7 +378,7 @@ def test_stale_metrics_are_an_input_error(run, tmp_path):
     detail_path(metrics / "flat.json").write_text(json.dumps(flat))
     with pytest.raises(InputError, match="covers groups"):
         report(run["params"], d / "tasks.nc", d / "traces" / "flat.nc", d / "traces" / "hierarchical.nc",
-                   d / "traces" / "informed.nc", d / "prior.nc", metrics, d / "timings", tmp_path / "out")
+                   d / "traces" / "informed.nc", d / "prior.nc", metrics, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -394,7 +392,7 @@ def test_a_grid_past_the_memory_limit_is_refused_before_any_surface(run, tmp_pat
     huge = dataclasses.replace(params, report=dataclasses.replace(params.report, grid_size=100_000))
     with pytest.raises(ConfigError, match=r"report: estimated .* \(report.grid_size=100000\).*over limits"):
         report(huge, d / "tasks.nc", d / "traces" / "flat.nc", d / "traces" / "hierarchical.nc",
-               d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", d / "timings", tmp_path / "out")
+               d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -508,7 +506,7 @@ def test_trace_without_group_mean_is_an_input_error(run, tmp_path):
     write_netcdf(broken, tmp_path / "hier.nc")
     with pytest.raises(InputError, match="mu_in"):
         report(run["params"], d / "tasks.nc", d / "traces" / "flat.nc", tmp_path / "hier.nc",
-                   d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", d / "timings", tmp_path / "out")
+                   d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -981,8 +979,11 @@ def test_sampler_diagnostics_mark_advi_fits_as_the_status_does():
     sec = report_status._diagnostics_section({"flat": advi, "hierarchical": nuts, "informed": nuts}, ["g0"], [], [],
                                              None, likelihoods.LIKELIHOODS["bernoulli"])
     table = sec.blocks[0]
-    assert table.rows[0][0] == "Flat (ADVI)" and table.rows[0][3] == "n/a" and table.rows[0][4].endswith("(not judged)")
-    assert table.rows[1][3] == "2" and "not judged" not in table.rows[1][4]
+    div, rhat = table.header.index("Divergences"), table.header.index("Max R-hat (fn)")
+    assert table.rows[0][0] == "Flat (ADVI)" and table.rows[0][div] == "n/a" and table.rows[0][rhat].endswith(
+        "(not judged)")
+    assert table.rows[1][div] == "2" and "not judged" not in table.rows[1][rhat]
+    assert not [h for h in table.header if h.endswith(" s")]  # no wall-clock column: the same fits, the same report
     assert sec.blocks[1].text == "Groups with function-space R-hat above 1.01: Hierarchical 1/1, Informed prior 1/1."
 
 

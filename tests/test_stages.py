@@ -63,8 +63,7 @@ def run_all(d: Path, params: Path) -> None:
     check(run("baselines", params, "--tasks-path", "data/tasks.nc", "--metrics-out", "metrics/baselines.json"))
     check(run("report", params, "--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc",
               "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
-              "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--timings-dir", "timings",
-              "--out-dir", "reports"))
+              "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--out-dir", "reports"))
 
 
 def _run_pipeline(tmp_path_factory, name: str, raw: dict) -> Path:

@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the headline numbers of DVC experiments, one row each, in a terminal's width",
         description="Read `dvc exp show --json` and print one row per commit and finished experiment (and the "
         "workspace): per model (flat, hier, informed) the test score, log loss (or lpd), LOO elpd and groups not "
-        "converged (nc), the sampling seconds of all fits, and the params in which the rows differ. "
+        "converged (nc), and the params in which the rows differ. "
         "Example: dvc exp show --json | hbnn headline",
     )
     h.add_argument("input", nargs="?", type=Path, default=Path("-"),

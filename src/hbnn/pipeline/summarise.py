@@ -32,7 +32,7 @@ from typing import Any
 from hbnn.errors import InputError
 from hbnn.pipeline.variants import VARIANTS
 
-DEFAULT_METRICS = ("metrics/*",)  # timings/* are wall-clock, not results: --metrics 'timings/*' adds them
+DEFAULT_METRICS = ("metrics/*",)  # the pipeline's results; --metrics adds any other metrics file a user declares
 # `dvc exp show --json` nests ~12 levels (revision, experiments, revs, data, metrics, file, data, then the file's
 # own keys): far deeper input is not its output, and would exhaust Python's recursion in json.dumps
 MAX_DEPTH = 100
@@ -383,10 +383,10 @@ def _cell(value: Any) -> str:
 
 def headline(reps: Sequence[Replicate]) -> tuple[list[str], list[list[str]]]:
     """Tabulate one row per replicate with the few numbers ``dvc exp show`` cannot fit in a terminal: per model
-    (flat, hier, informed) the test score, log loss (or lpd), LOO elpd and groups not converged, the sampling
-    seconds of every fit in the timings files summed, and the params in which the rows differ (``key=value``).
-    Rows of different likelihoods (classifiers and regressions) each keep their own scores: every score that
-    some row has gets a column.
+    (flat, hier, informed) the test score, log loss (or lpd), LOO elpd and groups not converged, and the params in
+    which the rows differ (``key=value``). No wall-clock time: the fit stages' ``timings/*.json`` are neither DVC
+    metrics nor in git, so that a rerun leaves ``git status`` clean. Rows of different likelihoods (classifiers and
+    regressions) each keep their own scores: every score that some row has gets a column.
 
     Parameters
     ----------
@@ -405,14 +405,12 @@ def headline(reps: Sequence[Replicate]) -> tuple[list[str], list[list[str]]]:
                 if any(name in r.metrics for r in reps):
                     columns.append((f"{model}:{label}", name))
     varied = differing_params(reps)
-    header = ["experiment", *[label for label, _ in columns], "sampling_s", PARAMS_COLUMN]
+    header = ["experiment", *[label for label, _ in columns], PARAMS_COLUMN]
     rows = []
     for i, r in enumerate(reps):
-        seconds = [v for k, v in r.metrics.items() if k.startswith("timings/") and k.endswith("sampling.seconds")]
         changed = " ".join(f"{k.removeprefix('params.yaml:')}={json.dumps(vals[i], separators=(',', ':'))}"
                            for k, vals in varied.items())
-        rows.append([r.name, *[_cell(r.metrics.get(name)) for _, name in columns],
-                     _cell(round(sum(seconds), 1)) if seconds else "-", changed or "-"])
+        rows.append([r.name, *[_cell(r.metrics.get(name)) for _, name in columns], changed or "-"])
     return header, rows
 
 

@@ -184,9 +184,8 @@ def conform(value: Any, shape: Any, where: str = "") -> Any:
 
 
 _SCORES = Each(NUM)  # a train or test section: accuracy, log_loss, rmse, lpd, coverage_94, n ...
-SAMPLING = {  # a fit's ``sampling`` section (and the timings file's, merged into it)
-    **{f"{k}?": NUM for k in ("max_rhat", "max_rhat_fn", "min_ess_bulk", "min_ess_bulk_fn", "seconds",
-                              "compile_seconds")},
+SAMPLING = {  # a fit's ``sampling`` section
+    **{f"{k}?": NUM for k in ("max_rhat", "max_rhat_fn", "min_ess_bulk", "min_ess_bulk_fn")},
     "divergences?": COUNT_OR_NULL,
     "group_sd?": Each({"rhat?": NUM, "ess_bulk?": NUM, "ess_tail?": NUM}),
     "flagged_groups?": Each({"reason?": TEXT}),
@@ -266,16 +265,14 @@ def read_checked(path: Path, what: str, shape: Any) -> Any:
         raise InputError(f"{what} {path}: {err}; rerun the stage that writes it (dvc repro)") from None
 
 
-def read_metrics(metrics_dir: Path, timings_dir: Path, names: Sequence[str], score: str
-                 ) -> tuple[dict[str, dict], dict, dict | None]:
-    """Every model's detail metrics (with its timings file's ``sampling`` merged in), ``prior.json``'s and
-    ``transfer.json``'s (``None`` where the transfer stages have not run), each checked for the shape the report
-    reads and for covering ``names``.
+def read_metrics(metrics_dir: Path, names: Sequence[str], score: str) -> tuple[dict[str, dict], dict, dict | None]:
+    """Every model's detail metrics, ``prior.json``'s and ``transfer.json``'s (``None`` where the transfer stages
+    have not run), each checked for the shape the report reads and for covering ``names``.
 
     Parameters
     ----------
-    metrics_dir, timings_dir : pathlib.Path
-        The folders of the metrics and the timings files.
+    metrics_dir : pathlib.Path
+        The folder of the metrics files.
     names : sequence of str
         The tasks file's groups.
     score : str
@@ -298,9 +295,6 @@ def read_metrics(metrics_dir: Path, timings_dir: Path, names: Sequence[str], sco
     transfer = (read_checked(transfer_path, "metrics file", transfer_shape(score)) if transfer_path.is_file()
                 else None)
     check_metrics(metrics, metrics_dir, names)
-    for v, f in METRICS_FILES.items():  # wall-clock times, for the diagnostics table only
-        timing = read_checked(timings_dir / f, "timing file", {"sampling?": SAMPLING})
-        metrics[v]["sampling"] = {**metrics[v].get("sampling", {}), **timing.get("sampling", {})}
     return metrics, prior, transfer
 
 

@@ -75,7 +75,6 @@ def report(
     informed_trace: Path,
     prior_path: Path,
     metrics_dir: Path,
-    timings_dir: Path,
     out_dir: Path,
 ) -> dict:
     """Build the report from the fitted traces, the informed prior and the metrics files.
@@ -84,7 +83,8 @@ def report(
     (self-contained), ``out_dir/plots/{per_group_accuracy,calibration,advi_loss}.csv``,
     ``out_dir/plots/{compare,group_sd}.png`` (``dvc plots`` data, in git) and
     ``metrics_dir/summary.json``; returns the
-    summary dict. Wall-clock times come from ``timings_dir``. All inputs are
+    summary dict. No wall-clock time goes into it (the fit stages' ``timings/*.json`` are outside DVC and git), so
+    the same fits give the same bytes and ``dvc.lock``. All inputs are
     checked before anything is computed and nothing is written until every
     figure has been drawn. For likelihoods that are not classifiers accuracy and
     class calibration do not exist: the two CSV files then hold their header and one
@@ -100,8 +100,8 @@ def report(
         The three models' traces.
     prior_path : pathlib.Path
         The informed prior.
-    metrics_dir, timings_dir : pathlib.Path
-        The metrics and the timings folders.
+    metrics_dir : pathlib.Path
+        The metrics folder.
     out_dir : pathlib.Path
         The report's folder.
 
@@ -119,7 +119,7 @@ def report(
     tasks = load_tasks(tasks_path, params=params)
     lik = likelihoods.get(tasks.likelihood)
     names = tasks.group_names
-    metrics, prior_metrics, transfer_metrics = read_metrics(metrics_dir, timings_dir, names, lik.score)
+    metrics, prior_metrics, transfer_metrics = read_metrics(metrics_dir, names, lik.score)
     baselines = read_baselines(metrics_dir, params)
     paths = {"flat": flat_trace, "hierarchical": hier_trace, "informed": informed_trace}
     traces = open_traces(paths, params)

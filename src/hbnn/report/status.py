@@ -292,14 +292,12 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
                          hidden: bool = True) -> Section:
     """Sampler diagnostics per model and of the group sds; ``hidden``: the networks have hidden units (a linear
     model's weights have none of their symmetries)."""
-    header = ["Model", "Sampling s", "Compile s", "Divergences", "Max R-hat (fn)", "Min bulk ESS (fn)",
-              "Max R-hat (all)", "Min bulk ESS (all)"]
+    header = ["Model", "Divergences", "Max R-hat (fn)", "Min bulk ESS (fn)", "Max R-hat (all)", "Min bulk ESS (all)"]
     rows, flagged = [], []
     for v in MODELS:
         s = lookup(metrics[v], "sampling") or {}
         advi = _fitted_with_advi(s)  # as the status table shows it
-        rows.append([LABELS[v] + (" (ADVI)" if advi else ""), fmt(s.get("seconds"), ".1f"),
-                     fmt(s.get("compile_seconds"), ".1f"), "n/a" if advi else fmt(s.get("divergences"), "d"),
+        rows.append([LABELS[v] + (" (ADVI)" if advi else ""), "n/a" if advi else fmt(s.get("divergences"), "d"),
                      _rhat_cell(s.get("max_rhat_fn"), advi), fmt(s.get("min_ess_bulk_fn"), ".0f"),
                      _rhat_cell(s.get("max_rhat"), advi), fmt(s.get("min_ess_bulk"), ".0f")])
         if advi:
@@ -340,11 +338,10 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
     return Section(
         "Sampler diagnostics",
         "R-hat (want <= 1.01) and effective sample size (ESS, want >= 400) are computed in function space, on "
-        f"the {lik.quantity_words} of each group, {why} Compile s is n/a for PyMC's and the JAX "
-        "samplers, which compile inside every sampling call (counted in Sampling s). Divergences should be 0 "
-        "(the bar allows 0.1% of "
-        "the draws). ArviZ gives the same R-hat and ESS from the traces (az.rhat(trace.predictions) over a "
-        "group's rows). az.loo(trace) (traces written with trace.pointwise: true) takes its relative efficiency "
+        f"the {lik.quantity_words} of each group, {why} Divergences should be 0 (the bar allows 0.1% of the "
+        "draws). The fit stages write each fit's wall-clock seconds to timings/*.json, not here, so that the same "
+        "fits give the same report. ArviZ gives the same R-hat and ESS from the traces (az.rhat(trace.predictions) "
+        "over a group's rows). az.loo(trace) (traces written with trace.pointwise: true) takes its relative efficiency "
         f"from the weights' ESS{weights} where this report takes it from the likelihood values' own ESS: its elpd "
         "differs slightly (on the default data by 0.002-0.06, against standard errors of ~16) and its high Pareto "
         "k counts by a few rows.",

@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 @pytest.mark.timeout(1500)  # cold compile caches: every network and data shape is compiled once
 def test_the_anes96_example_runs(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "anes96_vote.py"), "--quick", "--out", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=1500)
+    script = ROOT / "examples" / "anes96_vote.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     for line in ("Test rows", "logistic regression + education", "az.compare", "GroupKFold"):

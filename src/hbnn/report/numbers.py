@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -79,6 +80,19 @@ def fmt(x: Any, spec: str = ".3f") -> str:
     if x is None or (isinstance(x, float) and not np.isfinite(x)):
         return "n/a"
     return format(x, spec)
+
+
+def ess_text(x: Any) -> str:
+    """A bulk ESS for a table, rounded down: a value short of the bar never reads as meeting it (399.6 is "399").
+
+    Returns
+    -------
+    str
+        ``"n/a"`` for ``None`` and non-finite values.
+    """
+    if x is None or (isinstance(x, float) and not np.isfinite(x)):
+        return "n/a"
+    return str(math.floor(x))
 
 
 def pct(x: float | None) -> str:

@@ -4,7 +4,6 @@ with the numbers that back it and what to change where it cannot.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from hbnn.diagnostics import criterion
@@ -18,6 +17,7 @@ from hbnn.report.numbers import (
     LABELS,
     MODELS,
     RHAT_OK,
+    ess_text,
     fmt,
     lookup,
 )
@@ -49,7 +49,7 @@ def _missing_row(model: str, metrics: dict, g: str) -> list[str]:
     ess = d.get("ess_bulk_fn")
     advi = "advi_loss" in d
     trend = d["advi_loss"] if advi else None
-    return [LABELS[model], g, _rhat_cell(d.get("rhat_fn"), advi), "n/a" if ess is None else str(math.floor(ess)),
+    return [LABELS[model], g, _rhat_cell(d.get("rhat_fn"), advi), ess_text(ess),
             "n/a" if advi else str(d.get("divergences", 0) or 0),
             _loss_text(trend) if trend and trend["still_falling"] else ("settled" if advi else "")]
 
@@ -118,7 +118,7 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
         advi = _fitted_with_advi(s)
         rows.append([LABELS[v] + (" (ADVI)" if advi else ""), "NO" if missing else "yes",
                      f"{len(names) - len(missing)}/{len(names)}", _rhat_cell(s.get("max_rhat_fn"), advi),
-                     fmt(s.get("min_ess_bulk_fn"), ".0f"), "n/a" if advi else fmt(s.get("divergences"), "d"),
+                     ess_text(s.get("min_ess_bulk_fn")), "n/a" if advi else fmt(s.get("divergences"), "d"),
                      _missing_cell(metrics[v], missing),
                      "n/a" if bad_k is None else f"{bad_k} of {lookup(metrics[v], 'train', 'n')}"])
     advi_models = [LABELS[v] for v in MODELS if _fitted_with_advi(lookup(metrics[v], "sampling") or {})]
@@ -163,7 +163,7 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
     blocks.append(Para(flag_text, warn=bool(flags)))
     thinned = [f"{LABELS[v]}, group {g}: {t['draws_per_chain']} draws per chain thinned by {t['thinned_by']} "
                f"(at {t['missed']['draws_per_chain']}: function-space R-hat {fmt(t['missed'].get('max_rhat'))}, "
-               f"bulk ESS {fmt(t['missed'].get('min_ess_bulk'), '.0f')})" for v in MODELS
+               f"bulk ESS {ess_text(t['missed'].get('min_ess_bulk'))})" for v in MODELS
                for g, t in sorted((lookup(metrics[v], "sampling", "thinned_groups") or {}).items())]
     if thinned:
         blocks.append(Para("Drawn longer and thinned (sampler.max_draws: a group whose draws missed the bar was "
@@ -207,7 +207,7 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
 def _sds_missing(sds: dict, sd_vars: Sequence[str], advi: bool) -> list[str]:
     """The hierarchical group sds of ``sds`` (the metrics' ``sampling.group_sd``) that miss the bar, with their
     numbers, in ``sd_vars``' order."""
-    return [f"{var} (R-hat {fmt(sds[var].get('rhat'))}, ESS {fmt(sds[var].get('ess_bulk'), '.0f')})"
+    return [f"{var} (R-hat {fmt(sds[var].get('rhat'))}, ESS {ess_text(sds[var].get('ess_bulk'))})"
             for var in sd_vars if var in sds and not criterion.sd_converged(sds[var], advi)]
 
 
@@ -272,11 +272,11 @@ def _transfer_status(tm: dict) -> tuple[str, bool]:
     elif h.get("advi_still_falling"):  # ADVI: one joint fit, its loss curve the reason
         hier_text = (f"MISSES it (ADVI: its loss was still falling, so every group misses: "
                      f"{counted(h['groups_not_converged'], 'group')}; raise hier_sampler.advi.iterations; min ESS "
-                     f"{fmt(h['min_ess_bulk'], '.0f')})")
+                     f"{ess_text(h['min_ess_bulk'])})")
     else:
         sd_text = f"; group sds missing it: {', '.join(sd_bad)}" if sd_bad else ""
         hier_text = (f"MISSES it ({counted(h['groups_not_converged'], 'group')} missing it{sd_text}; max R-hat "
-                     f"{fmt(h['max_rhat'])}, min ESS {fmt(h['min_ess_bulk'], '.0f')}, group sds included)")
+                     f"{fmt(h['max_rhat'])}, min ESS {ess_text(h['min_ess_bulk'])}, group sds included)")
     if h.get("restarts"):
         hier_text += (f" after {h['restarts']} restart(s) of its chains ("
                       + "; ".join(r["reason"] for r in h.get("restarted", [])) + ")")
@@ -298,15 +298,15 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
         s = lookup(metrics[v], "sampling") or {}
         advi = _fitted_with_advi(s)  # as the status table shows it
         rows.append([LABELS[v] + (" (ADVI)" if advi else ""), "n/a" if advi else fmt(s.get("divergences"), "d"),
-                     _rhat_cell(s.get("max_rhat_fn"), advi), fmt(s.get("min_ess_bulk_fn"), ".0f"),
-                     _rhat_cell(s.get("max_rhat"), advi), fmt(s.get("min_ess_bulk"), ".0f")])
+                     _rhat_cell(s.get("max_rhat_fn"), advi), ess_text(s.get("min_ess_bulk_fn")),
+                     _rhat_cell(s.get("max_rhat"), advi), ess_text(s.get("min_ess_bulk"))])
         if advi:
             continue
         rhat = [lookup(metrics[v], "per_group", g, "rhat_fn") for g in names]
         flagged.append(f"{LABELS[v]} {sum(r is not None and r > RHAT_OK for r in rhat)}/{len(names)}")
     sds = lookup(metrics["hierarchical"], "sampling", "group_sd") or {}
-    sd_rows = [[var, fmt(sds[var].get("rhat")), fmt(sds[var].get("ess_bulk"), ".0f"),
-                fmt(sds[var].get("ess_tail"), ".0f")] for var in sd_vars if var in sds]
+    sd_rows = [[var, fmt(sds[var].get("rhat")), ess_text(sds[var].get("ess_bulk")),
+                ess_text(sds[var].get("ess_tail"))] for var in sd_vars if var in sds]
     blocks = [Table(header, rows),
               Para(f"Groups with function-space R-hat above {RHAT_OK}: {', '.join(flagged)}." if flagged else
                    "Every model was fitted with ADVI, whose R-hat is not judged."),

@@ -193,3 +193,16 @@ def test_hbnn_predict_loads_no_sampler_plotting_or_arviz():
     code = f"import sys, hbnn.cli, hbnn.pipeline.predict; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("likelihood", ["poisson", "negative_binomial"])
+def test_count_intervals_are_whole_counts(tmp_path, likelihood):
+    write_trace(tmp_path / "t.nc", "hierarchical", likelihood=likelihood)
+    NEW.to_csv(tmp_path / "new.csv", index=False)
+    assert cli.main(["predict", "--trace", str(tmp_path / "t.nc"), "--input", str(tmp_path / "new.csv"), "--output",
+                     str(tmp_path / "out.csv")]) == 0
+    text = (tmp_path / "out.csv").read_text().splitlines()
+    header = text[0].split(",")
+    for line in text[1:]:
+        cells = dict(zip(header, line.split(","), strict=True))
+        assert cells["lower_94"].isdigit() and cells["upper_94"].isdigit(), line

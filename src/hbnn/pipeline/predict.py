@@ -13,17 +13,14 @@ the training statistics, then scored by every kept posterior draw:
 - an unseen group is an error for the flat and informed models, which have no
   group distribution.
 
-Output columns (appended to the input's): ``mean``, ``sd``, ``lower_94``,
-``upper_94`` and ``unseen_group``, as the likelihood summarises its draws
-(:meth:`hbnn.model.likelihoods.Likelihood.summarise`). Bernoulli: posterior mean, sd
-and central 94% interval of ``P(y = 1)``. Gaussian: the posterior predictive
-of ``y`` in the label's units, noise included (mean, sd and central 94%
-interval of the mixture over draws).
+Output columns (appended to the input's): ``mean``, ``sd``, ``lower_94``, ``upper_94`` and ``unseen_group``, as the
+likelihood summarises its draws (:meth:`hbnn.model.likelihoods.Likelihood.summarise`). Bernoulli: posterior mean, sd
+and central 94% interval of ``P(y = 1)``. Gaussian and counts: the posterior predictive of ``y`` in the label's units,
+noise included (mean, sd and central 94% interval of the mixture over draws; counts' interval in whole counts).
 
-Rows are scored in chunks (:func:`chunk_rows`) so that memory stays within
-:data:`SCORING_BUDGET` whatever the number of rows; a trace whose smallest
-chunk would not fit is refused before any row is scored. Each row's numbers
-are computed from its own draws only, so they do not depend on the chunks.
+Rows are scored in chunks (:func:`chunk_rows`) so that memory stays within :data:`SCORING_BUDGET` whatever the number
+of rows; a trace whose smallest chunk would not fit is refused before any row is scored. Each row's numbers are
+computed from its own draws only, so they do not depend on the chunks.
 """
 
 from __future__ import annotations
@@ -356,6 +353,8 @@ def score_columns(trace, table: pd.DataFrame, where: str, seed: int = 0, budget:
         log.info("predict: group %s, %s, %s", name, counted(rows.size, "row"),
                  "population (unseen)" if is_new else "own posterior")
     columns["unseen_group"] = np.isin(groups, unseen)
+    if not lik.classifier and np.issubdtype(lik.label_dtype, np.integer):  # counts: the interval in whole counts
+        columns.update({c: columns[c].astype(np.int64) for c in ("lower_94", "upper_94")})
     return columns
 
 

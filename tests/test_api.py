@@ -96,7 +96,7 @@ X, Y = table()
 
 
 @pytest.mark.parametrize("make, fit_args, names", [
-    (lambda: HierarchicalBNN(group="shop"), (X, Y), ["'shop'", "(group)"]),
+    (lambda: HierarchicalBNN(group="shop"), (X, Y), ["'shop'", "group column"]),
     (lambda: HierarchicalBNN(group="site", split="part", tune=-1), (X, Y), ["tune=-1"]),
     (lambda: FlatBNN(group="site", split="part", hidden_layers="5"), (X, Y), ["hidden_layers"]),
     (lambda: FlatBNN(group="site", split="part"), (X.assign(a=np.where(X.index == 3, np.inf, X["a"])), Y),
@@ -107,6 +107,13 @@ X, Y = table()
     (lambda: FlatBNN(group="site", split="part"), (X, Y[:5]), ["one label per row"]),
     (lambda: InformedBNN(group="site", split="part"), (X, Y), ["prior"]),
     (lambda: HierarchicalBNN(group="site", split="part", max_minutes=1e-9), (X, Y), ["max_minutes"]),
+    (lambda: FlatBNN(group="site", split="part"), (X, Y + 1j), ["'failed'", "complex"]),
+    (lambda: FlatBNN(group="site", split="part", likelihood="gaussian"), (X, pd.to_datetime(Y, unit="D")),
+     ["'failed'", "dates"]),
+    (lambda: FlatBNN(group="site", split="part"), (X, Y.rename("a")), ["y is named 'a'"]),
+    (lambda: FlatBNN(group="site", split="part"), (pd.concat([X, X[["a"]]], axis=1), Y), ["'a' more than once"]),
+    (lambda: FlatBNN(group="site", split="part"), (X.set_index(X.index + 100).assign(b=np.nan), Y),
+     ["'b'", "numbered from 1 in X's order"]),
 ])
 def test_bad_input_is_one_input_error_naming_it(make, fit_args, names):
     with pytest.raises(InputError) as err:
@@ -127,6 +134,28 @@ def test_an_unknown_setting_is_an_input_error_naming_it():
 def test_an_unfitted_estimator_says_so():
     with pytest.raises(InputError, match="not fitted"):
         FlatBNN().predict(X)
+    with pytest.raises(InputError, match="not fitted"):
+        FlatBNN().score(X, Y)
+
+
+def test_a_missing_group_column_is_named_with_xs_columns_only():
+    with pytest.raises(InputError) as err:
+        FlatBNN(group="shop").fit(X, Y)
+    assert "'shop'" in str(err.value) and "'failed'" not in str(err.value)
+
+
+def test_the_estimator_type_follows_the_likelihood():
+    from sklearn.base import is_classifier, is_regressor
+
+    assert is_classifier(FlatBNN()) and not is_regressor(FlatBNN())
+    assert is_regressor(FlatBNN(likelihood="poisson")) and not is_classifier(HierarchicalBNN(likelihood="gaussian"))
+
+
+def test_an_unreadable_trace_is_one_line(tmp_path):
+    (tmp_path / "t.nc").write_text("not a trace\n" * 20)
+    with pytest.raises(InputError) as err:
+        hbnn.load(tmp_path / "t.nc")
+    assert "\n" not in str(err.value)
 
 
 # ------------------------------------------------------------------------------------------------------- fitting
@@ -169,6 +198,9 @@ def test_a_fitted_model_predicts_diagnoses_and_survives_a_round_trip(tmp_path, f
     proba = fitted_hier.predict_proba(new)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     assert 0.5 < fitted_hier.score(X, Y) <= 1.0
+    from sklearn.metrics import get_scorer
+
+    assert 0.5 < get_scorer("roc_auc")(fitted_hier, X, Y) <= 1.0  # a classifier: the scorer takes predict_proba
     assert fitted_hier.idata_.posterior.sizes["draw"] == TINY["draws"]
     loaded = hbnn.load(fitted_hier.save(tmp_path / "m.nc"))
     assert isinstance(loaded, HierarchicalBNN) and loaded.group == "site"
@@ -177,7 +209,10 @@ def test_a_fitted_model_predicts_diagnoses_and_survives_a_round_trip(tmp_path, f
 
 
 def test_without_a_split_every_row_trains_and_no_test_scores_are_claimed():
-    model = FlatBNN(group="site", **TINY).fit(X.drop(columns="part"), Y)
+    numbered = X.drop(columns="part").assign(site=X["site"].str[1:].astype(int))  # groups 0, 1, 2
+    model = FlatBNN(group="site", **TINY).fit(numbered, Y)
+    # a group column read back as floats (a NaN once in it) names the same groups
+    assert not model.predict_summary(numbered.assign(site=numbered["site"].astype(float)))["unseen_group"].any()
     assert model.trace_.observed_data.sizes["obs"] == len(X)
     assert "test" not in model.metrics_ and all("test" not in g for g in model.metrics_["per_group"].values())
     assert model.diagnostics()["rhat"].notna().all()

@@ -203,7 +203,8 @@ def test_groups_that_miss_the_bar_are_fitted_again_longer_and_thinned(ragged_tas
     for info in sampled.thinned.values():
         assert info["thinned_by"] == 3 and info["draws_per_chain"] == 60  # the ESS asked for more: capped
         assert info["missed"]["draws_per_chain"] == 20 and info["missed"]["min_ess_bulk"] < 400
-    assert "misses the bar at 60 draws per chain" in caplog.text and "max_draws=60 allows no longer fit" in caplog.text
+    assert "misses the bar at 60 draws per chain" in caplog.text
+    assert "max_draws=60 (sampler.max_draws) allows no longer fit" in caplog.text
     # group "b" thinned is every 3rd draw of a plain 60-draw fit from its seed
     longer = parse_params({**raw, "sampler": {**raw["sampler"], "draws": 60, "max_draws": 0}})
     plain = _fit_flat(longer, ragged_tasks, build, density)
@@ -266,7 +267,7 @@ def test_groups_that_diverge_past_the_bar_are_fitted_again_at_a_higher_target_ac
         assert info["missed"]["draws_per_chain"] == 20 and info["missed"]["transitions"] == 40
         assert info["divergences"] == int(sampled.sample_stats["diverging"].sel(group=g).sum())
     assert "fitting it again at target_accept 0.95 (sampler.refit_target_accept)" in caplog.text
-    assert "still diverges at sampler.refit_target_accept=0.95" in caplog.text  # once: no second refit
+    assert "still diverges at refit_target_accept=0.95" in caplog.text  # once: no second refit
     assert caplog.text.count("fitting it again") == 3
     plain = _fit_flat(parse_params({**raw, "sampler": {**raw["sampler"], "target_accept": 0.95,
                                                                        "refit_target_accept": 0}}),
@@ -312,7 +313,7 @@ def test_a_group_both_short_and_diverging_is_drawn_longer_at_the_higher_target_a
         assert raised["missed"] == {"draws_per_chain": 20, "divergences": raised["missed"]["divergences"],
                                     "transitions": 40}
         assert thin["missed"]["draws_per_chain"] == 20 and thin["missed"]["min_ess_bulk"] < 400
-    assert "still diverges at sampler.refit_target_accept=0.95" in caplog.text
+    assert "still diverges at refit_target_accept=0.95" in caplog.text
     plain = _fit_flat(parse_params({**raw, "sampler": {**raw["sampler"], "draws": 60, "max_draws": 0,
                                                                        "target_accept": 0.95,
                                                                        "refit_target_accept": 0}}),

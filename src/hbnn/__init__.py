@@ -13,8 +13,7 @@ Subpackages, one layer each:
 - ``files``: atomic outputs, traces, checksums and checked loading;
 - ``pipeline``: the DVC stages' bodies, the runner, cost estimates, variants and seeds, the transfer experiment,
   ``hbnn predict`` and ``hbnn summarise``;
-- ``report``: the report stage, its sections, figures and plots.
-
+- ``report``: the report stage, its sections, figures and plots;
 - ``fitting``: fitting a model to tasks and scoring it, which the fit stages and the Python API share;
 - ``api``: the Python API, :class:`HierarchicalBNN`, :class:`FlatBNN`, :class:`InformedBNN` and :func:`load`, importable
   from ``hbnn`` itself.

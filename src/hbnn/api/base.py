@@ -130,13 +130,22 @@ class BNNEstimator(BaseEstimator):
         if values.ndim != 1 or values.size != len(X):
             raise InputError(f"y must hold one label per row of X ({len(X)} rows); it has shape {values.shape}")
         label = y.name if isinstance(y, pd.Series) and isinstance(y.name, str) and y.name else "y"
-        roles = {self.group, *([self.split] if self.split else [])}
+        roles = [self.group, *([self.split] if self.split else [])]
+        for role, column in zip(("group", "split"), roles, strict=False):
+            if column not in X.columns:
+                raise InputError(f"X has no column {column!r} (the {role} column, setting {role}); its columns are "
+                                 f"{list(X.columns)}")
+        if label in X.columns:
+            raise InputError(f"y is named {label!r}, which is also a column of X; drop that column from X (a label "
+                             "among the features) or rename y")
         features = [c for c in X.columns if c not in roles]
+        # error messages number rows from 1 in X's order; say so where X's index would suggest other numbers
+        where = "X and y" if X.index.equals(pd.RangeIndex(len(X))) else "X and y (rows numbered from 1 in X's order)"
         try:
             params = self.params_for(features, label)
-            df = X.loc[:, [*features, *[c for c in roles if c in X.columns]]].copy()
+            df = X.loc[:, [*features, *roles]].copy()
             df[label] = values
-            tasks = Tasks(frame_tasks(df, params, "X", all_train=not self.split))
+            tasks = Tasks(frame_tasks(df, params, where, all_train=not self.split))
             self.fit_tasks(tasks, params)
         except InputError as err:
             raise InputError(settings.renamed(str(err), self._names)) from None
@@ -230,7 +239,7 @@ class BNNEstimator(BaseEstimator):
         return table.loc[self.groups_, ["rhat", "ess_bulk", "divergences", "converged"]]
 
     def predict_summary(self, X: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
-        """Each row's posterior summary, as ``hbnn predict`` writes it.
+        """Each row's posterior summary: ``hbnn predict``'s columns, unrounded (its file rounds them to 6 decimals).
 
         Parameters
         ----------
@@ -318,6 +327,7 @@ class BNNEstimator(BaseEstimator):
         """
         from sklearn.metrics import accuracy_score, r2_score
 
+        self._check_fitted()
         y = np.asarray(y)
         if likelihoods.get(self.likelihood_).classifier:
             return float(accuracy_score(y, self.predict(X)))
@@ -343,8 +353,17 @@ class BNNEstimator(BaseEstimator):
         return Path(path)
 
     def __sklearn_tags__(self):
+        """scikit-learn's tags: a classifier for ``bernoulli`` (scorers such as ``roc_auc`` then take
+        :meth:`predict_proba`, an integer ``cv`` stratifies), a regressor otherwise."""
+        from sklearn.utils import ClassifierTags, RegressorTags
+
         tags = super().__sklearn_tags__()
         tags.non_deterministic = False  # the same settings and rows give the same draws
+        known = self.likelihood in likelihoods.LIKELIHOODS
+        if known and likelihoods.get(self.likelihood).classifier:
+            tags.estimator_type, tags.classifier_tags = "classifier", ClassifierTags()
+        elif known:
+            tags.estimator_type, tags.regressor_tags = "regressor", RegressorTags()
         return tags
 
 
@@ -356,4 +375,7 @@ def _frame(X: Any, what: str) -> pd.DataFrame:
     bad = [c for c in X.columns if not isinstance(c, str)]
     if bad:
         raise InputError(f"{what}'s column names must be text; {bad[:3]} are not (name the columns)")
+    twice = sorted({c for c in X.columns if list(X.columns).count(c) > 1})
+    if twice:
+        raise InputError(f"{what} has the column {twice[0]!r} more than once; each column needs its own name")
     return X

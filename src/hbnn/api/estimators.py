@@ -22,6 +22,7 @@ _HIER = settings.keywords("hier_sampler", sampler_extra=("restarts",))
 _FLAT = settings.keywords("sampler", model_extra=("prior_sd",), sampler_extra=("refit_target_accept",))
 _INFORMED = settings.keywords("sampler", sampler_extra=("refit_target_accept",))
 _H, _F = settings.defaults(_HIER), settings.defaults(_FLAT)
+_RTA = _F["refit_target_accept"]  # the per-group fits' refit_target_accept default, for the docstrings
 
 _SHARED_DOC = """
     group : str, default "group"
@@ -154,7 +155,7 @@ class FlatBNN(BNNEstimator):
     Parameters
     ----------{_SHARED_DOC}    prior_sd : float, default {_F["prior_sd"]}
         The weights' prior sd.
-    refit_target_accept : float, default {_F["refit_target_accept"]}
+    refit_target_accept : float, default {_RTA}
         A group whose fit diverges past the bar is fitted again at this target_accept (0: off).
 {_ATTRIBUTES_DOC}"""
 
@@ -193,8 +194,7 @@ class InformedBNN(BNNEstimator):
     prior : HierarchicalBNN, xarray.Dataset, str or pathlib.Path
         A fitted :class:`HierarchicalBNN` (its :meth:`HierarchicalBNN.informed_prior` with the default settings), a
         prior it derived, or a prior file (``priors/informed.nc``). To cross-validate, pass the derived prior:
-        ``clone`` makes an unfitted copy of an estimator.{_SHARED_DOC}    refit_target_accept : float, default
-        {_F["refit_target_accept"]}
+        ``clone`` makes an unfitted copy of an estimator.{_SHARED_DOC}    refit_target_accept : float, default {_RTA}
         A group whose fit diverges past the bar is fitted again at this target_accept (0: off).
 {_ATTRIBUTES_DOC}"""
 
@@ -239,5 +239,8 @@ class InformedBNN(BNNEstimator):
             return prior_layers(prior, layers, "the prior"), {"prior_file": ""}
         if isinstance(prior, (str, Path)):
             return load_prior(Path(prior), layers), {"prior_file": str(prior)}
+        if prior is None:
+            raise InputError("prior: this InformedBNN has none (a model loaded from a trace keeps only a prior file's "
+                             "path); pass a fitted HierarchicalBNN, its informed_prior(), or the path of a prior file")
         raise InputError("prior: pass a fitted HierarchicalBNN, its informed_prior(), or the path of a prior file "
                          f"(priors/informed.nc); got {type(prior).__name__}")

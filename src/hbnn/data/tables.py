@@ -74,6 +74,9 @@ def numeric_features(df: pd.DataFrame, features: list[str], where: str) -> np.nd
     """``(n, feature)`` float array of the feature columns: numeric and complete, else :class:`InputError`."""
     for name in features:
         col = df[name]
+        kind = _not_real(col)
+        if kind:
+            raise InputError(f"{where}: feature column {name!r} holds {kind}; encode it as real numbers first")
         if not (pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)):
             bad = np.flatnonzero(pd.to_numeric(col, errors="coerce").isna() & col.notna())
             example = col.iloc[bad[0]] if bad.size else col.dropna().iloc[0] if col.notna().any() else None
@@ -91,6 +94,18 @@ def numeric_features(df: pd.DataFrame, features: list[str], where: str) -> np.nd
     return X
 
 
+def _not_real(col: pd.Series) -> str | None:
+    """What a column holds where NumPy would turn it into real numbers by losing something (complex numbers lose
+    their imaginary part, dates and durations become nanoseconds); ``None`` for any other column."""
+    if pd.api.types.is_complex_dtype(col):
+        return "complex numbers"
+    if pd.api.types.is_datetime64_any_dtype(col) or isinstance(col.dtype, pd.PeriodDtype):
+        return "dates"
+    if pd.api.types.is_timedelta64_dtype(col):
+        return "durations"
+    return None
+
+
 def group_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
     """Group names as strings; a missing group value, or a name that is not printable text, not empty and at most
     :data:`hbnn.names.MAX_NAME_LENGTH` characters (:func:`hbnn.names.name_problem`), is an :class:`InputError`
@@ -105,6 +120,9 @@ def group_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
     if missing.size:
         raise InputError(f"{where}: group column {name!r} has {counted(missing.size, 'missing value')} "
                          f"({rows_phrase(missing)})")
+    v = col.to_numpy()
+    if pd.api.types.is_float_dtype(col) and np.all((np.mod(v, 1) == 0) & (np.abs(v) < 2**53)):
+        col = col.astype(np.int64)  # 3.0 (an integer column that once held a NaN) names the group 3 names
     values = col.astype(str).to_numpy()
     for group in pd.unique(values):
         problem = name_problem(group)
@@ -127,6 +145,9 @@ def _labels(df: pd.DataFrame, name: str, likelihood: str, where: str) -> np.ndar
     if missing.size:
         raise InputError(f"{where}: label column {name!r} has {counted(missing.size, 'missing value')} "
                          f"({rows_phrase(missing)})")
+    kind = _not_real(col)
+    if kind:
+        raise InputError(f"{where}: label column {name!r} holds {kind}; labels must be real numbers")
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(np.isnan(values))  # not missing (checked above): not a number
     if bad.size:

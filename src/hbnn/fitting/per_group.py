@@ -176,13 +176,13 @@ def _lengthen(stage: str, tasks: Tasks, spec: ModelSpec, model: cluster.Model, j
                                f"{transitions} transitions"] if diverging else []))
             if k_next == k and ta_next == ta:
                 if short and s.max_draws > s.draws:
-                    log.warning("%s: group %s misses the bar at %d draws per chain (%s), and sampler.max_draws=%d "
-                                "allows no longer fit; the metrics and the report say so", stage, jobs[g].name,
+                    log.warning("%s: group %s misses the bar at %d draws per chain (%s), and max_draws=%d "
+                                "(sampler.max_draws) allows no longer fit; its diagnostics say so", stage, jobs[g].name,
                                 k * s.draws, what, s.max_draws)
                 if diverging and s.refit_applies:
-                    log.warning("%s: group %s still diverges at sampler.refit_target_accept=%s (%d divergences in "
-                                "%d transitions); the metrics and the report say so", stage, jobs[g].name, ta, div,
-                                transitions)
+                    log.warning("%s: group %s still diverges at refit_target_accept=%s (sampler.refit_target_accept; "
+                                "%d divergences in %d transitions); its diagnostics say so", stage, jobs[g].name, ta,
+                                div, transitions)
                 continue
             if k_next > k:
                 short_at.setdefault(g, {"draws_per_chain": k * s.draws, **{key: float(v) for key, v in d.items()}})

@@ -112,7 +112,9 @@ def load_fitted(path: Path) -> Fitted:
         if _is_prior(path):
             raise InputError(f"{path} is an informed prior, not a trace: pass a fit's trace (traces/*.nc, e.g. "
                              "traces/hier.nc)") from err
-        raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
+        problem = " ".join(str(err).split())  # one line, whatever the library's message
+        raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {problem[:200]})") \
+            from err
     integrity.check(posterior, f"trace {path} (group posterior)")
     if constant is not None:
         integrity.check(constant, f"trace {path} (group constant_data)")

@@ -33,12 +33,27 @@ def run_stage(
 ) -> int:
     """Parse ``--params`` and the stage's path options, then run ``body(params, **paths)``.
 
-    Bad parameters or inputs print one ``error:`` line and return 2 before any
-    sampling starts; a fit that fails numerically, a sampler that stops early or
-    an output that cannot be written print one ``error:`` line and return 1; an
-    interrupt (Ctrl-C, SIGTERM) prints ``interrupted: outputs unchanged`` and
-    returns 130 (:func:`interrupts_reported`). Outputs are only written, together and atomically, by a body
-    that succeeds, so every failure leaves the earlier outputs as they were.
+    Bad parameters or inputs print one ``error:`` line and return 2 before any sampling starts; a fit that fails
+    numerically, a sampler that stops early or an output that cannot be written print one ``error:`` line and return 1;
+    an interrupt (Ctrl-C, SIGTERM) prints ``interrupted: outputs unchanged`` and returns 130
+    (:func:`interrupts_reported`). Outputs are only written, together and atomically, by a body that succeeds, so every
+    failure leaves the earlier outputs as they were.
+
+    Parameters
+    ----------
+    description : str
+        The command line's help text.
+    paths : sequence of str
+        The body's path arguments; each is a required option ``--<name>`` (underscores as dashes).
+    body : callable
+        The stage body, called as ``body(params, **paths)``.
+    argv : sequence of str, optional
+        The arguments (``None``: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0, 1, 2 or 130.
     """
     parser = OneLineParser(description=description)
     parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="parameter file")

@@ -41,6 +41,7 @@ class Trace(Mapping):
         self._groups = {name: groups[name] for name in sorted(groups, key=_rank)}
 
     def groups(self) -> list[str]:
+        """The group names, in the order they are written (as ArviZ's ``InferenceData.groups``)."""
         return list(self._groups)
 
     def __getitem__(self, name: str) -> xr.Dataset:

@@ -68,6 +68,7 @@ class AdviBackend(Backend):
         return 1
 
     def label(self) -> str:
+        """Return what runs, for log lines: ADVI's iterations and minibatch size."""
         a = self.settings.advi
         return f"fitting: backend=advi iterations={a.iterations} minibatch={a.minibatch_size}"
 

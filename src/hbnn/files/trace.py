@@ -1,8 +1,8 @@
 """A fit's trace: its groups (``posterior``, ``sample_stats``, ...) as ArviZ's ``InferenceData`` lays them out.
 
 The fit stages build and write traces without importing ArviZ, whose import
-(matplotlib's pyplot, SciPy's stats, a numba ufunc compiled at import) costs
-every stage process ~2.5 s on a 2-core machine. :class:`Trace` holds the same
+(matplotlib's pyplot, SciPy's stats, a numba ufunc compiled at import) is a
+large part of a stage process's start (benchmarks/FINDINGS.md). :class:`Trace` holds the same
 groups in ArviZ's order and writes a NetCDF file as ArviZ lays it out (one HDF5 group per
 trace group), so ``az.from_netcdf`` reads the same groups as from ArviZ's own file;
 :meth:`Trace.to_arviz` hands the groups to ArviZ where its functions are wanted.

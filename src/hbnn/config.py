@@ -1,10 +1,8 @@
 """Typed, validated parameters.
 
-``params.yaml`` is read once per stage into a frozen :class:`Params`
-(:mod:`hbnn.config_read`). Every check of a value and of keys against each other
-is here (each section's ``check``, then :meth:`Params.check`), before any data is
-generated or any sampler starts, and a failure raises :class:`ConfigError` naming
-the dotted key and the bad value.
+``params.yaml`` is read once per stage into a frozen :class:`Params` (:mod:`hbnn.config_read`). Every check of a value
+and of keys against each other is here (each section's ``check``, then :meth:`Params.check`), before any data is
+generated or any sampler starts, and a failure raises :class:`ConfigError` naming the dotted key and the bad value.
 """
 
 from __future__ import annotations
@@ -77,11 +75,9 @@ class ConfigError(InputError):
 class DataParams:
     """Where the tasks come from: rotated two-moons (seed 000) or a user's table.
 
-    ``n_samples``, ``noise`` and ``rotation_deg`` only shape the moons; ``path``,
-    ``features``, ``label``, ``group``, ``split`` and ``standardize`` only apply to
-    ``source: table``. ``train_fraction`` is used by both (moons: the first rows of
-    each group; tables without a ``split`` column: a seeded, label-stratified share
-    of each group).
+    ``n_samples``, ``noise`` and ``rotation_deg`` only shape the moons; ``path``, ``features``, ``label``, ``group``,
+    ``split`` and ``standardize`` only apply to ``source: table``. ``train_fraction`` is used by both (moons: the first
+    rows of each group; tables without a ``split`` column: a seeded, label-stratified share of each group).
     """
 
     source: str = "moons"
@@ -141,12 +137,10 @@ class DataParams:
 class ModelParams:
     """Network shape, activation, likelihood and the flat net's weight prior.
 
-    ``hidden_layers: []`` (or ``0``) is a linear model ``features -> output``.
-    ``activation`` is the hidden units' (:mod:`hbnn.model.activations`). A
-    likelihood's extra parameter has a ``HalfNormal(noise_sd)`` prior: gaussian's
-    noise sd on the standardised label scale, negative_binomial's dispersion.
-    ``bias`` adds a bias to every hidden and output unit, with the same prior as
-    the weights of its layer (:mod:`hbnn.model.network`).
+    ``hidden_layers: []`` (or ``0``) is a linear model ``features -> output``. ``activation`` is the hidden units'
+    (:mod:`hbnn.model.activations`). A likelihood's extra parameter has a ``HalfNormal(noise_sd)`` prior: gaussian's
+    noise sd on the standardised label scale, negative_binomial's dispersion. ``bias`` adds a bias to every hidden and
+    output unit, with the same prior as the weights of its layer (:mod:`hbnn.model.network`).
     """
 
     hidden_layers: tuple[int, ...] = (5, 5)
@@ -188,22 +182,20 @@ class AdviParams:
 class SamplerParams:
     """Inference settings of a fit stage: ``sampler`` (the per-group fits) or ``hier_sampler``.
 
-    NUTS backends use chains/tune/draws/target_accept; ``advi`` fits the
-    approximation with ``advi.*`` and then draws ``chains x draws`` from it.
-    ``max_draws`` (0: off; the hierarchical fit: nutpie and numpyro; the per-group fits: the NUTS backends, ADVI
-    ignores it) lets a fit draw past ``draws`` per chain while its draws miss
-    the convergence bar, up to ``max_draws`` per chain. The hierarchical fit goes on: it looks again where its
-    smallest ESS so far extrapolates to the bar, at most 20% of the draws so far and at most ``draws`` further
-    (nutpie: in steps of 100 draws; numpyro: a block of ``draws`` at a time)
-    (:meth:`hbnn.sampling.sampler.Sampler.sample`, :func:`hbnn.sampling.runlength._next_check`). A per-group fit that
-    misses it is fitted again from its seed with ``k`` times ``draws`` and its chains thinned by ``k``, since a stage's
-    groups share one draw count (:func:`hbnn.fitting.per_group.fit_per_group`).
-    ``refit_target_accept`` (the per-group NUTS fits; off at 0 or at most ``target_accept``): a group whose fit
-    diverges more often than the bar allows (0.1% of its draws) is fitted again from its seed at this target_accept
-    (smaller steps), once; longer too where its R-hat or ESS also miss. More draws do not dilute divergences: they
-    mark regions the step size is too large for, which a smaller step size resolves.
-    ``restarts`` (the hierarchical fit, nutpie, with ``max_draws`` past ``draws``; ignored otherwise): at any look,
-    chains that diverge past the bar's share or sit in a region of clearly lower log density while the chains
+    NUTS backends use chains/tune/draws/target_accept; ``advi`` fits the approximation with ``advi.*`` and then draws
+    ``chains x draws`` from it. ``max_draws`` (0: off; the hierarchical fit: nutpie and numpyro; the per-group fits: the
+    NUTS backends, ADVI ignores it) lets a fit draw past ``draws`` per chain while its draws miss the convergence bar,
+    up to ``max_draws`` per chain. The hierarchical fit goes on: it looks again where its smallest ESS so far
+    extrapolates to the bar, at most 20% of the draws so far and at most ``draws`` further (nutpie: in steps of 100
+    draws; numpyro: a block of ``draws`` at a time) (:meth:`hbnn.sampling.sampler.Sampler.sample`,
+    :func:`hbnn.sampling.runlength._next_check`). A per-group fit that misses it is fitted again from its seed with
+    ``k`` times ``draws`` and its chains thinned by ``k``, since a stage's groups share one draw count
+    (:func:`hbnn.fitting.per_group.fit_per_group`). ``refit_target_accept`` (the per-group NUTS fits; off at 0 or at
+    most ``target_accept``): a group whose fit diverges more often than the bar allows (0.1% of its draws) is fitted
+    again from its seed at this target_accept (smaller steps), once; longer too where its R-hat or ESS also miss. More
+    draws do not dilute divergences: they mark regions the step size is too large for, which a smaller step size
+    resolves. ``restarts`` (the hierarchical fit, nutpie, with ``max_draws`` past ``draws``; ignored otherwise): at any
+    look, chains that diverge past the bar's share or sit in a region of clearly lower log density while the chains
     disagree are started again, up to this many times, from the best chain's draws
     (:func:`hbnn.sampling.restarts.restart_reason`); the metrics and the trace record each restart with its numbers.
     """
@@ -320,17 +312,14 @@ class PriorParams:
 class TransferParams:
     """The transfer experiment: groups held out of a hierarchical fit, refit with few rows of their own.
 
-    ``transfer_prior`` holds out ``max(min_holdout, round(holdout_fraction * n_groups))``
-    groups (seeded, at most ``n_groups - 2``, so two groups are left to fit the hierarchy), fits the
-    hierarchical model on the rest and derives the informed prior from it. ``transfer`` then fits each
-    held-out group on nested, seeded subsets of its training rows (``sizes``, plus all its rows when
-    ``all_rows``), stratified by label for classifiers, with the flat and the informed prior, and
-    scores them and the population's prediction (no rows) on the group's own test rows.
+    ``transfer_prior`` holds out ``max(min_holdout, round(holdout_fraction * n_groups))`` groups (seeded, at most
+    ``n_groups - 2``, so two groups are left to fit the hierarchy), fits the hierarchical model on the rest and derives
+    the informed prior from it. ``transfer`` then fits each held-out group on nested, seeded subsets of its training
+    rows (``sizes``, plus all its rows when ``all_rows``), stratified by label for classifiers, with the flat and the
+    informed prior, and scores them and the population's prediction (no rows) on the group's own test rows.
 
-    ``tune`` is the held-out hierarchical fit's tuning iterations (``hier_sampler``'s other settings apply):
-    fewer groups than ``fit_hier``'s, and at the default 12 groups 600 met the bar at 8 of 8 sampler seeds with
-    26% fewer leapfrog steps than 1000 (benchmarks/FINDINGS.md), where 18 groups (``fit_hier``) left a chain
-    stuck at one seed of 8.
+    ``tune`` is the held-out hierarchical fit's tuning iterations (``hier_sampler``'s other settings apply): it fits
+    fewer groups than ``fit_hier``, which meet the convergence bar with less tuning (benchmarks/FINDINGS.md).
     """
 
     holdout_fraction: float = 0.333
@@ -400,8 +389,7 @@ class TraceParams:
 class LimitParams:
     """Guards against runs too large for this machine (:mod:`hbnn.pipeline.budget`); they change no result.
 
-    Each stage estimates its peak memory and time before it starts and refuses
-    past these limits, printing the estimate.
+    Each stage estimates its peak memory and time before it starts and refuses past these limits, printing the estimate.
     """
 
     max_memory_gib: float = 0.0  # 0: 80% of this machine's memory
@@ -452,8 +440,17 @@ class Params:
         )
 
     def sampler_for(self, stage: str) -> SamplerParams:
-        """The sampler settings of a fit: ``hier_sampler`` for the hierarchical fits (the held-out one's tuning
-        ``transfer.tune``), else ``sampler``."""
+        """The sampler settings of a fit: ``hier_sampler`` for the hierarchical fits, else ``sampler``.
+
+        Parameters
+        ----------
+        stage : str
+            A fit of :data:`hbnn.pipeline.variants.FITS`; ``transfer_hier`` tunes for ``transfer.tune`` iterations.
+
+        Returns
+        -------
+        SamplerParams
+        """
         if stage == "transfer_hier":
             return dataclasses.replace(self.hier_sampler, tune=self.transfer.tune)
         return self.hier_sampler if stage in HIERARCHICAL_FITS else self.sampler

@@ -80,10 +80,23 @@ def _build(cls: type, raw: Any, prefix: str, default: Any = None) -> Any:
 
 
 def parse_params(raw: dict[str, Any] | None) -> Params:
-    """Validate a nested dict (as loaded from YAML) into :class:`Params`.
+    """Validate a nested dict (as loaded from YAML) into :class:`hbnn.config.Params`.
 
-    Missing keys take their defaults; unknown keys, wrong types and out-of-range
-    values raise :class:`ConfigError` naming the dotted key.
+    Missing keys take their defaults.
+
+    Parameters
+    ----------
+    raw : dict or None
+        The parameters as loaded; ``None`` (an empty file) means all defaults.
+
+    Returns
+    -------
+    hbnn.config.Params
+
+    Raises
+    ------
+    hbnn.config.ConfigError
+        Naming the dotted key of an unknown key, a wrong type or an out-of-range value.
     """
     params = _build(Params, raw or {}, "")
     params.check()
@@ -106,8 +119,25 @@ def _count_values(node: Any, limit: int) -> int:
 def read_yaml(text: str, what: str) -> Any:
     """Parse ``text`` as YAML 1.2, exactly as DVC reads ``params.yaml`` (ruamel.yaml's safe loader).
 
-    PyYAML would read YAML 1.1 instead, where ``010`` is 8, ``yes`` is true and
-    ``1e-5`` is a string, so the stages and ``dvc params diff`` would disagree.
+    PyYAML would read YAML 1.1 instead, where ``010`` is 8, ``yes`` is true and ``1e-5`` is a string, so the stages and
+    ``dvc params diff`` would disagree.
+
+    Parameters
+    ----------
+    text : str
+        The file's text.
+    what : str
+        The file, for messages.
+
+    Returns
+    -------
+    object
+        The parsed document.
+
+    Raises
+    ------
+    hbnn.config.ConfigError
+        If the text is not valid YAML (naming the line and column) or expands past :data:`MAX_VALUES` values.
     """
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -128,7 +158,22 @@ def read_yaml(text: str, what: str) -> Any:
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read and validate ``params.yaml`` (YAML 1.2, as DVC reads it)."""
+    """Read and validate ``params.yaml`` (YAML 1.2, as DVC reads it).
+
+    Parameters
+    ----------
+    path : str or pathlib.Path, optional
+        The parameter file.
+
+    Returns
+    -------
+    hbnn.config.Params
+
+    Raises
+    ------
+    hbnn.config.ConfigError
+        If the file is missing, unreadable, not YAML or holds a bad parameter.
+    """
     path = Path(path)
     try:
         text = path.read_text()
@@ -140,10 +185,23 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 
 def unchanged_check(path: str | Path, params: Params):
-    """A check for :func:`hbnn.errors.checked_before_commit`: raises :class:`~hbnn.errors.ChangedMeanwhile` where the
-    parameter file at ``path`` no longer holds ``params`` (edited, or rewritten by another ``dvc exp run`` in the
-    same workspace, while the stage ran): DVC records the params it finds after the stage, so outputs made from the
-    earlier values would be recorded as made from the new ones."""
+    """A check for :func:`hbnn.errors.checked_before_commit` that the parameter file still holds ``params``.
+
+    DVC records the params it finds after the stage, so outputs made from earlier values would be recorded as made from
+    new ones if the file was edited, or rewritten by another ``dvc exp run`` in the same workspace, while the stage ran.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The parameter file.
+    params : hbnn.config.Params
+        The params the stage ran with.
+
+    Returns
+    -------
+    callable
+        The check: it raises :class:`hbnn.errors.ChangedMeanwhile` where the file now holds other (or invalid) params.
+    """
     from hbnn.errors import ChangedMeanwhile
 
     def check() -> None:
@@ -163,7 +221,20 @@ def unchanged_check(path: str | Path, params: Params):
 
 
 def params_differences(before: Any, after: Any, prefix: str = "") -> list[str]:
-    """``key: old -> new`` for every dotted key whose value differs between two nested dicts."""
+    """``key: old -> new`` for every dotted key whose value differs between two nested dicts.
+
+    Parameters
+    ----------
+    before, after : object
+        Nested dicts (or leaf values).
+    prefix : str, optional
+        The dotted key of ``before`` and ``after``.
+
+    Returns
+    -------
+    list of str
+        One entry per differing key, in key order.
+    """
     if isinstance(before, dict) and isinstance(after, dict):
         out = []
         for key in sorted(set(before) | set(after)):

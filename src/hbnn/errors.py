@@ -43,23 +43,67 @@ DENSITY_OVERFLOW = "the model's settings or data overflow it (model.prior_sd, mo
 
 
 def rows_text(idx, limit: int = 5) -> str:
-    """Human row numbers (1 = first data row of the file) of some offending rows, for messages."""
+    """Human row numbers (1 = first data row of the file) of some offending rows, for messages.
+
+    Parameters
+    ----------
+    idx : sequence of int
+        0-based row positions.
+    limit : int, optional
+        How many to show; the rest are counted.
+
+    Returns
+    -------
+    str
+    """
     shown = ", ".join(str(int(i) + 1) for i in idx[:limit])
     return shown + (f" (and {len(idx) - limit} more)" if len(idx) > limit else "")
 
 
 def plural(noun: str, n: int) -> str:
-    """``noun`` for one, ``nouns`` for any other count."""
+    """``noun`` for one, ``nouns`` for any other count.
+
+    Parameters
+    ----------
+    noun : str
+    n : int
+
+    Returns
+    -------
+    str
+    """
     return noun if n == 1 else f"{noun}s"
 
 
 def rows_phrase(idx, limit: int = 5) -> str:
-    """``row 4`` or ``rows 4, 9``: :func:`rows_text` after the noun it takes."""
+    """``row 4`` or ``rows 4, 9``: :func:`rows_text` after the noun it takes.
+
+    Parameters
+    ----------
+    idx : sequence of int
+        0-based row positions.
+    limit : int, optional
+        How many to show.
+
+    Returns
+    -------
+    str
+    """
     return f"{plural('row', len(idx))} {rows_text(idx, limit)}"
 
 
 def counted(n: int, noun: str) -> str:
-    """``1 missing value``, ``3 missing values``."""
+    """``1 missing value``, ``3 missing values``.
+
+    Parameters
+    ----------
+    n : int
+    noun : str
+
+    Returns
+    -------
+    str
+    """
     return f"{n} {plural(noun, n)}"
 
 
@@ -87,9 +131,19 @@ _COMMIT_CHECKS: list[Callable[[], None]] = []
 
 @contextlib.contextmanager
 def checked_before_commit(check: Callable[[], None]) -> Iterator[None]:
-    """Within the block, :meth:`hbnn.files.outputs.Outputs.commit` first calls ``check`` (:func:`run_commit_checks`),
-    which raises to refuse the outputs: the stage runner's check that ``params.yaml`` did not change while the stage
-    ran."""
+    """Within the block, :meth:`hbnn.files.outputs.Outputs.commit` first calls ``check`` (:func:`run_commit_checks`).
+
+    The stage runner uses it to check that ``params.yaml`` did not change while the stage ran.
+
+    Parameters
+    ----------
+    check : callable
+        Takes no arguments; raises to refuse the outputs.
+
+    Yields
+    ------
+    None
+    """
     _COMMIT_CHECKS.append(check)
     try:
         yield
@@ -137,13 +191,34 @@ def commit_section() -> Iterator[None]:
 
 
 def one_line(err: BaseException) -> str:
-    """An exception's message on one line (library messages may span several)."""
+    """An exception's message on one line (library messages may span several).
+
+    Parameters
+    ----------
+    err : BaseException
+
+    Returns
+    -------
+    str
+    """
     return " ".join(str(err).split())
 
 
 def unexpected(err: Exception) -> int:
-    """Report an error no check of hbnn's foresaw as one ``error:`` line (its type and message: a defect in hbnn or
-    a library, worth reporting) and return :data:`EXIT_FAILED`; with ``HBNN_TRACEBACK=1`` the traceback follows."""
+    """Report an error no check of hbnn's foresaw as one ``error:`` line.
+
+    The line gives its type and message (a defect in hbnn or a library, worth reporting); with ``HBNN_TRACEBACK=1``
+    the traceback follows.
+
+    Parameters
+    ----------
+    err : Exception
+
+    Returns
+    -------
+    int
+        :data:`EXIT_FAILED`.
+    """
     import traceback
 
     print(f"error: unexpected {type(err).__name__}: {one_line(err)} (set HBNN_TRACEBACK=1 to see where; outputs "
@@ -156,13 +231,21 @@ def unexpected(err: Exception) -> int:
 def exit_stage(code: int) -> NoReturn:
     """End a stage's process with ``code`` now, inside :func:`interrupts_reported`'s block.
 
-    By then the stage has written and closed its outputs; what is left is the
-    interpreter's teardown of its modules and objects, ~0.7 s of a 2-core
-    machine per stage process, for nothing. The exit handlers still run
-    (logging's flush, ``weakref.finalize``), and the standard streams are
-    flushed. An interrupt that arrived meanwhile still ends the run with 130.
-    Under a profiler, tracer or debugger (``python -m cProfile``, coverage) the
-    process ends as usual, so they can write what they gathered.
+    By then the stage has written and closed its outputs; what is left is the interpreter's teardown of its modules and
+    objects, a cost every stage process would pay for nothing (benchmarks/FINDINGS.md). The exit handlers still run
+    (logging's flush, ``weakref.finalize``), and the standard streams are flushed. An interrupt that arrived meanwhile
+    still ends the run with 130. Under a profiler, tracer or debugger (``python -m cProfile``, coverage) the process
+    ends as usual, so they can write what they gathered.
+
+    Parameters
+    ----------
+    code : int
+        The exit status.
+
+    Raises
+    ------
+    KeyboardInterrupt
+        If an interrupt arrived meanwhile (the block reports it).
     """
     if _received:
         raise KeyboardInterrupt
@@ -179,17 +262,22 @@ def exit_stage(code: int) -> NoReturn:
 def interrupts_reported(exit_now: bool = False) -> Iterator[None]:
     """Within the block, Ctrl-C or SIGTERM exits with ``interrupted: outputs unchanged`` and status 130.
 
-    ``exit_now`` (a stage script's process): the process then ends at once, giving exit handlers at most
-    :data:`GRACE_SECONDS`, instead of Python's teardown, which waits for every thread a library left running (a
-    Dask cluster's kept a stage alive for minutes after the message).
+    Stage scripts import their body inside it, so an interrupt while the libraries load ends the same way as one while
+    sampling: no traceback. The outermost block first moves the library folders under an unusable home directory
+    (:func:`hbnn.homes.use_writable_homes`), before any library loads. An interrupt whose exception a library swallowed
+    still ends the run the same way (:func:`interrupt_received`), and so does any error raised after a signal arrived
+    (an interrupt inside a C extension's import surfaces as one).
 
-    Stage scripts import their body inside it, so an interrupt while the
-    libraries load ends the same way as one while sampling: no traceback. The
-    outermost block first moves the library folders under an unusable home
-    directory (:func:`hbnn.homes.use_writable_homes`), before any library loads. An
-    interrupt whose exception a library swallowed still ends the run the same
-    way (:func:`interrupt_received`), and so does any error raised after a
-    signal arrived (an interrupt inside a C extension's import surfaces as one).
+    Parameters
+    ----------
+    exit_now : bool, optional
+        For a stage script's process: it then ends at once, giving exit handlers at most :data:`GRACE_SECONDS`,
+        instead of Python's teardown, which waits for every thread a library left running (a Dask cluster's can keep a
+        stage alive for minutes after the message).
+
+    Yields
+    ------
+    None
     """
     outermost = signal.getsignal(signal.SIGINT) is not _raise_interrupt
     if outermost:  # a stage's or a command's first step: its libraries load inside the block
@@ -331,4 +419,11 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a bad command line as one ``error:`` line (status 2) instead of usage text."""
 
     def error(self, message: str):
+        """Exit with status 2 and one ``error:`` line instead of usage text.
+
+        Parameters
+        ----------
+        message : str
+            argparse's message.
+        """
         self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")

@@ -47,7 +47,20 @@ def interactive() -> bool:
 
 
 def watch(logger: logging.Logger, what: str, status: Callable[[float], str] | None = None):
-    """:func:`heartbeat` in a log, nothing on a terminal (:func:`interactive`), where the samplers' bars show."""
+    """:func:`heartbeat` in a log, nothing on a terminal (:func:`interactive`), where the samplers' bars show.
+
+    Parameters
+    ----------
+    logger : logging.Logger
+    what : str
+        What is running, the lines' prefix.
+    status : callable, optional
+        Given the seconds elapsed, what is known of the progress.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+    """
     return contextlib.nullcontext() if interactive() else heartbeat(logger, what, status=status)
 
 
@@ -56,9 +69,22 @@ def heartbeat(logger: logging.Logger, what: str, every: float = 10.0,
               status: Callable[[float], str | None] | None = None) -> Iterator[None]:
     """Log ``<what>: still running, <s>s elapsed[; <status(s)>]`` every ``every`` seconds until the block ends.
 
-    A daemon thread does the logging, so it also speaks while the main thread waits
-    in compiled code; a block shorter than ``every`` logs nothing. ``status``
-    (given the seconds elapsed) adds what is known of the progress, if anything.
+    A daemon thread does the logging, so it also speaks while the main thread waits in compiled code; a block shorter
+    than ``every`` logs nothing.
+
+    Parameters
+    ----------
+    logger : logging.Logger
+    what : str
+        What is running, the lines' prefix.
+    every : float, optional
+        Seconds between lines.
+    status : callable, optional
+        Given the seconds elapsed, what is known of the progress (``None``: nothing to add).
+
+    Yields
+    ------
+    None
     """
     stop = threading.Event()
     start = time.monotonic()

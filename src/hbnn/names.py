@@ -10,12 +10,19 @@ MAX_NAME_LENGTH = 100
 def name_problem(name: str) -> str | None:
     """What makes ``name`` unfit to name a column or a group, as words that follow "the name", or ``None``.
 
-    A name must be printable text (``str.isprintable``: no NUL, newline, tab or
-    other control or format character, which files cut at, tables break on or
-    terminals act on), not empty or only spaces, and at most
-    :data:`MAX_NAME_LENGTH` characters. Names are shown in tables, figures and
-    error lines; what would mark them up there is escaped where they are written
-    (:mod:`hbnn.report.document`, :mod:`hbnn.report.plots`), not refused here.
+    A name must be printable text (``str.isprintable``: no NUL, newline, tab or other control or format character, which
+    files cut at, tables break on or terminals act on), not empty or only spaces, and at most :data:`MAX_NAME_LENGTH`
+    characters. Names are shown in tables, figures and error lines; what would mark them up there is escaped where they
+    are written (:mod:`hbnn.report.document`, :mod:`hbnn.report.plots`), not refused here.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    str or None
+        The problem (``"is empty"``, ...), ``None`` for a usable name.
     """
     if not name.strip():
         return "is empty" if not name else "is only spaces"

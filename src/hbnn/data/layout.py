@@ -27,8 +27,27 @@ def tasks_dataset(
 ) -> xr.Dataset:
     """Assemble the long-layout dataset from row-aligned arrays.
 
-    Labels are stored as int64 for ``bernoulli`` and float64 for ``gaussian``.
-    The statistics default to the identity (mean 0, sd 1).
+    Parameters
+    ----------
+    X : array_like
+        ``(obs, feature)`` features on the model scale.
+    y : array_like
+        ``(obs,)`` labels, stored in the likelihood's label dtype (int64 for counts and classes, float64 for gaussian).
+    group, split : array_like
+        ``(obs,)`` group names and ``train``/``test``.
+    features : sequence of str
+        The feature names.
+    likelihood : str, optional
+        The likelihood's name, stored as an attr.
+    x_mean, x_sd : array_like, optional
+        ``(feature,)`` standardisation statistics (default: mean 0, sd 1, the identity).
+    y_mean, y_sd : float, optional
+        The labels' standardisation statistics.
+
+    Returns
+    -------
+    xarray.Dataset
+        The tasks in the long layout (see the module).
     """
     X = np.asarray(X, dtype=np.float64)
     n, d = X.shape
@@ -50,9 +69,23 @@ def tasks_dataset(
 
 
 def group_slices(codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, bounds)``: ``order[bounds[g]:bounds[g + 1]]`` are the positions of code ``g`` in ``codes``, in
-    increasing order, for ``g < n_groups``. One stable sort, so that code that visits every group is linear in the
-    rows (a mask ``codes == g`` per group would be quadratic in the groups)."""
+    """Each group's positions in ``codes``, from one stable sort.
+
+    Code that visits every group is then linear in the rows (a mask ``codes == g`` per group would be quadratic in the
+    groups).
+
+    Parameters
+    ----------
+    codes : numpy.ndarray
+        Integer group codes per row, each below ``n_groups``.
+    n_groups : int
+        The number of groups.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(order, bounds)``: ``order[bounds[g]:bounds[g + 1]]`` are the positions of code ``g``, in increasing order.
+    """
     order = np.argsort(codes, kind="stable")
     bounds = np.zeros(n_groups + 1, dtype=np.int64)
     np.cumsum(np.bincount(codes, minlength=n_groups), out=bounds[1:])

@@ -1,5 +1,5 @@
-"""Rotated two-moons tasks (seed 000's data), drawn from one legacy ``RandomState`` stream as the original
-notebook drew them, so that the default data equal the original's bit for bit.
+"""Rotated two-moons tasks, drawn from one legacy ``RandomState`` stream as the original notebook drew them,
+so that the default data equal the original's bit for bit.
 """
 
 from __future__ import annotations
@@ -17,7 +17,16 @@ log = logging.getLogger(__name__)
 
 
 def group_names(n_groups: int) -> list[str]:
-    """``g00, g01, ...`` zero-padded to sort in order for any ``n_groups``."""
+    """``g00, g01, ...`` zero-padded to sort in order for any ``n_groups``.
+
+    Parameters
+    ----------
+    n_groups : int
+
+    Returns
+    -------
+    list of str
+    """
     width = max(2, len(str(n_groups - 1)))
     return [f"g{i:0{width}d}" for i in range(n_groups)]
 
@@ -26,6 +35,14 @@ def rotation_matrix(degrees: float) -> np.ndarray:
     """2x2 matrix ``R`` such that ``X @ R`` rotates row vectors by ``-degrees``.
 
     This is the convention of the original notebook (``X.dot([[c, -s], [s, c]])``).
+
+    Parameters
+    ----------
+    degrees : float
+
+    Returns
+    -------
+    numpy.ndarray
     """
     theta = np.radians(degrees)
     c, s = np.cos(theta), np.sin(theta)
@@ -35,10 +52,22 @@ def rotation_matrix(degrees: float) -> np.ndarray:
 def rotate(x: np.ndarray, r: np.ndarray) -> np.ndarray:
     """``x @ r`` for ``(n, 2)`` rows and a 2x2 ``r``, as the original's BLAS computed it, on every machine.
 
-    NumPy hands ``@`` to BLAS, whose kernel is picked by CPU: those with fused multiply-adds (every x86-64 CPU
-    since 2013, and the original's) give ``fma(x1, r[1, j], x0 * r[0, j])``, the others round twice, so one in
-    five values of the default data differs in its last bit. Here the product ``x0 * r[0, j]`` is rounded once,
-    and the fused step is done exactly (in fractions) and rounded once, as an FMA does.
+    NumPy hands ``@`` to BLAS, whose kernel is picked by CPU: those with fused multiply-adds (current x86-64 CPUs, and
+    the original's) give ``fma(x1, r[1, j], x0 * r[0, j])``, the others round twice, so some values of the default data
+    would differ in their last bit. Here the product ``x0 * r[0, j]`` is rounded once, and the fused step is done
+    exactly (in fractions) and rounded once, as an FMA does.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        ``(n, 2)`` rows.
+    r : numpy.ndarray
+        A 2x2 matrix (:func:`rotation_matrix`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n, 2)`` rotated rows.
     """
     from fractions import Fraction
 
@@ -50,9 +79,26 @@ def rotate(x: np.ndarray, r: np.ndarray) -> np.ndarray:
 
 
 def two_moons(n: int, noise: float, rng: np.random.RandomState) -> tuple[np.ndarray, np.ndarray]:
-    """Two interleaved half circles, ``n // 2`` rows of class 0 above, the rest of class 1 below, shuffled and with
-    Gaussian ``noise``: scikit-learn's ``make_moons(n, noise=noise, random_state=rng)`` draw for draw and bit for
-    bit (``tests/test_data.py``), without its import (~2 s of ``make_data`` on a 2-core machine)."""
+    """Two interleaved half circles with Gaussian noise, as scikit-learn's ``make_moons`` draws them.
+
+    ``n // 2`` rows of class 0 above, the rest of class 1 below, shuffled: ``make_moons(n, noise=noise,
+    random_state=rng)`` draw for draw and bit for bit (``tests/test_data.py``), without importing scikit-learn (which
+    would be most of ``make_data``'s time).
+
+    Parameters
+    ----------
+    n : int
+        Rows.
+    noise : float
+        The noise's sd.
+    rng : numpy.random.RandomState
+        The stream to draw the shuffle and the noise from.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(x, y)``: ``(n, 2)`` coordinates and ``(n,)`` classes.
+    """
     n_upper = n // 2
     upper, lower = np.linspace(0, np.pi, n_upper), np.linspace(0, np.pi, n - n_upper)
     x = np.vstack([np.append(np.cos(upper), 1 - np.cos(lower)), np.append(np.sin(upper), 1 - np.sin(lower) - 0.5)]).T
@@ -65,8 +111,21 @@ def two_moons(n: int, noise: float, rng: np.random.RandomState) -> tuple[np.ndar
 
 
 def standardise_columns(x: np.ndarray) -> np.ndarray:
-    """Each column less its mean, over its standard deviation (1 where that is ~0), as scikit-learn's
-    ``preprocessing.scale`` computes it, with its second centring where the first left a mean not close to 0."""
+    """Each column less its mean, over its standard deviation (1 where that is ~0).
+
+    As scikit-learn's ``preprocessing.scale`` computes it, with its second centring where the first left a mean not
+    close to 0.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        ``(n, columns)``; NaNs are ignored in the statistics.
+
+    Returns
+    -------
+    numpy.ndarray
+        A standardised copy.
+    """
     x = np.array(x, dtype=np.float64)
     mean, sd = np.nanmean(x, axis=0), np.nanstd(x, axis=0)
     sd[sd < 10 * np.finfo(sd.dtype).eps] = 1.0
@@ -84,11 +143,25 @@ def standardise_columns(x: np.ndarray) -> np.ndarray:
 def make_moons_tasks(params: Params) -> xr.Dataset:
     """Rotated two-moons tasks, one per group, in the long layout.
 
-    All randomness comes from one legacy ``RandomState(params.seed)`` stream, used
-    per group in the original order: the moons' shuffle and noise, then the
-    rotation angle ``N(0, 1) * rotation_deg``. With the defaults this reproduces the
-    original notebook's data bit for bit. The first ``train_fraction`` of each
-    group's rows are training rows, the rest test rows.
+    All randomness comes from one legacy ``RandomState(params.seed)`` stream, used per group in the original order: the
+    moons' shuffle and noise, then the rotation angle ``N(0, 1) * rotation_deg``. With the defaults this reproduces the
+    original notebook's data bit for bit. The first ``train_fraction`` of each group's rows are training rows, the rest
+    test rows.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        ``seed``, ``n_groups`` and ``data`` (``n_samples``, ``noise``, ``rotation_deg``, ``train_fraction``).
+
+    Returns
+    -------
+    xarray.Dataset
+        The tasks (:func:`hbnn.data.layout.tasks_dataset`) with each group's ``rotation_deg``.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If ``data.noise`` is so large that the coordinates cannot be standardised.
     """
     d = params.data
     rng = np.random.RandomState(params.seed)

@@ -25,11 +25,28 @@ log = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------- tables
 def read_table(path: str | Path, what: str = "table", text_columns: tuple[str, ...] = ()) -> pd.DataFrame:
-    """A CSV or Parquet file as a DataFrame; a missing or unreadable file is an :class:`InputError`.
+    """A CSV or Parquet file as a DataFrame.
 
-    ``text_columns`` of a CSV (group ids) are read exactly as written: ``01`` and
-    ``1`` stay two groups, ``NA`` or ``null`` is a name, and only an empty cell is
-    missing. Parquet columns keep their stored type.
+    ``text_columns`` of a CSV (group ids) are read exactly as written: ``01`` and ``1`` stay two groups, ``NA`` or
+    ``null`` is a name, and only an empty cell is missing. Parquet columns keep their stored type.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file (``.csv`` or ``.parquet``).
+    what : str, optional
+        What the file is, for messages.
+    text_columns : tuple of str, optional
+        CSV columns read as text.
+
+    Returns
+    -------
+    pandas.DataFrame
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the file is missing, not a regular file, has a column twice, or cannot be parsed.
     """
     path = Path(path)
     if path.exists() and not path.is_file():  # a folder, a pipe (which would be read until it closes), a device
@@ -64,14 +81,47 @@ def read_table(path: str | Path, what: str = "table", text_columns: tuple[str, .
 
 
 def check_columns(df: pd.DataFrame, columns: list[tuple[str, str]], where: str) -> None:
-    """Every column exists; ``columns`` holds ``(role, name)`` pairs, the role (``data.label``...) for the message."""
+    """Check that every column exists.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+    columns : list of tuple of str
+        ``(role, name)`` pairs; the role (``data.label``...) is for the message.
+    where : str
+        The table, for messages.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the first missing column and its role.
+    """
     for role, name in columns:
         if name not in df.columns:
             raise InputError(f"{where} has no column {name!r} ({role}); its columns are {list(map(str, df.columns))}")
 
 
 def numeric_features(df: pd.DataFrame, features: list[str], where: str) -> np.ndarray:
-    """``(n, feature)`` float array of the feature columns: numeric and complete, else :class:`InputError`."""
+    """The feature columns as a float array: numeric and complete.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+    features : list of str
+        The feature columns.
+    where : str
+        The table, for messages.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n, feature)`` float64.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming a column that is not numeric, or its missing or infinite values' rows.
+    """
     for name in features:
         col = df[name]
         kind = _not_real(col)
@@ -107,13 +157,31 @@ def _not_real(col: pd.Series) -> str | None:
 
 
 def group_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
-    """Group names as strings; a missing group value, or a name that is not printable text, not empty and at most
-    :data:`hbnn.names.MAX_NAME_LENGTH` characters (:func:`hbnn.names.name_problem`), is an :class:`InputError`
-    naming the column and its rows.
+    """Group names as strings, each checked.
 
-    Checked once here, where a table's groups are read (``make_data``, ``check_params``, ``hbnn predict``): a NUL
-    would cut the name short in ``data/tasks.nc`` (netCDF strings end at one) and merge two groups, a newline would
-    break every table and line the name is written in. Each distinct name is checked once.
+    A missing group value, or a name that is not printable text, not empty and at most
+    :data:`hbnn.names.MAX_NAME_LENGTH` characters (:func:`hbnn.names.name_problem`), is refused. Checked once here,
+    where a table's groups are read (``make_data``, ``check_params``, ``hbnn predict``): a NUL would cut the name short
+    in ``data/tasks.nc`` (netCDF strings end at one) and merge two groups, a newline would break every table and line
+    the name is written in. Each distinct name is checked once.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+    name : str
+        The group column.
+    where : str
+        The table, for messages.
+
+    Returns
+    -------
+    numpy.ndarray
+        The group name per row.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the column and the rows of a missing or bad name.
     """
     col = df[name]
     missing = np.flatnonzero(col.isna().to_numpy())
@@ -171,24 +239,47 @@ def _split_column(df: pd.DataFrame, name: str, where: str) -> np.ndarray:
 
 
 def group_key(name: str) -> int:
-    """A group's stream key: the first 128 bits of the SHA-256 of its name (UTF-8), so a group's random choices
-    depend on its name, not on where it sits in the file."""
+    """A group's stream key: the first 128 bits of the SHA-256 of its name (UTF-8).
+
+    A group's random choices then depend on its name, not on where it sits in the file.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    int
+    """
     return int.from_bytes(hashlib.sha256(str(name).encode()).digest()[:16], "little")
 
 
 def stratified_split(
     groups: np.ndarray, strata: np.ndarray, train_fraction: float, seed: int
 ) -> np.ndarray:
-    """``"train"``/``"test"`` per row: within each group (``groups``: its name per row) and stratum, a seeded
-    random share trains.
+    """``"train"``/``"test"`` per row: within each group and stratum, a seeded random share trains.
 
-    Each (group, stratum) cell of ``n`` rows sends ``round(n * train_fraction)``
-    rows, clipped to ``[1, n - 1]`` (``1`` when ``n == 1``), to training; the rest
-    are test rows. A group that still has no test row although it has >= 2 rows
-    gives one training row of its largest cell to the test set. Each group draws
-    from its own stream ``SeedSequence(seed, spawn_key=(group_key(name),))``, so a
-    group's split depends only on ``seed``, its name and its own rows (in their
-    order): adding, dropping or reordering other groups never changes it.
+    Each (group, stratum) cell of ``n`` rows sends ``round(n * train_fraction)`` rows, clipped to ``[1, n - 1]`` (``1``
+    when ``n == 1``), to training; the rest are test rows. A group that still has no test row although it has >= 2 rows
+    gives one training row of its largest cell to the test set. Each group draws from its own stream
+    ``SeedSequence(seed, spawn_key=(group_key(name),))``, so a group's split depends only on ``seed``, its name and its
+    own rows (in their order): adding, dropping or reordering other groups never changes it.
+
+    Parameters
+    ----------
+    groups : numpy.ndarray
+        The group name per row.
+    strata : numpy.ndarray
+        The stratum per row (the label for a classifier).
+    train_fraction : float
+        The share of each cell that trains.
+    seed : int
+        The params' ``seed``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``"train"`` or ``"test"`` per row.
     """
     codes, names = pd.factorize(groups)  # names in order of first appearance
     strata = np.asarray(strata)

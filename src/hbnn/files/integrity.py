@@ -54,7 +54,17 @@ def _values(values: np.ndarray) -> tuple[str, bytes]:
 
 
 def content_hash(ds) -> str:
-    """SHA-256 (hex) of an ``xarray.Dataset``'s variables and attributes, leaving out its own :data:`ATTR`."""
+    """SHA-256 of a dataset's variables and attributes, leaving out its own :data:`ATTR`.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+
+    Returns
+    -------
+    str
+        The hex digest.
+    """
     h = hashlib.sha256()
     for name in sorted(map(str, ds.variables)):
         var = ds.variables[name]
@@ -68,15 +78,36 @@ def content_hash(ds) -> str:
 
 
 def sealed(ds):
-    """A shallow copy of ``ds`` whose attributes carry its :func:`content_hash`."""
+    """A shallow copy of ``ds`` whose attributes carry its :func:`content_hash`.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+
+    Returns
+    -------
+    xarray.Dataset
+    """
     out = ds.copy(deep=False)
     out.attrs = {**{k: v for k, v in ds.attrs.items() if k != ATTR}, ATTR: content_hash(ds)}
     return out
 
 
 def check(ds, where: str) -> None:
-    """Raise :class:`~hbnn.errors.InputError` naming ``where`` (the file, and the group) unless ``ds`` (loaded or
-    lazily opened: this reads every value) matches the checksum it carries."""
+    """Check that ``ds`` matches the checksum it carries.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        Loaded or lazily opened (this reads every value).
+    where : str
+        The file, and the group, for messages.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming ``where`` if ``ds`` carries no checksum or does not match it.
+    """
     found = ds.attrs.get(ATTR)
     if found is None:
         raise InputError(f"{where} has no {ATTR}: it was not written by an hbnn stage (or by an older version); "

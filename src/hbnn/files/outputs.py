@@ -147,10 +147,26 @@ class Outputs:
             tmp.write_text(text)
 
     def write_text(self, text: str, path: str | Path) -> None:
+        """Stage ``text`` as a text file.
+
+        Parameters
+        ----------
+        text : str
+        path : str or pathlib.Path
+            The destination.
+        """
         with self.path(path) as tmp:
             tmp.write_text(text)
 
     def write_bytes(self, data: bytes, path: str | Path) -> None:
+        """Stage ``data`` as a binary file.
+
+        Parameters
+        ----------
+        data : bytes
+        path : str or pathlib.Path
+            The destination.
+        """
         with self.path(path) as tmp:
             tmp.write_bytes(data)
 
@@ -284,6 +300,19 @@ def write_json(obj: Any, path: str | Path) -> None:
 
 
 def write_text(text: str, path: str | Path) -> None:
+    """Save ``text`` to ``path``, atomically.
+
+    Parameters
+    ----------
+    text : str
+    path : str or pathlib.Path
+        The destination.
+
+    Raises
+    ------
+    hbnn.errors.OutputError
+        Where the file cannot be written.
+    """
     with staged_outputs() as outputs:
         outputs.write_text(text, path)
 

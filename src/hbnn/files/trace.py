@@ -1,8 +1,8 @@
 """A fit's trace: its groups (``posterior``, ``sample_stats``, ...) as ArviZ's ``InferenceData`` lays them out.
 
 The fit stages build and write traces without importing ArviZ, whose import
-(matplotlib's pyplot, SciPy's stats, a numba ufunc compiled at import) costs
-every stage process ~2.5 s on a 2-core machine. :class:`Trace` holds the same
+(matplotlib's pyplot, SciPy's stats, a numba ufunc compiled at import) is a
+large part of a stage process's start (benchmarks/FINDINGS.md). :class:`Trace` holds the same
 groups in ArviZ's order and writes a NetCDF file as ArviZ lays it out (one HDF5 group per
 trace group), so ``az.from_netcdf`` reads the same groups as from ArviZ's own file;
 :meth:`Trace.to_arviz` hands the groups to ArviZ where its functions are wanted.
@@ -41,6 +41,7 @@ class Trace(Mapping):
         self._groups = {name: groups[name] for name in sorted(groups, key=_rank)}
 
     def groups(self) -> list[str]:
+        """The group names, in the order they are written (as ArviZ's ``InferenceData.groups``)."""
         return list(self._groups)
 
     def __getitem__(self, name: str) -> xr.Dataset:
@@ -62,10 +63,18 @@ class Trace(Mapping):
         return f"Trace({', '.join(f'{g}: {dict(ds.sizes)}' for g, ds in self._groups.items())})"
 
     def to_netcdf(self, path: str | Path, compress: bool = False) -> None:
-        """Every group into one NetCDF file, each as a group of its own; ``compress``: zlib on the numeric
-        variables, as ArviZ's default. Written with netCDF-C (xarray's ``netcdf4`` engine), which wrote the
-        default hierarchical trace in 0.17-0.34 s against 0.75-0.79 s for ArviZ's ``h5netcdf``; ArviZ, which
-        reads with h5netcdf, reads the same groups from either (tested)."""
+        """Write every group into one NetCDF file, each as a group of its own.
+
+        Written with netCDF-C (xarray's ``netcdf4`` engine), which writes a trace faster than ArviZ's ``h5netcdf``
+        (benchmarks/FINDINGS.md); ArviZ, which reads with h5netcdf, reads the same groups from either (tested).
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The new file.
+        compress : bool, optional
+            zlib on the numeric variables, as ArviZ's default.
+        """
         encodings = {name: {var: {"zlib": True} for var, values in ds.variables.items() if values.dtype.kind in "biufc"}
                      for name, ds in self._groups.items()} if compress else {}
         write_netcdf_groups(self._groups, path, "netcdf4", encodings)
@@ -79,14 +88,29 @@ class Trace(Mapping):
 
 def write_netcdf_groups(groups: Mapping[str | None, xr.Dataset], path: str | Path, engine: str = "h5netcdf",
                         encodings: Mapping[str | None, Mapping] | None = None) -> None:
-    """Write ``groups`` (``None``: the file's root group) into a new NetCDF file at ``path``, in their order,
-    through one open file (``engine``: ``h5netcdf`` or ``netcdf4``).
+    """Write ``groups`` into a new NetCDF file, in their order, through one open file.
 
-    The same variables, attributes and encodings as ``Dataset.to_netcdf`` writes group by group (tested), without
-    its reopening of the file for every group or its question to Dask which scheduler runs: xarray asks it for
-    every file written with its default lock, and Dask imports ``distributed`` to answer (~0.3-0.4 s of every
-    stage process). The datasets here hold NumPy arrays, written by this thread, so the library's own lock
+    The same variables, attributes and encodings as ``Dataset.to_netcdf`` writes group by group (tested), without its
+    reopening of the file for every group or its question to Dask which scheduler runs: xarray asks it for every file
+    written with its default lock, and Dask imports ``distributed`` to answer, a cost every stage process would pay
+    (benchmarks/FINDINGS.md). The datasets here hold NumPy arrays, written by this thread, so the library's own lock
     (HDF5's, netCDF-C's) is the one the write needs.
+
+    Parameters
+    ----------
+    groups : mapping of str or None to xarray.Dataset
+        The groups by name; ``None`` is the file's root group.
+    path : str or pathlib.Path
+        The new file.
+    engine : str, optional
+        ``h5netcdf`` or ``netcdf4``.
+    encodings : mapping, optional
+        Per group, the variables' encodings (``Dataset.to_netcdf``'s ``encoding``).
+
+    Raises
+    ------
+    ValueError
+        If ``engine`` is neither.
     """
     from xarray.backends.common import ArrayWriter
     from xarray.backends.writers import dump_to_store

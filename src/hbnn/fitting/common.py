@@ -37,7 +37,27 @@ log = logging.getLogger(__name__)
 
 
 def enforce_budget(stage: str, params: Params, tasks: Tasks) -> budget.Estimate:
-    """Refuse (before any compile or sampling) a fit estimated past ``params.limits``; return the estimate."""
+    """Refuse (before any compile or sampling) a fit estimated past ``params.limits``.
+
+    Parameters
+    ----------
+    stage : str
+        A fit of :data:`hbnn.pipeline.variants.FITS`.
+    params : hbnn.config.Params
+        The run's settings (the stage's sampler, ``model``, ``limits``).
+    tasks : hbnn.data.tasks.Tasks
+        The rows the fit will see.
+
+    Returns
+    -------
+    hbnn.pipeline.budget.Estimate
+        The fit's estimated cost.
+
+    Raises
+    ------
+    hbnn.config.ConfigError
+        If the estimated memory or time is past ``params.limits``.
+    """
     train = tasks.split("train")
     n_train = train.y.size
     largest = int(np.bincount(train.group, minlength=tasks.n_groups).max()) if n_train else 0
@@ -206,11 +226,30 @@ def write_fit(fit: Fit, params: Params, trace_out: Path, metrics_out: Path, timi
 
 def score_fit(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, sampled: Sampled,
               settings_extra: dict | None = None) -> tuple[Trace, dict, dict, dict[str, dict[str, list]]]:
-    """The trace (stamped with the provenance of the DVC stage that runs ``stage``), the metrics of
-    :func:`hbnn.diagnostics.evaluation.fit_metrics` (with PSIS-LOO), the timing of a fit and the predictions behind the
-    metrics (:func:`hbnn.diagnostics.predictions.evaluate_groups`); nothing is written.
+    """Score a sampled fit: its trace, metrics, timing and the predictions behind the metrics; nothing is written.
 
-    ``stage`` is a fit of :data:`hbnn.pipeline.variants.FITS`.
+    Parameters
+    ----------
+    stage : str
+        A fit of :data:`hbnn.pipeline.variants.FITS`; the trace is stamped with the provenance of the DVC stage that
+        runs it.
+    params : hbnn.config.Params
+        The run's settings.
+    spec : hbnn.model.spec.ModelSpec
+        The model that was sampled.
+    tasks : hbnn.data.tasks.Tasks
+        The data it was fitted to; each group is scored on its rows of each split.
+    sampled : hbnn.fitting.common.Sampled
+        The posterior, sample stats and cost.
+    settings_extra : dict, optional
+        More settings for the trace's ``hbnn_settings`` attr.
+
+    Returns
+    -------
+    tuple
+        ``(trace, metrics, timing, predictions)``: the trace, the metrics of
+        :func:`hbnn.diagnostics.evaluation.fit_metrics` (with PSIS-LOO), the timing, and the predictions of
+        :func:`hbnn.diagnostics.predictions.evaluate_groups`.
     """
     posterior, cost = sampled.posterior, sampled.cost
     observed, constant = _observed(tasks)
@@ -384,5 +423,15 @@ def hand_written(spec: ModelSpec, settings: SamplerParams, stage: str) -> bool:
 
 
 def minibatch(settings: SamplerParams) -> int | None:
-    """Rows per gradient step of the backend of ``settings``, ``None`` for the full-batch likelihood."""
+    """Rows per gradient step of the backend of ``settings``.
+
+    Parameters
+    ----------
+    settings : hbnn.config.SamplerParams
+
+    Returns
+    -------
+    int or None
+        The batch size; ``None`` for the full-batch likelihood.
+    """
     return backend_class(settings).minibatch_size(settings)

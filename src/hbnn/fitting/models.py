@@ -17,10 +17,33 @@ from hbnn.sampling.sampler import Sampler
 
 
 def sample_hierarchical(stage: str, params: Params, spec: ModelSpec, tasks: Tasks) -> fitting.Sampled:
-    """Check the cost, build and sample the hierarchical model ``spec`` of ``tasks`` (fit ``stage``,
-    :data:`hbnn.pipeline.variants.FITS`); the group sds' R-hat and ESS are its extra diagnostics. With ``max_draws`` the
-    fit draws on, in blocks, until every group's test points and every group sd meet the bar (or ``max_draws`` is
-    reached)."""
+    """Check the cost, build and sample the hierarchical model ``spec`` of ``tasks``.
+
+    The group sds' R-hat and ESS are its extra diagnostics. With ``max_draws`` the fit draws on, in blocks, until every
+    group's test points and every group sd meet the convergence criterion (:mod:`hbnn.diagnostics.criterion`) or
+    ``max_draws`` is reached.
+
+    Parameters
+    ----------
+    stage : str
+        A hierarchical fit of :data:`hbnn.pipeline.variants.FITS` (its sampler settings and seed stream).
+    params : hbnn.config.Params
+        The run's settings.
+    spec : hbnn.model.spec.ModelSpec
+        The model.
+    tasks : hbnn.data.tasks.Tasks
+        The data; every group's training rows are fitted at once.
+
+    Returns
+    -------
+    hbnn.fitting.common.Sampled
+        The posterior, sample stats, cost and the group sds' diagnostics.
+
+    Raises
+    ------
+    hbnn.config.ConfigError
+        If the fit's estimated cost is past ``params.limits``.
+    """
     settings = params.sampler_for(stage)
     estimate = fitting.enforce_budget(stage, params, tasks)
     batch = fitting.minibatch(settings)
@@ -61,10 +84,24 @@ def sample_hierarchical(stage: str, params: Params, spec: ModelSpec, tasks: Task
 
 
 def flat_model(spec: ModelSpec, settings: SamplerParams, stage: str):
-    """``build(X, y)``, the flat BNN of ``spec`` as a PyMC model (:func:`hbnn.model.builders.build_flat_model`,
-    imported only when built), and ``density(X, y)``, its hand-written log density, on one group's rows, for fit
-    ``stage`` sampled with ``settings`` (``None`` where the model has none:
-    :func:`hbnn.fitting.common.hand_written`)."""
+    """The flat BNN of ``spec`` on one group's rows, as a PyMC model builder and a hand-written density builder.
+
+    Parameters
+    ----------
+    spec : hbnn.model.spec.ModelSpec
+        The model (``prior_sd`` is the flat prior's sd).
+    settings : hbnn.config.SamplerParams
+        The sampler that will fit it (its minibatch and whether it takes a hand-written density).
+    stage : str
+        The fit, for the log line that says the hand-written density is not used.
+
+    Returns
+    -------
+    tuple
+        ``(build, density)``: ``build(X, y)`` returns the PyMC model (:func:`hbnn.model.builders.build_flat_model`,
+        imported only when built); ``density(X, y)`` its hand-written log density, or ``None`` where the model has none
+        (:func:`hbnn.fitting.common.hand_written`).
+    """
     batch = fitting.minibatch(settings)
 
     def build(X, y):
@@ -82,10 +119,26 @@ def flat_model(spec: ModelSpec, settings: SamplerParams, stage: str):
 
 
 def informed_model(spec: ModelSpec, settings: SamplerParams, layer_prior: dict, stage: str):
-    """``build(X, y)``, the BNN of ``spec`` with the informed prior ``layer_prior`` as a PyMC model
-    (:func:`hbnn.model.builders.build_informed_model`, imported only when built), and ``density(X, y)``, its
-    hand-written log density, on one group's rows, for fit ``stage`` sampled with ``settings`` (``None`` where the
-    model has none: :func:`hbnn.fitting.common.hand_written`)."""
+    """The BNN of ``spec`` with the informed prior on one group's rows, as a PyMC model builder and a density builder.
+
+    Parameters
+    ----------
+    spec : hbnn.model.spec.ModelSpec
+        The model.
+    settings : hbnn.config.SamplerParams
+        The sampler that will fit it.
+    layer_prior : dict
+        Per layer, the informed prior's ``(mean, cov)`` (:func:`hbnn.model.prior.load_prior`).
+    stage : str
+        The fit, for the log line that says the hand-written density is not used.
+
+    Returns
+    -------
+    tuple
+        ``(build, density)``: ``build(X, y)`` returns the PyMC model (:func:`hbnn.model.builders.build_informed_model`,
+        imported only when built); ``density(X, y)`` its hand-written log density, or ``None`` where the model has none
+        (:func:`hbnn.fitting.common.hand_written`).
+    """
     batch = fitting.minibatch(settings)
 
     def build(X, y):

@@ -25,7 +25,15 @@ log = logging.getLogger(__name__)
 
 
 class GroupProgress:
-    """Where a loop over groups stands, for its heartbeat: groups and draws done, divergences, time left."""
+    """Where a loop over groups stands, for its heartbeat: groups and draws done, divergences, time left.
+
+    Parameters
+    ----------
+    n_groups : int
+        The groups the loop fits.
+    draws_per_group : int
+        Draws each group's fit keeps (all chains).
+    """
 
     def __init__(self, n_groups: int, draws_per_group: int):
         self.n_groups, self.draws_per_group = n_groups, draws_per_group
@@ -33,6 +41,15 @@ class GroupProgress:
         self.seconds = 0.0
 
     def done(self, seconds: float, divergences: int) -> None:
+        """Count one group as done.
+
+        Parameters
+        ----------
+        seconds : float
+            Its sampling time.
+        divergences : int
+            Its divergent transitions.
+        """
         self.groups += 1
         self.seconds += seconds
         self.divergences += divergences
@@ -42,7 +59,17 @@ class GroupProgress:
                 f"{self.n_groups * self.draws_per_group} draws, {self.divergences} divergences so far")
 
     def status(self, elapsed: float) -> str:
-        """``7/18 groups, 14000/36000 draws, 0 divergences so far, ~19s left`` (time left from the groups done)."""
+        """``7/18 groups, 14000/36000 draws, 0 divergences so far, ~19s left`` (time left from the groups done).
+
+        Parameters
+        ----------
+        elapsed : float
+            Seconds since the loop started.
+
+        Returns
+        -------
+        str
+        """
         left = f", ~{elapsed / self.groups * (self.n_groups - self.groups):.0f}s left" if self.groups else ""
         return self._counts() + left
 
@@ -53,16 +80,31 @@ class GroupProgress:
 
 def fit_per_group(stage: str, settings: SamplerParams, spec: ModelSpec, tasks: Tasks, build, density=None
                   ) -> Sampled:
-    """Fit ``build(X, y)``, a PyMC model of ``spec``, to every group's training rows with sampler ``settings``,
-    compiled once per process.
+    """Fit ``build(X, y)``, a PyMC model of ``spec``, to every group's training rows, compiled once per process.
 
-    ``density(X, y)``: the model's hand-written log density on those rows (:mod:`hbnn.density.kernel`), which nutpie
-    samples instead of PyTensor's (the same density, checked before sampling).
+    The fits run where ``HBNN_DASK_SCHEDULER`` says (:mod:`hbnn.sampling.cluster`): in this process by default, or in
+    shards on a Dask cluster, with the same draws.
 
-    The fits run where ``HBNN_DASK_SCHEDULER`` says (:mod:`hbnn.sampling.cluster`): in this
-    process by default, or in shards on a Dask cluster, with the same draws.
-    Returns the posterior and sample stats stacked along a ``group`` dim, and the
-    cost summed over groups, as :class:`Sampled`.
+    Parameters
+    ----------
+    stage : str
+        The fit (its seed stream, :data:`hbnn.pipeline.variants.STAGE_KEYS`, and log lines).
+    settings : hbnn.config.SamplerParams
+        The sampler.
+    spec : hbnn.model.spec.ModelSpec
+        The model.
+    tasks : hbnn.data.tasks.Tasks
+        The data; each group's training rows are one fit.
+    build : callable
+        ``build(X, y)``: the PyMC model on one group's rows.
+    density : callable, optional
+        ``density(X, y)``: the model's hand-written log density on those rows (:mod:`hbnn.density.kernel`), which
+        nutpie samples instead of PyTensor's (the same density, checked before sampling).
+
+    Returns
+    -------
+    hbnn.fitting.common.Sampled
+        The posterior and sample stats stacked along a ``group`` dim, and the cost summed over groups.
     """
     train = tasks.split("train")
     first = train.rows(0)

@@ -17,13 +17,39 @@ from hbnn.pipeline.variants import derive_seed
 
 def derive(p: PriorParams, posterior, specs, activation: str, seed_key: int, hier_trace: Path
            ) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
-    """One MvNormal per layer, fitted to new-group weight draws of a hierarchical ``posterior`` (a network whose
-    hidden units are ``activation``'s, which says whether chains are matched by sign flips too), and the metrics
-    that describe it (draws used, group sds, chain alignment). ``seed_key`` picks the stream of the draws.
+    """Fit one MvNormal per layer to new-group weight draws of a hierarchical posterior.
 
     Every number is the same on any x86-64 machine for the same ``posterior`` (see :mod:`hbnn.model.prior`): the sums
     are :func:`hbnn.model.prior.fixed_sum`'s, the noise :func:`hbnn.model.prior.standard_normal`'s, and nothing calls
-    BLAS."""
+    BLAS.
+
+    Parameters
+    ----------
+    p : hbnn.config.PriorParams
+        The ``prior`` settings (draws per sample, chain alignment, jitter, seed).
+    posterior : xarray.Dataset
+        The hierarchical posterior (``mu_*``, ``sd_*`` per layer).
+    specs : sequence of hbnn.model.network.LayerSpec
+        The network's layers.
+    activation : str
+        The hidden units' activation, which says whether chains are matched by sign flips as well as permutations.
+    seed_key : int
+        Picks the random stream of the draws (:data:`hbnn.pipeline.variants.STAGE_KEYS`).
+    hier_trace : pathlib.Path
+        The trace's file, named in errors.
+
+    Returns
+    -------
+    tuple
+        ``(fitted, metrics)``: per layer ``(mean, cov)``, and the metrics that describe them (draws used, group sds,
+        chain alignment).
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the trace lacks a hierarchical variable, holds non-finite draws, or has too few chains for
+        ``prior.reference_chain``.
+    """
     try:
         mu = prior.layer_arrays(posterior, specs, "mu")
         sd = [posterior[f"sd_{s.name}"].transpose("chain", "draw").values for s in specs]

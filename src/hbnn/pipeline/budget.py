@@ -1,37 +1,24 @@
 """Cost estimates that stop a run too large for this machine before it starts.
 
-Before generating data or sampling, each stage estimates its peak memory and
-wall-clock time from the sizes it is about to use, logs the estimate, and
-refuses with a :class:`~hbnn.config.ConfigError` when either exceeds
-``limits.max_memory_gib`` / ``limits.max_minutes``. The limits are guards, not
-inputs to any result, so no stage lists them as a DVC param (only
-``check_params`` reads the whole file) and changing them reruns nothing.
+Before generating data or sampling, each stage estimates its peak memory and wall-clock time from its sizes, logs
+it, and refuses with a :class:`~hbnn.config.ConfigError` where either exceeds ``limits.max_memory_gib`` /
+``limits.max_minutes``. The limits are guards, not inputs to any result: no stage lists them as a DVC param.
 
 The model of the cost is deliberately simple and errs on the high side:
 
-- a NUTS gradient costs ``GRAD_OVERHEAD_US`` plus ``NS_PER_ROW_WEIGHT`` per
-  (training row x network weight) it touches (nutpie, which samples the hand-written
-  density of :mod:`hbnn.density.kernel`: the ``KERNEL_`` pair), plus, for the informed prior,
-  ``NS_PER_PRIOR_ENTRY`` per entry of each layer's covariance;
-- a NUTS iteration takes ``STEPS_PER_ITERATION[backend]`` gradients (as each backend adapts on
-  the default hierarchical fit; the tree-depth limit allows 1023);
-- an ADVI step costs ``ADVI_STEP_US`` plus ``NS_PER_ROW_WEIGHT`` per (row of its batch x
-  weight) plus ``NS_PER_ADVI_PARAM`` per model parameter: every step updates the mean and
-  sd of every parameter, so a hierarchical fit over many groups pays for all of its groups'
-  weights at each step, whatever the minibatch;
-- a NUTS step also costs ``NS_PER_DIM`` per sampled coordinate, and its
-  trajectories grow with the coordinates (as their square root, up to the
-  tree-depth cap);
-- memory holds every stored draw of every value four times over (the
-  sampler's batches, their conversion, the xarray copy and the group stack;
-  a hierarchical draw stores each group's ``z`` and its weights) plus the
-  posterior predictions of every row, and the hierarchical fit's padded layout.
+- a NUTS gradient costs ``GRAD_OVERHEAD_US`` plus ``NS_PER_ROW_WEIGHT`` per (training row x weight) (nutpie's
+  hand-written density, :mod:`hbnn.density.kernel`: the ``KERNEL_`` pair), plus ``NS_PER_PRIOR_ENTRY`` per entry of
+  each informed-prior covariance, plus ``NS_PER_DIM`` per sampled coordinate;
+- a NUTS iteration takes ``STEPS_PER_ITERATION[backend]`` gradients (as each backend adapts on the default
+  hierarchical fit), more with the square root of the coordinates, up to the tree-depth cap of 1023;
+- an ADVI step costs ``ADVI_STEP_US`` plus ``NS_PER_ROW_WEIGHT`` per (batch row x weight) plus
+  ``NS_PER_ADVI_PARAM`` per model parameter (each step updates every parameter's mean and sd, whatever the batch);
+- memory holds every stored draw of every value ``COPIES`` times over (a hierarchical draw stores each group's
+  ``z`` and its weights), the posterior predictions of every row, and the hierarchical fit's padded layout.
 
-Calibrated against the default pipeline's measured costs on 2 cores (``timings/*.json``): the hierarchical and
-flat fits' time per gradient under each density (PyTensor's, :mod:`hbnn.density.kernel` and the passes written out
-per network, :mod:`hbnn.density.written`), and ``make_data``'s time and bytes per row (the figures:
-benchmarks/FINDINGS.md, "Measurements behind code comments"). The estimate is an order of magnitude, meant
-to catch ``n_groups: 1000000`` or ``hidden_layers: [1000]``, not to plan a schedule.
+Calibrated against the default pipeline's measured costs per gradient and per data row (benchmarks/FINDINGS.md,
+"Measurements behind code comments"). The estimate is an order of magnitude, meant to catch ``n_groups: 1000000``
+or ``hidden_layers: [1000]``, not to plan a schedule.
 """
 
 from __future__ import annotations
@@ -139,7 +126,12 @@ def machine_memory_gib() -> float:
 
 
 def memory_limit_gib(params: Params) -> float:
-    """Return ``params.limits.max_memory_gib``, or :data:`MEMORY_FRACTION` of this machine's memory where it is 0."""
+    """Return ``params.limits.max_memory_gib``, or :data:`MEMORY_FRACTION` of this machine's memory where it is 0.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+    """
     return params.limits.max_memory_gib or MEMORY_FRACTION * machine_memory_gib()
 
 
@@ -169,15 +161,26 @@ def enforce(estimate: Estimate, params: Params) -> None:
 
 
 def n_weights(n_features: int, hidden_layers, bias: bool = False) -> list[int]:
-    """Return the weights per layer of the MLP ``n_features -> hidden_layers... -> 1`` (with ``bias``, biases too)."""
+    """Return the weights (and, with ``bias``, biases) per layer of the MLP ``n_features -> hidden_layers... -> 1``.
+
+    Parameters
+    ----------
+    n_features : int
+    hidden_layers : sequence of int
+    bias : bool, optional
+    """
     sizes = [n_features, *hidden_layers, 1]
     return [(a + int(bias)) * b for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
 
 
 @_past_counting("make_data")
 def data_estimate(params: Params) -> Estimate | None:
-    """Return ``make_data``'s cost for moons (from the rows it generates) from ``params`` (:class:`hbnn.config.Params`);
-    ``None`` for a table, whose size is the file's."""
+    """Return ``make_data``'s cost for moons (from the rows it generates); ``None`` for a table (the file's size).
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+    """
     if params.data.source != "moons":
         return None
     rows = params.n_groups * params.data.n_samples
@@ -370,15 +373,13 @@ def report_estimate(params: Params, n_groups: int, n_features: int, posterior_dr
 def check_params(params: Params) -> None:
     """Body of the ``check_params`` stage, which depends on the whole ``params.yaml``.
 
-    Loading already validated every key, including keys no other stage reads
-    (a typo there would otherwise change nothing and be accepted silently).
-    Then the data's sizes: for moons the params fix them; a table (``data.source:
-    table``) is read and checked as ``make_data`` checks it, so a missing file, a bad
-    column or a group the pipeline cannot use is refused here, naming it. With
-    those sizes every stage's cost and the transfer stages' refusals are checked,
-    before any stage starts (else they would come after the fit stages had sampled).
-    A table edited with the params unchanged does not rerun this stage: ``make_data``
-    checks the table again, and ``transfer_prior`` its held-out groups before its fit.
+    Loading validated every key (a typo in a key no stage reads would pass silently). A table is read and checked as
+    ``make_data`` checks it; with the data's sizes, every stage's cost and the transfer stages' refusals are checked
+    before any stage samples. A table edited later is checked again by ``make_data`` and ``transfer_prior``.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
 
     Raises
     ------

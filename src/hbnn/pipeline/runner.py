@@ -33,12 +33,27 @@ def run_stage(
 ) -> int:
     """Parse ``--params`` and the stage's path options, then run ``body(params, **paths)``.
 
-    Bad parameters or inputs print one ``error:`` line and return 2 before any
-    sampling starts; a fit that fails numerically, a sampler that stops early or
-    an output that cannot be written print one ``error:`` line and return 1; an
-    interrupt (Ctrl-C, SIGTERM) prints ``interrupted: outputs unchanged`` and
-    returns 130 (:func:`interrupts_reported`). Outputs are only written, together and atomically, by a body
-    that succeeds, so every failure leaves the earlier outputs as they were.
+    Bad parameters or inputs print one ``error:`` line and return 2 before any sampling starts; a fit that fails
+    numerically, a sampler that stops early or an output that cannot be written print one ``error:`` line and return 1;
+    an interrupt (Ctrl-C, SIGTERM) prints ``interrupted: outputs unchanged`` and returns 130
+    (:func:`interrupts_reported`). Outputs are only written, together and atomically, by a body that succeeds, so every
+    failure leaves the earlier outputs as they were.
+
+    Parameters
+    ----------
+    description : str
+        The command line's help text.
+    paths : sequence of str
+        The body's path arguments; each is a required option ``--<name>`` (underscores as dashes).
+    body : callable
+        The stage body, called as ``body(params, **paths)``.
+    argv : sequence of str, optional
+        The arguments (``None``: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0, 1, 2 or 130.
     """
     parser = OneLineParser(description=description)
     parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="parameter file")
@@ -73,18 +88,18 @@ def skip_dask_array_lookup() -> None:
     """Tell xarray that no value is a Dask array, so that it imports neither ``dask.array`` nor ``dask`` to check.
 
     xarray asks of every variable it builds whether it is a Dask array (``array_type("dask")``, in
-    ``as_compatible_data``), and imports ``dask.array`` to answer the first time: ~0.5 s of every stage process,
+    ``as_compatible_data``), and imports ``dask.array`` to answer the first time, a cost to every stage process,
     which reads its inputs and builds its outputs with NumPy values only (no stage opens data in chunks; the
     cluster path runs its fits in Dask's workers, not on Dask arrays). Where ``dask.array`` is already imported,
     or this xarray keeps its duck-array modules another way, nothing changes and xarray checks as before.
 
     It also asks of every variable it decodes from a file whether it is a Dask collection
-    (``xarray.namedarray.utils.is_dask_collection``) and imports ``dask`` to answer (~0.1 s a process). Nothing is
+    (``xarray.namedarray.utils.is_dask_collection``) and imports ``dask`` to answer (a smaller cost). Nothing is
     a Dask collection while ``dask`` has not been imported, so until then the answer is ``False`` without the
     import; once it is imported (the cluster path), xarray's own test answers.
 
     A process that has not imported xarray by now (``check_params`` on moons) is left alone: importing it here would
-    cost more (~0.3 s) than it saves.
+    cost more than it saves (the figures: benchmarks/FINDINGS.md).
     """
     if "xarray" not in sys.modules:
         return

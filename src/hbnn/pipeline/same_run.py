@@ -69,8 +69,22 @@ def _fingerprint(params: Params) -> str:
 
 
 def same_params_as_this_run(params: Params, folder: Path = NOTES) -> None:
-    """Note ``params`` as this DVC process's, or raise :class:`~hbnn.errors.ChangedMeanwhile` where an earlier
-    stage of it read other values (see the module). Notes of DVC processes that have ended are removed."""
+    """Note ``params`` as this DVC process's, or refuse them where an earlier stage of it read other values.
+
+    See the module. Notes of DVC processes that have ended are removed; outside a DVC process nothing happens.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The params this stage read.
+    folder : pathlib.Path, optional
+        Where the notes are kept (:data:`NOTES`).
+
+    Raises
+    ------
+    hbnn.errors.ChangedMeanwhile
+        If an earlier stage of this DVC process read other params.
+    """
     run = dvc_process()
     if run is None or not folder.parent.is_dir():
         return

@@ -1,23 +1,19 @@
 """``hbnn summarise``: mean and sd of every metric across DVC experiments (replicates over seeds).
 
-Reads the JSON of ``dvc exp show --json`` (a list of revisions: the
-workspace, then each baseline commit with its experiments under
-``experiments[].revs[]``). Every commit and experiment that has metrics is one
-replicate, the workspace is left out (it repeats a commit or holds unfinished
-results) unless asked for. The params that differ between the replicates are
-reported, so a table that mixes settings says so.
+Reads the JSON of ``dvc exp show --json`` (a list of revisions: the workspace, then each baseline commit with its
+experiments under ``experiments[].revs[]``). Every commit and experiment that has metrics is one replicate, the
+workspace is left out (it repeats a commit or holds unfinished results) unless asked for. The params that differ
+between the replicates are reported, so a table that mixes settings says so.
 
-The containers DVC writes (the list of revisions, each revision, ``experiments``,
-``revs``, ``data``, ``metrics``, ``params`` and each file's entry) must have
-DVC's types, else :class:`InputError` names where the input departs from it;
-what a metrics or params file holds is the user's and is read as it is (a value
-that is not a number is not a metric).
+The containers DVC writes (the list of revisions, each revision, ``experiments``, ``revs``, ``data``, ``metrics``,
+``params`` and each file's entry) must have DVC's types, else :class:`InputError` names where the input departs from
+it; what a metrics or params file holds is the user's and is read as it is (a value that is not a number is not a
+metric).
 
-Non-finite metrics follow IEEE arithmetic, one rule for mean, sd, min and max:
-a NaN value makes all four NaN (shown ``nan``); an infinite value is an
-ordinary, ordered value (min and max include it, the mean is infinite or, with
-both signs, NaN, and the sd NaN). The Markdown table lists which replicates
-hold non-finite values. An integer too large for a float is refused.
+Non-finite metrics follow IEEE arithmetic, one rule for mean, sd, min and max: a NaN value makes all four NaN (shown
+``nan``); an infinite value is an ordinary, ordered value (min and max include it, the mean is infinite or, with both
+signs, NaN, and the sd NaN). The Markdown table lists which replicates hold non-finite values. An integer too large
+for a float is refused.
 """
 
 from __future__ import annotations
@@ -493,5 +489,10 @@ def aligned(header: Sequence[str], rows: Sequence[Sequence[str]], width: int = W
 
 
 def headline_csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Write :func:`headline`'s ``header`` and ``rows`` as CSV text; returns it."""
+    """Return :func:`headline`'s ``header`` and ``rows`` (cells of text) as CSV text, quoted as needed.
+
+    Parameters
+    ----------
+    header, rows : sequence
+    """
     return _csv_text([header, *rows])

@@ -216,7 +216,17 @@ class Refit:
 
 
 def size_labels(t: TransferParams) -> list[str]:
-    """Return the size labels ``n2, n4, ..., all`` of ``t`` (:class:`hbnn.config.TransferParams`) in fit order."""
+    """Return the size labels ``n2, n4, ..., all`` in fit order.
+
+    Parameters
+    ----------
+    t : hbnn.config.TransferParams
+        ``sizes`` and ``all_rows``.
+
+    Returns
+    -------
+    list of str
+    """
     return [f"n{n}" for n in t.sizes] + ([ALL] if t.all_rows else [])
 
 
@@ -245,7 +255,17 @@ def groups_by_size(fits: Iterable[str]) -> dict[str, list[str]]:
 
 
 def pools_differ(by_size: dict[str, list[str]]) -> bool:
-    """Return whether the sizes of ``by_size`` (:func:`groups_by_size`) pool different groups."""
+    """Return whether the sizes pool different groups.
+
+    Parameters
+    ----------
+    by_size : dict of str to list of str
+        :func:`groups_by_size`.
+
+    Returns
+    -------
+    bool
+    """
     return len({tuple(groups) for groups in by_size.values()}) > 1
 
 

@@ -73,5 +73,16 @@ def derive_seed(base: int, *keys: int) -> int:
     """A 32-bit seed derived from ``base`` and integer ``keys`` (stage, group, ...).
 
     Uses ``SeedSequence`` so nearby keys give unrelated streams.
+
+    Parameters
+    ----------
+    base : int
+        The params' seed.
+    *keys : int
+        The stage (:data:`STAGE_KEYS`), group and so on.
+
+    Returns
+    -------
+    int
     """
     return int(np.random.SeedSequence(base, spawn_key=keys).generate_state(1)[0])

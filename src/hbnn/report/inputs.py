@@ -342,6 +342,11 @@ def group_level_vars(specs: Sequence[LayerSpec]) -> list[str]:
 def needed_vars(variant: str, specs: Sequence[LayerSpec]) -> list[str]:
     """Posterior variables the report reads from a trace of ``variant`` (a model's name), a network of ``specs``.
 
+    Parameters
+    ----------
+    variant : str
+    specs : sequence of hbnn.model.network.LayerSpec
+
     Returns
     -------
     list of str
@@ -379,6 +384,11 @@ def check_traces(traces: dict[str, Any], paths: dict[str, Path], specs: Sequence
 
 def load_vars(idata, names: Sequence[str]) -> xr.Dataset:
     """Load only ``names`` from a lazily opened trace's posterior, into a new dataset.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+    names : sequence of str
 
     Returns
     -------

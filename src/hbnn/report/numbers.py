@@ -73,6 +73,12 @@ def lookup(d: Any, *keys: str) -> Any:
 def fmt(x: Any, spec: str = ".3f") -> str:
     """``x`` formatted with ``spec`` for a table; ``"n/a"`` for ``None`` and non-finite floats.
 
+    Parameters
+    ----------
+    x : object
+    spec : str, optional
+        A ``format`` spec.
+
     Returns
     -------
     str
@@ -84,6 +90,10 @@ def fmt(x: Any, spec: str = ".3f") -> str:
 
 def ess_text(x: Any) -> str:
     """A bulk ESS for a table, rounded down: a value short of the bar never reads as meeting it (399.6 is "399").
+
+    Parameters
+    ----------
+    x : float or None
 
     Returns
     -------
@@ -98,6 +108,10 @@ def ess_text(x: Any) -> str:
 def pct(x: float | None) -> str:
     """A fraction ``x`` as a percentage with two decimals; ``"n/a"`` for ``None``.
 
+    Parameters
+    ----------
+    x : float or None
+
     Returns
     -------
     str
@@ -107,6 +121,10 @@ def pct(x: float | None) -> str:
 
 def difference(a: float | None, b: float | None) -> float | None:
     """``a - b``, or ``None`` where either is missing.
+
+    Parameters
+    ----------
+    a, b : float or None
 
     Returns
     -------
@@ -145,6 +163,10 @@ def surface_points(limit: float, size: int, centre: np.ndarray | None = None) ->
 
 def thin_indices(n_total: int, n_keep: int) -> np.ndarray:
     """``min(n_keep, n_total)`` evenly spaced, distinct indices into ``range(n_total)``.
+
+    Parameters
+    ----------
+    n_total, n_keep : int
 
     Returns
     -------
@@ -242,6 +264,11 @@ def _add_moments(values: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> None:
 def correlation_from_cov(cov: np.ndarray) -> np.ndarray:
     """Correlation matrix of a covariance matrix; NaN rows/columns where a variance is 0.
 
+    Parameters
+    ----------
+    cov : numpy.ndarray
+        ``(k, k)``.
+
     Returns
     -------
     numpy.ndarray
@@ -255,6 +282,11 @@ def correlation_from_cov(cov: np.ndarray) -> np.ndarray:
 
 def correlation_of_draws(draws: np.ndarray) -> np.ndarray:
     """Correlation matrix ``(k, k)`` of ``(n, k)`` draws (all NaN with fewer than 2 draws).
+
+    Parameters
+    ----------
+    draws : numpy.ndarray
+        ``(n, k)``.
 
     Returns
     -------

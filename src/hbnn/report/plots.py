@@ -1,10 +1,9 @@
 """Figures for the report, drawn from already-computed numbers.
 
-Every function takes arrays, draws one figure and returns ``(fig, axes)``; none
-of them computes posterior quantities, saves or shows anything. The caller
-renders the figure (see :func:`png_bytes`) and closes it. Every text a caller
-passes (group and feature names, titles, labels) is drawn as written
-(:func:`literal`); matplotlib's own tick labels keep their mathtext (``10^2`` on log axes).
+Every function takes arrays, draws one figure and returns ``(fig, axes)``; none of them computes posterior quantities,
+saves or shows anything. The caller renders the figure (see :func:`png_bytes`) and closes it. Every text a caller passes
+(group and feature names, titles, labels) is drawn as written (:func:`literal`); matplotlib's own tick labels keep their
+mathtext (``10^2`` on log axes).
 """
 
 from __future__ import annotations
@@ -52,12 +51,15 @@ SURFACE_STYLE = {
 def literal(text: str) -> str:
     """``text`` for a matplotlib text that draws it as written: every ``$`` escaped as ``\\$``.
 
-    matplotlib reads a text with an even number of unescaped ``$`` as mathtext: a
-    group named ``$\\undefinedmacro$`` would stop the report, ``50$ and 60$`` would be drawn
-    as maths. With none unescaped, it draws ``\\$`` as ``$`` and every other character
-    as it is. Every text these functions take from their callers goes through
-    here; matplotlib's own tick labels (``$\\mathdefault{10^{2}}$`` on a log axis)
-    stay mathtext, which ``text.parse_math: False`` would draw as code.
+    matplotlib reads a text with an even number of unescaped ``$`` as mathtext: a group named ``$\\undefinedmacro$``
+    would stop the report, ``50$ and 60$`` would be drawn as maths. With none unescaped, it draws ``\\$`` as ``$`` and
+    every other character as it is. Every text these functions take from their callers goes through here; matplotlib's
+    own tick labels (``$\\mathdefault{10^{2}}$`` on a log axis) stay mathtext, which ``text.parse_math: False`` would
+    draw as code.
+
+    Parameters
+    ----------
+    text : str
 
     Returns
     -------
@@ -157,6 +159,10 @@ def panel_grid(n: int) -> tuple[int, int]:
 def pages(n: int, per_page: int) -> list[range]:
     """Split ``range(n)`` into consecutive pages of at most ``per_page`` items.
 
+    Parameters
+    ----------
+    n, per_page : int
+
     Returns
     -------
     list of range
@@ -181,17 +187,14 @@ def plot_surface_page(
 ):
     """One page of per-group surfaces on the square ``[-limit, limit]^2``.
 
-    ``fields`` is ``(panel, grid, grid)`` with rows along the second feature
-    (``fields[k, i, j]`` at ``x2 = grid[i], x1 = grid[j]``); ``names`` titles the
-    panels; ``points[k] = (X (n, 2), y (n,))`` are the training rows overlaid,
-    white for class 0, black for class 1. ``kind`` is ``"mean"`` (probability, 0.5 contour drawn) or
-    ``"sd"`` (its posterior sd); for regression ``"value_mean"`` (predicted mean,
-    colour scale ``value_range``, rows coloured by their label on the same
-    scale) or ``"value_sd"`` (scale 0 to the page's largest sd).
-    ``boundary`` (same shape as ``fields``): the posterior mean probabilities
-    whose 0.5 contour is drawn on an ``"sd"`` page, so uncertainty can be read
-    against the decision boundary. ``axis_labels`` names the two axes. Returns ``(fig, axes (rows, cols))``;
-    unused panels are hidden and all panels share one colorbar.
+    ``fields`` is ``(panel, grid, grid)`` with rows along the second feature (``fields[k, i, j]`` at ``x2 = grid[i], x1
+    = grid[j]``); ``names`` titles the panels; ``points[k] = (X (n, 2), y (n,))`` are the training rows overlaid, white
+    for class 0, black for class 1. ``kind`` is ``"mean"`` (probability, 0.5 contour drawn) or ``"sd"`` (its posterior
+    sd); for regression ``"value_mean"`` (predicted mean, colour scale ``value_range``, rows coloured by their label on
+    the same scale) or ``"value_sd"`` (scale 0 to the page's largest sd). ``boundary`` (same shape as ``fields``): the
+    posterior mean probabilities whose 0.5 contour is drawn on an ``"sd"`` page, so uncertainty can be read against the
+    decision boundary. ``axis_labels`` names the two axes. Returns ``(fig, axes (rows, cols))``; unused panels are
+    hidden and all panels share one colorbar.
     """
     style = dict(SURFACE_STYLE[kind])
     if kind == "value_mean":
@@ -276,11 +279,9 @@ def plot_per_group(
 ):
     """Grouped bars (``kind="bar"``) or dots (``"point"``) of one value per group and series.
 
-    ``values[series]`` is ``(group,)`` aligned with ``names`` (NaN = missing).
-    More than ``per_row`` groups wrap onto further stacked axes so every group
-    keeps a readable tick label. ``hlines`` are dashed reference levels; ``log``
-    draws the value axis on a log scale.
-    Returns ``(fig, axes (rows,))``.
+    ``values[series]`` is ``(group,)`` aligned with ``names`` (NaN = missing). More than ``per_row`` groups wrap onto
+    further stacked axes so every group keeps a readable tick label. ``hlines`` are dashed reference levels; ``log``
+    draws the value axis on a log scale. Returns ``(fig, axes (rows,))``.
     """
     n = len(names)
     chunks = pages(n, per_row)
@@ -330,9 +331,8 @@ def plot_accuracy(
 ):
     """Train and test accuracy of this run (filled dots) beside reference numbers (hollow markers).
 
-    ``train``/``test`` are ``(model,)`` fractions; ``references[label] = (train,
-    test)`` arrays of the same length, NaN where a reference has no number.
-    Returns ``(fig, axes (2,))``.
+    ``train``/``test`` are ``(model,)`` fractions; ``references[label] = (train, test)`` arrays of the same length, NaN
+    where a reference has no number. Returns ``(fig, axes (2,))``.
     """
     fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.2), sharey=True, layout="constrained")
     markers = ["s", "^", "D", "v", "P"]
@@ -377,8 +377,8 @@ def plot_loss(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]):
     """ADVI loss (negative ELBO) against iteration, one line per model fitted with ADVI.
 
     ``curves[model] = (iteration, loss)``; the y axis is logarithmic where the (positive) loss falls by more than
-    a factor of 10, as it often does early on, else linear: within one decade a log axis may hold no labelled tick
-    (a symlog axis over 150-700 held none). Returns ``(fig, ax)``.
+    a factor of 10, as it often does early on, else linear: within one decade a log (or symlog) axis may hold no
+    labelled tick. Returns ``(fig, ax)``.
     """
     fig, ax = plt.subplots(figsize=(6.0, 3.6), layout="constrained")
     for i, (name, (it, loss)) in enumerate(curves.items()):
@@ -420,9 +420,8 @@ def plot_group_sd(samples: Mapping[str, np.ndarray], bins: int = 30):
 def plot_correlations(matrices: Mapping[str, np.ndarray], labels: Sequence[str]):
     """Side-by-side correlation heatmaps on one ``[-1, 1]`` colour scale.
 
-    ``matrices[title]`` is ``(k, k)`` with ``labels`` (length ``k``) on both axes;
-    where they would not fit at the smallest font, only every n-th label is
-    shown. Returns ``(fig, axes)``.
+    ``matrices[title]`` is ``(k, k)`` with ``labels`` (length ``k``) on both axes; where they would not fit at the
+    smallest font, only every n-th label is shown. Returns ``(fig, axes)``.
     """
     n = len(matrices)
     k = len(labels)

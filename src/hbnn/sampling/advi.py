@@ -41,17 +41,55 @@ class AdviBackend(Backend):
 
     @staticmethod
     def minibatch_size(settings: SamplerParams) -> int | None:
+        """Return ``advi.minibatch_size``, ``None`` where it is 0 (full batch).
+
+        Parameters
+        ----------
+        settings : hbnn.config.SamplerParams
+
+        Returns
+        -------
+        int or None
+        """
         return settings.advi.minibatch_size or None
 
     @staticmethod
     def parallel_chains(settings: SamplerParams) -> int:
+        """Return 1: ADVI fits one approximation, whatever ``chains``.
+
+        Parameters
+        ----------
+        settings : hbnn.config.SamplerParams
+
+        Returns
+        -------
+        int
+        """
         return 1
 
     def label(self) -> str:
+        """Return what runs, for log lines: ADVI's iterations and minibatch size."""
         a = self.settings.advi
         return f"fitting: backend=advi iterations={a.iterations} minibatch={a.minibatch_size}"
 
     def run(self, seed, data):
+        """Fit the approximation from ``seed`` and draw ``chains x draws`` from it.
+
+        Parameters
+        ----------
+        seed : int
+        data : mapping of str to numpy.ndarray or None
+            New values of the model's ``pm.Data`` containers.
+
+        Returns
+        -------
+        hbnn.files.trace.Trace
+            ``posterior`` and ``sample_stats`` (or ArviZ's ``InferenceData`` with them).
+        numpy.ndarray or None
+            The ADVI loss, ``None`` for NUTS.
+        int or None
+            The gradient evaluations made, ``None`` where the backend cannot tell.
+        """
         self._set_data(data)
         self.iterations = Iterations(self.settings.advi.iterations, "ADVI iterations")
         try:
@@ -94,6 +132,27 @@ class _Advi:
 
     def fit(self, seed: int, s: SamplerParams, progress: Iterations | None = None
             ) -> tuple[Trace, np.ndarray]:
+        """Fit from the starting state with ``seed`` and draw from the approximation.
+
+        Parameters
+        ----------
+        seed : int
+            Seeds the ELBO's and the minibatches' streams, the starting jitter and the draws.
+        s : hbnn.config.SamplerParams
+            ``advi.*``, ``chains`` and ``draws``.
+        progress : hbnn.sampling.backend.Iterations, optional
+            Counts the steps, for the heartbeat.
+
+        Returns
+        -------
+        tuple
+            ``(trace, loss)``: ``posterior`` and ``sample_stats`` of ``chains x draws`` draws, and the loss per step.
+
+        Raises
+        ------
+        FloatingPointError
+            If the loss becomes non-finite (a learning rate too high).
+        """
         from pymc.pytensorf import reseed_rngs
 
         for var, value in zip(self.state, self.initial, strict=True):

@@ -106,7 +106,16 @@ class Backend:
         return f"sampling: backend={self.name} chains={s.chains} tune={s.tune} draws={s.draws}"
 
     def describe(self, seed: int) -> str:
-        """Return :meth:`label` with the run's ``seed``, for the log line of one fit."""
+        """Return :meth:`label` with the run's ``seed``, for the log line of one fit.
+
+        Parameters
+        ----------
+        seed : int
+
+        Returns
+        -------
+        str
+        """
         return f"{self.label()} seed={seed}"
 
     iterations = None  # Iterations of the running fit, where the backend reports them
@@ -176,7 +185,12 @@ class Iterations:
         self.divergences: int | None = None  # after tuning, where the backend reports them as it goes
 
     def add(self, n: int) -> None:
-        """Count ``n`` more iterations; the first call marks the end of compiling (the rate's start)."""
+        """Count ``n`` more iterations; the first call marks the end of compiling (the rate's start).
+
+        Parameters
+        ----------
+        n : int
+        """
         if self.started is None:
             self.started = time.monotonic()
         self.done += n

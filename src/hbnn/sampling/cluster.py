@@ -7,8 +7,7 @@ The flat, informed and transfer stages fit one small model per group, and the fi
 - ``local`` or ``local:N``: a ``dask.distributed.LocalCluster`` of N worker processes (default: every core), one
   thread each, started for the fit and closed after it;
 - the address of a running scheduler, ``tcp://host:port`` (or ``tls://``, ``ws://``, ``wss://``; a bare
-  ``host:port`` is TCP), e.g. ``tcp://host:8786`` (its workers need this project's pinned environment and ``hbnn``
-  importable).
+  ``host:port`` is TCP), whose workers need this project's pinned environment and ``hbnn`` importable.
 
 Any other value (``ucx://``, whose transport is not installed; ``inproc://``, a scheduler inside this process; a
 missing or non-numeric port) is refused by :func:`check_scheduler` with :class:`~hbnn.errors.InputError` before
@@ -209,7 +208,12 @@ def _result(job: GroupJob, fit, on_done: Callable[[GroupResult], None] | None) -
 
 
 def forget(key: str) -> None:
-    """Drop the model compiled for fit ``key`` (:func:`fit_shard`) in this process, if it is the one kept."""
+    """Drop the model compiled for fit ``key`` (:func:`fit_shard`) in this process, if it is the one kept.
+
+    Parameters
+    ----------
+    key : str
+    """
     _COMPILED.pop(key, None)
 
 
@@ -342,6 +346,11 @@ def shard_count(n_jobs: int, workers: int) -> int:
 
 def split(jobs: Sequence[GroupJob], n: int) -> list[list[GroupJob]]:
     """``jobs`` in ``n`` contiguous shards whose sizes differ by at most one (none empty).
+
+    Parameters
+    ----------
+    jobs : sequence of GroupJob
+    n : int
 
     Returns
     -------

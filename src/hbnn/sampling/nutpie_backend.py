@@ -104,6 +104,23 @@ class NutpieBackend(Backend):
         return with_user_data(self.compiled, rows.pack(rows.offsets()))
 
     def run(self, seed, data):
+        """Start a fit and wait for it (:meth:`start`, :meth:`finish`).
+
+        Parameters
+        ----------
+        seed : int
+        data : mapping of str to numpy.ndarray or None
+            New values of the model's ``pm.Data`` containers.
+
+        Returns
+        -------
+        hbnn.files.trace.Trace
+            ``posterior`` and ``sample_stats`` (or ArviZ's ``InferenceData`` with them).
+        numpy.ndarray or None
+            The ADVI loss, ``None`` for NUTS.
+        int or None
+            The gradient evaluations made, ``None`` where the backend cannot tell.
+        """
         return self.finish(self.start(seed, data))
 
     def start(self, seed: int, data: Mapping[str, np.ndarray] | None) -> _NutpieRun:
@@ -282,6 +299,18 @@ class _Poll:
                        for batch in stats))
 
     def first(self, kept: int) -> Trace:
+        """The first ``kept`` draws per chain, waiting for them (polling, or until the chains have finished).
+
+        Parameters
+        ----------
+        kept : int
+            Draws per chain.
+
+        Returns
+        -------
+        hbnn.files.trace.Trace
+            ``posterior`` and ``sample_stats`` cut to ``kept`` draws, and ``warmup_sample_stats``.
+        """
         backend, s = self.backend, self.backend.settings
         trace = self.final
         while trace is None:

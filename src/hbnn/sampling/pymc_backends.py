@@ -66,6 +66,25 @@ class PymcBackend(Backend):
         return {"discard_tuned_samples": False, "mp_ctx": _chain_process_context()}
 
     def run(self, seed, data, progressbar: bool | None = None):
+        """Sample with ``pm.sample`` (the tuning draws kept, to count gradient evaluations).
+
+        Parameters
+        ----------
+        seed : int
+        data : mapping of str to numpy.ndarray or None
+            New values of the model's ``pm.Data`` containers.
+        progressbar : bool, optional
+            PyMC's progress bar (``None``: where standard error is a terminal).
+
+        Returns
+        -------
+        hbnn.files.trace.Trace
+            ``posterior`` and ``sample_stats`` (or ArviZ's ``InferenceData`` with them).
+        numpy.ndarray or None
+            The ADVI loss, ``None`` for NUTS.
+        int or None
+            The gradient evaluations made, ``None`` where the backend cannot tell.
+        """
         import pymc as pm
 
         s = self.settings
@@ -165,6 +184,25 @@ class NumpyroBackend(JaxBackend):
         super().__init__(model, settings, density)
 
     def run(self, seed, data, progressbar=None):
+        """Sample with NumPyro through ``pm.sample``, counting iterations for the heartbeat with parallel chains.
+
+        Parameters
+        ----------
+        seed : int
+        data : mapping of str to numpy.ndarray or None
+            New values of the model's ``pm.Data`` containers.
+        progressbar : bool, optional
+            PyMC's progress bar (``None``: where standard error is a terminal).
+
+        Returns
+        -------
+        hbnn.files.trace.Trace
+            ``posterior`` and ``sample_stats`` (or ArviZ's ``InferenceData`` with them).
+        numpy.ndarray or None
+            The ADVI loss, ``None`` for NUTS.
+        int or None
+            The gradient evaluations made, ``None`` where the backend cannot tell.
+        """
         # NumPyro reports progress from inside its compiled loop only when the chains run in parallel;
         # sequential chains with a progress bar fall back to a Python loop, one dispatch per step.
         count = not logs.interactive() and self._sample_kwargs()["nuts_sampler_kwargs"]["chain_method"] == "parallel"

@@ -36,9 +36,33 @@ def _activation_slope(h):
 '''
 
     def numpy(self, x):
+        """``max(x, 0)``, element-wise, in NumPy.
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            Pre-activations of any shape.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``f(x)``, of ``x``'s shape.
+        """
         return np.maximum(x, 0.0)
 
     def pytensor(self, x):
+        """``max(x, 0)``, element-wise, for the PyMC models.
+
+        Parameters
+        ----------
+        x : pytensor.tensor.TensorVariable
+            Pre-activations.
+
+        Returns
+        -------
+        pytensor.tensor.TensorVariable
+            ``f(x)``.
+        """
         import pytensor.tensor as pt
 
         return pt.maximum(x, 0.0)

@@ -33,9 +33,33 @@ def _activation_slope(h):
 '''
 
     def numpy(self, x):
+        """``tanh(x)``, element-wise, in NumPy.
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            Pre-activations of any shape.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``f(x)``, of ``x``'s shape.
+        """
         return np.tanh(x)
 
     def pytensor(self, x):
+        """``tanh(x)``, element-wise, for the PyMC models.
+
+        Parameters
+        ----------
+        x : pytensor.tensor.TensorVariable
+            Pre-activations.
+
+        Returns
+        -------
+        pytensor.tensor.TensorVariable
+            ``f(x)``.
+        """
         import pytensor.tensor as pt
 
         return pt.tanh(x)

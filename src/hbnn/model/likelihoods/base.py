@@ -375,6 +375,18 @@ class Predictive(Likelihood):
     noise_words: ClassVar[str]  # the report's name for the predictive noise the surfaces leave out
 
     def scores(self, point):
+        """RMSE of the posterior-mean prediction, mean lpd and 94% coverage over the rows of :meth:`pointwise` output.
+
+        Parameters
+        ----------
+        point : dict of str to numpy.ndarray
+            ``sq_err``, ``lpd`` and ``covered`` per row, concatenated over groups for pooled scores.
+
+        Returns
+        -------
+        dict of str to float
+            ``rmse``, ``lpd``, ``coverage_94`` and ``n``.
+        """
         return {
             "rmse": float(np.sqrt(np.mean(point["sq_err"]))),
             "lpd": float(np.mean(point["lpd"])),

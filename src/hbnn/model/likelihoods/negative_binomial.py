@@ -68,7 +68,20 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
 
     def add_observed(self, output, y, noise_sd, total_size=None):
         """``log NB(y | exp(log_mu), alpha)`` as an observed ``CustomDist``, from the log mean directly:
-        ``lgamma(y + a) - lgamma(a) - lgamma(y + 1) + a log a + y log_mu - (a + y) log(a + exp(log_mu))``."""
+        ``lgamma(y + a) - lgamma(a) - lgamma(y + 1) + a log a + y log_mu - (a + y) log(a + exp(log_mu))``.
+
+        Parameters
+        ----------
+        output : pytensor.tensor.TensorVariable
+            The network's output per row.
+        y : pytensor.tensor.TensorVariable
+            The labels, as the model sees them.
+        noise_sd : float
+            The extra parameter's prior scale (``model.noise_sd``).
+        total_size : optional
+            With a minibatch, the rows the batch represents: the log-likelihood is scaled by
+            ``total_size / batch``.
+        """
         import pymc as pm
         import pytensor.tensor as pt
 
@@ -83,7 +96,20 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
         pm.CustomDist("y_obs", output, alpha, logp=logp, observed=y, **kwargs)
 
     def density_constant(self, y, noise_sd):
-        """``alpha``'s prior normaliser and ``-log(y!)`` summed over the rows."""
+        """``alpha``'s prior normaliser and ``-log(y!)`` summed over the rows.
+
+        Parameters
+        ----------
+        y : numpy.ndarray
+            The labels of every real row, as the model sees them.
+        noise_sd : float
+            The extra parameter's prior scale.
+
+        Returns
+        -------
+        float
+            The constant; with an extra parameter it includes ``HALFNORMAL_CONST - log(noise_sd)``.
+        """
         from scipy.special import gammaln
 
         return HALFNORMAL_CONST - math.log(noise_sd) - float(gammaln(y + 1.0).sum())
@@ -96,23 +122,83 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
         return alpha.reshape(alpha.shape + (1,) * (like.ndim - alpha.ndim))
 
     def component_cdf(self, k, rates, noise):
+        """``P(Y <= k[i])`` of each draw's negative binomial count.
+
+        Parameters
+        ----------
+        k : numpy.ndarray
+            Counts per row, ``(n,)``.
+        rates : numpy.ndarray
+            Each draw's rate (or mean count) per row, ``(sample, n)``.
+        noise : numpy.ndarray or None
+            The extra parameter per draw, ``(sample,)``; Poisson has none.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(sample, n)``; 0 where ``k < 0``.
+        """
         from scipy.stats import nbinom
 
         alpha = self._alpha(noise, rates)
         return nbinom.cdf(k[None, :], alpha, alpha / (alpha + rates))
 
     def upper_bracket(self, q, rates, noise):
-        """The largest component's ``q`` quantile, plus one: every component, so the mixture, reaches ``q`` there."""
+        """The largest component's ``q`` quantile, plus one: every component, so the mixture, reaches ``q`` there.
+
+        Parameters
+        ----------
+        q : float
+            The probability.
+        rates : numpy.ndarray
+            Each draw's rate (or mean count) per row, ``(sample, n)``.
+        noise : numpy.ndarray or None
+            The extra parameter per draw, ``(sample,)``; Poisson has none.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(n,)``, an upper bracket for :meth:`quantiles`.
+        """
         from scipy.stats import nbinom
 
         alpha = self._alpha(noise, rates)
         return nbinom.ppf(q, alpha, alpha / (alpha + rates)).max(axis=0) + 1
 
     def component_variance(self, rates, noise):
-        """``mu + mu**2 / alpha`` per draw and row."""
+        """``mu + mu**2 / alpha`` per draw and row.
+
+        Parameters
+        ----------
+        rates : numpy.ndarray
+            Each draw's rate (or mean count) per row, ``(sample, n)``.
+        noise : numpy.ndarray or None
+            The extra parameter per draw, ``(sample,)``; Poisson has none.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(sample, n)``.
+        """
         return rates + rates**2 / self._alpha(noise, rates)
 
     def log_density(self, draws, noise, y):
+        """``log NB(y | mu, alpha)`` per draw and row (mean ``mu``, dispersion ``alpha``).
+
+        Parameters
+        ----------
+        draws : numpy.ndarray
+            Draws of the function-space quantity in the label's units, ``(..., n)``.
+        noise : numpy.ndarray or None
+            Draws of the extra parameter in the label's units, ``(...)``; ``None`` without one.
+        y : numpy.ndarray
+            The labels in their own units, ``(n,)``.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(..., n)``.
+        """
         from scipy.special import gammaln
 
         alpha = self._alpha(noise, draws)
@@ -123,5 +209,21 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
                 - (alpha + y) * np.logaddexp(log_alpha, log_mu))
 
     def predictive_draws(self, draws, noise, rng):
+        """One ``NB(mu, alpha)`` count per draw and row.
+
+        Parameters
+        ----------
+        draws : numpy.ndarray
+            Draws of the function-space quantity in the label's units, ``(..., n)``.
+        noise : numpy.ndarray or None
+            Draws of the extra parameter in the label's units, ``(...)``; ``None`` without one.
+        rng : numpy.random.Generator
+            The source of the draws.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            Labels of ``draws``' shape; ``None`` where the quantity says it all.
+        """
         alpha = self._alpha(noise, draws)
         return rng.negative_binomial(np.broadcast_to(alpha, draws.shape), alpha / (alpha + draws))

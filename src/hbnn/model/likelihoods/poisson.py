@@ -40,6 +40,27 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
     MAX_COUNT = 2.0**53  # counts up to here are exact as floats (and as int64)
 
     def check_labels(self, values, column, where):
+        """Check that every label is a whole count from 0 to :attr:`MAX_COUNT`; return them as int64.
+
+        Parameters
+        ----------
+        values : numpy.ndarray
+            Finite label values as read.
+        column : str
+            The label column, for messages.
+        where : str
+            The file (and rows) read, for messages.
+
+        Returns
+        -------
+        numpy.ndarray
+            The labels in :attr:`label_dtype`.
+
+        Raises
+        ------
+        hbnn.errors.InputError
+            Where a value is not a valid label for this likelihood.
+        """
         bad = np.flatnonzero((values < 0) | (values != np.round(values)) | (values > self.MAX_COUNT))
         if bad.size:
             shown = sorted({float(v) for v in values[bad]})[:5]
@@ -48,7 +69,20 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
         return values.astype(np.int64)
 
     def add_observed(self, output, y, noise_sd, total_size=None):
-        """``y * log_rate - exp(log_rate) - log(y!)`` as an observed ``CustomDist`` (no ``log(exp(.))`` round trip)."""
+        """``y * log_rate - exp(log_rate) - log(y!)`` as an observed ``CustomDist`` (no ``log(exp(.))`` round trip).
+
+        Parameters
+        ----------
+        output : pytensor.tensor.TensorVariable
+            The network's output per row.
+        y : pytensor.tensor.TensorVariable
+            The labels, as the model sees them.
+        noise_sd : float
+            The extra parameter's prior scale (``model.noise_sd``).
+        total_size : optional
+            With a minibatch, the rows the batch represents: the log-likelihood is scaled by
+            ``total_size / batch``.
+        """
         import pymc as pm
         import pytensor.tensor as pt
 
@@ -59,12 +93,39 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
         pm.CustomDist("y_obs", output, logp=logp, observed=y, **kwargs)
 
     def density_constant(self, y, noise_sd):
-        """``-log(y!)`` summed over the rows."""
+        """``-log(y!)`` summed over the rows.
+
+        Parameters
+        ----------
+        y : numpy.ndarray
+            The labels of every real row, as the model sees them.
+        noise_sd : float
+            The extra parameter's prior scale.
+
+        Returns
+        -------
+        float
+            The constant; with an extra parameter it includes ``HALFNORMAL_CONST - log(noise_sd)``.
+        """
         from scipy.special import gammaln
 
         return -float(gammaln(y + 1.0).sum())
 
     def mean(self, output, y_mean=0.0, y_sd=1.0):
+        """The rate: ``exp`` of the output.
+
+        Parameters
+        ----------
+        output : numpy.ndarray
+            Network outputs.
+        y_mean, y_sd : float, optional
+            The labels' training mean and sd, where labels are standardised.
+
+        Returns
+        -------
+        numpy.ndarray
+            The quantity, of ``output``'s shape.
+        """
         with np.errstate(over="ignore"):  # an overflowing rate is inf; callers refuse non-finite results
             return np.exp(output)
 
@@ -175,15 +236,63 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
         return np.array(out)
 
     def log_density(self, draws, noise, y):
+        """``log Poisson(y | rate)`` per draw and row.
+
+        Parameters
+        ----------
+        draws : numpy.ndarray
+            Draws of the function-space quantity in the label's units, ``(..., n)``.
+        noise : numpy.ndarray or None
+            Draws of the extra parameter in the label's units, ``(...)``; ``None`` without one.
+        y : numpy.ndarray
+            The labels in their own units, ``(n,)``.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(..., n)``.
+        """
         from scipy.special import gammaln
 
         with np.errstate(divide="ignore"):  # a rate of exactly 0 gives log 0 = -inf, the right log density
             return y * np.log(draws) - draws - gammaln(y + 1.0)
 
     def predictive_draws(self, draws, noise, rng):
+        """One ``Poisson(rate)`` count per draw and row.
+
+        Parameters
+        ----------
+        draws : numpy.ndarray
+            Draws of the function-space quantity in the label's units, ``(..., n)``.
+        noise : numpy.ndarray or None
+            Draws of the extra parameter in the label's units, ``(...)``; ``None`` without one.
+        rng : numpy.random.Generator
+            The source of the draws.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            Labels of ``draws``' shape; ``None`` where the quantity says it all.
+        """
         return rng.poisson(draws)
 
     def pointwise(self, draws, noise, y):
+        """``sq_err``, ``lpd`` and ``covered`` per row (:class:`hbnn.model.likelihoods.base.Predictive`).
+
+        Parameters
+        ----------
+        draws : numpy.ndarray
+            Draws of the function-space quantity in the label's units, ``(chain, draw, n)``.
+        noise : numpy.ndarray or None
+            Draws of the extra parameter in the label's units, ``(chain, draw)``; ``None`` without one.
+        y : numpy.ndarray
+            The labels in their own units, ``(n,)``.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            Per-row values by name, each ``(n,)``.
+        """
         from scipy.special import logsumexp
 
         rates = draws.reshape(-1, draws.shape[-1])
@@ -198,7 +307,20 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
 
     def summarise(self, draws, noise):
         """Of the posterior predictive count: mean ``E[rate]``, sd ``sqrt(Var[rate] + E[count variance])``
-        (Poisson's: ``E[rate]``), central 94% interval (whole counts)."""
+        (Poisson's: ``E[rate]``), central 94% interval (whole counts).
+
+        Parameters
+        ----------
+        draws : numpy.ndarray
+            Draws of the function-space quantity in the label's units, ``(sample, n)``.
+        noise : numpy.ndarray or None
+            Draws of the extra parameter in the label's units, ``(sample,)``; ``None`` without one.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            ``mean``, ``sd``, ``lower_94`` and ``upper_94`` per row.
+        """
         lower, upper = self.quantiles(draws, QUANTILES, noise)
         sd = np.sqrt(draws.var(axis=0) + self.component_variance(draws, noise).mean(axis=0))
         return {"mean": draws.mean(axis=0), "sd": sd, "lower_94": lower, "upper_94": upper}

@@ -67,8 +67,21 @@ MAX_CATEGORIES = 255  # HistGradientBoosting's limit on a categorical feature's 
 
 
 def scoring_likelihood(name: str) -> likelihoods.Likelihood:
-    """The likelihood that scores the baselines of tasks made for ``name``: its own, except negative_binomial's
-    counts, which the baselines predict with a Poisson predictive."""
+    """The likelihood that scores the baselines of tasks made for ``name``.
+
+    It is the tasks' own likelihood, except for negative_binomial counts, which the baselines predict with a
+    Poisson predictive (no baseline estimates a dispersion).
+
+    Parameters
+    ----------
+    name : str
+        The tasks' likelihood name (``model.likelihood``).
+
+    Returns
+    -------
+    hbnn.model.likelihoods.Likelihood
+        The registered likelihood that scores the baselines.
+    """
     return likelihoods.get("poisson" if name == "negative_binomial" else name)
 
 
@@ -107,11 +120,27 @@ def _rms(r: np.ndarray) -> float:
 
 
 def fit_predict(model: str, tasks: Tasks, seed: int) -> dict[str, tuple[np.ndarray, float | None]]:
-    """Fit baseline ``model`` (one of :data:`MODELS`) on the training rows of ``tasks``; its predictions at every
-    row of each split, in the split's (group-sorted) order, on the model's label scale, and the gaussian noise sd
-    on that scale (``None`` for other labels; per-row for ``per_group_glm``).
+    """Fit one baseline on the training rows of ``tasks`` and predict every row of each split.
 
-    Returns ``{split: (prediction (n,), noise sd (n,) or None)}``.
+    Parameters
+    ----------
+    model : str
+        One of :data:`MODELS`.
+    tasks : hbnn.data.tasks.Tasks
+        The tasks, split into training and test rows.
+    seed : int
+        ``gradient_boosting``'s ``random_state`` (:func:`baseline_seed`).
+
+    Returns
+    -------
+    dict of str to tuple of (numpy.ndarray, numpy.ndarray or None)
+        ``{split: (prediction, noise_sd)}``: the predictions ``(n,)`` in the split's (group-sorted) order on the
+        model's label scale, and the gaussian noise sd per row on that scale (``None`` for other labels).
+
+    Raises
+    ------
+    ValueError
+        If ``model`` is not one of :data:`MODELS`.
     """
     kind = _kind(tasks)
     train, splits = tasks.split("train"), {s: tasks.split(s) for s in ("train", "test")}
@@ -168,8 +197,23 @@ def fit_predict(model: str, tasks: Tasks, seed: int) -> dict[str, tuple[np.ndarr
 
 
 def predictions(model: str, tasks: Tasks, seed: int) -> dict[str, dict[str, list]]:
-    """:func:`fit_predict` as :func:`hbnn.diagnostics.predictions.evaluate_groups` gives a BNN's draws: per split,
-    per group ``draws (1, 1, n_g)`` and ``noise (1, 1)`` (gaussian) in the label's units, and ``y``."""
+    """:func:`fit_predict` in the shape :func:`hbnn.diagnostics.predictions.evaluate_groups` gives a BNN's draws.
+
+    Parameters
+    ----------
+    model : str
+        One of :data:`MODELS`.
+    tasks : hbnn.data.tasks.Tasks
+        The tasks.
+    seed : int
+        ``gradient_boosting``'s ``random_state``.
+
+    Returns
+    -------
+    dict of str to dict
+        Per split: ``draws`` (per group, ``(1, 1, n_g)`` in the label's units), ``noise`` (per group ``(1, 1)``;
+        gaussian only, else ``None``) and ``y`` (per group, in the label's units).
+    """
     lik = likelihoods.get(tasks.likelihood)
     out = {}
     for s, (pred, sd) in fit_predict(model, tasks, seed).items():
@@ -188,18 +232,54 @@ def predictions(model: str, tasks: Tasks, seed: int) -> dict[str, dict[str, list
 
 
 def baseline_seed(params: Params) -> int:
-    """``gradient_boosting``'s ``random_state``, from ``baselines.seed``."""
+    """``gradient_boosting``'s ``random_state``, derived from ``baselines.seed``.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The run's settings.
+
+    Returns
+    -------
+    int
+        A seed below ``2**31`` (scikit-learn's range).
+    """
     return derive_seed(params.baselines.seed, STAGE_KEYS["baselines"]) % 2**31
 
 
 def all_predictions(tasks: Tasks, params: Params) -> dict[str, dict[str, dict[str, list]]]:
-    """:func:`predictions` of every model in :data:`MODELS`."""
+    """:func:`predictions` of every model in :data:`MODELS`.
+
+    Parameters
+    ----------
+    tasks : hbnn.data.tasks.Tasks
+        The tasks.
+    params : hbnn.config.Params
+        The run's settings (for the seed).
+
+    Returns
+    -------
+    dict of str to dict
+        ``{model: predictions(model, ...)}``.
+    """
     return {m: predictions(m, tasks, baseline_seed(params)) for m in MODELS}
 
 
 def score_models(tasks: Tasks, preds: dict[str, dict[str, dict[str, list]]]) -> dict:
-    """Detail metrics of :func:`all_predictions`: per model pooled ``train`` and ``test`` scores and
-    ``per_group.<g>.{train,test}``, as the BNNs' detail files hold them."""
+    """Detail metrics of :func:`all_predictions`, as the BNNs' detail files hold them.
+
+    Parameters
+    ----------
+    tasks : hbnn.data.tasks.Tasks
+        The tasks (for the likelihood and the group names).
+    preds : dict of str to dict
+        :func:`all_predictions`' output.
+
+    Returns
+    -------
+    dict
+        Per model: pooled ``train`` and ``test`` scores and ``per_group.<g>.{train,test}``.
+    """
     lik = scoring_likelihood(tasks.likelihood)
     out: dict = {}
     for model, pred in preds.items():
@@ -214,14 +294,47 @@ def score_models(tasks: Tasks, preds: dict[str, dict[str, dict[str, list]]]) -> 
 
 
 def headline(detail: dict, score: str) -> dict:
-    """What ``metrics/baselines.json`` holds per model: the training rows' headline ``score`` and every test
-    score (the shape of the BNNs' headline files, :func:`hbnn.diagnostics.evaluation.headline`)."""
+    """What ``metrics/baselines.json`` holds per model.
+
+    Parameters
+    ----------
+    detail : dict
+        :func:`score_models`' output (other keys, such as ``made_by``, are left out).
+    score : str
+        The likelihood's headline score name.
+
+    Returns
+    -------
+    dict
+        Per model: the training rows' ``score`` and every test score, in the shape of the BNNs' headline files
+        (:func:`hbnn.diagnostics.evaluation.headline`).
+    """
     return {model: {"train": {score: m["train"][score]}, "test": {k: v for k, v in m["test"].items() if k != "n"}}
             for model, m in detail.items() if model in MODELS}
 
 
 def baselines(params: Params, tasks_path: Path, metrics_out: Path) -> dict:
-    """Fit and score every baseline on ``tasks_path``; write ``metrics_out`` and its detail file together."""
+    """Stage body: fit and score every baseline; write ``metrics_out`` and its detail file together.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The run's settings.
+    tasks_path : pathlib.Path
+        The tasks file (``data/tasks.nc``).
+    metrics_out : pathlib.Path
+        The headline metrics file; the detail file goes to :func:`hbnn.files.outputs.detail_path` of it.
+
+    Returns
+    -------
+    dict
+        The detail metrics (:func:`score_models` plus ``made_by``).
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the tasks file is missing, unreadable or made with other settings.
+    """
     tasks = load_tasks(tasks_path, likelihood=params.model.likelihood, params=params)
     lik = scoring_likelihood(tasks.likelihood)
     detail = score_models(tasks, all_predictions(tasks, params))

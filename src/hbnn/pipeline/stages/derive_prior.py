@@ -19,14 +19,46 @@ log = logging.getLogger(__name__)
 
 
 def headline(metrics: dict) -> dict:
-    """What ``metrics/prior.json`` holds: the chains used and each layer's mean prior sd (the rest is in the
-    detail file, :func:`hbnn.files.outputs.detail_path`)."""
+    """What ``metrics/prior.json`` holds (the rest is in the detail file, :func:`hbnn.files.outputs.detail_path`).
+
+    Parameters
+    ----------
+    metrics : dict
+        :func:`hbnn.fitting.prior.derive`'s metrics.
+
+    Returns
+    -------
+    dict
+        The chains used and each layer's mean prior sd.
+    """
     return {"draws": {"chains_used": metrics["draws"]["chains_used"]},
             "layers": {name: {"prior_sd_mean": m["prior_sd_mean"]} for name, m in metrics["layers"].items()}}
 
 
 def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out: Path) -> dict:
-    """Fit one MvNormal per layer to new-group weight draws of the hierarchical posterior."""
+    """Stage body: fit one MvNormal per layer to new-group weight draws of the hierarchical posterior.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The run's settings (``prior`` and the model).
+    hier_trace : pathlib.Path
+        The hierarchical fit's trace.
+    prior_out : pathlib.Path
+        Where the informed prior (netCDF) goes.
+    metrics_out : pathlib.Path
+        The headline metrics file; the detail file goes beside it.
+
+    Returns
+    -------
+    dict
+        The detail metrics.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the trace is missing, unreadable or made with other settings, or the estimate exceeds the budget.
+    """
     p = params.prior
     posterior = load_posterior(hier_trace, "hierarchical", params=params, stage="fit_hier")
     settings = settings_from_attrs(posterior.attrs)

@@ -18,9 +18,22 @@ log = logging.getLogger(__name__)
 
 
 def make_data(params: Params, out: Path) -> None:
-    """Generate (moons) or read and check (table) the tasks and write ``data/tasks.nc``.
+    """Stage body: generate (moons) or read and check (table) the tasks and write ``data/tasks.nc``.
 
     For tables ``n_groups`` is not used: the groups are the table's.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The run's settings (``data``, ``seed``, ``n_groups``, ``model.likelihood``).
+    out : pathlib.Path
+        Where the tasks file goes.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the table is missing or bad, it has too few groups for the transfer experiment, or the estimate
+        exceeds the budget.
     """
     estimate = budget.data_estimate(params)
     if estimate is not None:

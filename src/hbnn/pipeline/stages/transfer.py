@@ -52,10 +52,33 @@ HELDOUT_ATTR = "heldout_groups"
 
 def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out: Path, metrics_out: Path,
                    timing_out: Path) -> dict:
-    """Hold out groups, fit the hierarchical model on the rest and derive the informed prior from that fit.
+    """Stage body: hold out groups, fit the hierarchical model on the rest and derive the informed prior from that fit.
 
-    ``metrics_out`` (a detail file, not a DVC metric) holds the held-out and
-    training groups, the hierarchical fit's metrics and the prior's.
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The run's settings (``transfer``, ``hier_sampler``, ``prior``, the model).
+    tasks_path : pathlib.Path
+        The tasks file.
+    trace_out : pathlib.Path
+        Where the hierarchical fit's trace goes.
+    prior_out : pathlib.Path
+        Where the informed prior goes.
+    metrics_out : pathlib.Path
+        A detail file (not a DVC metric): the held-out and training groups, the fit's metrics and the prior's.
+    timing_out : pathlib.Path
+        Where the fit's timing goes.
+
+    Returns
+    -------
+    dict
+        What ``metrics_out`` holds.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the tasks file is bad, no held-out group has more training rows than a size, or an estimate exceeds
+        the budget.
     """
     tasks = load_tasks(tasks_path, params.model.likelihood, params)
     heldout = transfer.holdout(tasks.group_names, params.transfer)
@@ -102,8 +125,26 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
 
 
 def heldout_groups(prior_path: Path, tasks: Tasks) -> list[str]:
-    """The held-out groups that ``transfer_prior`` recorded in the prior file's settings; each must be in
-    ``tasks``."""
+    """The held-out groups that ``transfer_prior`` recorded in the prior file's settings.
+
+    Parameters
+    ----------
+    prior_path : pathlib.Path
+        The transfer prior file.
+    tasks : hbnn.data.tasks.Tasks
+        The tasks; each held-out group must be one of theirs.
+
+    Returns
+    -------
+    list of str
+        The held-out group names.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If the file is unreadable, was not written by ``transfer_prior``, records no held-out groups, or holds out
+        groups the tasks lack.
+    """
     attrs = load_dataset(prior_path, "prior file").attrs
     check_made_with(attrs, None, prior_path, "transfer_prior")
     heldout = settings_from_attrs(attrs).get(HELDOUT_ATTR)
@@ -119,8 +160,42 @@ def heldout_groups(prior_path: Path, tasks: Tasks) -> list[str]:
 def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path: Path, prior_metrics: Path,
                  flat_trace_out: Path, informed_trace_out: Path, metrics_out: Path, plot_out: Path,
                  timing_out: Path) -> dict:
-    """Refit each held-out group on nested subsets of its rows (flat and informed prior) and score all of them,
-    and the hierarchical population's prediction, on the group's own test rows."""
+    """Stage body: refit each held-out group on nested subsets of its rows (flat and informed prior) and score them.
+
+    Every refit, and the hierarchical population's prediction, is scored on the group's own test rows.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The run's settings.
+    tasks_path : pathlib.Path
+        The tasks file.
+    hier_trace : pathlib.Path
+        ``transfer_prior``'s hierarchical trace (for the population's prediction).
+    prior_path : pathlib.Path
+        ``transfer_prior``'s informed prior.
+    prior_metrics : pathlib.Path
+        ``transfer_prior``'s metrics (held-out groups, the hierarchical fit's sampling).
+    flat_trace_out, informed_trace_out : pathlib.Path
+        Where the two models' traces go.
+    metrics_out : pathlib.Path
+        The headline metrics file; the detail file goes beside it.
+    plot_out : pathlib.Path
+        Where :func:`transfer_csv` goes.
+    timing_out : pathlib.Path
+        Where the fits' timing goes.
+
+    Returns
+    -------
+    dict
+        The detail metrics (:func:`transfer_metrics` plus ``made_by`` and ``model``).
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        If an input is missing, unreadable, made with other settings or not ``transfer_prior``'s, or an estimate
+        exceeds the budget.
+    """
     tasks = load_tasks(tasks_path, params.model.likelihood, params)
     spec = fitting.model_spec(params, tasks)
     heldout = heldout_groups(prior_path, tasks)
@@ -186,9 +261,28 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
 
 def population_predictions(params: Params, spec: ModelSpec, tasks: Tasks, posterior, heldout: list[str]
                            ) -> dict[str, list]:
-    """The hierarchical population's predictive of model ``spec`` (one new-group network per posterior draw, as
-    ``hbnn predict`` scores an unseen group) on each held-out group's test rows, as one split of
-    :func:`hbnn.diagnostics.predictions.evaluate_groups`."""
+    """The hierarchical population's predictive on each held-out group's test rows.
+
+    One new-group network per posterior draw, as ``hbnn predict`` scores an unseen group.
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The run's settings (``transfer.seed``).
+    spec : hbnn.model.spec.ModelSpec
+        The model.
+    tasks : hbnn.data.tasks.Tasks
+        The tasks.
+    posterior : xarray.Dataset
+        The hierarchical posterior.
+    heldout : list of str
+        The held-out groups, in the order of the output.
+
+    Returns
+    -------
+    dict of str to list
+        One split of :func:`hbnn.diagnostics.predictions.evaluate_groups`: ``draws``, ``noise`` and ``y`` per group.
+    """
     lik = likelihoods.get(tasks.likelihood)
     rng = np.random.default_rng(derive_seed(params.transfer.seed, STAGE_KEYS["transfer_population"]))
     weights = population_weights(posterior, spec.layers, rng)
@@ -209,11 +303,35 @@ def population_predictions(params: Params, spec: ModelSpec, tasks: Tasks, poster
 def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refit], fits: dict[str, dict],
                      tests: dict[str, dict[str, list]], population: dict[str, list], upstream: dict,
                      skipped: list[str]) -> dict:
-    """Everything ``metrics/detail/transfer.json`` holds: per size, each model's pooled test scores, the paired
-    informed-minus-flat difference in test log density and convergence; per fit, its scores and diagnostics.
+    """Everything ``metrics/detail/transfer.json`` holds.
 
-    ``fits`` and ``tests`` hold each model's :func:`hbnn.diagnostics.evaluation.fit_metrics` and its test
-    predictions."""
+    Per size: each model's pooled test scores, the paired informed-minus-flat difference in test log density and
+    convergence; per fit: its scores and diagnostics.
+
+    Parameters
+    ----------
+    likelihood : str
+        The likelihood's name.
+    params : hbnn.config.Params
+        The run's settings (``transfer`` sizes).
+    refits : list of hbnn.pipeline.transfer.Refit
+        The refits, in the order of ``tests``' groups.
+    fits : dict of str to dict
+        Per model, :func:`hbnn.diagnostics.evaluation.fit_metrics`.
+    tests : dict of str to dict
+        Per model, its test predictions.
+    population : dict of str to list
+        :func:`population_predictions`.
+    upstream : dict
+        ``transfer_prior``'s metrics.
+    skipped : list of str
+        The refits left out (a size not below a group's training rows).
+
+    Returns
+    -------
+    dict
+        The detail metrics.
+    """
     lik = likelihoods.get(likelihood)
     heldout = upstream["heldout_groups"]
     # per held-out group (population is in heldout order), so each size takes its groups' rows
@@ -273,8 +391,18 @@ def _se(values: np.ndarray) -> float:
 
 
 def transfer_headline(metrics: dict) -> dict:
-    """``metrics/transfer.json``: ``<model>.<size>.test.<score>`` (and ``population.n0.test.<score>``) for the
-    likelihood's test scores, and the convergence counts of every fit behind them."""
+    """``metrics/transfer.json``: the test scores per model and size and the convergence counts behind them.
+
+    Parameters
+    ----------
+    metrics : dict
+        :func:`transfer_metrics`.
+
+    Returns
+    -------
+    dict
+        ``<model>.<size>.test.<score>``, ``population.n0.test.<score>`` and ``sampling``.
+    """
     def scores(test: dict) -> dict:
         return {k: v for k, v in test.items() if k not in ("n", "lpd_mean")}
 
@@ -290,13 +418,24 @@ def transfer_headline(metrics: dict) -> dict:
 
 
 def transfer_csv(metrics: dict, likelihood: str) -> str:
-    """``reports/plots/transfer.csv``: one row per model and size (``n`` = mean training rows per group), the
-    population at ``n = 0``.
+    """``reports/plots/transfer.csv``: one row per model and size, the population at ``n = 0``.
 
-    The columns ``dvc plots`` draws are the same for every likelihood: ``score``
-    (its headline test score: accuracy, RMSE; named in ``score_name``) and
-    ``log_loss``, the mean negative log predictive density of the test labels
-    (the log loss of a classifier); the likelihood's other test scores follow.
+    ``n`` is the mean training rows per group. The columns ``dvc plots`` draws are the same for every likelihood:
+    ``score`` (its headline test score: accuracy, RMSE; named in ``score_name``) and ``log_loss``, the mean negative
+    log predictive density of the test labels (the log loss of a classifier); the likelihood's other test scores
+    follow.
+
+    Parameters
+    ----------
+    metrics : dict
+        :func:`transfer_metrics`.
+    likelihood : str
+        The likelihood's name.
+
+    Returns
+    -------
+    str
+        The CSV text.
     """
     score = likelihoods.get(likelihood).score
     pop = metrics["population"]["test"]

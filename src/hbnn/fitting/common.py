@@ -16,6 +16,7 @@ import xarray as xr
 from hbnn.config import Params, SamplerParams
 from hbnn.data.tasks import Tasks
 from hbnn.diagnostics import evaluation
+from hbnn.diagnostics.advice import model_advice
 from hbnn.diagnostics.predictions import (
     evaluate_groups,
     group_extra,
@@ -186,6 +187,10 @@ def score(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, sampled: Sa
         stage, score_name, metrics["train"][score_name], score_name, metrics["test"].get(score_name, float("nan")),
         metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], sampled.cost.seconds,
     )
+    advice = None if "loss" in sampled.sample_stats else model_advice(
+        metrics["per_group"], json.loads(idata.posterior.attrs.get("hbnn_settings", "{}")), stage)
+    if advice:
+        log.warning("%s", advice)
     falling = metrics["sampling"].get("advi_still_falling")
     if falling:
         s = params.sampler_for(stage)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hbnn.diagnostics import criterion
+from hbnn.diagnostics.advice import model_advice
 from hbnn.diagnostics.criterion import ADVI_MIN_DROP
 from hbnn.errors import counted
 from hbnn.model import likelihoods
@@ -149,6 +150,9 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
                  "the same chains will not merge them): " + "; ".join(flags) + "." if flags else
                  "No group is flagged as non-mixing (chains settled in distinct functions).")
     blocks = [Para(verdict, warn=failing), Table(header, rows, text_columns=(6,)), *_missing_table(metrics, missing_by)]
+    advice = [model_advice(lookup(metrics[v], "per_group") or {}, (settings or {}).get(v, {}), LABELS[v])
+              for v in MODELS if not _fitted_with_advi(lookup(metrics[v], "sampling") or {})]
+    blocks += [Para(a, warn=True) for a in advice if a]
     if advi_models:
         blocks.append(Para(
             f"Fitted with ADVI: {', '.join(advi_models)}. Their draws are independent draws from a mean-field "

@@ -32,7 +32,7 @@ from hbnn.data.tasks import load_tasks
 from hbnn.names import MAX_NAME_LENGTH
 from hbnn.pipeline.runner import run_stage
 from hbnn.pipeline.stages.make_data import make_data
-from hbnn.report import plots
+from hbnn.report import metric_plots, plots
 from hbnn.report.document import (
     Figure,
     FigureLinks,
@@ -235,7 +235,7 @@ def test_figures_draw_a_dollar_as_a_dollar(name):
     """A name through plots.literal draws, with mathtext on, exactly as the name drawn with mathtext off; before,
     "$\\undefinedmacro$" raised ParseFatalException as the figure was saved, and "50$ and 60$" was maths."""
     assert _drawn(plots.literal(name), True) == _drawn(name, False)
-    fig, _ = plots.plot_per_group([name, "b"], {"flat": np.array([0.5, 0.9])}, title=name)
+    fig, _ = metric_plots.plot_per_group([name, "b"], {"flat": np.array([0.5, 0.9])}, title=name)
     assert plots.png_bytes(fig)[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -23,7 +23,7 @@ from hbnn.files.outputs import detail_path, write_json, write_netcdf
 from hbnn.model.network import layer_coords, layer_specs
 from hbnn.pipeline import transfer
 from hbnn.pipeline.variants import STAGE_PARAMS
-from hbnn.report import numbers, outputs, plots, sections, transfer_section
+from hbnn.report import metric_plots, numbers, outputs, plots, sections, transfer_section
 from hbnn.report import status as report_status
 from hbnn.report.stage import report
 
@@ -905,11 +905,11 @@ def test_transfer_sizes_that_pool_different_groups_are_flagged():
     series = {m: {"score": [0.7, 0.8, 0.9], "log_loss": [0.5, 0.4, 0.3], "lpd_se": [0.1] * 3}
               for m in ("flat", "informed")}
     diff = [{"mean": 0.1, "se": 0.05}] * 3
-    fig, axes = plots.plot_transfer([2, 16, 30], ["n2", "n16", "all"], "accuracy", series,
+    fig, axes = metric_plots.plot_transfer([2, 16, 30], ["n2", "n16", "all"], "accuracy", series,
                                     {"score": 0.5, "log_loss": 0.7}, diff, [3, 1, 3])
     ticks = [t.get_text() for t in axes[0].get_xticklabels()]
     assert ticks == ["2\n3 groups", "16\n1 group", "all\n(mean 30)\n3 groups"]
-    fig, axes = plots.plot_transfer([2, 16, 30], ["n2", "n16", "all"], "accuracy", series,
+    fig, axes = metric_plots.plot_transfer([2, 16, 30], ["n2", "n16", "all"], "accuracy", series,
                                     {"score": 0.5, "log_loss": 0.7}, diff, [3, 3, 3])
     assert [t.get_text() for t in axes[0].get_xticklabels()] == ["2", "16", "all\n(mean 30)"]
 
@@ -960,10 +960,10 @@ def test_a_transfer_hierarchy_of_few_groups_is_cautioned():
 def test_the_advi_loss_axis_is_labelled_within_one_decade():
     """A loss between ~150 and ~700 on a symlog axis had no labelled tick: no power of ten lies in the range."""
     it = np.arange(1, 101)
-    fig, ax = plots.plot_loss({"flat": (it, 150 + 550 * np.exp(-it / 20.0))})
+    fig, ax = metric_plots.plot_loss({"flat": (it, 150 + 550 * np.exp(-it / 20.0))})
     fig.canvas.draw()
     assert ax.get_yscale() == "linear" and [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
-    fig, ax = plots.plot_loss({"flat": (it, 1e5 * np.exp(-it / 10.0) + 100)})
+    fig, ax = metric_plots.plot_loss({"flat": (it, 1e5 * np.exp(-it / 10.0) + 100)})
     assert ax.get_yscale() == "log"  # falling by orders of magnitude
 
 

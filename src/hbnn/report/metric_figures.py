@@ -12,7 +12,7 @@ import xarray as xr
 
 from hbnn.model.network import LayerSpec
 from hbnn.pipeline.transfer import in_size_order
-from hbnn.report import plots
+from hbnn.report import metric_plots, plots
 from hbnn.report.numbers import (
     ESS_OK,
     LABELS,
@@ -34,7 +34,7 @@ def _correlation_figure(hier_extra: xr.Dataset, prior: dict, spec: LayerSpec, fe
         f"informed prior: corr from cov_{spec.name}": correlation_from_cov(prior[spec.name][1]),
         f"hierarchical mu_{spec.name} draws (chain {ref_chain})": correlation_of_draws(mu.reshape(mu.shape[0], -1)),
     }
-    return plots.png_bytes(plots.plot_correlations(corr, weight_labels(spec, features))[0])
+    return plots.png_bytes(metric_plots.plot_correlations(corr, weight_labels(spec, features))[0])
 
 
 def _per_group_values(metrics: dict[str, dict], names: Sequence[str], *keys: str) -> dict[str, np.ndarray]:
@@ -46,7 +46,7 @@ def _regression_figures(metrics: dict[str, dict], names: Sequence[str]) -> dict:
     """Per-group test RMSE of a run scored by RMSE, from the metrics files."""
     rmse = _per_group_values(metrics, names, "test", "rmse")
     return {
-        "per_group_rmse.png": plots.png_bytes(plots.plot_per_group(
+        "per_group_rmse.png": plots.png_bytes(metric_plots.plot_per_group(
             names, rmse, kind="bar", ylabel="test RMSE")[0]),
     }
 
@@ -56,9 +56,9 @@ def _diagnostic_figures(metrics: dict[str, dict], names: Sequence[str]) -> dict[
     rhat = _per_group_values(metrics, names, "rhat_fn")
     ess = _per_group_values(metrics, names, "ess_bulk_fn")
     return {
-        "rhat_fn.png": plots.png_bytes(plots.plot_per_group(
+        "rhat_fn.png": plots.png_bytes(metric_plots.plot_per_group(
             names, rhat, kind="point", ylabel="function-space R-hat", hlines=(RHAT_OK,))[0]),
-        "ess_fn.png": plots.png_bytes(plots.plot_per_group(
+        "ess_fn.png": plots.png_bytes(metric_plots.plot_per_group(
             names, ess, kind="point", ylabel="function-space bulk ESS", hlines=(ESS_OK,), log=True)[0]),
     }
 
@@ -135,14 +135,14 @@ def _metrics_figures(metrics: dict[str, dict], names: Sequence[str], accuracy: d
     train = np.array([lookup(metrics[v], "train", "accuracy") for v in MODELS], dtype=float)
     test = np.array([lookup(metrics[v], "test", "accuracy") for v in MODELS], dtype=float)
     return {
-        "per_group_accuracy.png": plots.png_bytes(plots.plot_per_group(
+        "per_group_accuracy.png": plots.png_bytes(metric_plots.plot_per_group(
             names, accuracy, kind="bar", ylabel="test accuracy", ylim=(low, 1.0))[0]),
-        "accuracy.png": plots.png_bytes(plots.plot_accuracy([LABELS[v] for v in MODELS], train, test, refs)[0]),
+        "accuracy.png": plots.png_bytes(metric_plots.plot_accuracy([LABELS[v] for v in MODELS], train, test, refs)[0]),
     }
 
 
 def transfer_figure(tm: dict, score: str) -> bytes:
-    """:func:`hbnn.report.plots.plot_transfer` of ``metrics/detail/transfer.json``.
+    """:func:`hbnn.report.metric_plots.plot_transfer` of ``metrics/detail/transfer.json``.
 
     Parameters
     ----------
@@ -162,6 +162,7 @@ def transfer_figure(tm: dict, score: str) -> bytes:
                   "lpd_se": [r[m]["lpd_se"] for r in sizes.values()]} for m in ("flat", "informed")}
     pop = tm["population"]
     population = {"score": pop["test"][score], "log_loss": -pop["test"]["lpd_mean"]}
-    fig, _ = plots.plot_transfer([r["rows_mean"] for r in sizes.values()], list(sizes), score, series, population,
-                                 [r["difference"] for r in sizes.values()], [r["groups"] for r in sizes.values()])
+    fig, _ = metric_plots.plot_transfer([r["rows_mean"] for r in sizes.values()], list(sizes), score, series,
+                                        population, [r["difference"] for r in sizes.values()],
+                                        [r["groups"] for r in sizes.values()])
     return plots.png_bytes(fig)

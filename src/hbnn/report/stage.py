@@ -18,7 +18,7 @@ from hbnn.model.prior import load_prior
 from hbnn.pipeline import budget
 from hbnn.pipeline.stages.baselines import LABELS as BASELINE_LABELS
 from hbnn.pipeline.variants import BY_NAME
-from hbnn.report import plots
+from hbnn.report import metric_plots, plots
 from hbnn.report.document import render_html, render_markdown
 from hbnn.report.figures import all_model_outputs
 from hbnn.report.inputs import (
@@ -159,7 +159,7 @@ def report(
 
         later = {corr_name: _correlation_figure(hier_extra, prior, first, tasks.features, ref_chain)}
         sd_draws = {var: hier_extra[var].transpose("chain", "draw").values for var in sd_vars}
-        later["group_sd.png"] = plots.png_bytes(plots.plot_group_sd(sd_draws)[0])
+        later["group_sd.png"] = plots.png_bytes(metric_plots.plot_group_sd(sd_draws)[0])
         later.update(group_sd_diagnostic_figures(hier_extra[sd_vars], hier_stats))
         later.update(_diagnostic_figures(metrics, names))
         # The figures drawn from the metrics files alone, here too: the last model's worker is still running
@@ -167,7 +167,7 @@ def report(
         data = data_settings(tasks, params)
         transfer_png = (transfer_figure(transfer_metrics, lik.score)
                         if transfer_metrics is not None and transfer_metrics["sizes"] else None)
-        loss_png = plots.png_bytes(plots.plot_loss(losses)[0]) if losses else None
+        loss_png = plots.png_bytes(metric_plots.plot_loss(losses)[0]) if losses else None
         if not lik.classifier:
             accuracy = {v: np.zeros(0) for v in MODELS}
             scored = _regression_figures(metrics, names)
@@ -199,7 +199,7 @@ def report(
     if not lik.classifier:
         sections = [status, _scores_section(metrics, baselines), _per_group_rmse_section(len(names))]
     else:
-        figures["calibration.png"] = plots.png_bytes(plots.plot_reliability(calibration)[0])
+        figures["calibration.png"] = plots.png_bytes(metric_plots.plot_reliability(calibration)[0])
         sections = [status, _accuracy_section(metrics, data, model_settings(settings), baselines),
                     _per_group_section(len(names)),
                     _calibration_section()]

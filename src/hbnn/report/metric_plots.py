@@ -40,9 +40,31 @@ def plot_per_group(
 ):
     """Grouped bars (``kind="bar"``) or dots (``"point"``) of one value per group and series.
 
-    ``values[series]`` is ``(group,)`` aligned with ``names`` (NaN = missing). More than ``per_row`` groups wrap onto
-    further stacked axes so every group keeps a readable tick label. ``hlines`` are dashed reference levels; ``log``
-    draws the value axis on a log scale. Returns ``(fig, axes (rows,))``.
+    Parameters
+    ----------
+    names : sequence of str
+        The groups.
+    values : mapping of str to numpy.ndarray
+        Per series, ``(group,)`` aligned with ``names`` (NaN: missing).
+    kind : {"bar", "point"}, optional
+        Bars or dots.
+    ylabel : str, optional
+        The value axis' label.
+    ylim : tuple of (float, float), optional
+        The value axis' range.
+    hlines : sequence of float, optional
+        Dashed reference levels.
+    title : str, optional
+        The figure's title.
+    per_row : int, optional
+        Groups per row of axes: more wrap onto further stacked axes, so every group keeps a readable tick label.
+    log : bool, optional
+        The value axis on a log scale.
+
+    Returns
+    -------
+    tuple
+        ``(fig, axes (rows,))``.
     """
     n = len(names)
     chunks = pages(n, per_row)
@@ -92,8 +114,19 @@ def plot_accuracy(
 ):
     """Train and test accuracy of this run (filled dots) beside reference numbers (hollow markers).
 
-    ``train``/``test`` are ``(model,)`` fractions; ``references[label] = (train, test)`` arrays of the same length, NaN
-    where a reference has no number. Returns ``(fig, axes (2,))``.
+    Parameters
+    ----------
+    models : sequence of str
+        The models' labels.
+    train, test : numpy.ndarray
+        ``(model,)`` fractions.
+    references : mapping of str to tuple of numpy.ndarray
+        ``references[label] = (train, test)``, arrays as long as ``models``, NaN where a reference has no number.
+
+    Returns
+    -------
+    tuple
+        ``(fig, axes (2,))``.
     """
     fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.2), sharey=True, layout="constrained")
     markers = ["s", "^", "D", "v", "P"]
@@ -120,8 +153,15 @@ def plot_accuracy(
 def plot_reliability(tables: Mapping[str, Mapping[str, np.ndarray]]):
     """Reliability diagram: observed frequency of ``y = 1`` against mean predicted probability.
 
-    ``tables[model]`` is :func:`hbnn.diagnostics.evaluation.reliability` output; empty bins are
-    skipped. Returns ``(fig, ax)``.
+    Parameters
+    ----------
+    tables : mapping of str to mapping
+        Per model, :func:`hbnn.diagnostics.evaluation.reliability`'s output; empty bins are skipped.
+
+    Returns
+    -------
+    tuple
+        ``(fig, ax)``.
     """
     fig, ax = plt.subplots(figsize=(4.2, 4.0), layout="constrained")
     ax.plot([0, 1], [0, 1], ls="--", lw=0.8, color="k", label="perfect calibration")
@@ -137,9 +177,18 @@ def plot_reliability(tables: Mapping[str, Mapping[str, np.ndarray]]):
 def plot_loss(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]):
     """ADVI loss (negative ELBO) against iteration, one line per model fitted with ADVI.
 
-    ``curves[model] = (iteration, loss)``; the y axis is logarithmic where the (positive) loss falls by more than
-    a factor of 10, as it often does early on, else linear: within one decade a log (or symlog) axis may hold no
-    labelled tick. Returns ``(fig, ax)``.
+    The y axis is logarithmic where the (positive) loss falls by more than a factor of 10, as it often does early on,
+    else linear: within one decade a log (or symlog) axis may hold no labelled tick.
+
+    Parameters
+    ----------
+    curves : mapping of str to tuple of numpy.ndarray
+        Per model, ``(iteration, loss)``.
+
+    Returns
+    -------
+    tuple
+        ``(fig, ax)``.
     """
     fig, ax = plt.subplots(figsize=(6.0, 3.6), layout="constrained")
     for i, (name, (it, loss)) in enumerate(curves.items()):
@@ -156,7 +205,17 @@ def plot_loss(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]):
 def plot_group_sd(samples: Mapping[str, np.ndarray], bins: int = 30):
     """Posterior density of each layer's group sd, one step line per chain.
 
-    ``samples[var]`` is ``(chain, draw)``. Returns ``(fig, axes (layer,))``.
+    Parameters
+    ----------
+    samples : mapping of str to numpy.ndarray
+        Per group-sd variable, its ``(chain, draw)`` draws.
+    bins : int, optional
+        Histogram bins per chain.
+
+    Returns
+    -------
+    tuple
+        ``(fig, axes (layer,))``.
     """
     n = len(samples)
     rows, cols = math.ceil(n / 3), min(n, 3)
@@ -181,8 +240,17 @@ def plot_group_sd(samples: Mapping[str, np.ndarray], bins: int = 30):
 def plot_correlations(matrices: Mapping[str, np.ndarray], labels: Sequence[str]):
     """Side-by-side correlation heatmaps on one ``[-1, 1]`` colour scale.
 
-    ``matrices[title]`` is ``(k, k)`` with ``labels`` (length ``k``) on both axes; where they would not fit at the
-    smallest font, only every n-th label is shown. Returns ``(fig, axes)``.
+    Parameters
+    ----------
+    matrices : mapping of str to numpy.ndarray
+        Per title, a ``(k, k)`` correlation matrix.
+    labels : sequence of str
+        The ``k`` labels of both axes; where they would not fit at the smallest font, only every n-th is shown.
+
+    Returns
+    -------
+    tuple
+        ``(fig, axes)``.
     """
     n = len(matrices)
     k = len(labels)

@@ -77,6 +77,13 @@ TICK_CHARS = 16
 def short(text: str, limit: int) -> str:
     """:func:`literal` of ``text`` cut to ``limit`` characters, its end shown as ``...``.
 
+    Parameters
+    ----------
+    text : str
+        A name or label.
+    limit : int
+        The most characters shown.
+
     Returns
     -------
     str
@@ -107,8 +114,21 @@ def png_bytes(fig, dpi: int = DPI, tight: bool = False) -> bytes:
 
 
 def readable(fig, size: float = SMALL, largest: float = TITLE + 1):
-    """Bring every text of ``fig`` (titles, labels, ticks, legends) into ``[size, largest]`` points; for
-    figures drawn by other libraries (ArviZ scales its text with the figure size). Returns ``fig``."""
+    """Bring every text of ``fig`` (titles, labels, ticks, legends) into ``[size, largest]`` points, for figures
+    drawn by other libraries (ArviZ scales its text with the figure size).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure, changed in place.
+    size, largest : float
+        The smallest and largest font sizes, in points.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        ``fig``.
+    """
     for text in fig.findobj(matplotlib.text.Text):
         if text.get_text():
             text.set_fontsize(min(max(text.get_fontsize(), size), largest))
@@ -116,8 +136,15 @@ def readable(fig, size: float = SMALL, largest: float = TITLE + 1):
 
 
 def shrink_png(data: bytes, max_width_px: int) -> bytes:
-    """``data`` (a PNG) scaled down to at most ``max_width_px`` wide (unchanged if narrower), for pages
-    that show images at their pixel size (``dvc plots``).
+    """``data`` (a PNG) scaled down to at most ``max_width_px`` wide (unchanged if narrower), for pages that show images
+    at their pixel size (``dvc plots``).
+
+    Parameters
+    ----------
+    data : bytes
+        A PNG.
+    max_width_px : int
+        The widest it may be.
 
     Returns
     -------
@@ -136,8 +163,19 @@ def shrink_png(data: bytes, max_width_px: int) -> bytes:
 
 
 def plot_message(text: str):
-    """A figure that only says ``text``: stands in for a plot that cannot be drawn, so a page that shows
-    it (``dvc plots show``) says why instead of failing. Returns ``(fig, ax)``."""
+    """A figure that only says ``text``: it stands in for a plot that cannot be drawn, so a page that shows it
+    (``dvc plots show``) says why instead of failing.
+
+    Parameters
+    ----------
+    text : str
+        What to say.
+
+    Returns
+    -------
+    tuple
+        ``(fig, ax)``.
+    """
     fig, ax = plt.subplots(figsize=(6.0, 1.6))
     ax.set_axis_off()
     ax.text(0.5, 0.5, literal(text), ha="center", va="center", wrap=True, fontsize=SMALL + 1)
@@ -146,6 +184,11 @@ def plot_message(text: str):
 
 def panel_grid(n: int) -> tuple[int, int]:
     """Near-square ``(rows, cols)`` for ``n >= 1`` panels: ``cols = ceil(sqrt(n))``, rows as needed.
+
+    Parameters
+    ----------
+    n : int
+        The number of panels.
 
     Returns
     -------
@@ -170,6 +213,19 @@ def pages(n: int, per_page: int) -> list[range]:
 
 
 def model_color(name: str, i: int) -> str:
+    """A model's colour in every figure (:attr:`hbnn.pipeline.variants.Variant.color`), else matplotlib's ``i``-th.
+
+    Parameters
+    ----------
+    name : str
+        The model variant's name.
+    i : int
+        Its position, for a series that is not a model variant.
+
+    Returns
+    -------
+    str
+    """
     return MODEL_COLORS.get(name, f"C{i}")
 
 
@@ -186,14 +242,35 @@ def plot_surface_page(
 ):
     """One page of per-group surfaces on the square ``[-limit, limit]^2``.
 
-    ``fields`` is ``(panel, grid, grid)`` with rows along the second feature (``fields[k, i, j]`` at ``x2 = grid[i], x1
-    = grid[j]``); ``names`` titles the panels; ``points[k] = (X (n, 2), y (n,))`` are the training rows overlaid, white
-    for class 0, black for class 1. ``kind`` is ``"mean"`` (probability, 0.5 contour drawn) or ``"sd"`` (its posterior
-    sd); for regression ``"value_mean"`` (predicted mean, colour scale ``value_range``, rows coloured by their label on
-    the same scale) or ``"value_sd"`` (scale 0 to the page's largest sd). ``boundary`` (same shape as ``fields``): the
-    posterior mean probabilities whose 0.5 contour is drawn on an ``"sd"`` page, so uncertainty can be read against the
-    decision boundary. ``axis_labels`` names the two axes. Returns ``(fig, axes (rows, cols))``; unused panels are
-    hidden and all panels share one colorbar.
+    Parameters
+    ----------
+    fields : numpy.ndarray
+        ``(panel, grid, grid)`` with rows along the second feature (``fields[k, i, j]`` at ``x2 = grid[i]``,
+        ``x1 = grid[j]``).
+    names : sequence of str
+        The panels' titles.
+    limit : float
+        Half the side of the square.
+    points : sequence of tuple of numpy.ndarray
+        ``points[k] = (X (n, 2), y (n,))``: the training rows overlaid, white for class 0, black for class 1.
+    kind : str, optional
+        ``"mean"`` (probability, 0.5 contour drawn) or ``"sd"`` (its posterior sd); for regression ``"value_mean"``
+        (predicted mean, colour scale ``value_range``, rows coloured by their label on the same scale) or
+        ``"value_sd"`` (scale 0 to the page's largest sd).
+    title : str, optional
+        The page's title.
+    axis_labels : tuple of (str, str), optional
+        The two axes' names.
+    value_range : tuple of (float, float), optional
+        ``"value_mean"``'s colour scale.
+    boundary : numpy.ndarray, optional
+        Shaped as ``fields``: the posterior mean probabilities whose 0.5 contour is drawn on an ``"sd"`` page, so
+        uncertainty can be read against the decision boundary.
+
+    Returns
+    -------
+    tuple
+        ``(fig, axes (rows, cols))``; unused panels are hidden and all panels share one colorbar.
     """
     style = dict(SURFACE_STYLE[kind])
     if kind == "value_mean":

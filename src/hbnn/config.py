@@ -19,51 +19,25 @@ from hbnn.errors import InputError
 from hbnn.model import activations, likelihoods
 from hbnn.names import name_problem
 
-NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
-
-
+NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")  # the samplers: what sampler.backend may name besides advi
 BACKENDS = (*NUTS_BACKENDS, "advi")
-
-
 # nutpie's adaptations: diag (from the draws' and the gradients' variances), low_rank (its low-rank modified mass
 # matrix: nutpie only) and diag_stan (from the draws' variances, as Stan, PyMC, NumPyro and BlackJAX adapt it: the
 # other backends' one adaptation, which either diag word gives them)
 MASS_MATRICES = ("diag", "low_rank", "diag_stan")
-
-
-ALIGN_METHODS = ("chains", "reference_chain")
-
-
-SOURCES = ("moons", "table")
-
-
-LIKELIHOODS = tuple(likelihoods.LIKELIHOODS)
-
-
-ACTIVATIONS = tuple(activations.ACTIVATIONS)
-
-
-PARQUET_SUFFIXES = (".parquet", ".pq")
-
-
+ALIGN_METHODS = ("chains", "reference_chain")  # how the informed prior matches chains (hbnn.model.alignment)
+SOURCES = ("moons", "table")  # where the tasks come from (hbnn.data.tasks.make_tasks)
+LIKELIHOODS = tuple(likelihoods.LIKELIHOODS)  # the registered ones: a new module there is a new model.likelihood
+ACTIVATIONS = tuple(activations.ACTIVATIONS)  # likewise for model.activation
+PARQUET_SUFFIXES = (".parquet", ".pq")  # read with pandas' Parquet reader; anything else in TABLE_SUFFIXES is CSV
 TABLE_SUFFIXES = (".csv", *PARQUET_SUFFIXES)
-
-
 MAX_SEED = 2**32 - 1  # NumPy's legacy RandomState (the moons data) takes seeds below 2**32
-
-
 HIERARCHICAL_FITS = ("fit_hier", "transfer_hier")  # fits that take hier_sampler (hbnn.pipeline.variants.FITS)
-
-
 # The convergence bar (Stan's and ArviZ's practice) every reported quantity is judged against
 # (hbnn.diagnostics.evaluation); here so that check_params can hold the settings against it without loading the
 # evaluation's imports.
 RHAT_MAX = 1.01
-
-
 ESS_MIN = 400
-
-
 DIVERGENT_SHARE_MAX = 0.001  # of a fit's draws
 
 
@@ -71,8 +45,26 @@ class ConfigError(InputError):
     """A parameter is missing, unknown, of the wrong type or out of range."""
 
 
+class Section:
+    """A section of ``params.yaml``: a frozen dataclass of settings that checks its own values (:meth:`check`)."""
+
+    def check(self, key: str) -> None:
+        """Check every value of the section, and the values against each other.
+
+        Parameters
+        ----------
+        key : str
+            The section's dotted key in ``params.yaml`` (``sampler``, ``hier_sampler.advi``), which errors name.
+
+        Raises
+        ------
+        ConfigError
+            Naming the dotted key and the value that cannot be used.
+        """
+
+
 @dataclass(frozen=True)
-class DataParams:
+class DataParams(Section):
     """Where the tasks come from: rotated two-moons (seed 000) or a user's table.
 
     ``n_samples``, ``noise`` and ``rotation_deg`` only shape the moons; ``path``, ``features``, ``label``, ``group``,
@@ -134,7 +126,7 @@ class DataParams:
 
 
 @dataclass(frozen=True)
-class ModelParams:
+class ModelParams(Section):
     """Network shape, activation, likelihood and the flat net's weight prior.
 
     ``hidden_layers: []`` (or ``0``) is a linear model ``features -> output``. ``activation`` is the hidden units'
@@ -162,7 +154,7 @@ class ModelParams:
 
 
 @dataclass(frozen=True)
-class AdviParams:
+class AdviParams(Section):
     """Mean-field ADVI (``sampler.backend: advi``)."""
 
     iterations: int = 20000
@@ -179,7 +171,7 @@ class AdviParams:
 
 
 @dataclass(frozen=True)
-class SamplerParams:
+class SamplerParams(Section):
     """Inference settings of a fit stage: ``sampler`` (the per-group fits) or ``hier_sampler``.
 
     NUTS backends use chains/tune/draws/target_accept; ``advi`` fits the approximation with ``advi.*`` and then draws
@@ -290,7 +282,7 @@ HIER_SAMPLER = SamplerParams(backend="nutpie", chains=2, tune=1000, draws=500, t
 
 
 @dataclass(frozen=True)
-class PriorParams:
+class PriorParams(Section):
     """How the informed prior is derived from the hierarchical posterior."""
 
     draws_per_sample: int = 10
@@ -309,7 +301,7 @@ class PriorParams:
 
 
 @dataclass(frozen=True)
-class TransferParams:
+class TransferParams(Section):
     """The transfer experiment: groups held out of a hierarchical fit, refit with few rows of their own.
 
     ``transfer_prior`` holds out ``max(min_holdout, round(holdout_fraction * n_groups))`` groups (seeded, at most
@@ -344,7 +336,7 @@ class TransferParams:
 
 
 @dataclass(frozen=True)
-class BaselinesParams:
+class BaselinesParams(Section):
     """The ``baselines`` stage's scikit-learn reference models (:mod:`hbnn.pipeline.stages.baselines`)."""
 
     seed: int = 4  # gradient boosting's random_state is derived from it
@@ -354,7 +346,7 @@ class BaselinesParams:
 
 
 @dataclass(frozen=True)
-class ReportParams:
+class ReportParams(Section):
     """Decision-surface grid and the draws used to draw it."""
 
     grid_size: int = 100
@@ -373,7 +365,7 @@ class ReportParams:
 
 
 @dataclass(frozen=True)
-class TraceParams:
+class TraceParams(Section):
     """What the fit stages keep in their traces besides the posterior and its sample stats."""
 
     # log_likelihood (per training row) and predictions (per test row) groups, so ArviZ's loo, compare
@@ -386,7 +378,7 @@ class TraceParams:
 
 
 @dataclass(frozen=True)
-class LimitParams:
+class LimitParams(Section):
     """Guards against runs too large for this machine (:mod:`hbnn.pipeline.budget`); they change no result.
 
     Each stage estimates its peak memory and time before it starts and refuses past these limits, printing the estimate.

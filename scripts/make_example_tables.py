@@ -14,11 +14,14 @@ deterministically as ``examples/tables/<name>/<name>.csv`` beside the recipe's `
 derive_prior, fit_informed, baselines, report; the transfer experiment is left out), each with
 ``--params examples/tables/<name>/params.yaml``, writing data, traces, metrics and the report under
 ``examples/tables/<name>/run/`` (ignored by git): the workspace's own outputs and ``params.yaml`` are not touched.
+It ends with a table of every model's test scores and convergence (:func:`scores`), as docs/tables.md shows it;
+``--scores`` prints that table again from a finished run.
 
 Usage::
 
     python scripts/make_example_tables.py anes96 [grunfeld randhie ...]   # write the CSVs
     python scripts/make_example_tables.py grunfeld --run                  # write the CSV and run the recipe
+    python scripts/make_example_tables.py grunfeld --scores               # the scores of the last run
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ def write(name: str) -> Path:
 
 def run(name: str) -> int:
     """Run the recipe's stages in order from the repository root; the first that fails stops the run (its status)."""
+    begin = time.perf_counter()
     params = TABLES / name / "params.yaml"
     out = TABLES / name / "run"
     for stage, paths in STAGES:
@@ -119,8 +123,64 @@ def run(name: str) -> int:
               flush=True)
         if code:
             return code
-    print(f"{name}: open {(out / 'reports' / 'report.html').relative_to(ROOT)}")
+    print(f"{name}: all stages done in {time.perf_counter() - begin:.0f} s; open "
+          f"{(out / 'reports' / 'report.html').relative_to(ROOT)}")
     return 0
+
+
+def scores(name: str) -> str:
+    """The test scores of a finished run of recipe ``name``: per BNN and baseline the headline scores, the paired
+    difference in per-row log predictive density from the best baseline in its standard errors (as the report's
+    first line computes it), and for the BNNs whether every group (and group sd) meets the convergence bar."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from hbnn.config_read import load_params
+    from hbnn.data.tasks import load_tasks
+    from hbnn.diagnostics.predictions import evaluate_groups, group_extra, group_weights
+    from hbnn.files.io import close_trace, load_trace
+    from hbnn.model import likelihoods
+    from hbnn.model.network import layer_specs
+    from hbnn.pipeline.stages import baselines
+    from hbnn.pipeline.transfer import paired_difference, row_lpd
+    from hbnn.pipeline.variants import VARIANTS
+    from hbnn.report.inputs import load_vars
+
+    params = load_params(TABLES / name / "params.yaml")
+    out = TABLES / name / "run"
+    tasks = load_tasks(out / "data" / "tasks.nc", params=params)
+    lik = likelihoods.get(tasks.likelihood)
+    specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
+    preds = baselines.all_predictions(tasks, params)
+    rows = {m: row_lpd(baselines.scoring_likelihood(tasks.likelihood), preds[m]["test"]) for m in baselines.MODELS}
+    metrics = {m: json.loads((out / "metrics" / "baselines.json").read_text())[m] for m in baselines.MODELS}
+    names = tasks.group_names
+    for v in VARIANTS:  # hierarchical, flat, informed: each trace's posterior, scored as the report scores it
+        idata = load_trace(out / "traces" / f"{v.stem}.nc", v.name, groups=(), params=params, only=("posterior",),
+                           stage=v.stage)
+        try:
+            post = load_vars(idata, [s.var for s in specs] + ([lik.extra] if lik.extra else []))
+        finally:
+            close_trace(idata)
+        test = evaluate_groups(tasks, lambda g, post=post: group_weights(post, specs, names[g]),
+                               params.model.activation, ("test",),
+                               noise_of=lambda g, post=post: group_extra(post, lik.extra, names[g]))["test"]
+        rows[v.stem] = row_lpd(lik, test)
+        metrics[v.stem] = json.loads((out / "metrics" / f"{v.stem}.json").read_text())
+    best = max(baselines.MODELS, key=lambda m: rows[m].mean())
+    lines = [f"{name}: test scores; 'se' is the paired per-row lpd difference from the best baseline ({best}) in "
+             "its standard errors"]
+    for m in sorted(rows, key=lambda m: -rows[m].mean()):
+        d = paired_difference(rows[m], rows[best])
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in sorted(metrics[m]["test"].items()))
+        line = f"  {m:18s} {shown}  {d['mean'] / d['se'] if d['se'] > 0 else 0.0:+.2f} se"
+        if "sampling" in metrics[m]:
+            s = metrics[m]["sampling"]
+            missing = s["groups_not_converged"] + s.get("sds_not_converged", 0)
+            line += (f"  {'converged' if missing == 0 else f'{missing} NOT converged'} (max R-hat "
+                     f"{s['max_rhat']:.3f}, min ESS {s['min_ess_bulk']:.0f}, {s['divergences']} divergences)")
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,11 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="+", choices=sorted(MAKERS), metavar="name",
                         help=f"tables to write: {', '.join(sorted(MAKERS))}")
     parser.add_argument("--run", action="store_true", help="also run each recipe's stages (under its run/ folder)")
+    parser.add_argument("--scores", action="store_true", help="only print the scores of each recipe's last run")
     args = parser.parse_args(argv)
     for name in args.names:
-        print(f"{name}: wrote {write(name).relative_to(ROOT)}")
-        if args.run and (code := run(name)):
-            return code
+        if not args.scores:
+            print(f"{name}: wrote {write(name).relative_to(ROOT)}")
+            if args.run and (code := run(name)):
+                return code
+        if args.run or args.scores:
+            if not (TABLES / name / "run" / "metrics" / "baselines.json").exists():
+                print(f"error: {name} has no finished run under {(TABLES / name / 'run').relative_to(ROOT)}: run it "
+                      "with --run", file=sys.stderr)
+                return 2
+            print(scores(name), flush=True)
     return 0
 
 

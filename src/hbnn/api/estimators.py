@@ -18,7 +18,7 @@ from hbnn.config import Params
 from hbnn.data.tasks import Tasks
 from hbnn.errors import InputError
 
-_HIER = settings.keywords("hier_sampler", sampler_extra=("restarts",))
+_HIER = settings.keywords("hier_sampler", model_extra=("noise",), sampler_extra=("restarts",))
 _FLAT = settings.keywords("sampler", model_extra=("prior_sd",), sampler_extra=("refit_target_accept",))
 _INFORMED = settings.keywords("sampler", sampler_extra=("refit_target_accept",))
 _H, _F = settings.defaults(_HIER), settings.defaults(_FLAT)
@@ -87,7 +87,10 @@ class HierarchicalBNN(BNNEstimator):
     with a shared sd per layer, so groups with few rows borrow strength from the others.
 
     Parameters
-    ----------{_SHARED_DOC}    restarts : int, default {_H["restarts"]}
+    ----------{_SHARED_DOC}    noise : str, default "{_H["noise"]}"
+        ``likelihood="gaussian"`` only: one noise sd ``shared`` by all groups, or one per ``group``, pooled through a
+        learned log-normal.
+    restarts : int, default {_H["restarts"]}
         Times the chains may start again from the best chain's draws where they diverge or sit stuck.
 {_ATTRIBUTES_DOC}
     Examples
@@ -101,7 +104,8 @@ class HierarchicalBNN(BNNEstimator):
 
     def __init__(self, group: str = "group", *, split: str = _H["split"], hidden_layers=tuple(_H["hidden_layers"]),
                  activation: str = _H["activation"], likelihood: str = _H["likelihood"], bias: bool = _H["bias"],
-                 noise_sd: float = _H["noise_sd"], standardize: bool = _H["standardize"], backend: str = _H["backend"],
+                 noise_sd: float = _H["noise_sd"], noise: str = _H["noise"], standardize: bool = _H["standardize"],
+                 backend: str = _H["backend"],
                  chains: int = _H["chains"], tune: int = _H["tune"], draws: int = _H["draws"],
                  target_accept: float = _H["target_accept"], seed: int = _H["seed"], cores: int = _H["cores"],
                  mass_matrix: str = _H["mass_matrix"], max_draws: int = _H["max_draws"],
@@ -114,6 +118,7 @@ class HierarchicalBNN(BNNEstimator):
             raise settings.unknown(type(self), unknown)
         self.group, self.split, self.hidden_layers, self.activation = group, split, hidden_layers, activation
         self.likelihood, self.bias, self.noise_sd, self.standardize = likelihood, bias, noise_sd, standardize
+        self.noise = noise
         self.backend, self.chains, self.tune, self.draws = backend, chains, tune, draws
         self.target_accept, self.seed, self.cores, self.mass_matrix = target_accept, seed, cores, mass_matrix
         self.max_draws, self.restarts = max_draws, restarts

@@ -19,7 +19,9 @@ from hbnn.data.tasks import Tasks
 from hbnn.errors import InputError
 
 _HIER = settings.keywords("hier_sampler", model_extra=("noise",), sampler_extra=("restarts",))
-_FLAT = settings.keywords("sampler", model_extra=("prior_sd",), sampler_extra=("refit_target_accept",))
+# noise: the flat fit reads params.yaml's whole model section (its trace is stamped with it), though each group's
+# fit has its own noise sd whatever model.noise says
+_FLAT = settings.keywords("sampler", model_extra=("prior_sd", "noise"), sampler_extra=("refit_target_accept",))
 _INFORMED = settings.keywords("sampler", sampler_extra=("refit_target_accept",))
 _H, _F = settings.defaults(_HIER), settings.defaults(_FLAT)
 
@@ -159,6 +161,8 @@ class FlatBNN(BNNEstimator):
     Parameters
     ----------{_SHARED_DOC}    prior_sd : float, default {_F["prior_sd"]}
         The weights' prior sd.
+    noise : str, default "{_F["noise"]}"
+        ``model.noise``, as params.yaml holds it; each group's fit has its own noise sd either way.
     refit_target_accept : float, default {_F["refit_target_accept"]}
         A group whose fit diverges past the bar is fitted again at this target_accept (0: off).
 {_ATTRIBUTES_DOC}"""
@@ -168,7 +172,7 @@ class FlatBNN(BNNEstimator):
 
     def __init__(self, group: str = "group", *, split: str = _F["split"], hidden_layers=tuple(_F["hidden_layers"]),
                  activation: str = _F["activation"], likelihood: str = _F["likelihood"], bias: bool = _F["bias"],
-                 noise_sd: float = _F["noise_sd"], prior_sd: float = _F["prior_sd"],
+                 noise_sd: float = _F["noise_sd"], prior_sd: float = _F["prior_sd"], noise: str = _F["noise"],
                  standardize: bool = _F["standardize"], backend: str = _F["backend"], chains: int = _F["chains"],
                  tune: int = _F["tune"], draws: int = _F["draws"], target_accept: float = _F["target_accept"],
                  seed: int = _F["seed"], cores: int = _F["cores"], mass_matrix: str = _F["mass_matrix"],
@@ -181,6 +185,7 @@ class FlatBNN(BNNEstimator):
             raise settings.unknown(type(self), unknown)
         self.group, self.split, self.hidden_layers, self.activation = group, split, hidden_layers, activation
         self.likelihood, self.bias, self.noise_sd, self.prior_sd = likelihood, bias, noise_sd, prior_sd
+        self.noise = noise
         self.standardize, self.backend, self.chains, self.tune, self.draws = standardize, backend, chains, tune, draws
         self.target_accept, self.seed, self.cores, self.mass_matrix = target_accept, seed, cores, mass_matrix
         self.max_draws, self.refit_target_accept = max_draws, refit_target_accept

@@ -29,6 +29,7 @@ ALIGN_METHODS = ("chains", "reference_chain")  # how the informed prior matches 
 SOURCES = ("moons", "table")  # where the tasks come from (hbnn.data.tasks.make_tasks)
 LIKELIHOODS = tuple(likelihoods.LIKELIHOODS)  # the registered ones: a new module there is a new model.likelihood
 ACTIVATIONS = tuple(activations.ACTIVATIONS)  # likewise for model.activation
+NOISES = ("shared", "group")  # model.noise: the hierarchical gaussian model's noise sd, one for all groups or per group
 PARQUET_SUFFIXES = (".parquet", ".pq")  # read with pandas' Parquet reader; anything else in TABLE_SUFFIXES is CSV
 TABLE_SUFFIXES = (".csv", *PARQUET_SUFFIXES)
 MAX_SEED = 2**32 - 1  # NumPy's legacy RandomState (the moons data) takes seeds below 2**32
@@ -132,7 +133,9 @@ class ModelParams(Section):
     ``hidden_layers: []`` (or ``0``) is a linear model ``features -> output``. ``activation`` is the hidden units'
     (:mod:`hbnn.model.activations`). A likelihood's extra parameter has a ``HalfNormal(noise_sd)`` prior: gaussian's
     noise sd on the standardised label scale, negative_binomial's dispersion. ``bias`` adds a bias to every hidden and
-    output unit, with the same prior as the weights of its layer (:mod:`hbnn.model.network`).
+    output unit, with the same prior as the weights of its layer (:mod:`hbnn.model.network`). ``noise`` is the
+    hierarchical gaussian model's noise sd: ``shared`` by all groups, or one per ``group`` drawn from a learned
+    log-normal (:mod:`hbnn.model.builders`).
     """
 
     hidden_layers: tuple[int, ...] = (5, 5)
@@ -141,6 +144,7 @@ class ModelParams(Section):
     noise_sd: float = 1.0
     bias: bool = False  # false: the original networks (and numbers); true: a bias per hidden and output unit
     activation: str = "tanh"
+    noise: str = "shared"  # shared: one noise sd for all groups (the original model); group: one per group, pooled
 
     def check(self, key: str) -> None:
         for i, h in enumerate(self.hidden_layers):
@@ -151,6 +155,9 @@ class ModelParams(Section):
         _require(self.noise_sd > 0, f"{key}.noise_sd", self.noise_sd, "must be > 0")
         _require(self.activation in ACTIVATIONS, f"{key}.activation", self.activation,
                  f"must be one of {list(ACTIVATIONS)}")
+        _require(self.noise in NOISES, f"{key}.noise", self.noise, f"must be one of {list(NOISES)}")
+        _require(self.noise == "shared" or self.likelihood == "gaussian", f"{key}.noise", self.noise,
+                 f"is for likelihood gaussian only (model.likelihood is {self.likelihood!r})")
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,14 @@ import dataclasses
 from dataclasses import fields
 from typing import Any, get_args, get_origin, get_type_hints
 
-from hbnn.config import ACTIVATIONS, ALIGN_METHODS, BACKENDS, LIKELIHOODS, MASS_MATRICES, SOURCES, Params
+from hbnn.config import ACTIVATIONS, ALIGN_METHODS, BACKENDS, LIKELIHOODS, MASS_MATRICES, NOISES, SOURCES, Params
 
 # Values a string key may take, for the JSON schema (the checks above enforce them too).
 ENUMS = {
     "data.source": SOURCES,
     "model.likelihood": LIKELIHOODS,
     "model.activation": ACTIVATIONS,
+    "model.noise": NOISES,
     "sampler.backend": BACKENDS,
     "sampler.mass_matrix": MASS_MATRICES,
     "prior.align": ALIGN_METHODS,

@@ -18,8 +18,10 @@ from hbnn.config import Params
 from hbnn.data.tasks import Tasks
 from hbnn.errors import InputError
 
-_HIER = settings.keywords("hier_sampler", sampler_extra=("restarts",))
-_FLAT = settings.keywords("sampler", model_extra=("prior_sd",), sampler_extra=("refit_target_accept",))
+_HIER = settings.keywords("hier_sampler", model_extra=("noise",), sampler_extra=("restarts",))
+# noise: the flat fit reads params.yaml's whole model section (its trace is stamped with it), though each group's
+# fit has its own noise sd whatever model.noise says
+_FLAT = settings.keywords("sampler", model_extra=("prior_sd", "noise"), sampler_extra=("refit_target_accept",))
 _INFORMED = settings.keywords("sampler", sampler_extra=("refit_target_accept",))
 _H, _F = settings.defaults(_HIER), settings.defaults(_FLAT)
 _RTA = _F["refit_target_accept"]  # the per-group fits' refit_target_accept default, for the docstrings
@@ -88,7 +90,10 @@ class HierarchicalBNN(BNNEstimator):
     with a shared sd per layer, so groups with few rows borrow strength from the others.
 
     Parameters
-    ----------{_SHARED_DOC}    restarts : int, default {_H["restarts"]}
+    ----------{_SHARED_DOC}    noise : str, default "{_H["noise"]}"
+        ``likelihood="gaussian"`` only: one noise sd ``shared`` by all groups, or one per ``group``, pooled through a
+        learned log-normal.
+    restarts : int, default {_H["restarts"]}
         Times the chains may start again from the best chain's draws where they diverge or sit stuck.
 {_ATTRIBUTES_DOC}
     Examples
@@ -102,7 +107,8 @@ class HierarchicalBNN(BNNEstimator):
 
     def __init__(self, group: str = "group", *, split: str = _H["split"], hidden_layers=tuple(_H["hidden_layers"]),
                  activation: str = _H["activation"], likelihood: str = _H["likelihood"], bias: bool = _H["bias"],
-                 noise_sd: float = _H["noise_sd"], standardize: bool = _H["standardize"], backend: str = _H["backend"],
+                 noise_sd: float = _H["noise_sd"], noise: str = _H["noise"], standardize: bool = _H["standardize"],
+                 backend: str = _H["backend"],
                  chains: int = _H["chains"], tune: int = _H["tune"], draws: int = _H["draws"],
                  target_accept: float = _H["target_accept"], seed: int = _H["seed"], cores: int = _H["cores"],
                  mass_matrix: str = _H["mass_matrix"], max_draws: int = _H["max_draws"],
@@ -115,6 +121,7 @@ class HierarchicalBNN(BNNEstimator):
             raise settings.unknown(type(self), unknown)
         self.group, self.split, self.hidden_layers, self.activation = group, split, hidden_layers, activation
         self.likelihood, self.bias, self.noise_sd, self.standardize = likelihood, bias, noise_sd, standardize
+        self.noise = noise
         self.backend, self.chains, self.tune, self.draws = backend, chains, tune, draws
         self.target_accept, self.seed, self.cores, self.mass_matrix = target_accept, seed, cores, mass_matrix
         self.max_draws, self.restarts = max_draws, restarts
@@ -155,6 +162,8 @@ class FlatBNN(BNNEstimator):
     Parameters
     ----------{_SHARED_DOC}    prior_sd : float, default {_F["prior_sd"]}
         The weights' prior sd.
+    noise : str, default "{_F["noise"]}"
+        ``model.noise``, as params.yaml holds it; each group's fit has its own noise sd either way.
     refit_target_accept : float, default {_RTA}
         A group whose fit diverges past the bar is fitted again at this target_accept (0: off).
 {_ATTRIBUTES_DOC}"""
@@ -164,7 +173,7 @@ class FlatBNN(BNNEstimator):
 
     def __init__(self, group: str = "group", *, split: str = _F["split"], hidden_layers=tuple(_F["hidden_layers"]),
                  activation: str = _F["activation"], likelihood: str = _F["likelihood"], bias: bool = _F["bias"],
-                 noise_sd: float = _F["noise_sd"], prior_sd: float = _F["prior_sd"],
+                 noise_sd: float = _F["noise_sd"], prior_sd: float = _F["prior_sd"], noise: str = _F["noise"],
                  standardize: bool = _F["standardize"], backend: str = _F["backend"], chains: int = _F["chains"],
                  tune: int = _F["tune"], draws: int = _F["draws"], target_accept: float = _F["target_accept"],
                  seed: int = _F["seed"], cores: int = _F["cores"], mass_matrix: str = _F["mass_matrix"],
@@ -177,6 +186,7 @@ class FlatBNN(BNNEstimator):
             raise settings.unknown(type(self), unknown)
         self.group, self.split, self.hidden_layers, self.activation = group, split, hidden_layers, activation
         self.likelihood, self.bias, self.noise_sd, self.prior_sd = likelihood, bias, noise_sd, prior_sd
+        self.noise = noise
         self.standardize, self.backend, self.chains, self.tune, self.draws = standardize, backend, chains, tune, draws
         self.target_accept, self.seed, self.cores, self.mass_matrix = target_accept, seed, cores, mass_matrix
         self.max_draws, self.refit_target_accept = max_draws, refit_target_accept

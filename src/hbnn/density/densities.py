@@ -18,13 +18,15 @@ from hbnn.density.kernel import _HALFNORMAL_CONST, _LOG_2PI, FLAT, HIERARCHICAL,
 from hbnn.density.pymc_check import ROW_RTOL
 
 
-def unsupported(likelihood: str, activation: str) -> str | None:
+def unsupported(likelihood: str, activation: str, noise: str = "shared") -> str | None:
     """Why the hand-written density cannot compute a model, or ``None`` where it can.
 
     Parameters
     ----------
     likelihood, activation : str
         The model's registered likelihood and activation (``model.likelihood``, ``model.activation``).
+    noise : str, optional
+        The hierarchical model's ``model.noise``: the density computes one shared noise sd, not one per ``group``.
 
     Returns
     -------
@@ -41,6 +43,8 @@ def unsupported(likelihood: str, activation: str) -> str | None:
         missing.append(f"the likelihood {likelihood!r}")
     if activations.get(activation).compiled_source is None:
         missing.append(f"the activation {activation!r}")
+    if noise != "shared":
+        missing.append(f"per-group noise (model.noise: {noise})")
     if not missing:
         return None
     return f"{' and '.join(missing)} {'have' if len(missing) > 1 else 'has'} no compiled code for it"

@@ -394,10 +394,10 @@ class Cost:
     grad_evals: int | None
 
 
-_SAID: set[tuple[str, str]] = set()  # the models whose fallback to PyMC's density has been said, once a process
+_SAID: set[tuple[str, str, str]] = set()  # the models whose fallback to PyMC's density has been said, once a process
 
 
-def hand_written(spec: ModelSpec, settings: SamplerParams, stage: str) -> bool:
+def hand_written(spec: ModelSpec, settings: SamplerParams, stage: str, noise: str = "shared") -> bool:
     """Whether fit ``stage`` samples the model's hand-written log density (:mod:`hbnn.density`).
 
     Parameters
@@ -408,21 +408,24 @@ def hand_written(spec: ModelSpec, settings: SamplerParams, stage: str) -> bool:
         The stage's sampler settings: the backend.
     stage : str
         The fit (:data:`hbnn.pipeline.variants.FITS`), for the log line.
+    noise : str, optional
+        The hierarchical fits' ``model.noise`` (the per-group fits always have one noise sd per group, which the
+        density computes).
 
     Returns
     -------
     bool
-        False where the likelihood or the activation has no compiled code for it
+        False where the likelihood, the activation or per-group noise has no compiled code for it
         (:func:`hbnn.density.densities.unsupported`): with nutpie, one INFO line says that PyMC's compiled density is
         sampled instead, which is slower and otherwise the same model.
     """
     from hbnn.density.densities import unsupported
 
-    why = unsupported(spec.likelihood, spec.activation)
+    why = unsupported(spec.likelihood, spec.activation, noise)
     if why is None:
         return True
-    if settings.backend == "nutpie" and (spec.likelihood, spec.activation) not in _SAID:
-        _SAID.add((spec.likelihood, spec.activation))
+    if settings.backend == "nutpie" and (spec.likelihood, spec.activation, noise) not in _SAID:
+        _SAID.add((spec.likelihood, spec.activation, noise))
         log.info("%s: %s; nutpie samples PyMC's compiled density instead (the same model, slower)", stage, why)
     return False
 

@@ -57,6 +57,7 @@ def sample_hierarchical(stage: str, params: Params, spec: ModelSpec, tasks: Task
             return build_hierarchical_minibatch_model(
                 train.X, train.group, train.y, tasks.group_names, spec.features, spec.hidden_layers, batch,
                 likelihood=spec.likelihood, noise_sd=spec.noise_sd, bias=spec.bias, activation=spec.activation,
+                noise=spec.noise,
             )
     else:
         padded = tasks.padded("train")
@@ -67,8 +68,9 @@ def sample_hierarchical(stage: str, params: Params, spec: ModelSpec, tasks: Task
             return build_hierarchical_model(
                 padded.X, padded.y, padded.valid, tasks.group_names, spec.features, spec.hidden_layers,
                 likelihood=spec.likelihood, noise_sd=spec.noise_sd, bias=spec.bias, activation=spec.activation,
+                noise=spec.noise,
             )
-        if fitting.hand_written(spec, settings, stage):
+        if fitting.hand_written(spec, settings, stage, spec.noise):
             density = HierarchicalDensity(padded.X, padded.y, padded.counts, spec.hidden_layers, spec.bias,
                                           spec.likelihood, spec.noise_sd, features=spec.features,
                                           groups=tuple(tasks.group_names), activation=spec.activation)

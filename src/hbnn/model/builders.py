@@ -16,7 +16,9 @@ The hidden units' activation is :mod:`hbnn.model.activations`' ``activation``
 :mod:`hbnn.model.likelihoods`' (a logit under ``bernoulli``; a mean under
 ``gaussian``; a log rate under ``poisson``); a likelihood's extra parameter
 (gaussian's noise sd ``sigma ~ HalfNormal(noise_sd)``) is one per group in the
-per-group fits and one shared by all groups in the hierarchical model.
+per-group fits and one shared by all groups in the hierarchical model, or there, with ``noise="group"``
+(gaussian only), one per group from a learned log-normal
+(:meth:`hbnn.model.likelihoods.gaussian.Gaussian.add_group_sigma`).
 """
 
 from __future__ import annotations
@@ -31,9 +33,15 @@ from hbnn.model import activations, likelihoods
 from hbnn.model.network import LayerSpec, layer_coords, layer_specs, mlp_logit
 
 
-def _likelihood(output, y, likelihood: str = "bernoulli", noise_sd: float = 1.0, total_size=None) -> None:
-    """Add ``y_obs`` given the network ``output``: the term of :mod:`hbnn.model.likelihoods` called ``likelihood``."""
-    likelihoods.get(likelihood).add_observed(output, y, noise_sd, total_size)
+def _likelihood(output, y, likelihood: str = "bernoulli", noise_sd: float = 1.0, total_size=None,
+                row_group=None) -> None:
+    """Add ``y_obs`` given the network ``output``: the term of :mod:`hbnn.model.likelihoods` called ``likelihood``;
+    with ``row_group`` (each row's group index) the noise sd is per group (``model.noise: group``)."""
+    lik = likelihoods.get(likelihood)
+    if row_group is None:
+        lik.add_observed(output, y, noise_sd, total_size)
+    else:
+        lik.add_observed(output, y, noise_sd, total_size, sigma=lik.add_group_sigma(noise_sd, row_group))
 
 
 def _rows(x, y, minibatch_size: int | None):
@@ -185,6 +193,7 @@ def build_hierarchical_model(
     noise_sd: float = 1.0,
     bias: bool = False,
     activation: str = "tanh",
+    noise: str = "shared",
 ) -> pm.Model:
     """Non-centred hierarchical BNN over all groups (biases, with ``bias``, are part of each layer).
 
@@ -213,6 +222,8 @@ def build_hierarchical_model(
         Whether each layer has a bias row.
     activation : str, optional
         A registered activation of the hidden units (:mod:`hbnn.model.activations`).
+    noise : str, optional
+        ``shared``: one noise sd for all groups; ``group``: one per group (gaussian only, ``model.noise``).
 
     Returns
     -------
@@ -221,6 +232,7 @@ def build_hierarchical_model(
     """
     specs = layer_specs(len(features), hidden_layers, bias)
     coords = layer_coords(features, hidden_layers, group_names, bias)
+    row_group = np.asarray(valid) // X_padded.shape[1] if noise == "group" else None
     ragged = valid.size != X_padded.shape[0] * X_padded.shape[1]
     with pm.Model(coords=coords) as model:
         x = pm.Data("x", X_padded, dims=("group", "row", "feature"))
@@ -229,7 +241,7 @@ def build_hierarchical_model(
         logit = mlp_logit(x, weights, activations.get(activation).pytensor, bias).reshape((-1,))
         if ragged:
             logit = logit[pt.as_tensor(valid)]
-        _likelihood(logit, y_data, likelihood, noise_sd)
+        _likelihood(logit, y_data, likelihood, noise_sd, row_group=row_group)
     return model
 
 
@@ -256,6 +268,7 @@ def build_hierarchical_minibatch_model(
     noise_sd: float = 1.0,
     bias: bool = False,
     activation: str = "tanh",
+    noise: str = "shared",
 ) -> pm.Model:
     """The hierarchical BNN of :func:`build_hierarchical_model` for minibatch ADVI.
 
@@ -287,6 +300,8 @@ def build_hierarchical_minibatch_model(
         Whether each layer has a bias row.
     activation : str, optional
         A registered activation of the hidden units (:mod:`hbnn.model.activations`).
+    noise : str, optional
+        As :func:`build_hierarchical_model`'s.
 
     Returns
     -------
@@ -303,5 +318,5 @@ def build_hierarchical_minibatch_model(
         xb, gb, yb = pm.Minibatch(x, g, y_data, batch_size=int(minibatch_size))
         # One row per batch element, each with its group's weights: (batch, 1, feature).
         logit = mlp_logit(xb[:, None, :], [w[gb] for w in weights], activations.get(activation).pytensor, bias)[:, 0]
-        _likelihood(logit, yb, likelihood, noise_sd, x.shape[0])
+        _likelihood(logit, yb, likelihood, noise_sd, x.shape[0], row_group=gb if noise == "group" else None)
     return model

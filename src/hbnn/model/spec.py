@@ -35,6 +35,8 @@ class ModelSpec:
         Scale of the ``HalfNormal`` prior of the likelihood's extra parameter, where it has one.
     prior_sd : float, default 1.0
         Scale of the flat network's ``Normal(0, prior_sd)`` weight prior.
+    noise : str, default "shared"
+        The hierarchical gaussian model's noise sd: ``shared`` by the groups, or one per ``group``.
     """
 
     features: tuple[str, ...]
@@ -44,6 +46,7 @@ class ModelSpec:
     bias: bool = False
     noise_sd: float = 1.0
     prior_sd: float = 1.0
+    noise: str = "shared"
 
     def __post_init__(self):
         object.__setattr__(self, "features", tuple(str(f) for f in self.features))
@@ -65,7 +68,7 @@ class ModelSpec:
         ModelSpec
         """
         return cls(tuple(features), tuple(model.hidden_layers), model.likelihood, model.activation, model.bias,
-                   model.noise_sd, model.prior_sd)
+                   model.noise_sd, model.prior_sd, model.noise)
 
     @property
     def n_features(self) -> int:

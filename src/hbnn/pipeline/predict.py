@@ -57,6 +57,31 @@ SCORING_BUDGET = 256 * 2**20
 WEIGHT_COPIES = 4  # (draw, weight) arrays: the new-group draws, and per chunk the forward pass's flat copy and reshape
 
 
+def population_extra(posterior, name: str, rng: np.random.Generator) -> np.ndarray:
+    """The likelihood's extra parameter for a new group, per posterior draw.
+
+    Parameters
+    ----------
+    posterior : xarray.Dataset
+        A hierarchical trace's posterior.
+    name : str
+        The parameter (gaussian's ``sigma``).
+    rng : numpy.random.Generator
+        Source of ``eps ~ N(0, 1)``, used only where the parameter is per group.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(chain, draw)``: the one shared by all groups, or, where it is one per group (``model.noise: group``), a new
+        group's ``exp(log_<name>_mu + log_<name>_sd * eps)``.
+    """
+    if "group" not in posterior[name].dims:
+        return posterior[name].transpose("chain", "draw").values
+    mu = posterior[f"log_{name}_mu"].transpose("chain", "draw").values
+    sd = posterior[f"log_{name}_sd"].transpose("chain", "draw").values
+    return np.exp(mu + sd * rng.standard_normal(mu.shape))
+
+
 @dataclass(frozen=True)
 class Fitted:
     """The groups of a trace that prediction reads: ``posterior`` and ``constant_data`` (``None`` if absent).
@@ -337,14 +362,18 @@ def score_columns(trace, table: pd.DataFrame, where: str, seed: int = 0, budget:
     log.info("predict: %s x %s draws, in chunks of up to %s (~%s each)", counted(len(table), "row"),
              f"{samples:,}", counted(plan.rows, "row"), _size(plan.peak))
     population = population_weights(post, specs, np.random.default_rng(seed)) if unseen else None
+    new_extra = None  # a new group's noise sd (or dispersion) per draw: drawn once, for every unseen group
+    if unseen and lik.extra:
+        new_extra = population_extra(post, lik.extra, np.random.default_rng((seed, 1)))
     columns = {c: np.empty(len(table)) for c in OUTPUT_COLUMNS[:-1]}
     for name in pd.unique(groups):
         rows = np.flatnonzero(groups == name)
         is_new = name in unseen
         weights = population if is_new else group_weights(post, specs, name)
         noise = None
-        if lik.extra:  # unseen groups of the hierarchical model share its one extra parameter: the population's
-            noise = lik.extra_in_label_units(group_extra(post, lik.extra, None if is_new else name), y_sd).reshape(-1)
+        if lik.extra:  # unseen groups of the hierarchical model: the population's (population_extra)
+            extra = new_extra if is_new else group_extra(post, lik.extra, name)
+            noise = lik.extra_in_label_units(extra, y_sd).reshape(-1)
         bad = [_score_chunk(lik, activation, weights, noise, Xs, rows[part], (y_mean, y_sd), columns,
                             plan.summary_rows)
                for part in chunks(rows.size, plan.rows)]

@@ -40,14 +40,14 @@ STAGE_PARAMS = {
     "make_data": ("n_groups", "seed", "data", "model.likelihood"),
     "fit_flat": ("model", "sampler", "trace"),
     "fit_hier": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "model.bias", "model.activation",
-                 "hier_sampler", "trace"),
+                 "model.noise", "hier_sampler", "trace"),
     "derive_prior": ("prior",),
     "fit_informed": ("model.hidden_layers", "model.likelihood", "model.noise_sd", "model.bias", "model.activation",
                      "sampler", "trace"),
     # transfer.sizes and transfer.all_rows only say what `transfer` refits: changing them keeps this fit.
     "transfer_prior": ("transfer.holdout_fraction", "transfer.min_holdout", "transfer.seed", "transfer.tune",
                        "model.hidden_layers", "model.likelihood", "model.noise_sd", "model.bias", "model.activation",
-                       "hier_sampler", "prior", "trace"),
+                       "model.noise", "hier_sampler", "prior", "trace"),
     "transfer": ("transfer", "model", "sampler", "trace"),
     "baselines": ("baselines", "model.likelihood"),
 }

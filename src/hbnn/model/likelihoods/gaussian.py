@@ -35,12 +35,41 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
     return ll, g_extra
 """
 
-    def add_observed(self, output, y, noise_sd, total_size=None):
+    def add_observed(self, output, y, noise_sd, total_size=None, sigma=None):
+        """As :meth:`Likelihood.add_observed`; ``sigma``, where given, is each row's noise sd
+        (:meth:`add_group_sigma`) instead of one ``HalfNormal(noise_sd)`` for all rows."""
         import pymc as pm
 
-        sigma = self.add_extra(noise_sd)
+        if sigma is None:
+            sigma = self.add_extra(noise_sd)
         kwargs = {"dims": "obs"} if total_size is None else {"total_size": [total_size]}
         pm.Normal("y_obs", mu=output, sigma=sigma, observed=y, **kwargs)
+
+    def add_group_sigma(self, noise_sd, row_group):
+        """One noise sd per group, pooled: ``log sigma[g] = log_sigma_mu + log_sigma_sd * z_sigma[g]`` (non-centred),
+        ``log_sigma_mu ~ Normal(log(noise_sd), 1)``, ``log_sigma_sd ~ HalfNormal(1)``, ``z_sigma[g] ~ Normal(0, 1)``,
+        added to the current PyMC model (which has a ``group`` coordinate); ``sigma`` is kept per group.
+
+        Parameters
+        ----------
+        noise_sd : float
+            The prior median of the groups' typical noise sd, on the standardised label scale (``model.noise_sd``).
+        row_group : array-like of int or pytensor.tensor.TensorVariable
+            Each modelled row's group index.
+
+        Returns
+        -------
+        pytensor.tensor.TensorVariable
+            Each row's noise sd, for :meth:`add_observed`'s ``sigma``.
+        """
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        mu = pm.Normal(f"log_{self.extra}_mu", math.log(noise_sd), 1.0)
+        sd = pm.HalfNormal(f"log_{self.extra}_sd", 1.0)
+        z = pm.Normal(f"z_{self.extra}", 0.0, 1.0, dims="group")
+        sigma = pm.Deterministic(self.extra, pt.exp(mu + sd * z), dims="group")
+        return sigma[row_group]
 
     def extra_in_label_units(self, values, y_sd):
         """``sigma`` is on the standardised label scale: times the labels' training sd."""

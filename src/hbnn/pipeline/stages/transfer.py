@@ -41,7 +41,7 @@ from hbnn.model import likelihoods
 from hbnn.model.prior import load_prior, prior_dataset
 from hbnn.model.spec import ModelSpec
 from hbnn.pipeline import budget, transfer
-from hbnn.pipeline.predict import population_weights
+from hbnn.pipeline.predict import population_extra, population_weights
 from hbnn.pipeline.variants import FLAT, INFORMED, STAGE_KEYS, STAGE_PARAMS, derive_seed
 
 log = logging.getLogger(__name__)
@@ -287,8 +287,8 @@ def population_predictions(params: Params, spec: ModelSpec, tasks: Tasks, poster
     rng = np.random.default_rng(derive_seed(params.transfer.seed, STAGE_KEYS["transfer_population"]))
     weights = population_weights(posterior, spec.layers, rng)
     noise = None
-    if lik.extra:  # the population's: shared by the groups
-        noise = lik.extra_in_label_units(predictions.group_extra(posterior, lik.extra, None), tasks.y_sd)
+    if lik.extra:  # the population's: shared by the groups, or a new group's (model.noise: group)
+        noise = lik.extra_in_label_units(population_extra(posterior, lik.extra, rng), tasks.y_sd)
     test = tasks.split("test")
     out = {"draws": [], "noise": [] if lik.extra else None, "y": []}
     for name in heldout:

@@ -29,7 +29,7 @@ from hbnn import cli
 from hbnn.errors import InputError
 from hbnn.model import likelihoods
 from hbnn.model.forward import BLOCK
-from hbnn.pipeline import predict
+from hbnn.pipeline import chunking, predict
 from hbnn.pipeline.runner import run_stage
 from hbnn.report import inputs
 from hbnn.sampling import cluster
@@ -482,7 +482,7 @@ def _smallest_budget(likelihood: str, n_weights: int = 2) -> int:
     at a time (one piece of 3)."""
     value = 8 * SAMPLES
     arrays = likelihoods.get(likelihood).summary_arrays
-    return value * n_weights * predict.WEIGHT_COPIES + value * (BLOCK + 1) + arrays * value * 3
+    return value * n_weights * chunking.WEIGHT_COPIES + value * (BLOCK + 1) + arrays * value * 3
 
 
 @pytest.mark.parametrize("likelihood", sorted(likelihoods.LIKELIHOODS))
@@ -495,12 +495,12 @@ def test_chunked_scores_are_byte_identical_to_scoring_each_group_at_once(tmp_pat
     table.loc[table["shop"] == "new", ["a", "b"]] = [11.0, -0.8]  # every unseen row alike: equal predictions
     at_once = predict.predict_table(tmp_path / "t.nc", table, "input", seed=3)
     exact = predict.score_columns(tmp_path / "t.nc", table, "input", seed=3)
-    assert predict.chunk_rows(SAMPLES, 2, likelihood, 600).rows >= 600  # the default: each group at once
+    assert chunking.chunk_rows(SAMPLES, 2, likelihood, 600).rows >= 600  # the default: each group at once
     smallest = _smallest_budget(likelihood)
     value, arrays = 8 * SAMPLES, likelihoods.get(likelihood).summary_arrays
     for budget, rows, summary_rows in ((smallest, BLOCK, 2), (smallest + 5 * arrays * value, BLOCK, 7),
                                        (value * 8 + arrays * value * (BLOCK + 1), BLOCK, BLOCK)):
-        plan = predict.chunk_rows(SAMPLES, 2, likelihood, 600, budget)
+        plan = chunking.chunk_rows(SAMPLES, 2, likelihood, 600, budget)
         assert (plan.rows, plan.summary_rows) == (rows, summary_rows) and plan.peak <= budget
         chunked = predict.score_columns(tmp_path / "t.nc", table, "input", seed=3, budget=budget)
         assert all(np.array_equal(chunked[c], exact[c]) for c in predict.OUTPUT_COLUMNS), budget
@@ -556,7 +556,7 @@ def test_scoring_memory_does_not_grow_with_the_draws_times_rows(tmp_path):
 
 
 def test_the_cli_refuses_a_trace_too_large_to_score_in_one_line(scored, capsys, monkeypatch):
-    monkeypatch.setattr(predict, "SCORING_BUDGET", 2**10)
+    monkeypatch.setattr(chunking, "SCORING_BUDGET", 2**10)
     big = _rows({"g1": 600})
     big.to_csv(scored / "big.csv", index=False)
     before = _files(scored)
@@ -568,12 +568,12 @@ def test_the_cli_refuses_a_trace_too_large_to_score_in_one_line(scored, capsys, 
 def test_the_default_traces_are_scored_in_large_chunks():
     """The default hierarchical trace (2 chains, up to 5,000 draws; 40 weights): 1,024 rows or more at a time."""
     for samples, rows in ((5000, 2048), (10_000, 1024)):
-        plan = predict.chunk_rows(samples, 40, "bernoulli", 10**6)
-        assert (plan.rows, plan.summary_rows) == (rows, rows) and plan.peak <= predict.SCORING_BUDGET
-    assert predict.chunk_rows(40_000, 40, "poisson", 10**6).summary_rows >= 2
+        plan = chunking.chunk_rows(samples, 40, "bernoulli", 10**6)
+        assert (plan.rows, plan.summary_rows) == (rows, rows) and plan.peak <= chunking.SCORING_BUDGET
+    assert chunking.chunk_rows(40_000, 40, "poisson", 10**6).summary_rows >= 2
     with pytest.raises(InputError, match="over the limit of 256 MiB"):
-        predict.chunk_rows(60_000, 40, "bernoulli", 10**6)
-    assert predict.chunk_rows(60_000, 40, "bernoulli", 2).rows == BLOCK  # two rows to score: they fit
+        chunking.chunk_rows(60_000, 40, "bernoulli", 10**6)
+    assert chunking.chunk_rows(60_000, 40, "bernoulli", 2).rows == BLOCK  # two rows to score: they fit
 
 
 def test_headline_refuses_an_endless_input_before_it_fills_the_memory(tmp_path, capsys, monkeypatch):

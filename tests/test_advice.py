@@ -22,3 +22,10 @@ def test_most_groups_short_name_the_settings_the_fit_did_not_use():
     linear = model_advice(groups(11, 11), {"bias": True, "hidden_layers": []}, "Hierarchical")
     assert "model.bias: true (" not in linear and "hidden_layers: [] (" not in linear
     assert "model.activation" in linear and "grunfeld" in linear
+
+
+def test_a_shared_noise_sd_is_named_for_a_regression():
+    text = model_advice(groups(8, 11), {"bias": True, "hidden_layers": [], "likelihood": "gaussian",
+                                        "noise": "shared"}, "Hierarchical")
+    assert "model.noise: group" in text
+    assert "model.noise: group" not in model_advice(groups(8, 11), {"bias": True, "likelihood": "bernoulli"}, "Flat")

@@ -49,6 +49,8 @@ def model_advice(per_group: Mapping[str, Mapping[str, Any]], settings: Mapping[s
     if settings.get("hidden_layers"):
         tries.append("a smaller network or model.hidden_layers: [] (a linear model), where the relation is close "
                      "to linear")
+    if settings.get("likelihood") == "gaussian" and settings.get("noise") == "shared":  # the hierarchical fit's
+        tries.append("model.noise: group (one noise sd per group, where the groups' scales differ)")
     if "prior_sd" in settings and float(settings["prior_sd"]) >= 1.0:
         tries.append("a smaller model.prior_sd (tighter weights for the per-group fits)")
     if not tries:

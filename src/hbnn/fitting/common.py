@@ -114,6 +114,7 @@ def _settings(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, **extra
         "bias": spec.bias,
         "activation": spec.activation,
         "noise_sd": spec.noise_sd,
+        "noise": spec.noise,
         "features": tasks.features,
         "likelihood": tasks.likelihood,
         "group_column": tasks.group_column,

@@ -71,7 +71,8 @@ class Sizes:
 FULL = Sizes()
 
 # Tiny data and short fits that keep every code path of the full settings: run-length control and restarts in the
-# `default` row (max_draws twice draws), per-group refits, the NumPy floor, a two-size scaling slope.
+# `default` row (max_draws twice draws), per-group refits, the NumPy floor, a two-size scaling slope
+# (nutpie's, the cheapest fit).
 _TINY_FIT = {"tune": 20, "draws": 20, "max_draws": 40, "advi": {"iterations": 50}}
 SMOKE = Sizes(
     params={"data": {"n_samples": 40}, "sampler": _TINY_FIT, "hier_sampler": _TINY_FIT,
@@ -85,8 +86,8 @@ SMOKE = Sizes(
     floor_repeats=1,
     floor_number=10,
     cluster_repeats=1,
-    nuts_groups=(3,),
-    advi_groups=(2, 3),
+    nuts_groups=(2, 3),
+    advi_groups=(3,),
     minibatch_groups=(3,),
     report_groups=3,
     report_iterations=50,

@@ -1,4 +1,5 @@
-"""The documented configurations (docs/many-groups.md) are the ones `make bench` measures."""
+"""`make bench` (benchmarks/run.py): the documented configurations (docs/many-groups.md) are the ones it measures,
+its ratios come from one run, and every row and section runs (at smoke sizes)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from dvc.utils.hydra import apply_overrides
 
@@ -117,3 +119,63 @@ def test_bench_scaling_takes_its_18_group_point_from_the_nutpie_row_just_run(tmp
     sizes = dataclasses.replace(bench.FULL, nuts_groups=(18,), advi_groups=(), minibatch_groups=())
     point = bench.scaling(tmp_path, sizes, backend_results=rows)
     assert point["hier_nutpie"]["18"] == {"seconds": 7.0, "peak_rss_mib": 610.0}
+
+
+# ----------------------------------------------------------------------------- smoke runs of every row and section
+def _smoke(tmp_path, *sections: str) -> dict:
+    """``python -m benchmarks.run --smoke --only sections``: its JSON, the committed reports/benchmark.json
+    untouched."""
+    report = ROOT / "reports" / "benchmark.json"
+    before = report.read_bytes() if report.exists() else None
+    out = tmp_path / "smoke.json"
+    assert bench.main(["--smoke", "--only", *sections, "--out", str(out), "--workdir", str(tmp_path / "w")]) == 0
+    assert (report.read_bytes() if report.exists() else None) == before
+    got = json.loads(out.read_text())
+    assert got["smoke"] is True and set(got["measured"]) == set(sections)
+    return got
+
+
+def test_every_backends_row_and_the_floor_run_at_smoke_sizes(tmp_path, capsys):
+    got = _smoke(tmp_path, "backends", "floor")
+    rows = got["backends"]
+    assert set(rows) == set(bench.VARIANTS)
+    assert {name: row["runs"][0]["backend"] for name, row in rows.items()} == {
+        "default": "nutpie", "nutpie": "nutpie", "pymc": "pymc", "numpyro": "numpyro", "blackjax": "blackjax",
+        "nutpie_low_rank": "nutpie"}
+    stamp = bench.run_stamp()["commit"]
+    for name, row in rows.items():
+        assert row["commit"] == stamp and row["measured_utc"] == got["measured"]["backends"]["measured_utc"], name
+        assert row["min_ess_bulk"] > 0 and row["us_per_grad"] > 0 and len(row["runs"]) == len(bench.SMOKE.seeds)
+        assert row["speedup_vs_pymc_fn"] == row["ess_per_s_fn"] / rows["pymc"]["ess_per_s_fn"], name
+    assert got["numpy_floor_us_per_grad"] > 0
+    assert "backend (median of seeds)" in capsys.readouterr().out  # the table printed
+
+
+def test_smoke_needs_an_out_file_other_than_the_committed_report(tmp_path, capsys):
+    report = ROOT / "reports" / "benchmark.json"
+    before = report.read_bytes() if report.exists() else None
+    for argv in (["--smoke", "--only", "floor"], ["--smoke", "--only", "floor", "--out", str(report)]):
+        assert bench.main([*argv, "--workdir", str(tmp_path / "w")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --smoke needs --out") and err.count("\n") == 1, err
+    assert (report.read_bytes() if report.exists() else None) == before
+    assert not (tmp_path / "w").exists()  # stopped before any section ran
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("section", ["scaling", "cluster", "many_groups", "repro"])
+def test_every_other_section_runs_at_smoke_sizes(tmp_path, section):
+    got = _smoke(tmp_path, section)
+    if section == "scaling":
+        sizes = bench.SMOKE
+        assert {k: set(v) for k, v in got["scaling"].items() if k != "linearity"} == {
+            "hier_nutpie": {str(n) for n in sizes.nuts_groups}, "hier_advi": {str(n) for n in sizes.advi_groups},
+            "hier_advi_minibatch": {str(n) for n in sizes.minibatch_groups}, "report": {str(sizes.report_groups)}}
+        assert "loglog_slope" in got["scaling"]["linearity"]["hier_nutpie"]
+    elif section == "cluster":
+        assert got["cluster"]["identical_metrics"] is True and got["cluster"]["speedup"] > 0
+    elif section == "many_groups":
+        assert got["many_groups"]["settings"] == bench.SMOKE.many_groups
+        assert set(got["many_groups"]["stages"]) == {stage for stage, _ in bench._pipeline_stages()}
+    else:
+        assert got["repro_s"] > 0 and set(got["repro_stages"]) == {"flat", "hier", "informed"}

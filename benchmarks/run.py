@@ -3,7 +3,9 @@
 Every fit runs through the real stage scripts (``stages/*.py``) in a scratch
 directory, as `dvc repro` would run them, each in its own process so that its
 wall time and peak memory (``ru_maxrss`` from ``wait4``) are its own. Results go
-to ``reports/benchmark.json``; a table is printed at the end.
+to ``reports/benchmark.json``; a table is printed at the end. How much each section
+measures is :mod:`benchmarks.sizes`'s; ``--smoke`` runs every row and section at tiny
+sizes into another file (``--out``), to check that they run (tests/test_benchmarks.py).
 
 Definitions (also written into the JSON under ``definitions``):
 - ``wall_s``: compile + sampling seconds of the fit (from ``timings/*.json``);
@@ -33,14 +35,18 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from benchmarks.sizes import (  # noqa: F401  (MANY_GROUPS*: the documented configuration, tests read it here)
+from benchmarks.sizes import (  # noqa: F401  (COMMON, SEEDS, MANY_GROUPS_SCHEDULER: read from here too)
+    COMMON,
     FULL,
     MANY_GROUPS,
     MANY_GROUPS_SCHEDULER,
+    SEEDS,
     SMOKE,
     Sizes,
     overridden,
 )
+
+_overridden = overridden  # the name tests/test_bad_inputs.py imports
 
 ROOT = Path(__file__).resolve().parents[1]
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")

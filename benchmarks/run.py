@@ -3,7 +3,9 @@
 Every fit runs through the real stage scripts (``stages/*.py``) in a scratch
 directory, as `dvc repro` would run them, each in its own process so that its
 wall time and peak memory (``ru_maxrss`` from ``wait4``) are its own. Results go
-to ``reports/benchmark.json``; a table is printed at the end.
+to ``reports/benchmark.json``; a table is printed at the end. How much each section
+measures is :mod:`benchmarks.sizes`'s; ``--smoke`` runs every row and section at tiny
+sizes into another file (``--out``), to check that they run (tests/test_benchmarks.py).
 
 Definitions (also written into the JSON under ``definitions``):
 - ``wall_s``: compile + sampling seconds of the fit (from ``timings/*.json``);
@@ -19,6 +21,7 @@ Definitions (also written into the JSON under ``definitions``):
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -32,11 +35,22 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from benchmarks.sizes import (  # noqa: F401  (COMMON, SEEDS, MANY_GROUPS_SCHEDULER: read from here too)
+    COMMON,
+    FULL,
+    MANY_GROUPS,
+    MANY_GROUPS_SCHEDULER,
+    SEEDS,
+    SMOKE,
+    Sizes,
+    overridden,
+)
+
+_overridden = overridden  # the name tests/test_bad_inputs.py imports
+
 ROOT = Path(__file__).resolve().parents[1]
 NUTS_BACKENDS = ("nutpie", "pymc", "numpyro", "blackjax")
-# Rows of the backends table: name -> sampler settings on top of the defaults.
-SEEDS = (1, 2, 3)
-COMMON = {"chains": 2, "tune": 1000, "draws": 1000}  # every row but `default`: 2 chains x (1000 + 1000)
+# Rows of the backends table: name -> sampler settings on top of the sizes' common ones.
 VARIANTS = {  # None: the committed hier_sampler (the default configuration)
     "default": None,
     **{b: {"backend": b} for b in NUTS_BACKENDS},
@@ -56,20 +70,24 @@ DEFINITIONS = {
     "ess_per_s_group_sd": "min bulk ESS of the group sds / wall_s",
     "time_to_converged_s": "wall_s x 400 / min_ess_bulk: seconds until every quantity has ESS 400 "
                            "(ESS linear in draws)",
-    "speedup_vs_pymc": "ess_per_s / ess_per_s of PyMC's default NUTS (_fn, _group_sd: the same per figure)",
+    "speedup_vs_pymc": "ess_per_s / ess_per_s of PyMC's default NUTS (_fn, _group_sd: the same per figure); only "
+                       "where the row and PyMC's were measured in the same run (measured_utc and commit equal)",
+    "measured_utc": "when the run that measured the row (or section, under `measured`) started, UTC",
+    "commit": "git commit of the code measured (`git rev-parse HEAD`; -dirty: with uncommitted changes to tracked "
+              "files)",
     "runs": "every figure is the median over sampler seeds 1, 2, 3; runs holds each seed's",
     "cluster": "the fit_flat stage process on the default data, in-process and with HBNN_DASK_SCHEDULER=local:2 "
                "(median of 2 runs each); speedup = serial / cluster seconds; identical_metrics: the metrics files "
                "are byte-identical",
-    "many_groups": "every stage process of the pipeline, report included, at MANY_GROUPS (benchmarks/run.py): "
+    "many_groups": "every stage process of the pipeline, report included, at MANY_GROUPS (benchmarks/sizes.py): "
                    "seconds (summed over stages) and peak resident memory (the largest stage)",
 }
 
 
 # ----------------------------------------------------------------------------- processes
-def _run(cmd: list[str], cwd: Path) -> dict:
-    """Run ``cmd``; return its wall seconds and peak resident memory (MiB)."""
-    env = dict(os.environ, PYTHONHASHSEED="0")
+def _run(cmd: list[str], cwd: Path, **env_extra: str) -> dict:
+    """Run ``cmd`` (with ``env_extra`` in its environment); return its wall seconds and peak resident memory (MiB)."""
+    env = dict(os.environ, PYTHONHASHSEED="0", **env_extra)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -88,18 +106,26 @@ def _stage(stage: str, params: Path, *args: str) -> dict:
                 params.parent)
 
 
-def _params(workdir: Path, n_groups: int, sampler: dict | None, **extra) -> Path:
-    """params.yaml with ``n_groups`` and ``sampler`` settings for every fit stage (``None``: as committed)."""
+# The settings only the per-group fits take, off in a hierarchical fit made from `sampler`'s (SamplerParams.check):
+# no run-length control (max_draws there is the per-group refit's, which PyMC, BlackJAX and ADVI do not take for the
+# joint fit), no refit at a higher target_accept, no restarts.
+_HIER_OFF = {"max_draws": 0, "refit_target_accept": 0.0, "restarts": 0}
+
+
+def _params(workdir: Path, n_groups: int, sampler: dict | None, base: dict | None = None, **extra) -> Path:
+    """params.yaml with ``n_groups`` and ``sampler`` settings for every fit stage (``None``: as committed).
+
+    ``base`` overrides params.yaml first (:attr:`benchmarks.sizes.Sizes.params`); ``sampler`` goes on top of the
+    per-group ``sampler`` section, and ``hier_sampler`` becomes that section with :data:`_HIER_OFF`, so every fit runs
+    at the same settings, the hierarchical one of fixed length; ``extra`` overrides whole sections last.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw = overridden(yaml.safe_load((ROOT / "params.yaml").read_text()), base or {})
     raw["n_groups"] = n_groups
     if sampler is not None:
-        raw["sampler"].update(sampler)
-        # every fit at the same settings, the hierarchical one of fixed length (no run-length control: max_draws is
-        # the per-group refit's there, which PyMC, BlackJAX and ADVI do not take for the joint fit)
-        raw["hier_sampler"] = dict(raw["sampler"], max_draws=0)
-    for key, value in extra.items():
-        raw[key].update(value)
+        raw["sampler"] = overridden(raw["sampler"], sampler)
+        raw["hier_sampler"] = {**raw["sampler"], **_HIER_OFF}
+    raw = overridden(raw, extra)
     path = workdir / "params.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -123,13 +149,14 @@ def _draw_steps(trace: Path) -> int:
 
 
 # ----------------------------------------------------------------------------- gradients
-def _default_model():
+def _default_model(overrides: dict | None = None):
+    """The hierarchical model of params.yaml (with ``overrides``), its tasks and params."""
     from hbnn.config_read import parse_params
     from hbnn.data.moons import make_moons_tasks
     from hbnn.data.tasks import Tasks
     from hbnn.model.builders import build_hierarchical_model
 
-    params = parse_params(yaml.safe_load((ROOT / "params.yaml").read_text()))
+    params = parse_params(overridden(yaml.safe_load((ROOT / "params.yaml").read_text()), overrides or {}))
     tasks = Tasks(make_moons_tasks(params))
     pad = tasks.padded("train")
     model = build_hierarchical_model(pad.X, pad.y, pad.valid, tasks.group_names, tasks.features,
@@ -149,9 +176,10 @@ def _min_time(fn, x, repeats: int, inner: int) -> float:
     return best
 
 
-def direct_us_per_grad(backend: str, repeats: int = 20, inner: int = 200) -> float:
-    """Microseconds per logp+gradient of the default hierarchical model as ``backend`` compiles it."""
-    model, tasks, params = _default_model()
+def direct_us_per_grad(backend: str, repeats: int = 20, inner: int = 200, overrides: dict | None = None) -> float:
+    """Microseconds per logp+gradient of the default hierarchical model (params.yaml with ``overrides``) as
+    ``backend`` compiles it."""
+    model, tasks, params = _default_model(overrides)
     x = model.initial_point()
     rng = np.random.default_rng(0)
     flat = np.concatenate([np.ravel(v) for v in x.values()]) + rng.normal(0, 0.1, sum(np.size(v) for v in x.values()))
@@ -198,21 +226,21 @@ def direct_us_per_grad(backend: str, repeats: int = 20, inner: int = 200) -> flo
     return 1e6 * _min_time(fn, flat, repeats, inner)
 
 
-def numpy_floor_us_per_grad(repeats: int = 20) -> float:
+def numpy_floor_us_per_grad(repeats: int = 20, number: int = 2000) -> float:
     """The hand-written NumPy log-density gradient (benchmarks/numpy_floor.py), same model, same timing."""
     from benchmarks import numpy_floor
 
-    return numpy_floor.us_per_grad(numpy_floor.default_floor(), repeats=repeats)
+    return numpy_floor.us_per_grad(numpy_floor.default_floor(), repeats=repeats, number=number)
 
 
 # ----------------------------------------------------------------------------- sections
-def _hier_run(work: Path, name: str, sampler: dict | None, seed: int) -> dict:
+def _hier_run(work: Path, name: str, sampler: dict | None, seed: int, sizes: Sizes = FULL) -> dict:
     """One fit_hier run at these settings and sampler seed: costs and the two ESS figures."""
     workdir = work / f"{name}_seed{seed}"
     if sampler is None:  # the committed hier_sampler, only its seed changed
-        params = _params(workdir, 18, None, hier_sampler={"seed": seed})
+        params = _params(workdir, sizes.groups, None, sizes.params, hier_sampler={"seed": seed})
     else:  # the backends table's common settings, whatever params.yaml's per-group sampler says
-        params = _params(workdir, 18, {**COMMON, **sampler, "seed": seed})
+        params = _params(workdir, sizes.groups, {**sizes.common, **sampler, "seed": seed}, sizes.params)
     _stage("make_data", params, "--out", "data/tasks.nc")
     print(f"bench: fit_hier {name} seed {seed} ...", flush=True)
     r = _fit("fit_hier", params, "hier")
@@ -244,15 +272,33 @@ MEDIAN_KEYS = ("wall_s", "min_ess_bulk", "min_ess_bulk_fn", "min_ess_bulk_group_
                "ess_per_s_group_sd", "time_to_converged_s", "divergences", "groups_not_converged", "test_accuracy")
 
 
-def backends(work: Path, variants=VARIANTS, seeds=SEEDS) -> dict:
-    """Every variant at ``seeds`` sampler seeds; the figures are medians over seeds (``runs`` keeps each)."""
+def run_stamp() -> dict:
+    """When this run started (UTC, ISO 8601) and the git commit of the code it measures (``-dirty``: with
+    uncommitted changes to tracked files; ``unknown`` outside a git checkout): rows with equal stamps come from
+    one run."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD") + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return {"measured_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "commit": commit}
+
+
+def backends(work: Path, variants=VARIANTS, sizes: Sizes = FULL, stamp: dict | None = None) -> dict:
+    """Every variant at ``sizes.seeds`` sampler seeds; the figures are medians over seeds (``runs`` keeps each).
+    Every row carries ``stamp`` (:func:`run_stamp`; a new one if not given) and its ratios to PyMC's row."""
+    stamp = stamp or run_stamp()
     out, direct = {}, {}
     for name, sampler in variants.items():
-        runs = [_hier_run(work, name, sampler, seed) for seed in seeds]
+        runs = [_hier_run(work, name, sampler, seed, sizes) for seed in sizes.seeds]
         backend = runs[0]["backend"]
         if backend not in direct and backend != "advi":  # the gradient does not depend on the mass matrix
-            direct[backend] = direct_us_per_grad(backend)
-        out[name] = {"settings": sampler or "hier_sampler as committed", "runs": runs,
+            direct[backend] = direct_us_per_grad(backend, sizes.grad_repeats, sizes.grad_inner,
+                                                 {**sizes.params, "n_groups": sizes.groups})
+        out[name] = {**stamp, "settings": sampler or "hier_sampler as committed", "runs": runs,
                      "us_per_grad": direct.get(backend),
                      **{k: float(np.median([r[k] for r in runs])) for k in MEDIAN_KEYS},
                      "grad_evals": int(np.median([r["grad_evals"] for r in runs])),
@@ -262,34 +308,45 @@ def backends(work: Path, variants=VARIANTS, seeds=SEEDS) -> dict:
 
 
 def _kept_rows(previous: dict, fresh: dict) -> dict:
-    """The backends table after ``--variants``: ``fresh`` rows and the ``previous`` ones not run; a kept row of a
-    backend just measured gets its new ``us_per_grad`` (the gradient does not depend on the row's settings, and
-    :func:`backends` times it once per backend)."""
-    timed = {row["runs"][0]["backend"]: row["us_per_grad"] for row in fresh.values() if row.get("runs")}
-    kept = {}
-    for name, row in previous.items():
-        if name not in fresh and name in VARIANTS:  # a row of a variant since removed or renamed goes
-            backend = row["runs"][0]["backend"] if row.get("runs") else None
-            kept[name] = {**row, "us_per_grad": timed[backend]} if backend in timed else row
+    """The backends table after ``--variants``: ``fresh`` rows and the ``previous`` ones not run, each row whole as
+    its own run measured it (its stamp says which)."""
+    kept = {name: row for name, row in previous.items()
+            if name not in fresh and name in VARIANTS}  # a row of a variant since removed or renamed goes
     return {**kept, **fresh}
 
 
+_RATES = ("ess_per_s", "ess_per_s_fn", "ess_per_s_group_sd")
+
+
+def _same_run(a: dict, b: dict) -> bool:
+    """Whether rows ``a`` and ``b`` carry one run's stamp (:func:`run_stamp`); an unstamped row matches none."""
+    return a.get("measured_utc") is not None and all(a.get(k) == b.get(k) for k in ("measured_utc", "commit"))
+
+
 def with_speedups(rows: dict) -> dict:
-    """``rows`` with every row's ESS/s figures divided by PyMC's row's (where it has one), as ``speedup_vs_pymc*``."""
-    if "pymc" in rows:
-        for b in rows.values():
-            for key in ("ess_per_s", "ess_per_s_fn", "ess_per_s_group_sd"):
-                b[f"speedup_vs_pymc{key[len('ess_per_s'):]}"] = b[key] / rows["pymc"][key]
+    """``rows`` with every row's ESS/s figures divided by PyMC's row's, as ``speedup_vs_pymc*``, where the two were
+    measured in the same run; a row without a PyMC row of its run has none (not a ratio of two runs' figures)."""
+    pymc = rows.get("pymc")
+    for b in rows.values():
+        for key in _RATES:
+            ratio = f"speedup_vs_pymc{key[len('ess_per_s'):]}"
+            if pymc is not None and _same_run(b, pymc):
+                b[ratio] = b[key] / pymc[key]
+            else:
+                b.pop(ratio, None)
     return rows
 
 
-def repro(work: Path) -> dict:
-    """`dvc repro --force` of the default pipeline in a clone of the committed repo (compile caches warm)."""
+def repro(work: Path, base: dict | None = None) -> dict:
+    """`dvc repro --force` of the default pipeline in a clone of the committed repo (compile caches warm); ``base``
+    overrides the clone's params.yaml (:attr:`benchmarks.sizes.Sizes.params`)."""
     clone = work / "repro"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    if base:
+        raw = yaml.safe_load((clone / "params.yaml").read_text())
+        (clone / "params.yaml").write_text(yaml.safe_dump(overridden(raw, base)))
     env_bin = str(Path(sys.executable).parent)
-    os.environ["PATH"] = f"{env_bin}:{os.environ['PATH']}"
-    run = _run([str(Path(env_bin) / "dvc"), "repro", "--force"], clone)
+    run = _run([str(Path(env_bin) / "dvc"), "repro", "--force"], clone, PATH=f"{env_bin}:{os.environ['PATH']}")
     stages = {}
     for stem in ("flat", "hier", "informed"):
         t = json.loads((clone / "timings" / f"{stem}.json").read_text())["sampling"]
@@ -297,16 +354,18 @@ def repro(work: Path) -> dict:
     return {"repro_s": run["seconds"], "repro_peak_rss_mib": run["peak_rss_mib"], "repro_stages": stages}
 
 
-def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200), minibatch_groups=(18, 60, 200, 1000),
-            report_groups=200, backend_results: dict | None = None) -> dict:
+def scaling(work: Path, sizes: Sizes = FULL, backend_results: dict | None = None) -> dict:
+    """The hierarchical fit's seconds and peak memory at ``sizes``' numbers of groups (nutpie at the backends rows'
+    settings; ADVI, full batch and minibatch), and the report's at ``sizes.report_groups``; the nutpie point at the
+    rows' own size comes from ``backend_results``' nutpie row where it holds one (measured in this run)."""
     out: dict = {"hier_nutpie": {}, "hier_advi": {}, "hier_advi_minibatch": {}, "report": {}}
-    for n in nuts_groups:
-        if n == 18 and backend_results and "nutpie" in backend_results:
+    for n in sizes.nuts_groups:
+        if n == sizes.groups and backend_results and "nutpie" in backend_results:
             b = backend_results["nutpie"]  # a row holds medians of its runs; peak memory is each run's
             out["hier_nutpie"][str(n)] = {"seconds": b["wall_s"],
                                           "peak_rss_mib": float(np.median([r["peak_rss_mib"] for r in b["runs"]]))}
             continue
-        params = _params(work / f"nutpie_{n}", n, {**COMMON, "backend": "nutpie"})
+        params = _params(work / f"nutpie_{n}", n, {**sizes.common, "backend": "nutpie"}, sizes.params)
         _stage("make_data", params, "--out", "data/tasks.nc")
         print(f"bench: scaling nutpie n_groups={n} ...", flush=True)
         r = _fit("fit_hier", params, "hier")
@@ -314,9 +373,11 @@ def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200), mi
         out["hier_nutpie"][str(n)] = {"seconds": t["seconds"] + t["compile_seconds"],
                                       "peak_rss_mib": r["run"]["peak_rss_mib"],
                                       "test_accuracy": r["metrics"]["test"]["accuracy"]}
-    for key, batch, sizes in (("hier_advi", 0, advi_groups), ("hier_advi_minibatch", 500, minibatch_groups)):
-        for n in sizes:
-            params = _params(work / f"{key}_{n}", n, {"backend": "advi", "advi": {"minibatch_size": batch}})
+    for key, batch, groups in (("hier_advi", 0, sizes.advi_groups),
+                               ("hier_advi_minibatch", 500, sizes.minibatch_groups)):
+        for n in groups:
+            params = _params(work / f"{key}_{n}", n, {"backend": "advi", "advi": {"minibatch_size": batch}},
+                             sizes.params)
             _stage("make_data", params, "--out", "data/tasks.nc")
             print(f"bench: scaling {key} n_groups={n} ...", flush=True)
             r = _fit("fit_hier", params, "hier")
@@ -328,8 +389,9 @@ def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200), mi
     # The report at many groups: traces with the default draw counts (chains x draws), fitted by a
     # short ADVI (200 iterations per fit) because three NUTS fits of 200 groups would take most of
     # an hour; the report's time and memory depend on the trace sizes, not on how the draws were made.
-    n = report_groups
-    params = _params(work / f"report_{n}", n, {"backend": "advi", "advi": {"iterations": 200}})
+    n = sizes.report_groups
+    params = _params(work / f"report_{n}", n, {"backend": "advi", "advi": {"iterations": sizes.report_iterations}},
+                     sizes.params)
     _stage("make_data", params, "--out", "data/tasks.nc")
     print(f"bench: report at n_groups={n} ...", flush=True)
     _fit("fit_flat", params, "flat")
@@ -341,33 +403,6 @@ def scaling(work: Path, nuts_groups=(18, 60, 200), advi_groups=(18, 60, 200), mi
                  "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
                  "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--out-dir", "reports")
     out["report"][str(n)] = {"seconds": run["seconds"], "peak_rss_mib": run["peak_rss_mib"]}
-    return out
-
-
-# The documented configuration for thousands of groups (README, "Thousands of groups"): ADVI everywhere (NUTS
-# costs ~1.4 s per group and chain pair per stage), minibatch ADVI for the hierarchical fits (60,000 steps: at the
-# default 20,000 the loss was still falling, 1.3% over the last quarter, and test log loss 0.275 against 0.257),
-# 2 x 500 draws from each approximation (the default 2 x 3000 of the hierarchical fit is estimated at 30 GiB at
-# 1000 groups), 1% of the groups held out for the transfer stages, no pointwise trace groups, 2 of the 28
-# surface pages per model and figure embedded in report.html (all 28: a 197 MiB page); run with the per-group
-# fits on a LocalCluster of every core (MANY_GROUPS_SCHEDULER: one ADVI fit uses one core). tests/test_benchmarks.py
-# checks that the README's `dvc exp run` line sets exactly these.
-MANY_GROUPS = {
-    "n_groups": 1000,
-    "sampler": {"backend": "advi", "draws": 500, "advi": {"iterations": 5000}},
-    "hier_sampler": {"backend": "advi", "draws": 500, "max_draws": 0,
-                     "advi": {"iterations": 60000, "minibatch_size": 500}},
-    "transfer": {"holdout_fraction": 0.01},
-    "trace": {"pointwise": False},
-    "report": {"embedded_pages": 2},
-}
-MANY_GROUPS_SCHEDULER = "local"
-
-
-def _overridden(raw: dict, overrides: dict) -> dict:
-    out = dict(raw)
-    for key, value in overrides.items():
-        out[key] = _overridden(raw.get(key, {}), value) if isinstance(value, dict) else value
     return out
 
 
@@ -399,13 +434,16 @@ def _pipeline_stages() -> list[tuple[str, tuple[str, ...]]]:
     ]
 
 
-def many_groups(work: Path, overrides: dict = MANY_GROUPS, scheduler: str = MANY_GROUPS_SCHEDULER) -> dict:
-    """The whole pipeline, report included, at :data:`MANY_GROUPS` with ``HBNN_DASK_SCHEDULER=scheduler``:
+def many_groups(work: Path, overrides: dict = MANY_GROUPS, scheduler: str = MANY_GROUPS_SCHEDULER,
+                base: dict | None = None) -> dict:
+    """The whole pipeline, report included, at ``overrides`` (:data:`benchmarks.sizes.MANY_GROUPS`) on top of
+    params.yaml with ``base`` (:attr:`benchmarks.sizes.Sizes.params`), with ``HBNN_DASK_SCHEDULER=scheduler``:
     each stage process's seconds and peak resident memory (``wait4`` reports the largest of the stage process
     and its reaped children, so a LocalCluster worker counts on its own, not summed with the others)."""
     work.mkdir(parents=True, exist_ok=True)
     params = work / "params.yaml"
-    params.write_text(yaml.safe_dump(_overridden(yaml.safe_load((ROOT / "params.yaml").read_text()), overrides)))
+    raw = overridden(yaml.safe_load((ROOT / "params.yaml").read_text()), base or {})
+    params.write_text(yaml.safe_dump(overridden(raw, overrides)))
     stages = {}
     os.environ["HBNN_DASK_SCHEDULER"] = scheduler
     try:
@@ -432,9 +470,11 @@ def many_groups(work: Path, overrides: dict = MANY_GROUPS, scheduler: str = MANY
     }
 
 
-def cluster_speedup(work: Path, repeats: int = 2) -> dict:
-    """The flat stage on the default data in-process and on a 2-worker Dask LocalCluster (process seconds)."""
-    params = _params(work, 18, None)
+def cluster_speedup(work: Path, sizes: Sizes = FULL) -> dict:
+    """The flat stage on the default data (``sizes.groups`` groups) in-process and on a 2-worker Dask LocalCluster
+    (process seconds, median of ``sizes.cluster_repeats`` runs)."""
+    params = _params(work, sizes.groups, None, sizes.params)
+    repeats = sizes.cluster_repeats
     _stage("make_data", params, "--out", "data/tasks.nc")
     out: dict = {}
     for where, scheduler in (("serial", ""), ("local_cluster_2", "local:2")):
@@ -488,51 +528,68 @@ def _table(result: dict) -> str:
     return "\n".join(rows)
 
 
+SECTIONS = ("backends", "floor", "repro", "scaling", "cluster", "many_groups")
+REPORT = ROOT / "reports" / "benchmark.json"  # what `make bench` writes, and a smoke run never does
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "benchmark.json")
+    parser.add_argument("--out", type=Path, default=None, help=f"the JSON written (default {REPORT.relative_to(ROOT)}; "
+                        "required with --smoke, and another file)")
     parser.add_argument("--only", nargs="*", default=None,
                         help="sections to run (backends floor repro scaling cluster many_groups); default all")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--variants", nargs="*", default=None, choices=list(VARIANTS),
                         help="backends-section rows to run (default all); the others keep their last values")
+    parser.add_argument("--smoke", action="store_true",
+                        help="every chosen row and section at tiny settings (benchmarks/sizes.py SMOKE), to check "
+                             "that they run, not to measure; writes only --out, and only this run's results")
     args = parser.parse_args(argv)
-    sections = set(args.only or ("backends", "floor", "repro", "scaling", "cluster", "many_groups"))
+    if args.smoke and (args.out is None or args.out.resolve() == REPORT.resolve()):
+        print(f"error: --smoke needs --out naming a file other than {REPORT.relative_to(ROOT)} (a smoke run's "
+              "figures measure nothing)", file=sys.stderr)
+        return 2
+    out_path = args.out or REPORT
+    sizes = SMOKE if args.smoke else FULL
+    sections = set(args.only or SECTIONS)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="hbnn-bench-"))
+    stamp = run_stamp()
     result: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                 "python": platform.python_version()},
-                    "definitions": DEFINITIONS}
-    previous = json.loads(args.out.read_text()) if args.out.exists() else {}
+                    "definitions": DEFINITIONS, "smoke": args.smoke}
+    # a smoke run's file holds that run alone; a full run's keeps the sections (and rows) it does not run
+    previous = json.loads(out_path.read_text()) if out_path.exists() and not args.smoke else {}
+    result["measured"] = {**previous.get("measured", {}), **{s: stamp for s in SECTIONS if s in sections}}
     start = time.perf_counter()
     ran = None  # the backends rows this run measured
     try:
         if "backends" in sections:
             chosen = {k: v for k, v in VARIANTS.items() if args.variants is None or k in args.variants}
-            ran = result["backends"] = backends(work / "backends", chosen)
-            if args.variants is not None:  # the rows not run keep their last values; ratios to PyMC's row anew
+            ran = result["backends"] = backends(work / "backends", chosen, sizes, stamp)
+            if args.variants is not None:  # the rows not run keep their last values; ratios only within a run
                 result["backends"] = with_speedups(_kept_rows(previous.get("backends", {}), ran))
         if "floor" in sections:
-            result["numpy_floor_us_per_grad"] = numpy_floor_us_per_grad()
+            result["numpy_floor_us_per_grad"] = numpy_floor_us_per_grad(sizes.floor_repeats, sizes.floor_number)
         if "repro" in sections:
-            result.update(repro(work))
+            result.update(repro(work, sizes.params))
         if "scaling" in sections:
-            # the 18-group NUTS point from the nutpie row if this run measured it, never from a row kept from before
-            result["scaling"] = scaling(work / "scaling", backend_results=ran)
+            # the rows' NUTS point from the nutpie row if this run measured it, never from a row kept from before
+            result["scaling"] = scaling(work / "scaling", sizes, backend_results=ran)
             result["scaling"]["linearity"] = {k: _linearity(v) for k, v in result["scaling"].items()
                                               if k != "report" and v}
         if "cluster" in sections:
-            result["cluster"] = cluster_speedup(work / "cluster")
+            result["cluster"] = cluster_speedup(work / "cluster", sizes)
         if "many_groups" in sections:
-            result["many_groups"] = many_groups(work / "many_groups")
+            result["many_groups"] = many_groups(work / "many_groups", sizes.many_groups, base=sizes.params)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
     result["bench_seconds"] = time.perf_counter() - start
     merged = {**previous, **result}  # sections not run keep their last values
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
-    tmp.replace(args.out)
+    tmp.replace(out_path)
     if "backends" in merged and "numpy_floor_us_per_grad" in merged:
         print(_table(merged))
     if "cluster" in result:
@@ -544,7 +601,7 @@ def main(argv=None) -> int:
         m = result["many_groups"]
         print(f"pipeline at {m['settings']['n_groups']} groups: {m['seconds']:.0f}s, peak {m['peak_rss_mib']:.0f} MiB, "
               f"report {m['report_html_mib']:.1f} MiB")
-    print(f"wrote {args.out}")
+    print(f"wrote {out_path}")
     return 0
 
 

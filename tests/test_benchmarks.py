@@ -1,7 +1,9 @@
-"""The documented configurations (docs/many-groups.md) are the ones `make bench` measures."""
+"""`make bench` (benchmarks/run.py): the documented configurations (docs/many-groups.md) are the ones it measures,
+its ratios come from one run, and every row and section runs (at smoke sizes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import re
@@ -10,6 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from dvc.utils.hydra import apply_overrides
 
@@ -32,33 +35,62 @@ def test_the_documented_many_groups_command_sets_what_the_benchmark_measures(tmp
     shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
     apply_overrides(str(tmp_path / "params.yaml"), overrides)
     committed = yaml.safe_load((ROOT / "params.yaml").read_text())
-    assert yaml.safe_load((tmp_path / "params.yaml").read_text()) == bench._overridden(committed, bench.MANY_GROUPS)
+    assert yaml.safe_load((tmp_path / "params.yaml").read_text()) == bench.overridden(committed, bench.MANY_GROUPS)
     load_params(tmp_path / "params.yaml")  # valid as written: no key of the defaults it keeps conflicts with it
 
 
-def test_bench_variants_keep_the_other_rows_and_recompute_the_ratios_to_pymc(tmp_path, monkeypatch):
+def test_bench_ratios_to_pymc_come_only_from_rows_of_the_same_run(tmp_path, monkeypatch):
     out = tmp_path / "benchmark.json"
     rates = ("ess_per_s", "ess_per_s_fn", "ess_per_s_group_sd")
+    earlier = {"measured_utc": "2020-01-01T00:00:00+00:00", "commit": "abc"}
 
-    def row(backend, us, *values):
-        return {**dict(zip(rates, values, strict=True)), "us_per_grad": us, "runs": [{"backend": backend}]}
+    def row(backend, us, *values, stamp=earlier):
+        return {**dict(zip(rates, values, strict=True)), "us_per_grad": us, "runs": [{"backend": backend}], **stamp}
 
-    out.write_text(json.dumps({"backends": {"pymc": row("pymc", 400.0, 1.0, 1.0, 2.0),
-                                            "numpyro": row("numpyro", 100.0, 3.0, 3.0, 4.0),
-                                            "nutpie": row("nutpie", 40.0, 9.0, 9.0, 9.0),
-                                            "default": row("nutpie", 40.0, 1.0, 1.0, 1.0)},
-                               "repro_s": 5.0}))
-    monkeypatch.setattr(bench, "backends",
-                        lambda work, chosen: {name: row("nutpie", 24.0, 8.0, 8.0, 10.0) for name in chosen})
+    old = {"pymc": row("pymc", 400.0, 1.0, 1.0, 2.0), "numpyro": row("numpyro", 100.0, 3.0, 3.0, 4.0),
+           "nutpie": row("nutpie", 40.0, 9.0, 9.0, 9.0), "default": row("nutpie", 40.0, 1.0, 1.0, 1.0),
+           "blackjax": {**row("blackjax", 90.0, 2.0, 2.0, 2.0, stamp={}), "speedup_vs_pymc": 2.0}}  # unstamped
+    out.write_text(json.dumps({"backends": bench.with_speedups(old), "repro_s": 5.0}))
+    stamps = []
+
+    def backends(work, chosen, sizes, stamp):  # as bench.backends: this run's rows, stamped, with their ratios
+        stamps.append(stamp)
+        return bench.with_speedups({name: row("nutpie", 24.0, 8.0, 8.0, 10.0, stamp=stamp) for name in chosen})
+
+    monkeypatch.setattr(bench, "backends", backends)
     bench.main(["--out", str(out), "--only", "backends", "--variants", "default", "--workdir", str(tmp_path / "w")])
-    got = json.loads(out.read_text())
-    assert set(got["backends"]) == {"pymc", "numpyro", "nutpie", "default"}
-    assert got["backends"]["default"]["speedup_vs_pymc_fn"] == 8.0
-    assert got["backends"]["default"]["speedup_vs_pymc_group_sd"] == 5.0
-    assert got["backends"]["numpyro"]["speedup_vs_pymc_group_sd"] == 2.0
-    # the gradient was timed again with the row run: the kept row of the same backend shows it, the others not
-    assert [got["backends"][name]["us_per_grad"] for name in ("nutpie", "numpyro")] == [24.0, 100.0]
-    assert got["repro_s"] == 5.0  # sections not run keep their values too
+    got = json.loads(out.read_text())["backends"]
+    assert set(got) == {"pymc", "numpyro", "nutpie", "default", "blackjax"}
+    assert {k: got["default"][k] for k in earlier} == stamps[-1] != earlier
+    # the fresh row has no PyMC row of its run: no ratio to the earlier run's
+    assert not [k for k in got["default"] if k.startswith("speedup")]
+    # kept rows stay whole, their ratios to the PyMC row of their own run included; an unstamped row has none
+    assert got["numpyro"]["speedup_vs_pymc_group_sd"] == 2.0 and got["nutpie"]["speedup_vs_pymc_fn"] == 9.0
+    assert [got[name]["us_per_grad"] for name in ("nutpie", "numpyro")] == [40.0, 100.0]
+    assert not [k for k in got["blackjax"] if k.startswith("speedup")]
+    assert json.loads(out.read_text())["repro_s"] == 5.0  # sections not run keep their values too
+
+    # PyMC's row measured again: the rows of this run get ratios to it, the kept ones lose theirs
+    bench.main(["--out", str(out), "--only", "backends", "--variants", "default", "pymc",
+                "--workdir", str(tmp_path / "w")])
+    got = json.loads(out.read_text())["backends"]
+    assert got["default"]["speedup_vs_pymc_fn"] == 1.0 and got["pymc"]["measured_utc"] == stamps[-1]["measured_utc"]
+    assert not [k for name in ("numpyro", "nutpie") for k in got[name] if k.startswith("speedup")]
+
+
+def test_the_run_stamp_names_the_commit_measured_and_when_in_utc():
+    import datetime
+    import subprocess
+
+    stamp = bench.run_stamp()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert stamp["commit"] == head + ("-dirty" if dirty else "")
+    when = datetime.datetime.fromisoformat(stamp["measured_utc"])
+    assert when.utcoffset() == datetime.timedelta(0)
+    assert abs(datetime.datetime.now(datetime.UTC) - when) < datetime.timedelta(minutes=1)
 
 
 def test_bench_scaling_takes_its_18_group_point_from_the_nutpie_row_just_run(tmp_path, monkeypatch):
@@ -66,16 +98,15 @@ def test_bench_scaling_takes_its_18_group_point_from_the_nutpie_row_just_run(tmp
     rows = {"nutpie": {"wall_s": 7.0, "runs": runs}}
     seen = {}
 
-    def scaling(work, backend_results=None):
+    def scaling(work, sizes, backend_results=None):
         seen["rows"] = backend_results
         return {}
 
     out = tmp_path / "benchmark.json"
     out.write_text(json.dumps({"backends": {"pymc": {"ess_per_s": 1.0, "ess_per_s_fn": 1.0, "ess_per_s_group_sd": 1.0,
                                                      "runs": [{"backend": "pymc"}], "us_per_grad": 1.0}}}))
-    monkeypatch.setattr(bench, "backends", lambda work, chosen: {"nutpie": dict(rows["nutpie"], us_per_grad=1.0,
-                                                                                ess_per_s=1.0, ess_per_s_fn=1.0,
-                                                                                ess_per_s_group_sd=1.0)})
+    monkeypatch.setattr(bench, "backends", lambda work, chosen, sizes, stamp: {
+        "nutpie": dict(rows["nutpie"], us_per_grad=1.0, ess_per_s=1.0, ess_per_s_fn=1.0, ess_per_s_group_sd=1.0)})
     monkeypatch.setattr(bench, "scaling", scaling)
     bench.main(["--out", str(out), "--only", "backends", "scaling", "--variants", "nutpie",
                 "--workdir", str(tmp_path / "w")])
@@ -85,5 +116,66 @@ def test_bench_scaling_takes_its_18_group_point_from_the_nutpie_row_just_run(tmp
     monkeypatch.setattr(bench, "_params", lambda *a, **k: tmp_path / "params.yaml")
     monkeypatch.setattr(bench, "_stage", lambda *a, **k: {"seconds": 1.0, "peak_rss_mib": 1.0})
     monkeypatch.setattr(bench, "_fit", lambda *a, **k: None)
-    point = bench.scaling(tmp_path, nuts_groups=(18,), advi_groups=(), minibatch_groups=(), backend_results=rows)
+    sizes = dataclasses.replace(bench.FULL, nuts_groups=(18,), advi_groups=(), minibatch_groups=())
+    point = bench.scaling(tmp_path, sizes, backend_results=rows)
     assert point["hier_nutpie"]["18"] == {"seconds": 7.0, "peak_rss_mib": 610.0}
+
+
+# ----------------------------------------------------------------------------- smoke runs of every row and section
+def _smoke(tmp_path, *sections: str) -> dict:
+    """``python -m benchmarks.run --smoke --only sections``: its JSON, the committed reports/benchmark.json
+    untouched."""
+    report = ROOT / "reports" / "benchmark.json"
+    before = report.read_bytes() if report.exists() else None
+    out = tmp_path / "smoke.json"
+    assert bench.main(["--smoke", "--only", *sections, "--out", str(out), "--workdir", str(tmp_path / "w")]) == 0
+    assert (report.read_bytes() if report.exists() else None) == before
+    got = json.loads(out.read_text())
+    assert got["smoke"] is True and set(got["measured"]) == set(sections)
+    return got
+
+
+def test_every_backends_row_and_the_floor_run_at_smoke_sizes(tmp_path, capsys):
+    got = _smoke(tmp_path, "backends", "floor")
+    rows = got["backends"]
+    assert set(rows) == set(bench.VARIANTS)
+    assert {name: row["runs"][0]["backend"] for name, row in rows.items()} == {
+        "default": "nutpie", "nutpie": "nutpie", "pymc": "pymc", "numpyro": "numpyro", "blackjax": "blackjax",
+        "nutpie_low_rank": "nutpie"}
+    stamp = bench.run_stamp()["commit"]
+    for name, row in rows.items():
+        assert row["commit"] == stamp and row["measured_utc"] == got["measured"]["backends"]["measured_utc"], name
+        assert row["min_ess_bulk"] > 0 and row["us_per_grad"] > 0 and len(row["runs"]) == len(bench.SMOKE.seeds)
+        assert row["speedup_vs_pymc_fn"] == row["ess_per_s_fn"] / rows["pymc"]["ess_per_s_fn"], name
+    assert got["numpy_floor_us_per_grad"] > 0
+    assert "backend (median of seeds)" in capsys.readouterr().out  # the table printed
+
+
+def test_smoke_needs_an_out_file_other_than_the_committed_report(tmp_path, capsys):
+    report = ROOT / "reports" / "benchmark.json"
+    before = report.read_bytes() if report.exists() else None
+    for argv in (["--smoke", "--only", "floor"], ["--smoke", "--only", "floor", "--out", str(report)]):
+        assert bench.main([*argv, "--workdir", str(tmp_path / "w")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --smoke needs --out") and err.count("\n") == 1, err
+    assert (report.read_bytes() if report.exists() else None) == before
+    assert not (tmp_path / "w").exists()  # stopped before any section ran
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("section", ["scaling", "cluster", "many_groups", "repro"])
+def test_every_other_section_runs_at_smoke_sizes(tmp_path, section):
+    got = _smoke(tmp_path, section)
+    if section == "scaling":
+        sizes = bench.SMOKE
+        assert {k: set(v) for k, v in got["scaling"].items() if k != "linearity"} == {
+            "hier_nutpie": {str(n) for n in sizes.nuts_groups}, "hier_advi": {str(n) for n in sizes.advi_groups},
+            "hier_advi_minibatch": {str(n) for n in sizes.minibatch_groups}, "report": {str(sizes.report_groups)}}
+        assert "loglog_slope" in got["scaling"]["linearity"]["hier_nutpie"]
+    elif section == "cluster":
+        assert got["cluster"]["identical_metrics"] is True and got["cluster"]["speedup"] > 0
+    elif section == "many_groups":
+        assert got["many_groups"]["settings"] == bench.SMOKE.many_groups
+        assert set(got["many_groups"]["stages"]) == {stage for stage, _ in bench._pipeline_stages()}
+    else:
+        assert got["repro_s"] > 0 and set(got["repro_stages"]) == {"flat", "hier", "informed"}

@@ -1,0 +1,99 @@
+"""How much each section of `make bench` (benchmarks/run.py) measures: :data:`FULL`, and :data:`SMOKE` for a run of
+every row and section at tiny settings (``python -m benchmarks.run --smoke``), which checks that each builds params
+the stages accept and that the JSON and table come out whole (tests/test_benchmarks.py), not what they cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Sampler seeds of every backends row: each figure is the median over them.
+SEEDS = (1, 2, 3)
+COMMON = {"chains": 2, "tune": 1000, "draws": 1000}  # every row but `default`: 2 chains x (1000 + 1000)
+
+# The documented configuration for thousands of groups (README, "Thousands of groups"): ADVI everywhere (NUTS
+# costs ~1.4 s per group and chain pair per stage), minibatch ADVI for the hierarchical fits (60,000 steps: at the
+# default 20,000 the loss was still falling, 1.3% over the last quarter, and test log loss 0.275 against 0.257),
+# 2 x 500 draws from each approximation (the default 2 x 3000 of the hierarchical fit is estimated at 30 GiB at
+# 1000 groups), 1% of the groups held out for the transfer stages, no pointwise trace groups, 2 of the 28
+# surface pages per model and figure embedded in report.html (all 28: a 197 MiB page); run with the per-group
+# fits on a LocalCluster of every core (MANY_GROUPS_SCHEDULER: one ADVI fit uses one core). tests/test_benchmarks.py
+# checks that the README's `dvc exp run` line sets exactly these.
+MANY_GROUPS = {
+    "n_groups": 1000,
+    "sampler": {"backend": "advi", "draws": 500, "advi": {"iterations": 5000}},
+    "hier_sampler": {"backend": "advi", "draws": 500, "max_draws": 0,
+                     "advi": {"iterations": 60000, "minibatch_size": 500}},
+    "transfer": {"holdout_fraction": 0.01},
+    "trace": {"pointwise": False},
+    "report": {"embedded_pages": 2},
+}
+MANY_GROUPS_SCHEDULER = "local"
+
+
+def overridden(raw: dict, overrides: dict) -> dict:
+    """``raw`` with ``overrides`` merged in, section by section (a nested dict changes only the keys it names)."""
+    out = dict(raw)
+    for key, value in overrides.items():
+        out[key] = overridden(raw.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes of every section of benchmarks/run.py.
+
+    ``params`` overrides params.yaml in every scratch params file (and in the repro clone's) before a section's own
+    settings go on top; ``groups`` is the n_groups of the backends rows, the cluster section and the gradient
+    timings; ``common`` the sampler settings of every backends row but ``default``; ``grad_repeats`` x
+    ``grad_inner`` the direct gradient timings, ``floor_repeats`` x ``floor_number`` the NumPy floor's;
+    ``nuts_groups``, ``advi_groups``, ``minibatch_groups`` the scaling section's sizes, ``report_groups`` and
+    ``report_iterations`` its report point (ADVI fits of that many iterations); ``many_groups`` the overrides of the
+    many-groups pipeline.
+    """
+
+    params: dict = field(default_factory=dict)
+    groups: int = 18
+    seeds: tuple[int, ...] = SEEDS
+    common: dict = field(default_factory=lambda: dict(COMMON))
+    grad_repeats: int = 20
+    grad_inner: int = 200
+    floor_repeats: int = 20
+    floor_number: int = 2000
+    cluster_repeats: int = 2
+    nuts_groups: tuple[int, ...] = (18, 60, 200)
+    advi_groups: tuple[int, ...] = (18, 60, 200)
+    minibatch_groups: tuple[int, ...] = (18, 60, 200, 1000)
+    report_groups: int = 200
+    report_iterations: int = 200
+    many_groups: dict = field(default_factory=lambda: MANY_GROUPS)
+
+
+FULL = Sizes()
+
+# Tiny data and short fits that keep every code path of the full settings: run-length control and restarts in the
+# `default` row (max_draws twice draws), per-group refits, the NumPy floor, a two-size scaling slope
+# (nutpie's, the cheapest fit).
+_TINY_FIT = {"tune": 20, "draws": 20, "max_draws": 40, "advi": {"iterations": 50}}
+SMOKE = Sizes(
+    params={"data": {"n_samples": 40}, "sampler": _TINY_FIT, "hier_sampler": _TINY_FIT,
+            "prior": {"draws_per_sample": 2}, "transfer": {"tune": 20, "sizes": [2, 4]},
+            "report": {"grid_size": 12, "surface_draws": 20}},
+    groups=3,
+    seeds=(1,),
+    common={"chains": 2, "tune": 20, "draws": 20},
+    grad_repeats=2,
+    grad_inner=5,
+    floor_repeats=1,
+    floor_number=10,
+    cluster_repeats=1,
+    nuts_groups=(2, 3),
+    advi_groups=(3,),
+    minibatch_groups=(3,),
+    report_groups=3,
+    report_iterations=50,
+    many_groups=overridden(MANY_GROUPS, {
+        "n_groups": 3,
+        "sampler": {"draws": 20, "advi": {"iterations": 50}},
+        "hier_sampler": {"draws": 20, "advi": {"iterations": 50, "minibatch_size": 20}},
+    }),
+)

@@ -53,7 +53,19 @@ def keywords(sampler: str, model_extra: Sequence[str] = (), sampler_extra: Seque
 
 
 def lookup(params: Params, dotted: str) -> Any:
-    """The value of a dotted key in ``params`` (tuples as lists, as ``params.yaml`` writes them)."""
+    """The value of a dotted key in ``params`` (tuples as lists, as ``params.yaml`` writes them).
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The params.
+    dotted : str
+        The key (``hier_sampler.advi.iterations``).
+
+    Returns
+    -------
+    object
+    """
     node: Any = params
     for part in dotted.split("."):
         node = getattr(node, part)
@@ -61,13 +73,35 @@ def lookup(params: Params, dotted: str) -> Any:
 
 
 def defaults(names: Mapping[str, str]) -> dict[str, Any]:
-    """Each keyword's default: its key's value in the default :class:`hbnn.config.Params` (``params.yaml``'s)."""
+    """Each keyword's default: its key's value in the default :class:`hbnn.config.Params` (``params.yaml``'s).
+
+    Parameters
+    ----------
+    names : mapping of str to str
+        Keyword to dotted key (:func:`keywords`).
+
+    Returns
+    -------
+    dict of str to object
+    """
     params = Params()
     return {kw: lookup(params, dotted) for kw, dotted in names.items()}
 
 
 def from_params(params: Params, names: Mapping[str, str]) -> dict[str, Any]:
-    """The keywords that give ``params``' settings (:func:`lookup` of each key in ``names``)."""
+    """The keywords that give ``params``' settings (:func:`lookup` of each key in ``names``).
+
+    Parameters
+    ----------
+    params : hbnn.config.Params
+        The params.
+    names : mapping of str to str
+        Keyword to dotted key (:func:`keywords`).
+
+    Returns
+    -------
+    dict of str to object
+    """
     return {kw: lookup(params, dotted) for kw, dotted in names.items()}
 
 
@@ -116,7 +150,19 @@ def to_params(values: Mapping[str, Any], names: Mapping[str, str], features: Seq
 
 
 def renamed(message: str, names: Mapping[str, str]) -> str:
-    """``message`` with every dotted params key in it named as its keyword (``hier_sampler.tune`` as ``tune``)."""
+    """``message`` with every dotted params key in it named as its keyword (``hier_sampler.tune`` as ``tune``).
+
+    Parameters
+    ----------
+    message : str
+        A :class:`hbnn.config.ConfigError`'s or a table check's message.
+    names : mapping of str to str
+        Keyword to dotted key (:func:`keywords`).
+
+    Returns
+    -------
+    str
+    """
     by_key = {dotted: kw for kw, dotted in names.items()}
     by_key.update({"data.features": "feature columns (the columns of X)", "data.label": "label (y's name)"})
     pattern = re.compile("|".join(re.escape(k) for k in sorted(by_key, key=len, reverse=True)) + r"(?![\w.])")
@@ -125,7 +171,19 @@ def renamed(message: str, names: Mapping[str, str]) -> str:
 
 
 def unknown(cls: type, given: Mapping[str, Any]) -> InputError:
-    """The error for keywords ``cls`` does not take, naming them and the closest it does."""
+    """The error for keywords ``cls`` does not take, naming them and the closest it does.
+
+    Parameters
+    ----------
+    cls : type
+        The estimator class.
+    given : mapping of str to object
+        The unknown keywords and their values.
+
+    Returns
+    -------
+    hbnn.errors.InputError
+    """
     import difflib
     import inspect
 

@@ -41,7 +41,17 @@ class Symmetry:
 
     @staticmethod
     def identity(hidden_layers: Sequence[int]) -> Symmetry:
-        """The relabelling that changes nothing, for hidden layers of these sizes."""
+        """The relabelling that changes nothing, for hidden layers of these sizes.
+
+        Parameters
+        ----------
+        hidden_layers : sequence of int
+            Units per hidden layer.
+
+        Returns
+        -------
+        Symmetry
+        """
         return Symmetry(tuple(np.arange(h) for h in hidden_layers), tuple(np.ones(h) for h in hidden_layers))
 
     @property

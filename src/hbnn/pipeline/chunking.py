@@ -79,7 +79,17 @@ def chunk_rows(samples: int, n_weights: int, likelihood: str, largest_group: int
 
 
 def size_text(n: int) -> str:
-    """Bytes as MiB (KiB below one MiB), for messages."""
+    """Bytes as MiB (KiB below one MiB), for messages.
+
+    Parameters
+    ----------
+    n : int
+        Bytes.
+
+    Returns
+    -------
+    str
+    """
     return f"{n / 2**20:,.0f} MiB" if n >= 2**20 else f"{n / 2**10:,.0f} KiB"
 
 

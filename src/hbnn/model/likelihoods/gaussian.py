@@ -36,8 +36,22 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
 """
 
     def add_observed(self, output, y, noise_sd, total_size=None, sigma=None):
-        """As :meth:`Likelihood.add_observed`; ``sigma``, where given, is each row's noise sd
-        (:meth:`add_group_sigma`) instead of one ``HalfNormal(noise_sd)`` for all rows."""
+        """``y ~ Normal(output, sigma)`` on the standardised label scale, observed.
+
+        Parameters
+        ----------
+        output : pytensor.tensor.TensorVariable
+            The network's output per row.
+        y : pytensor.tensor.TensorVariable
+            The labels, as the model sees them.
+        noise_sd : float
+            The extra parameter's prior scale (``model.noise_sd``).
+        total_size : optional
+            With a minibatch, the rows the batch represents: the log-likelihood is scaled by
+            ``total_size / batch``.
+        sigma : pytensor.tensor.TensorVariable, optional
+            Each row's noise sd (:meth:`add_group_sigma`), instead of one ``HalfNormal(noise_sd)`` for all rows.
+        """
         import pymc as pm
 
         if sigma is None:
@@ -72,14 +86,54 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
         return sigma[row_group]
 
     def extra_in_label_units(self, values, y_sd):
-        """``sigma`` is on the standardised label scale: times the labels' training sd."""
+        """``sigma`` is on the standardised label scale: times the labels' training sd.
+
+        Parameters
+        ----------
+        values : numpy.ndarray
+            Draws of ``sigma``.
+        y_sd : float
+            The labels' training sd.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``sigma`` in the label's units.
+        """
         return y_sd * values
 
     def density_constant(self, y, noise_sd):
-        """``sigma``'s prior normaliser and ``-log(2 pi) / 2`` per row."""
+        """``sigma``'s prior normaliser and ``-log(2 pi) / 2`` per row.
+
+        Parameters
+        ----------
+        y : numpy.ndarray
+            The labels of every real row, as the model sees them.
+        noise_sd : float
+            The extra parameter's prior scale.
+
+        Returns
+        -------
+        float
+            The constant; with an extra parameter it includes ``HALFNORMAL_CONST - log(noise_sd)``.
+        """
         return HALFNORMAL_CONST - math.log(noise_sd) - 0.5 * math.log(2.0 * math.pi) * int(y.size)
 
     def mean(self, output, y_mean=0.0, y_sd=1.0):
+        """The mean label: the output back in the label's units, ``y_mean + y_sd * output``.
+
+        Parameters
+        ----------
+        output : numpy.ndarray
+            Network outputs.
+        y_mean, y_sd : float, optional
+            The labels' training mean and sd, where labels are standardised.
+
+        Returns
+        -------
+        numpy.ndarray
+            The quantity, of ``output``'s shape.
+        """
         return y_mean + y_sd * output
 
     def pointwise(self, draws, noise, y):
@@ -87,6 +141,20 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
 
         A row is covered when its predictive CDF value lies in ``[0.03, 0.97]``,
         which is the same as lying inside the central 94% predictive interval.
+
+        Parameters
+        ----------
+        draws : numpy.ndarray
+            Draws of the function-space quantity in the label's units, ``(chain, draw, n)``.
+        noise : numpy.ndarray or None
+            Draws of the extra parameter in the label's units, ``(chain, draw)``; ``None`` without one.
+        y : numpy.ndarray
+            The labels in their own units, ``(n,)``.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            Per-row values by name, each ``(n,)``.
         """
         from scipy.special import logsumexp
 
@@ -101,16 +169,61 @@ def _likelihood_rows(out, y, dlogit, n, e, bits, extra):
         }
 
     def log_density(self, draws, noise, y):
+        """``log Normal(y | mu, sigma)`` per draw and row.
+
+        Parameters
+        ----------
+        draws : numpy.ndarray
+            Draws of the function-space quantity in the label's units, ``(..., n)``.
+        noise : numpy.ndarray or None
+            Draws of the extra parameter in the label's units, ``(...)``; ``None`` without one.
+        y : numpy.ndarray
+            The labels in their own units, ``(n,)``.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(..., n)``.
+        """
         from scipy.stats import norm  # here, not at the top: config (every stage's first import) reads this module
 
         return norm.logpdf(y, loc=draws, scale=np.asarray(noise)[..., None])
 
     def predictive_draws(self, draws, noise, rng):
+        """One ``Normal(mu, sigma)`` label per draw and row.
+
+        Parameters
+        ----------
+        draws : numpy.ndarray
+            Draws of the function-space quantity in the label's units, ``(..., n)``.
+        noise : numpy.ndarray or None
+            Draws of the extra parameter in the label's units, ``(...)``; ``None`` without one.
+        rng : numpy.random.Generator
+            The source of the draws.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            Labels of ``draws``' shape; ``None`` where the quantity says it all.
+        """
         return rng.normal(draws, np.asarray(noise)[..., None])
 
     def summarise(self, draws, noise):
         """Of the posterior predictive ``N(draws, sigma)`` mixture: mean, ``sqrt(Var[mu] + E[sigma^2])``,
-        exact central 94% interval."""
+        exact central 94% interval.
+
+        Parameters
+        ----------
+        draws : numpy.ndarray
+            Draws of the function-space quantity in the label's units, ``(sample, n)``.
+        noise : numpy.ndarray or None
+            Draws of the extra parameter in the label's units, ``(sample,)``; ``None`` without one.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            ``mean``, ``sd``, ``lower_94`` and ``upper_94`` per row.
+        """
         lower, upper = mixture_quantiles(draws, noise, QUANTILES)
         sd = np.sqrt(draws.var(axis=0) + np.mean(noise**2))
         return {"mean": draws.mean(axis=0), "sd": sd, "lower_94": lower, "upper_94": upper}

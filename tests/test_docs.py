@@ -54,6 +54,7 @@ def test_snippets_run(page, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a page's sampling snippets fit several models at default settings (python-api.md, README)
 @pytest.mark.parametrize("page", pages(), ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_snippets_after_repro_run(page, monkeypatch):
     if os.environ.get("HBNN_DOCS_SNIPPETS") != "all":

@@ -189,7 +189,7 @@ def score(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, sampled: Sa
         metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], sampled.cost.seconds,
     )
     advice = None if "loss" in sampled.sample_stats else model_advice(
-        metrics["per_group"], json.loads(idata.posterior.attrs.get("hbnn_settings", "{}")), stage)
+        metrics["per_group"], _settings(stage, params, spec, tasks, **(settings_extra or {})), stage)
     if advice:
         log.warning("%s", advice)
     falling = metrics["sampling"].get("advi_still_falling")

@@ -4,7 +4,7 @@ For each group count it writes a CSV of that many groups of ``--rows`` rows each
 (two features, a 0/1 label in both classes in every group, no split column: the
 table is split by :func:`hbnn.data.tables.stratified_split`), then times in this process:
 
-- ``check_params``: :func:`hbnn.pipeline.budget.check_params` (reads and checks the table,
+- ``check_params``: :func:`hbnn.pipeline.preflight.check_params` (reads and checks the table,
   then every stage's cost);
 - ``make_data``: :func:`hbnn.pipeline.stages.make_data.make_data` (reads and checks it
   again and writes ``data/tasks.nc``);
@@ -61,7 +61,7 @@ def params_for(table: Path) -> dict:
 def time_one(n_groups: int, rows: int, d: Path) -> dict[str, float]:
     from hbnn.config_read import load_params
     from hbnn.data.tasks import load_tasks
-    from hbnn.pipeline.budget import check_params
+    from hbnn.pipeline.preflight import check_params
     from hbnn.pipeline.stages.make_data import make_data
 
     table = d / f"table_{n_groups}.csv"

@@ -31,7 +31,7 @@ from hbnn.config import ConfigError
 from hbnn.config_read import load_params, parse_params
 from hbnn.data.tasks import Tasks
 from hbnn.errors import SamplingError
-from hbnn.pipeline.budget import check_params
+from hbnn.pipeline.preflight import check_params
 from hbnn.pipeline.runner import run_stage
 from hbnn.pipeline.stages.fit_flat import fit_flat
 from hbnn.pipeline.stages.fit_hier import fit_hier

@@ -166,7 +166,7 @@ def test_a_stage_process_builds_its_datasets_without_importing_dask_array(tmp_pa
 def test_check_params_on_moons_imports_neither_xarray_nor_pandas_nor_scipy():
     """check_params, the first stage of every run, checks every key and every stage's cost from params alone on
     moons data: ~0.2 s of a process, where importing xarray, pandas (and pyarrow) and SciPy cost ~0.7 s more."""
-    code = ("import sys\nfrom hbnn.pipeline.runner import run_stage\nfrom hbnn.pipeline.budget import check_params\n"
+    code = ("import sys\nfrom hbnn.pipeline.runner import run_stage\nfrom hbnn.pipeline.preflight import check_params\n"
             "assert run_stage('check_params', [], check_params, []) == 0\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'xarray', 'pandas', 'pyarrow', 'scipy', 'dask'}))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -180,7 +180,7 @@ def test_check_params_on_a_table_reads_it_without_importing_dask():
     hbnn.pipeline.runner.skip_dask_array_lookup: the table's check installs it then, so dask (~0.5 s) stays out."""
     root = Path(__file__).resolve().parents[1]
     code = ("import sys, yaml\nfrom hbnn.config_read import parse_params\n"
-            "from hbnn.pipeline.budget import check_params\n"
+            "from hbnn.pipeline.preflight import check_params\n"
             f"raw = yaml.safe_load(open({str(root / 'params.yaml')!r}))\n"
             f"raw['data'].update(source='table', path={str(root / 'data/examples/sites.csv')!r})\n"
             "check_params(parse_params(raw))\n"

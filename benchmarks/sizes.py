@@ -14,7 +14,8 @@ COMMON = {"chains": 2, "tune": 1000, "draws": 1000}  # every row but `default`: 
 # costs ~1.4 s per group and chain pair per stage), minibatch ADVI for the hierarchical fits (60,000 steps: at the
 # default 20,000 the loss was still falling, 1.3% over the last quarter, and test log loss 0.275 against 0.257),
 # 2 x 500 draws from each approximation (the default 2 x 3000 of the hierarchical fit is estimated at 30 GiB at
-# 1000 groups), 1% of the groups held out for the transfer stages, no pointwise trace groups, 2 of the 28
+# 1000 groups), 1% of the groups held out for the transfer stages and no hierarchical refit (each would be another
+# fit of all 1000 groups), no pointwise trace groups, 2 of the 28
 # surface pages per model and figure embedded in report.html (all 28: a 197 MiB page); run with the per-group
 # fits on a LocalCluster of every core (MANY_GROUPS_SCHEDULER: one ADVI fit uses one core). tests/test_benchmarks.py
 # checks that the README's `dvc exp run` line sets exactly these.
@@ -23,7 +24,7 @@ MANY_GROUPS = {
     "sampler": {"backend": "advi", "draws": 500, "advi": {"iterations": 5000}},
     "hier_sampler": {"backend": "advi", "draws": 500, "max_draws": 0,
                      "advi": {"iterations": 60000, "minibatch_size": 500}},
-    "transfer": {"holdout_fraction": 0.01},
+    "transfer": {"holdout_fraction": 0.01, "refit_sizes": [], "refit_all_rows": False},
     "trace": {"pointwise": False},
     "report": {"embedded_pages": 2},
 }
@@ -76,7 +77,7 @@ FULL = Sizes()
 _TINY_FIT = {"tune": 20, "draws": 20, "max_draws": 40, "advi": {"iterations": 50}}
 SMOKE = Sizes(
     params={"data": {"n_samples": 40}, "sampler": _TINY_FIT, "hier_sampler": _TINY_FIT,
-            "prior": {"draws_per_sample": 2}, "transfer": {"tune": 20, "sizes": [2, 4]},
+            "prior": {"draws_per_sample": 2}, "transfer": {"tune": 20, "sizes": [2, 4], "refit_sizes": [2]},
             "report": {"grid_size": 12, "surface_draws": 20}},
     groups=3,
     seeds=(1,),

@@ -20,7 +20,8 @@ TINY = {
     "hier_sampler": {"backend": "nutpie", "tune": 40, "draws": 25, "chains": 2, "target_accept": 0.9,
                      "mass_matrix": "diag", "max_draws": 0, "restarts": 0},
     "prior": {"draws_per_sample": 2},
-    "transfer": {"tune": 40},  # the held-out hierarchical fit's tuning (hier_sampler's is its own)
+    # the transfer's hierarchical fits' tuning (hier_sampler's is its own); one refit size besides every row
+    "transfer": {"tune": 40, "refit_sizes": [2]},
     "report": {"grid_size": 12, "surface_draws": 20},
 }
 

@@ -179,3 +179,24 @@ def test_every_other_section_runs_at_smoke_sizes(tmp_path, section):
         assert set(got["many_groups"]["stages"]) == {stage for stage, _ in bench._pipeline_stages()}
     else:
         assert got["repro_s"] > 0 and set(got["repro_stages"]) == {"flat", "hier", "informed"}
+
+
+@pytest.mark.slow
+def test_transfer_seeds_summarises_every_size_over_the_seeds(tmp_path):
+    """benchmarks/transfer_seeds.py at tiny settings over two data seeds: per size, the three comparisons with their
+    seeds counted, and every fit's convergence."""
+    from conftest import TINY
+
+    from benchmarks import transfer_seeds
+
+    out = tmp_path / "seeds.json"
+    settings = {k: v for k, v in TINY.items() if k != "seed"}
+    assert transfer_seeds.main(["--seeds", "31", "1", "--set", json.dumps(settings), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [r["seed"] for r in result["seeds"]] == [31, 1]
+    assert set(result["summary"]["n2"]) == {"informed - flat", "informed - refit", "refit - flat"}
+    assert "informed - refit" not in result["summary"]["n4"]  # TINY refits at n2 and all only
+    n2 = result["summary"]["n2"]
+    assert n2["refit - flat"]["mean"] == pytest.approx(n2["informed - flat"]["mean"] - n2["informed - refit"]["mean"],
+                                                      abs=1e-5)  # each rounded to 6 decimals
+    assert all(set(r["not_converged"]) == {"flat", "informed", "hier_refit", "hierarchical"} for r in result["seeds"])

@@ -904,7 +904,7 @@ def test_transfer_sizes_that_pool_different_groups_are_flagged():
     # the figure writes each size's group count under its tick where they differ
     series = {m: {"score": [0.7, 0.8, 0.9], "log_loss": [0.5, 0.4, 0.3], "lpd_se": [0.1] * 3}
               for m in ("flat", "informed")}
-    diff = [{"mean": 0.1, "se": 0.05}] * 3
+    diff = {"informed - flat": [{"mean": 0.1, "se": 0.05}] * 3}
     fig, axes = metric_plots.plot_transfer([2, 16, 30], ["n2", "n16", "all"], "accuracy", series,
                                     {"score": 0.5, "log_loss": 0.7}, diff, [3, 1, 3])
     ticks = [t.get_text() for t in axes[0].get_xticklabels()]

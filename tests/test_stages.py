@@ -39,10 +39,13 @@ def check(proc: subprocess.CompletedProcess) -> None:
 
 
 TRANSFER_ARGS = ("--tasks-path", "data/tasks.nc", "--hier-trace", "traces/transfer/hier.nc", "--prior-path",
-                 "priors/transfer.nc", "--prior-metrics", "metrics/detail/transfer_prior.json", "--flat-trace-out",
-                 "traces/transfer/flat.nc", "--informed-trace-out", "traces/transfer/informed.nc", "--metrics-out",
-                 "metrics/transfer.json", "--plot-out", "reports/plots/transfer.csv", "--timing-out",
-                 "timings/transfer.json")
+                 "priors/transfer.nc", "--prior-metrics", "metrics/detail/transfer_prior.json", "--refit-metrics",
+                 "metrics/detail/transfer_refit.json", "--flat-trace-out", "traces/transfer/flat.nc",
+                 "--informed-trace-out", "traces/transfer/informed.nc", "--metrics-out", "metrics/transfer.json",
+                 "--plot-out", "reports/plots/transfer.csv", "--timing-out", "timings/transfer.json")
+
+REFIT_ARGS = ("--tasks-path", "data/tasks.nc", "--trace-dir", "traces/transfer/refit", "--metrics-out",
+              "metrics/detail/transfer_refit.json", "--timing-out", "timings/transfer_refit.json")
 
 
 def run_all(d: Path, params: Path) -> None:
@@ -59,6 +62,7 @@ def run_all(d: Path, params: Path) -> None:
     check(run("transfer_prior", params, "--tasks-path", "data/tasks.nc", "--trace-out", "traces/transfer/hier.nc",
               "--prior-out", "priors/transfer.nc", "--metrics-out", "metrics/detail/transfer_prior.json",
               "--timing-out", "timings/transfer_prior.json"))
+    check(run("transfer_refit", params, *REFIT_ARGS))
     check(run("transfer", params, *TRANSFER_ARGS))
     check(run("baselines", params, "--tasks-path", "data/tasks.nc", "--metrics-out", "metrics/baselines.json"))
     check(run("report", params, "--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc",

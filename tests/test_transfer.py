@@ -85,6 +85,49 @@ def test_refit_tasks_nest_the_rows_and_keep_every_test_row():
     assert np.array_equal(refit.ds["x_mean"].values, tasks.ds["x_mean"].values)
 
 
+def test_pooled_tasks_add_the_held_out_groups_rows_at_one_size_to_every_training_row():
+    tasks = _tasks()
+    t = TransferParams(sizes=(2, 4, 32))
+    refit, refits, _ = transfer.refit_tasks(tasks, ["g01", "g03"], t)
+    kept = ["g00", "g02", "g04"]
+    for size, n_train in (("n4", 4), ("all", 20)):
+        pooled, groups = transfer.pooled_tasks(tasks, kept, refit, refits, size)
+        assert groups == ["g01", "g03"] and pooled.group_names == [f"g0{i}" for i in range(5)]
+        obs, names, split = (pooled.ds[k].values for k in ("obs", "group", "split"))
+        labels = refit.ds["group"].values
+        for g in kept:  # every row of a training group
+            assert set(obs[names == g]) == set(tasks.ds["obs"].values[tasks.ds["group"].values == g])
+        for g in groups:  # the held-out group's rows at this size: the flat and informed fits' rows
+            same = set(refit.ds["source_obs"].values[labels == f"{g}/{size}"])
+            assert set(obs[names == g]) == same
+            assert ((names == g) & (split == "train")).sum() == n_train and ((names == g) & (split == "test")).sum()
+    assert transfer.pooled_tasks(tasks, kept, refit, refits, "n32")[1] == []  # no group has 32 training rows
+
+
+def test_refit_rows_are_the_refit_sizes_the_sizes_list():
+    assert transfer.refit_rows(TransferParams()) == [2, 4, 8, 16, 32]
+    assert transfer.refit_rows(TransferParams(sizes=(2, 3, 8), refit_sizes=(8, 2, 5))) == [2, 8]
+    assert transfer.refit_rows(TransferParams(refit_sizes=())) == []
+
+
+def test_refit_sizes_must_be_positive():
+    with pytest.raises(InputError, match=r"transfer.refit_sizes\[1\]=0"):
+        parse_params({"transfer": {"refit_sizes": [2, 0]}})
+
+
+def test_a_refit_of_other_groups_or_rows_is_refused():
+    from hbnn.pipeline.stages.transfer_refit import refit_line
+
+    refit = {"groups": ["g01"], "row_lpd": [-0.1, -0.2], "test": {}, "lpd_se": 0.1, "heldout_not_converged": 0,
+             "sampling": {"groups_not_converged": 0, "max_rhat": 1.0, "min_ess_bulk": 500.0, "divergences": 0}}
+    line, diff, gain = refit_line(refit, ["g01"], np.array([-0.1, -0.1]), np.array([-0.3, -0.3]), "n2")
+    assert line["fits_not_converged"] == 0 and diff["mean"] == pytest.approx(0.05)
+    assert gain["mean"] == pytest.approx(0.15)
+    for groups, lpd in ((["g02"], np.zeros(2)), (["g01"], np.zeros(3))):
+        with pytest.raises(InputError, match="rerun transfer_refit"):
+            refit_line(refit, groups, lpd, lpd, "n2")
+
+
 def test_refit_tasks_with_nothing_to_fit_is_a_clear_error():
     with pytest.raises(InputError, match="nothing to fit"):
         transfer.refit_tasks(_tasks(), ["g01"], TransferParams(sizes=(64,), all_rows=False))
@@ -140,7 +183,7 @@ def test_transfer_metrics_are_keyed_by_model_and_size(pipeline):  # noqa: F811
         for size in sizes:
             assert set(headline[model][size]["test"]) == {"accuracy", "log_loss", "brier"}
     assert set(headline["population"]["n0"]["test"]) == {"accuracy", "log_loss", "brier"}
-    assert set(headline["sampling"]) == {"flat", "informed", "hierarchical"}
+    assert set(headline["sampling"]) == {"flat", "informed", "hierarchical", "hier_refit"}
     # the fit behind the transfer prior, judged as fit_hier's headline judges it: its group sds count too
     hier = detail["sampling"]["hierarchical"]
     required = {"divergences", "max_rhat", "min_ess_bulk", "groups_not_converged", "sds_not_converged"}
@@ -184,7 +227,7 @@ def test_transfer_csv_and_report_section(pipeline):  # noqa: F811
     csv = pd.read_csv(pipeline / "reports" / "plots" / "transfer.csv")
     headline = json.loads((pipeline / "metrics" / "transfer.json").read_text())
     assert list(csv.columns[:6]) == ["model", "size", "n", "score_name", "score", "log_loss"]
-    assert set(csv["model"]) == {"population", "flat", "informed"}
+    assert set(csv["model"]) == {"population", "flat", "informed", "hier_refit"}
     for _, row in csv.iterrows():
         key = "n0" if row["model"] == "population" else row["size"]
         test = headline[row["model"]][key]["test"]
@@ -210,3 +253,26 @@ def test_transfer_with_a_foreign_or_broken_upstream_file_stops_cleanly(pipeline,
         assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in proc.stderr
         assert "rerun transfer_prior" in proc.stderr
     assert (pipeline / "metrics" / "transfer.json").read_bytes() == before
+
+
+def test_the_hierarchical_refit_joins_the_transfer_metrics_csv_and_report(pipeline):  # noqa: F811
+    """transfer_refit at every refit size (TINY: n2, all): traces, its line in metrics/transfer.json and its
+    informed-minus-refit difference recomputed from the refit's per-row densities."""
+    refit = json.loads((pipeline / "metrics" / "detail" / "transfer_refit.json").read_text())
+    detail = json.loads((pipeline / "metrics" / "detail" / "transfer.json").read_text())
+    headline = json.loads((pipeline / "metrics" / "transfer.json").read_text())
+    assert sorted(refit["sizes"]) == sorted(headline["hier_refit"]) == ["all", "n2"]
+    assert sorted(p.name for p in (pipeline / "traces" / "transfer" / "refit").iterdir()) == ["all.nc", "n2.nc"]
+    assert refit["heldout_groups"] == detail["heldout_groups"]
+    for label, r in refit["sizes"].items():
+        trace = az.from_netcdf(pipeline / "traces" / "transfer" / "refit" / f"{label}.nc")
+        groups = [str(g) for g in trace.posterior["group"].values]
+        assert groups == detail["training_groups"] + detail["heldout_groups"] or set(groups) == set(
+            detail["training_groups"] + r["groups"])
+        row = detail["sizes"][label]
+        assert row["hier_refit"]["test"]["accuracy"] == headline["hier_refit"][label]["test"]["accuracy"]
+        assert len(r["row_lpd"]) == detail["sizes"][label]["informed"]["test"]["n"]
+        assert -np.mean(r["row_lpd"]) == pytest.approx(headline["hier_refit"][label]["test"]["log_loss"], abs=1e-5)
+    assert "hier_refit" in headline["sampling"]
+    html = (pipeline / "reports" / "report.html").read_text()
+    assert "Hierarchical refit accuracy" in html and "Against the hierarchical refit" in html

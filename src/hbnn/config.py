@@ -33,7 +33,8 @@ NOISES = ("shared", "group")  # model.noise: the hierarchical gaussian model's n
 PARQUET_SUFFIXES = (".parquet", ".pq")  # read with pandas' Parquet reader; anything else in TABLE_SUFFIXES is CSV
 TABLE_SUFFIXES = (".csv", *PARQUET_SUFFIXES)
 MAX_SEED = 2**32 - 1  # NumPy's legacy RandomState (the moons data) takes seeds below 2**32
-HIERARCHICAL_FITS = ("fit_hier", "transfer_hier")  # fits that take hier_sampler (hbnn.pipeline.variants.FITS)
+# fits that take hier_sampler (hbnn.pipeline.variants.FITS); the transfer ones tune for transfer.tune iterations
+HIERARCHICAL_FITS = ("fit_hier", "transfer_hier", "transfer_refit")
 # The convergence bar (Stan's and ArviZ's practice) every reported quantity is judged against
 # (hbnn.diagnostics.evaluation); here so that check_params can hold the settings against it without loading the
 # evaluation's imports.
@@ -90,20 +91,12 @@ class DataParams(Section):
         _require(self.n_samples >= 2, f"{key}.n_samples", self.n_samples, "must be >= 2")
         _require(self.noise >= 0, f"{key}.noise", self.noise, "must be >= 0")
         _require(self.rotation_deg >= 0, f"{key}.rotation_deg", self.rotation_deg, "must be >= 0")
-        _require(
-            0 < self.train_fraction < 1,
-            f"{key}.train_fraction",
-            self.train_fraction,
-            "must lie strictly between 0 and 1",
-        )
+        _require(0 < self.train_fraction < 1, f"{key}.train_fraction", self.train_fraction,
+                 "must lie strictly between 0 and 1")
         if self.source == "moons":
             n_train = round(self.n_samples * self.train_fraction)
-            _require(
-                1 <= n_train < self.n_samples,
-                f"{key}.train_fraction",
-                self.train_fraction,
-                f"leaves {n_train} of {self.n_samples} rows for training; need >= 1 train and >= 1 test",
-            )
+            _require(1 <= n_train < self.n_samples, f"{key}.train_fraction", self.train_fraction,
+                     f"leaves {n_train} of {self.n_samples} rows for training; need >= 1 train and >= 1 test")
             return
         _require(bool(self.path), f"{key}.path", self.path, "data.source=table needs the path of a CSV or Parquet file")
         _require(Path(self.path).suffix.lower() in TABLE_SUFFIXES, f"{key}.path", self.path,
@@ -317,8 +310,11 @@ class TransferParams(Section):
     rows (``sizes``, plus all its rows when ``all_rows``), stratified by label for classifiers, with the flat and the
     informed prior, and scores them and the population's prediction (no rows) on the group's own test rows.
 
-    ``tune`` is the held-out hierarchical fit's tuning iterations (``hier_sampler``'s other settings apply): it fits
-    fewer groups than ``fit_hier``, which meet the convergence bar with less tuning (benchmarks/FINDINGS.md).
+    ``transfer_refit`` refits the hierarchical model on the other groups plus every held-out group's first ``n`` rows,
+    for each ``n`` of ``refit_sizes`` that is one of ``sizes`` (and all rows where ``refit_all_rows`` and ``all_rows``):
+    the partial pooling the informed prior should approach. ``tune`` is the tuning iterations of these hierarchical fits
+    (``hier_sampler``'s other settings apply): they meet the convergence bar with less tuning than ``fit_hier``
+    (benchmarks/FINDINGS.md).
     """
 
     holdout_fraction: float = 0.333
@@ -327,6 +323,8 @@ class TransferParams(Section):
     all_rows: bool = True
     seed: int = 3
     tune: int = 600
+    refit_sizes: tuple[int, ...] = (2, 4, 8, 16, 32)
+    refit_all_rows: bool = True
 
     def check(self, key: str) -> None:
         _require(0 < self.holdout_fraction < 1, f"{key}.holdout_fraction", self.holdout_fraction,
@@ -340,6 +338,8 @@ class TransferParams(Section):
                  f"is empty and {key}.all_rows is false: there is nothing to fit")
         _check_seed(self.seed, f"{key}.seed")
         _require(self.tune >= 0, f"{key}.tune", self.tune, "must be >= 0")
+        for i, n in enumerate(self.refit_sizes):
+            _require(n >= 1, f"{key}.refit_sizes[{i}]", n, "must be >= 1 (training rows of a held-out group)")
 
 
 @dataclass(frozen=True)
@@ -444,13 +444,13 @@ class Params:
         Parameters
         ----------
         stage : str
-            A fit of :data:`hbnn.pipeline.variants.FITS`; ``transfer_hier`` tunes for ``transfer.tune`` iterations.
+            A fit of :data:`hbnn.pipeline.variants.FITS`; the transfer ones tune for ``transfer.tune`` iterations.
 
         Returns
         -------
         SamplerParams
         """
-        if stage == "transfer_hier":
+        if stage in HIERARCHICAL_FITS[1:]:
             return dataclasses.replace(self.hier_sampler, tune=self.transfer.tune)
         return self.hier_sampler if stage in HIERARCHICAL_FITS else self.sampler
 

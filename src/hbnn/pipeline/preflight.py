@@ -103,7 +103,7 @@ def _table_sizes(params: Params) -> tuple[list[str], list[int], list[int], int]:
 def _check_stages(params: Params, names: list[str], train: list[int], test: list[int], n_features: int) -> None:
     """Every stage's cost and the transfer stages' refusals, for groups ``names`` with ``train`` and ``test`` rows
     each."""
-    from hbnn.pipeline.transfer import check_refits, holdout, refit_sizes
+    from hbnn.pipeline.transfer import check_refits, holdout, refit_rows, refit_sizes
 
     n = len(names)
     h, s = params.hier_sampler, params.sampler
@@ -123,6 +123,12 @@ def _check_stages(params: Params, names: list[str], train: list[int], test: list
     enforce(prior_estimate("transfer_prior", params, h.chains * h.draw_limit, len(kept), n_features), params)
     check_refits([train[g] for g in held], params.transfer)
     refits = [(g, rows) for g in held for _, rows in refit_sizes(train[g], params.transfer)]
+    t = params.transfer  # transfer_refit: the training groups with the held-out groups' rows at each size
+    for size in [*refit_rows(t), *([None] if t.refit_all_rows and t.all_rows else [])]:  # None: every training row
+        new = [(g, train[g] if size is None else size) for g in held if size is None or train[g] > size]
+        enforce(fit_estimate("transfer_refit", params, len(kept) + len(new), sum(train[g] for g in kept)
+                             + sum(r for _, r in new), sum(test[g] for g in [*kept, *(g for g, _ in new)]),
+                             n_features, max([train[g] for g in kept] + [r for _, r in new], default=0)), params)
     for stage in ("transfer_flat", "transfer_informed"):
         enforce(fit_estimate(stage, params, len(refits), sum(rows for _, rows in refits),
                              sum(test[g] for g, _ in refits), n_features, max((r for _, r in refits), default=0)),

@@ -93,6 +93,22 @@ def refit_sizes(n_train: int, t: TransferParams) -> list[tuple[str, int]]:
     return [(f"n{n}", n) for n in t.sizes if n < n_train] + ([(ALL, n_train)] if t.all_rows else [])
 
 
+def refit_rows(t: TransferParams) -> list[int]:
+    """Return the sizes the hierarchical refit runs at: each of ``transfer.refit_sizes`` that is one of ``sizes``.
+
+    A refit size without flat and informed fits beside it would be a line with nothing to compare.
+
+    Parameters
+    ----------
+    t : hbnn.config.TransferParams
+
+    Returns
+    -------
+    list of int
+    """
+    return [n for n in t.sizes if n in t.refit_sizes]
+
+
 def check_refits(train_rows: Sequence[int], t: TransferParams) -> None:
     """Refuse held-out groups whose training rows leave nothing to fit.
 
@@ -434,3 +450,41 @@ def stops_mattering(differences: dict[str, dict[str, float]], z: float = 2.0) ->
             break
         answer = label
     return answer
+
+
+def pooled_tasks(tasks: Tasks, kept: Sequence[str], refit: Tasks, refits: Sequence[Refit], size: str
+                 ) -> tuple[Tasks, list[str]]:
+    """Build the tasks of one hierarchical refit: the training groups' rows plus each held-out group's rows at ``size``.
+
+    The held-out groups keep their own names: the refit is the hierarchical model a user would fit with the new
+    groups' few rows added to the data (:func:`refit_tasks` chooses the rows, so they are the flat and informed fits'
+    rows at that size).
+
+    Parameters
+    ----------
+    tasks : hbnn.data.tasks.Tasks
+        Every group's rows.
+    kept : sequence of str
+        The training groups, every row of which the refit takes.
+    refit, refits : hbnn.data.tasks.Tasks, sequence of Refit
+        :func:`refit_tasks`' pseudo-groups and what each is.
+    size : str
+        The size label (``n2``, ``all``).
+
+    Returns
+    -------
+    hbnn.data.tasks.Tasks
+        The rows in stored order (every group in its tasks order).
+    list of str
+        The held-out groups fitted at ``size``, in tasks order (those with more training rows than it).
+    """
+    import pandas as pd
+
+    from hbnn.data.tasks import Tasks
+
+    names = refit.ds["group"].values.astype(str)
+    at_size = [r for r in refits if r.size == size]
+    source = refit.ds["source_obs"].values[np.isin(names, [r.name for r in at_size])]
+    position = pd.Index(tasks.ds["obs"].values).get_indexer(source)  # source_obs: the rows' obs in ``tasks``
+    own = np.flatnonzero(np.isin(tasks.ds["group"].values.astype(str), list(kept)))
+    return Tasks(tasks.ds.isel(obs=np.sort(np.concatenate([own, position])))), [r.group for r in at_size]

@@ -48,6 +48,10 @@ STAGE_PARAMS = {
     "transfer_prior": ("transfer.holdout_fraction", "transfer.min_holdout", "transfer.seed", "transfer.tune",
                        "model.hidden_layers", "model.likelihood", "model.noise_sd", "model.bias", "model.activation",
                        "model.noise", "hier_sampler", "prior", "trace"),
+    # the hierarchical refits with the held-out groups' rows: which groups and rows, not transfer.sizes' other fits
+    "transfer_refit": ("transfer.holdout_fraction", "transfer.min_holdout", "transfer.seed", "transfer.tune",
+                       "transfer.refit_sizes", "transfer.refit_all_rows", "model.hidden_layers", "model.likelihood",
+                       "model.noise_sd", "model.bias", "model.activation", "model.noise", "hier_sampler", "trace"),
     "transfer": ("transfer", "model", "sampler", "trace"),
     "baselines": ("baselines", "model.likelihood"),
 }
@@ -61,12 +65,13 @@ FITS = {
     "transfer_hier": ("transfer_prior", HIERARCHICAL),
     "transfer_flat": ("transfer", FLAT),
     "transfer_informed": ("transfer", INFORMED),
+    "transfer_refit": ("transfer_refit", HIERARCHICAL),
 }
 
 # Distinct keys so stages never share a random stream for the same group.
 STAGE_KEYS = {"fit_flat": 1, "fit_hier": 2, "fit_informed": 3, "derive_prior": 4, "transfer_hier": 5,
               "transfer_prior": 6, "transfer_split": 7, "transfer_flat": 8, "transfer_informed": 9,
-              "transfer_population": 10, "baselines": 11}
+              "transfer_population": 10, "baselines": 11, "transfer_refit": 12}
 
 
 def derive_seed(base: int, *keys: int) -> int:

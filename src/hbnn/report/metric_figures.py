@@ -4,6 +4,7 @@ per-group scores, convergence diagnostics, the weight correlations, the model co
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import matplotlib
@@ -157,12 +158,17 @@ def transfer_figure(tm: dict, score: str) -> bytes:
         A PNG.
     """
     sizes = in_size_order(tm["sizes"])
-    series = {m: {"score": [r[m]["test"][score] for r in sizes.values()],
-                  "log_loss": [-r[m]["test"]["lpd_mean"] for r in sizes.values()],
-                  "lpd_se": [r[m]["lpd_se"] for r in sizes.values()]} for m in ("flat", "informed")}
+    nan = {"test": {score: math.nan, "lpd_mean": math.nan}, "lpd_se": math.nan}  # a size the refit did not run at
+    models = ("flat", "informed", *(["hier_refit"] if any("hier_refit" in r for r in sizes.values()) else []))
+    series = {m: {"score": [r.get(m, nan)["test"][score] for r in sizes.values()],
+                  "log_loss": [-r.get(m, nan)["test"]["lpd_mean"] for r in sizes.values()],
+                  "lpd_se": [r.get(m, nan)["lpd_se"] for r in sizes.values()]} for m in models}
     pop = tm["population"]
     population = {"score": pop["test"][score], "log_loss": -pop["test"]["lpd_mean"]}
+    differences = {"informed - flat": [r["difference"] for r in sizes.values()]}
+    if "hier_refit" in models:
+        differences["informed - hierarchical refit"] = [r.get("informed_vs_refit", {"mean": math.nan, "se": math.nan})
+                                                        for r in sizes.values()]
     fig, _ = metric_plots.plot_transfer([r["rows_mean"] for r in sizes.values()], list(sizes), score, series,
-                                        population, [r["difference"] for r in sizes.values()],
-                                        [r["groups"] for r in sizes.values()])
+                                        population, differences, [r["groups"] for r in sizes.values()])
     return plots.png_bytes(fig)

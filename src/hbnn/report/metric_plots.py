@@ -273,9 +273,10 @@ def plot_correlations(matrices: Mapping[str, np.ndarray], labels: Sequence[str])
 
 
 def plot_transfer(rows: Sequence[float], labels: Sequence[str], score_name: str, series: Mapping[str, Mapping],
-                  population: Mapping, difference: Sequence[Mapping], groups: Sequence[int] | None = None):
-    """The transfer curve: test score, test log loss and the informed-minus-flat log density against the held-out
-    groups' training rows (the sizes at even steps, "all" last).
+                  population: Mapping, differences: Mapping[str, Sequence[Mapping]],
+                  groups: Sequence[int] | None = None):
+    """The transfer curve: test score, test log loss and the informed prior's log density against the other models',
+    against the held-out groups' training rows (the sizes at even steps, "all" last).
 
     Bars are +-2 standard errors over test rows.
 
@@ -286,11 +287,13 @@ def plot_transfer(rows: Sequence[float], labels: Sequence[str], score_name: str,
     score_name : str
         The headline score's name, for the axis.
     series : mapping of str to mapping
-        Per model, ``score``, ``log_loss`` and ``lpd_se`` per size.
+        Per model (``flat``, ``informed``, ``hier_refit``), ``score``, ``log_loss`` and ``lpd_se`` per size (NaN where
+        a model did not run at a size).
     population : mapping
         The same scalars of the population model (drawn as a dashed line: no rows).
-    difference : sequence of mapping
-        Per size, the informed-minus-flat ``mean`` and ``se``.
+    differences : mapping of str to sequence of mapping
+        Per comparison (``informed - flat``, ``informed - hierarchical refit``), per size, the paired ``mean`` and
+        ``se``.
     groups : sequence of int, optional
         The held-out groups each size pools, written under its tick where they are not the same at every size.
 
@@ -307,15 +310,19 @@ def plot_transfer(rows: Sequence[float], labels: Sequence[str], score_name: str,
         for name, values in series.items():
             y = np.asarray(values[key], dtype=float)
             err = 2 * np.asarray(values["lpd_se"], dtype=float) if key == "log_loss" else None
-            ax.errorbar(x, y, yerr=err, marker="o", ms=4, lw=1.5, capsize=2, color=MODEL_COLORS[name],
-                        label=name)
+            ax.errorbar(x, y, yerr=err, marker="o", ms=4, lw=1.5, capsize=2, color=_transfer_color(name),
+                        label=TRANSFER_LABELS.get(name, name))
         ax.axhline(population[key], color=pop_color, ls="--", lw=1.2, label="population (no rows)")
         ax.set_title(title, fontsize=TITLE)
-    diff = np.array([d["mean"] for d in difference])
-    se = np.array([d["se"] for d in difference])
     axes[2].axhline(0.0, color="black", lw=0.8)
-    axes[2].errorbar(x, diff, yerr=2 * se, marker="o", ms=4, lw=1.5, capsize=2, color=MODEL_COLORS["informed"])
-    axes[2].set_title("informed - flat, log density per test row", fontsize=TITLE)
+    for k, (name, difference) in enumerate(differences.items()):
+        diff = np.array([d["mean"] for d in difference], dtype=float)
+        se = np.array([d["se"] for d in difference], dtype=float)
+        axes[2].errorbar(x + 0.08 * k, diff, yerr=2 * se, marker="os"[k % 2], ms=4, lw=1.5, capsize=2,
+                         color=_transfer_color("flat" if k == 0 else "hier_refit"), label=name)
+    axes[2].set_title("informed prior's log density per test row", fontsize=TITLE)
+    if len(differences) > 1:
+        axes[2].legend(fontsize=SMALL)
     ticks = [f"{lab}\n(mean {r:.3g})" if not lab.startswith("n") else lab[1:] for lab, r in zip(labels, rows,
                                                                                                   strict=True)]
     if groups is not None and len(set(groups)) > 1:
@@ -326,3 +333,12 @@ def plot_transfer(rows: Sequence[float], labels: Sequence[str], score_name: str,
         ax.tick_params(labelsize=SMALL)
     axes[0].legend(fontsize=SMALL)
     return fig, axes
+
+
+# the hierarchical refit is the hierarchical model: its colour, drawn solid (its population prediction is dashed)
+TRANSFER_LABELS = {"hier_refit": "hierarchical refit"}
+
+
+def _transfer_color(name: str) -> str:
+    """A transfer curve's colour: the variant's, the hierarchical model's for its refit."""
+    return MODEL_COLORS.get(name, MODEL_COLORS["hierarchical"])

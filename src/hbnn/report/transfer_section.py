@@ -13,6 +13,7 @@ from hbnn.report.numbers import (
 )
 from hbnn.report.status import _transfer_hier_misses, _transfer_status
 
+REFIT = "hier_refit"  # the hierarchical refit's key in each size (hbnn.pipeline.stages.transfer)
 FEW_GROUPS = 4  # a hierarchy fitted on fewer groups than this learns little about how groups differ
 
 
@@ -34,9 +35,12 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
            "and all of them), once with the "
            "flat N(0, sd) prior and once with the informed prior, and scores both on the group's own test rows. The "
            "dashed line is the hierarchical population's prediction for an unseen group (no rows of its own, as "
-           "hbnn predict scores one). The right panel is the informed-minus-flat difference in log predictive "
-           "density per test row, paired over the same rows, with +-2 standard errors: where the bars cross zero "
-           "the prior no longer matters. Log loss is the mean negative log predictive density of the test labels "
+           "hbnn predict scores one). The hierarchical refit (stage transfer_refit) is the hierarchical model fitted "
+           "again on the other groups plus the held-out groups' same rows: the partial pooling a user would run with "
+           "the new rows, which the informed prior, fitted one group at a time, should approach. The right panel is "
+           "the informed prior's difference in log predictive density per test row from the flat prior and from the "
+           "refit, paired over the same rows, with +-2 standard errors: where the flat bars cross zero the prior no "
+           "longer matters. Log loss is the mean negative log predictive density of the test labels "
            "(lower is better).")
     if tm is None:
         return Section(title, how, [Para("metrics/detail/transfer.json does not exist: run the transfer stages "
@@ -47,13 +51,26 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
               "Informed log loss", "Informed - flat log density (se)", "Fits not converged (flat / informed)"]
     rows = [["0 (population)", str(len(tm["heldout_groups"])), fmt(pop["test"][score], ".4f"),
              "", fmt(-pop["test"]["lpd_mean"], ".4f"), "", "", ""]]
+    refit = any(REFIT in r for r in sizes.values())
+    if refit:
+        header = _with_refit(header, f"Hierarchical refit {score}", "Refit log loss",
+                             "Informed - refit log density (se)")
+        header[-1] = "Fits not converged (flat / informed / refit)"
+        rows[0] = _with_refit(rows[0], "", "", "")
     for label, r in sizes.items():
         d = r["difference"]
-        rows.append([f"{label} ({r['rows_mean']:g})", str(r["groups"]), fmt(r["flat"]["test"][score], ".4f"),
-                     fmt(r["informed"]["test"][score], ".4f"), fmt(-r["flat"]["test"]["lpd_mean"], ".4f"),
-                     fmt(-r["informed"]["test"]["lpd_mean"], ".4f"), f"{d['mean']:+.3f} ({d['se']:.3f})",
-                     f"{r['flat']['fits_not_converged']} / {r['informed']['fits_not_converged']}"])
-    reading = _transfer_reading(sizes, tm["stops_mattering"])
+        row = [f"{label} ({r['rows_mean']:g})", str(r["groups"]), fmt(r["flat"]["test"][score], ".4f"),
+               fmt(r["informed"]["test"][score], ".4f"), fmt(-r["flat"]["test"]["lpd_mean"], ".4f"),
+               fmt(-r["informed"]["test"]["lpd_mean"], ".4f"), f"{d['mean']:+.3f} ({d['se']:.3f})",
+               f"{r['flat']['fits_not_converged']} / {r['informed']['fits_not_converged']}"]
+        if refit:
+            h, dr = r.get(REFIT), r.get("informed_vs_refit")
+            row = _with_refit(row, fmt(h["test"][score], ".4f") if h else "not run",
+                              fmt(-h["test"]["lpd_mean"], ".4f") if h else "",
+                              f"{dr['mean']:+.3f} ({dr['se']:.3f})" if dr else "")
+            row[-1] += f" / {h['fits_not_converged']}" if h else " / -"
+        rows.append(row)
+    reading = _transfer_reading(sizes, tm["stops_mattering"]) + _refit_reading(sizes)
     groups = (f"Held out: {', '.join(tm['heldout_groups'])} ({counted(len(tm['heldout_groups']), 'group')}); the "
               f"hierarchy and the prior were fitted on the other {len(tm['training_groups'])}.")
     fitted = len(tm["training_groups"])
@@ -68,8 +85,9 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
                    "group sds rest mostly on their prior), so this prior says little about new groups: the experiment "
                    f"needs more groups{fewer}.")
     blocks: list = [Para(reading), Para(groups), Figure("transfer.png", "Left and middle: test scores pooled over "
-                    "the held-out groups' test rows (log loss with +-2 se); right: informed minus flat log "
-                    "predictive density per test row, +-2 se (paired). x: training rows per group (all: every "
+                    "the held-out groups' test rows (log loss with +-2 se); right: the informed prior's log "
+                    "predictive density per test row minus the flat prior's (and the hierarchical refit's, where it "
+                    "ran), +-2 se (paired). x: training rows per group (all: every "
                     "training row, their mean count below)."),
                     Table(header, rows)]
     status, failing = _transfer_status(tm)
@@ -150,3 +168,29 @@ def _transfer_reading(sizes: dict[str, dict], stop: str | None) -> str:
         out.append(f"From {stop} on the difference stays within 2 standard errors at every larger size: that is where "
                    "the informed prior stops mattering.")
     return " ".join(out)
+
+
+def _refit_reading(sizes: dict[str, dict]) -> str:
+    """What the informed-minus-refit differences say, size by size (2 standard errors); "" where no refit ran."""
+    ran = {label: r["informed_vs_refit"] for label, r in sizes.items() if "informed_vs_refit" in r}
+    if not ran:
+        return ""
+    kinds: dict[str, list[str]] = {"worse": [], "within 2 standard errors of it": [], "better": []}
+    for label, d in ran.items():
+        kinds["worse" if d["mean"] < -2 * d["se"] else "better" if d["mean"] > 2 * d["se"] else
+              "within 2 standard errors of it"].append(f"{label} ({d['mean']:+.3f}, se {d['se']:.3f})")
+    out = (" Against the hierarchical refit (the same rows pooled with every group), the informed prior is "
+           + "; ".join(f"{k} at {', '.join(v)}" for k, v in kinds.items() if v) + ".")
+    gains = {label: r["refit_vs_flat"] for label, r in sizes.items() if "refit_vs_flat" in r}
+    better = [label for label, d in gains.items() if d["mean"] > 2 * d["se"]]
+    if better and kinds["worse"]:  # partial pooling helps where the informed prior falls short of it
+        out += (f" The refit itself beats the flat prior beyond 2 standard errors at {', '.join(better)} (by "
+                + ", ".join(f"{gains[b]['mean']:+.3f}" for b in better) + "): what the other groups know does help "
+                "these groups, and the informed prior carries only part of it.")
+    return out
+
+
+def _with_refit(row: list[str], score: str, log_loss: str, difference: str) -> list[str]:
+    """A row of the transfer table with the refit's columns: its score after the informed one, its log loss after
+    the informed one, its difference before the convergence column."""
+    return [*row[:4], score, *row[4:6], log_loss, *row[6:-1], difference, row[-1]]

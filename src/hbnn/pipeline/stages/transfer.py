@@ -42,11 +42,13 @@ from hbnn.model.prior import load_prior, prior_dataset
 from hbnn.model.spec import ModelSpec
 from hbnn.pipeline import budget, transfer
 from hbnn.pipeline.predict import population_extra, population_weights
+from hbnn.pipeline.stages.transfer_refit import refit_line, refit_sampling
 from hbnn.pipeline.variants import FLAT, INFORMED, STAGE_KEYS, STAGE_PARAMS, derive_seed
 
 log = logging.getLogger(__name__)
 
 MODELS = (FLAT.name, INFORMED.name)
+REFIT = "hier_refit"  # the hierarchical refit's key in the transfer metrics and its model in the plots' CSV
 HELDOUT_ATTR = "heldout_groups"
 
 
@@ -158,11 +160,12 @@ def heldout_groups(prior_path: Path, tasks: Tasks) -> list[str]:
 
 
 def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path: Path, prior_metrics: Path,
-                 flat_trace_out: Path, informed_trace_out: Path, metrics_out: Path, plot_out: Path,
-                 timing_out: Path) -> dict:
+                 refit_metrics: Path, flat_trace_out: Path, informed_trace_out: Path, metrics_out: Path,
+                 plot_out: Path, timing_out: Path) -> dict:
     """Stage body: refit each held-out group on nested subsets of its rows (flat and informed prior) and score them.
 
-    Every refit, and the hierarchical population's prediction, is scored on the group's own test rows.
+    Every refit, and the hierarchical population's prediction, is scored on the group's own test rows; the
+    hierarchical refits' scores (``transfer_refit``) join them, paired on the same rows.
 
     Parameters
     ----------
@@ -176,6 +179,8 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
         ``transfer_prior``'s informed prior.
     prior_metrics : pathlib.Path
         ``transfer_prior``'s metrics (held-out groups, the hierarchical fit's sampling).
+    refit_metrics : pathlib.Path
+        ``transfer_refit``'s metrics (the hierarchical refits' scores and per-row log densities).
     flat_trace_out, informed_trace_out : pathlib.Path
         Where the two models' traces go.
     metrics_out : pathlib.Path
@@ -201,15 +206,8 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     heldout = heldout_groups(prior_path, tasks)
     layer_prior = load_prior(prior_path, spec.layers, params, stage="transfer_prior")
     hier_posterior = load_posterior(hier_trace, "hierarchical", params=params, stage="transfer_prior")
-    try:
-        upstream = json.loads(prior_metrics.read_text())
-    except (OSError, ValueError) as err:
-        raise InputError(f"metrics file {prior_metrics} cannot be read ({err}); rerun transfer_prior (dvc repro)") \
-            from err
-    check_made_by(upstream, prior_metrics, "transfer_prior", params)
-    if not isinstance(upstream, dict) or upstream.get("heldout_groups") != heldout:
-        raise InputError(f"{prior_metrics} does not belong to {prior_path} (other held-out groups); rerun "
-                         "transfer_prior (dvc repro)")
+    upstream = _upstream(prior_metrics, "transfer_prior", params, heldout, prior_path)
+    hier_refit = _upstream(refit_metrics, "transfer_refit", params, heldout, prior_path)
     refit, refits, skipped = transfer.refit_tasks(tasks, heldout, params.transfer)
     for line in skipped:
         log.info("transfer: skipping %s: a size must be smaller than the group's training rows", line)
@@ -233,7 +231,8 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
                 stage, params, spec, refit, sampled, settings_extra={"prior_file": str(prior_path)})
             tests[name] = predictions["test"]
     population = population_predictions(params, spec, tasks, hier_posterior, heldout)
-    metrics = transfer_metrics(tasks.likelihood, params, refits, fit_metrics, tests, population, upstream, skipped)
+    metrics = transfer_metrics(tasks.likelihood, params, refits, fit_metrics, tests, population, upstream, skipped,
+                               hier_refit)
     metrics["made_by"] = made_by("transfer", params)
     metrics["model"] = {"likelihood": tasks.likelihood, "activation": spec.activation}
     headline = transfer_headline(metrics)
@@ -247,9 +246,12 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
         outputs.write_json(as_builtin(headline), metrics_out)
     score = likelihoods.get(tasks.likelihood).score
     for label, row in metrics["sizes"].items():
+        refit = (f"; hierarchical refit {row[REFIT]['test'][score]:.4f} (informed - refit "
+                 f"{row['informed_vs_refit']['mean']:+.3f}, se {row['informed_vs_refit']['se']:.3f})"
+                 if REFIT in row else "")
         log.info("transfer: %-4s test %s flat %.4f, informed %.4f (informed - flat log density per row %+.3f, "
-                 "se %.3f)", label, score, row["flat"]["test"][score], row["informed"]["test"][score],
-                 row["difference"]["mean"], row["difference"]["se"])
+                 "se %.3f)%s", label, score, row["flat"]["test"][score], row["informed"]["test"][score],
+                 row["difference"]["mean"], row["difference"]["se"], refit)
     stop = metrics["stops_mattering"]
     log.info("transfer: population (no rows of the group) test %s %.4f; %s", score,
              metrics["population"]["test"][score],
@@ -257,6 +259,19 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
               + (" (every training row)" if stop == transfer.ALL else "")) if stop else
              "the informed prior still matters at the largest size (beyond 2 standard errors)")
     return metrics
+
+
+def _upstream(path: Path, stage: str, params: Params, heldout: list[str], prior_path: Path) -> dict:
+    """An upstream transfer stage's detail metrics, checked: readable, made with these params, these held-out groups.
+    """
+    try:
+        upstream = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise InputError(f"metrics file {path} cannot be read ({err}); rerun {stage} (dvc repro)") from err
+    check_made_by(upstream, path, stage, params)
+    if not isinstance(upstream, dict) or upstream.get("heldout_groups") != heldout:
+        raise InputError(f"{path} does not belong to {prior_path} (other held-out groups); rerun {stage} (dvc repro)")
+    return upstream
 
 
 def population_predictions(params: Params, spec: ModelSpec, tasks: Tasks, posterior, heldout: list[str]
@@ -302,11 +317,12 @@ def population_predictions(params: Params, spec: ModelSpec, tasks: Tasks, poster
 
 def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refit], fits: dict[str, dict],
                      tests: dict[str, dict[str, list]], population: dict[str, list], upstream: dict,
-                     skipped: list[str]) -> dict:
+                     skipped: list[str], hier_refit: dict | None = None) -> dict:
     """Everything ``metrics/detail/transfer.json`` holds.
 
     Per size: each model's pooled test scores, the paired informed-minus-flat difference in test log density and
-    convergence; per fit: its scores and diagnostics.
+    convergence, and where the hierarchical refit ran at that size, its scores and the paired informed-minus-refit
+    difference; per fit: its scores and diagnostics.
 
     Parameters
     ----------
@@ -326,6 +342,8 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
         ``transfer_prior``'s metrics.
     skipped : list of str
         The refits left out (a size not below a group's training rows).
+    hier_refit : dict, optional
+        ``transfer_refit``'s metrics.
 
     Returns
     -------
@@ -357,6 +375,10 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
         # the same groups' rows, in the same order (a size can be skipped for some groups)
         pop = np.concatenate([pop_lpd[heldout.index(refits[i].group)] for i in idx])
         row["informed_vs_population"] = transfer.paired_difference(lpd[INFORMED.name], pop)
+        refit = (hier_refit or {}).get("sizes", {}).get(label)
+        if refit is not None:
+            row[REFIT], row["informed_vs_refit"], row["refit_vs_flat"] = refit_line(
+                refit, [refits[i].group for i in idx], lpd[INFORMED.name], lpd[FLAT.name], label)
         sizes[label] = row
     pop_scores, _ = predictions.split_scores(lik, population)
     all_pop = np.concatenate(pop_lpd)
@@ -368,7 +390,8 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
         "population": {"test": pop_scores | {"lpd_mean": float(all_pop.mean())}, "lpd_se": _se(all_pop)},
         "stops_mattering": transfer.stops_mattering({k: v["difference"] for k, v in sizes.items()}),
         "skipped": skipped,
-        "sampling": {**{name: {"fits": len(f), "fits_not_converged": sum(not x["converged"] for x in f),
+        "sampling": {**({REFIT: refit_sampling(hier_refit)} if hier_refit and hier_refit["sizes"] else {}),
+                     **{name: {"fits": len(f), "fits_not_converged": sum(not x["converged"] for x in f),
                                "divergences": sum(x["divergences"] for x in f),
                                # fits drawn longer and thinned (sampler.max_draws), with why
                                "thinned_fits": fits[name]["sampling"].get("thinned_groups", {}),
@@ -401,16 +424,21 @@ def transfer_headline(metrics: dict) -> dict:
     Returns
     -------
     dict
-        ``<model>.<size>.test.<score>``, ``population.n0.test.<score>`` and ``sampling``.
+        ``<model>.<size>.test.<score>`` (``flat``, ``informed``, ``hier_refit`` where it ran),
+        ``population.n0.test.<score>`` and ``sampling``.
     """
     def scores(test: dict) -> dict:
         return {k: v for k, v in test.items() if k not in ("n", "lpd_mean")}
 
     out: dict = {name: {label: {"test": scores(row[name]["test"])} for label, row in metrics["sizes"].items()}
                  for name in MODELS}
+    refit = {label: {"test": scores(row[REFIT]["test"])} for label, row in metrics["sizes"].items() if REFIT in row}
+    if refit:
+        out[REFIT] = refit
     out["population"] = {transfer.POPULATION: {"test": scores(metrics["population"]["test"])}}
     sampling = metrics["sampling"]
-    out["sampling"] = {name: {k: sampling[name][k] for k in ("fits_not_converged", "divergences")} for name in MODELS}
+    out["sampling"] = {name: {k: sampling[name][k] for k in ("fits_not_converged", "divergences")}
+                       for name in (*MODELS, REFIT) if name in sampling}
     # the fit the transfer prior comes from, judged as fit_hier's headline judges that fit (its group sds included)
     headline = (*evaluation.HEADLINE_SAMPLING, *evaluation.HEADLINE_SAMPLING_IF_PRESENT)
     out["sampling"]["hierarchical"] = {k: v for k, v in sampling["hierarchical"].items() if k in headline}
@@ -419,6 +447,8 @@ def transfer_headline(metrics: dict) -> dict:
 
 def transfer_csv(metrics: dict, likelihood: str) -> str:
     """``reports/plots/transfer.csv``: one row per model and size, the population at ``n = 0``.
+
+    The models are ``flat``, ``informed`` and ``hier_refit`` (the hierarchical refit, at the sizes it ran).
 
     ``n`` is the mean training rows per group. The columns ``dvc plots`` draws are the same for every likelihood:
     ``score`` (its headline test score: accuracy, RMSE; named in ``score_name``) and ``log_loss``, the mean negative
@@ -447,6 +477,7 @@ def transfer_csv(metrics: dict, likelihood: str) -> str:
 
     lines = [",".join(["model", "size", "n", "score_name", "score", "log_loss", *others]),
              line("population", transfer.POPULATION, 0, pop)]
-    lines += [line(name, label, row["rows_mean"], row[name]["test"]) for name in MODELS
-              for label, row in transfer.in_size_order(metrics["sizes"]).items()]  # dvc plots: x in this order
+    lines += [line(name, label, row["rows_mean"], row[name]["test"]) for name in (*MODELS, REFIT)
+              for label, row in transfer.in_size_order(metrics["sizes"]).items()
+              if name in row]  # dvc plots: x in this order
     return "\n".join(lines) + "\n"

@@ -1,0 +1,132 @@
+"""The transfer experiment over data seeds: does the informed prior help new groups, and how far is it from the
+hierarchical refit, beyond the noise of one draw of the data?
+
+For each data seed the transfer stages (``make_data``, ``transfer_prior``, ``transfer_refit``, ``transfer``) run as
+DVC runs them, in a directory of their own, with the committed ``params.yaml`` (or ``--params``) and only ``seed``
+changed. Per size, each seed gives the paired differences in log predictive density per test row that
+``metrics/detail/transfer.json`` records: informed minus flat, informed minus the hierarchical refit, and the refit
+minus flat. Over seeds: the mean, its standard error (the seeds' sd over the square root of their number)
+and how many seeds agree in sign. Every fit's convergence is counted, so a number resting on a fit that misses the
+bar says so.
+
+Usage::
+
+    python -m benchmarks.transfer_seeds                    # seeds 31 (the default data) and 1-5
+    python -m benchmarks.transfer_seeds --seeds 31 1 --out /tmp/t.json
+    python -m benchmarks.transfer_seeds --params examples/tables/anes96/params.yaml --seeds 0 1 2
+
+A table's rows do not depend on ``seed`` except through its split (``data.train_fraction`` without a split column),
+so over a table the seeds vary the split and the samplers' streams only where the params say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from benchmarks.run import ROOT, _pipeline_stages, _stage, run_stamp
+from benchmarks.sizes import overridden
+
+STAGES = ("make_data", "transfer_prior", "transfer_refit", "transfer")
+SEEDS = (31, 1, 2, 3, 4, 5)  # the default data's seed, then five more
+# the comparisons per size, as metrics/detail/transfer.json's keys hold them
+COMPARISONS = {"informed - flat": "difference", "informed - refit": "informed_vs_refit",
+               "refit - flat": "refit_vs_flat"}
+
+
+def run_seed(work: Path, base: dict, seed: int) -> dict:
+    """Run the transfer stages for data seed ``seed``; return the detail metrics and each stage's seconds."""
+    work.mkdir(parents=True, exist_ok=True)
+    params = work / "params.yaml"
+    params.write_text(yaml.safe_dump(overridden(base, {"seed": seed})))
+    args = dict(_pipeline_stages())
+    seconds = {}
+    for stage in STAGES:
+        if stage == "transfer_refit" and stage not in args:  # pragma: no cover - kept in step with dvc.yaml
+            raise RuntimeError("benchmarks.run._pipeline_stages lacks transfer_refit")
+        seconds[stage] = round(_stage(stage, params, *args[stage])["seconds"], 1)
+    detail = json.loads((work / "metrics" / "detail" / "transfer.json").read_text())
+    return {"seed": seed, "seconds": seconds, "detail": detail}
+
+
+def per_seed_row(result: dict) -> dict:
+    """One seed's differences per size and its convergence counts."""
+    detail = result["detail"]
+    sizes = {}
+    for label, row in detail["sizes"].items():
+        sizes[label] = {name: row[key]["mean"] for name, key in COMPARISONS.items() if key in row}
+    sampling = detail["sampling"]
+    missed = {name: sampling[name]["fits_not_converged"] for name in ("flat", "informed", "hier_refit")
+              if name in sampling}
+    missed["hierarchical"] = sampling["hierarchical"]["groups_not_converged"] + sampling["hierarchical"].get(
+        "sds_not_converged", 0)
+    return {"seed": result["seed"], "seconds": result["seconds"], "sizes": sizes, "not_converged": missed}
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per size and comparison: mean over seeds, its standard error, and the seeds above and below zero."""
+    out: dict = {}
+    labels = list(dict.fromkeys(label for r in rows for label in r["sizes"]))
+    for label in labels:
+        for name in COMPARISONS:
+            values = [r["sizes"][label][name] for r in rows if name in r["sizes"].get(label, {})]
+            if not values:
+                continue
+            mean = sum(values) / len(values)
+            sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else math.nan
+            out.setdefault(label, {})[name] = {"mean": mean, "se": sd / math.sqrt(len(values)), "seeds": len(values),
+                                               "above_zero": sum(v > 0 for v in values),
+                                               "below_zero": sum(v < 0 for v in values)}
+    return out
+
+
+def table(result: dict) -> str:
+    """The summary as Markdown: one row per size, each comparison's mean +- se and the seeds above zero."""
+    names = tuple(COMPARISONS)
+    lines = ["| rows | " + " | ".join(f"{n} (mean +- se; seeds > 0)" for n in names) + " |",
+             "|---|" + "---:|" * len(names)]
+    for label, row in result["summary"].items():
+        cells = [f"{row[n]['mean']:+.3f} +- {row[n]['se']:.3f}; {row[n]['above_zero']}/{row[n]['seeds']}"
+                 if n in row else "" for n in names]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    kinds = result["seeds"][0]["not_converged"]
+    missed = {k: sum(r["not_converged"].get(k, 0) for r in result["seeds"]) for k in kinds}
+    lines.append("")
+    lines.append("fits not meeting the bar, over all seeds: " + ", ".join(f"{k} {v}" for k, v in missed.items()))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """Command line: run the seeds, print the table, write ``--out`` (JSON)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="the params to vary the seed of")
+    parser.add_argument("--set", default="{}", help="YAML overrides on top of --params, e.g. '{transfer: {tune: 20}}'")
+    parser.add_argument("--out", type=Path, help="write the per-seed rows and the summary here (JSON)")
+    args = parser.parse_args(argv)
+    base = overridden(yaml.safe_load(args.params.read_text()), yaml.safe_load(args.set) or {})
+    stamp, start = run_stamp(), time.perf_counter()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="transfer_seeds_") as tmp:
+        for seed in args.seeds:
+            row = per_seed_row(run_seed(Path(tmp) / f"seed{seed}", base, seed))
+            print(f"seed {seed}: {json.dumps(row['sizes'])} not converged {row['not_converged']} "
+                  f"({sum(row['seconds'].values()):.0f}s)", file=sys.stderr, flush=True)
+            rows.append(row)
+    result = {**stamp, "params": str(args.params), "overrides": yaml.safe_load(args.set) or {},
+              "wall_s": round(time.perf_counter() - start, 1), "seeds": rows, "summary": summary(rows)}
+    print(table(result))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

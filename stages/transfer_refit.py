@@ -1,0 +1,14 @@
+"""DVC stage `transfer_refit`: see `hbnn.pipeline.stages.transfer_refit`."""
+
+import _checkout  # noqa: F401 - first: this checkout's src/ before any installed hbnn
+
+from hbnn.errors import exit_stage, interrupts_reported
+
+PATHS = ["tasks_path", "trace_dir", "metrics_out", "timing_out"]
+
+if __name__ == "__main__":
+    with interrupts_reported(exit_now=True):  # an interrupt while the libraries load ends without a traceback too
+        from hbnn.pipeline.runner import run_stage
+        from hbnn.pipeline.stages.transfer_refit import run_transfer_refit
+
+        exit_stage(run_stage(__doc__, PATHS, run_transfer_refit))

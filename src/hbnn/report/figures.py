@@ -124,9 +124,9 @@ class SurfaceSetup:
 
 def model_surfaces(
     variant: str, post: xr.Dataset, specs: Sequence[LayerSpec], names: Sequence[str], train: Split, rp: ReportParams,
-    setup: SurfaceSetup | None = None,
+    setup: SurfaceSetup | None = None, groups: Sequence[int] | None = None,
 ) -> tuple[dict[str, bytes], int]:
-    """Decision-surface and uncertainty pages of one model.
+    """Decision-surface and uncertainty pages of one model, for every group or those in ``groups``.
 
     Each group's surface is computed once (mean and sd together) from
     ``surface_draws`` draws thinned evenly over all chains and draws; only one
@@ -148,6 +148,9 @@ def model_surfaces(
         The report's settings.
     setup : SurfaceSetup, optional
         What the surfaces show (default: two features, ``P(y = 1)``).
+    groups : sequence of int, optional
+        Indices into ``names`` of the groups drawn, in the order drawn (default: every group in order;
+        :func:`hbnn.report.selection.choose_surface_groups`).
 
     Returns
     -------
@@ -159,7 +162,8 @@ def model_surfaces(
     lik = setup.likelihood
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     keep = thin_indices(n_chain * n_draw, rp.surface_draws)
-    page_list = plots.pages(len(names), rp.panels_per_page)
+    drawn = list(range(len(names))) if groups is None else list(groups)
+    page_list = [[drawn[k] for k in page] for page in plots.pages(len(drawn), rp.panels_per_page)]
     width = max(2, len(str(len(page_list))))
     out = {}
     for p, page in enumerate(page_list, start=1):
@@ -242,7 +246,7 @@ class ModelOutputs:
 
 
 def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activation: str, tasks: Tasks,
-                  rp: ReportParams, params: Params) -> ModelOutputs:
+                  rp: ReportParams, params: Params, groups: Sequence[int] | None = None) -> ModelOutputs:
     """:class:`ModelOutputs` of the trace of ``variant`` at ``path`` (checked by the caller; a network of ``specs``
     whose hidden units are ``activation``'s), which it opens, reads and closes: the report runs one per model in
     worker processes (:func:`all_model_outputs`).
@@ -263,6 +267,9 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activati
         The report's settings.
     params : hbnn.config.Params
         The run's params, which the trace must have been fitted with.
+    groups : sequence of int, optional
+        The groups whose surfaces are drawn (:func:`model_surfaces`; default every group). Every other output
+        covers every group.
 
     Returns
     -------
@@ -281,7 +288,7 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activati
     pages, used = {}, 0
     if tasks.n_features >= 2:
         pages, used = model_surfaces(variant, post, specs, tasks.group_names, tasks.split("train"), rp,
-                                     SurfaceSetup.of(tasks, activation))
+                                     SurfaceSetup.of(tasks, activation), groups)
     calibration = None
     if likelihoods.get(tasks.likelihood).classifier:
         test = tasks.split("test")
@@ -293,7 +300,7 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activati
 
 
 def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], activation: str, tasks: Tasks,
-                      rp: ReportParams, params: Params
+                      rp: ReportParams, params: Params, groups: Sequence[int] | None = None
                       ) -> contextlib.AbstractContextManager[Callable[[], dict[str, ModelOutputs]]]:
     """Start :func:`model_outputs` for every model at once, each in a process of its own, and yield a function
     that waits for them (``{model: outputs}`` in ``paths`` order): the surfaces take most of the report's time,
@@ -309,7 +316,7 @@ def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], activa
     ----------
     paths : dict of str to pathlib.Path
         Each model's trace.
-    specs, activation, tasks, rp, params
+    specs, activation, tasks, rp, params, groups
         As for :func:`model_outputs`.
 
     Returns
@@ -318,9 +325,9 @@ def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], activa
         Yields the function that waits for ``{model: ModelOutputs}``.
     """
     if "fork" not in multiprocessing.get_all_start_methods() or "jax" in sys.modules or (os.cpu_count() or 1) < 2:
-        return contextlib.nullcontext(lambda: {v: model_outputs(v, p, specs, activation, tasks, rp, params)
+        return contextlib.nullcontext(lambda: {v: model_outputs(v, p, specs, activation, tasks, rp, params, groups)
                                                for v, p in paths.items()})
-    return _forked(paths, specs, activation, tasks, rp, params)
+    return _forked(paths, specs, activation, tasks, rp, params, groups)
 
 
 _STOPS = {signal.SIGINT, signal.SIGTERM}
@@ -347,7 +354,7 @@ def _end_with(parent: int) -> None:
         os._exit(1)
 
 
-def _worker(conn, parent: int, variant: str, path: Path, specs, activation, tasks, rp, params) -> None:
+def _worker(conn, parent: int, variant: str, path: Path, specs, activation, tasks, rp, params, groups) -> None:
     """A forked worker: :func:`model_outputs` of one model, sent back through ``conn`` as ``("ok", outputs)`` or
     ``("error", exception)``. It ignores Ctrl-C (sent to the whole process group): the parent reports the
     interrupt once and stops the workers with SIGTERM, which ends them quietly; if the parent is killed
@@ -357,7 +364,7 @@ def _worker(conn, parent: int, variant: str, path: Path, specs, activation, task
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     try:
-        result = ("ok", model_outputs(variant, path, specs, activation, tasks, rp, params))
+        result = ("ok", model_outputs(variant, path, specs, activation, tasks, rp, params, groups))
     except Exception as err:  # noqa: BLE001 - raised again in the parent: an InputError stays one error line
         result = ("error", err)
     try:
@@ -380,7 +387,7 @@ def _result(variant: str, process, conn) -> ModelOutputs:
 
 
 @contextlib.contextmanager
-def _forked(paths, specs, activation, tasks, rp, params):
+def _forked(paths, specs, activation, tasks, rp, params, groups):
     """One forked process and one pipe per model. The parent closes each pipe's sending end once the worker has
     it, so a worker that dies reads as the end of its pipe, never as a wait; Ctrl-C and SIGTERM are held back
     while the workers start, so none is forked still holding this process's handler."""
@@ -395,7 +402,8 @@ def _forked(paths, specs, activation, tasks, rp, params):
             for v, p in paths.items():
                 receive, send = context.Pipe(duplex=False)
                 process = context.Process(target=_worker,
-                                          args=(send, parent, v, p, specs, activation, tasks, rp, params), daemon=True)
+                                          args=(send, parent, v, p, specs, activation, tasks, rp, params, groups),
+                                          daemon=True)
                 workers[v] = (process, receive)
                 process.start()
                 send.close()

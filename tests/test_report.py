@@ -182,7 +182,7 @@ def test_report_surface_groups_draws_the_chosen_groups_of_every_model_and_says_w
     chosen = [run["names"][g] for g in choice.groups]
     assert len(chosen) == 3 and not choice.every_group
     assert sorted(title.split(":")[0] for title, _ in record) == sorted(2 * list(numbers.LABELS.values()))
-    assert all(title.endswith("(page 1/1)") and titles == chosen for title, titles in record)
+    assert all(title.endswith("(page 1/1; 3 chosen groups of 7)") and titles == chosen for title, titles in record)
     out = tmp_path / "out"
     assert sorted(p.name for p in (out / "figures").glob("surface_*.png")) == [
         f"surface_{v}_p01.png" for v in sorted(numbers.MODELS)]

@@ -45,21 +45,30 @@ def test_the_groups_that_miss_the_bar_come_first_then_each_models_worst_then_a_s
     assert "Flat, Hierarchical" in choice.reasons[0]
     # then the worst-fitted of each model in turn, in the models' order
     assert choice.groups[3:5] == (150, 33)
-    assert choice.reasons[3] == "highest test log loss, Flat: 1 of 200"
-    assert choice.reasons[4] == "highest test log loss, Hierarchical: 1 of 200"
+    assert choice.reasons[3] == "highest test log loss, Flat: rank 1 of 200 (8)"
+    assert choice.reasons[4] == "highest test log loss, Hierarchical: rank 1 of 200 (9)"
     # at least a quarter of the places go to the seeded sample, in the tasks' order
     sample = [g for g, r in zip(choice.groups, choice.reasons, strict=True) if r.startswith("seeded sample")]
     assert len(sample) == 3 and sample == sorted(sample) and not set(sample) & {7, 50, 120, 150, 33}
 
 
 def test_the_groups_that_miss_the_bar_take_at_most_half_the_places():
-    metrics, names = _metrics(100, missing={"hierarchical": list(range(100))})  # a joint fit that misses everywhere
+    metrics, names = _metrics(100, missing={"flat": list(range(0, 100, 2))})
     choice = choose_surface_groups(metrics, names, 10, seed=1)
     reasons = [r.split(",")[0].split(":")[0] for r in choice.reasons]
-    assert reasons.count("misses the convergence bar or is flagged") == 5
-    assert "(100 such groups)" in choice.reasons[0]
+    assert reasons.count("misses the convergence bar or is flagged") == 5 and choice.n_missing == 50
+    assert all(g % 2 == 0 for g in choice.groups[:5])
     assert any(r.startswith("highest test log loss") for r in reasons)
     assert any(r.startswith("seeded sample") for r in reasons)
+    para, _ = choice_blocks(choice, names, 36)
+    assert "(5 of the 50 such groups;" in para.text
+
+
+def test_a_model_that_misses_the_bar_in_every_group_singles_out_none():
+    metrics, names = _metrics(100, missing={"hierarchical": list(range(100)), "flat": [42]})
+    choice = choose_surface_groups(metrics, names, 10, seed=1)
+    assert choice.groups[0] == 42 and choice.reasons[0] == "misses the convergence bar or is flagged: Flat"
+    assert choice.n_missing == 1 and not any(r.startswith("misses") for r in choice.reasons[1:])
 
 
 def test_the_choice_is_the_same_for_the_same_params_and_moves_with_the_seed():
@@ -93,8 +102,8 @@ def test_regression_groups_are_ranked_by_their_test_lpd_lowest_first():
         for i, g in enumerate(names):
             metrics[v]["per_group"][g]["test"] = {"lpd": -float(i), "rmse": 1.0}
     choice = choose_surface_groups(metrics, names, 4, seed=0, classifier=False)
-    assert choice.groups[0] == 49 and choice.reasons[0] == "lowest test lpd, Flat: 1 of 50"
-    assert choice.groups[1] == 48 and choice.reasons[1] == "lowest test lpd, Hierarchical: 2 of 50"
+    assert choice.groups[0] == 49 and choice.reasons[0] == "lowest test lpd, Flat: rank 1 of 50 (-49)"
+    assert choice.groups[1] == 48 and choice.reasons[1] == "lowest test lpd, Hierarchical: rank 2 of 50 (-48)"
 
 
 def test_the_report_says_which_groups_were_drawn_why_and_how_to_draw_the_rest():
@@ -102,7 +111,7 @@ def test_the_report_says_which_groups_were_drawn_why_and_how_to_draw_the_rest():
     choice = choose_surface_groups(metrics, names, 8, seed=31)
     para, table = choice_blocks(choice, names, 4)
     assert isinstance(table, Table) and len(table.rows) == 8
-    assert table.rows[0] == ["1, 1", "g0009", "misses the convergence bar or is flagged: Flat (1 such groups)"]
+    assert table.rows[0] == ["1, 1", "g0009", "misses the convergence bar or is flagged: Flat"]
     assert table.rows[4][0] == "2, 1"  # 4 panels a page
     assert "8 of the 100 groups (report.surface_groups: 8)" in para.text
     assert "report.surface_groups: 0 (every group)" in para.text and "seed (31)" in para.text

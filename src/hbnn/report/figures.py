@@ -26,7 +26,7 @@ from hbnn.config import Params, ReportParams
 from hbnn.data.tasks import Split, Tasks
 from hbnn.diagnostics import evaluation
 from hbnn.diagnostics.evaluation import reliability
-from hbnn.diagnostics.predictions import evaluate_groups, group_extra, group_weights, predict_proba
+from hbnn.diagnostics.predictions import evaluate_groups, group_extra, group_weights
 from hbnn.files.io import close_trace, load_trace
 from hbnn.model import forward, likelihoods
 from hbnn.model.network import LayerSpec
@@ -165,6 +165,7 @@ def model_surfaces(
     drawn = list(range(len(names))) if groups is None else list(groups)
     page_list = [[drawn[k] for k in page] for page in plots.pages(len(drawn), rp.panels_per_page)]
     width = max(2, len(str(len(page_list))))
+    of = f"; {len(drawn)} chosen groups of {len(names)}" if len(drawn) < len(names) else ""
     out = {}
     for p, page in enumerate(page_list, start=1):
         means, sds, points_on_page = [], [], []
@@ -183,41 +184,12 @@ def model_surfaces(
         boundary = np.stack(means) if lik.classifier else None  # the 0.5 contour, drawn on the sd pages too
         for kind, fields, stem, what in kinds:
             fig, _ = plots.plot_surface_page(np.stack(fields), titles, rp.grid_limit, points_on_page, kind,
-                                             title=f"{LABELS[variant]}: {what}{held} (page {p}/{len(page_list)})",
+                                             title=f"{LABELS[variant]}: {what}{held} (page {p}/{len(page_list)}{of})",
                                              axis_labels=setup.axis_labels, value_range=setup.value_range,
                                              boundary=boundary)
             out[f"{stem}_{variant}_p{p:0{width}d}.png"] = plots.png_bytes(fig)
         log.info("report: %s surfaces page %d/%d done", variant, p, len(page_list))
     return out, int(keep.size)
-
-
-def mean_test_probabilities(post: xr.Dataset, specs: Sequence[LayerSpec], activation: str, names: Sequence[str],
-                            test: Split):
-    """Posterior mean P(y=1) over all draws at every test row.
-
-    Parameters
-    ----------
-    post : xarray.Dataset
-        The posterior's weights.
-    specs : sequence of hbnn.model.network.LayerSpec
-        The network's layers.
-    activation : str
-        The hidden units' activation.
-    names : sequence of str
-        The group names.
-    test : hbnn.data.tasks.Split
-        The test rows.
-
-    Returns
-    -------
-    numpy.ndarray
-        In ``test`` (group-sorted) order.
-    """
-    parts = [
-        predict_proba(group_weights(post, specs, names[g]), test.X[test.rows(g)], activation).mean(axis=(0, 1))
-        for g in range(len(names))
-    ]
-    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 @dataclass
@@ -289,13 +261,13 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activati
     if tasks.n_features >= 2:
         pages, used = model_surfaces(variant, post, specs, tasks.group_names, tasks.split("train"), rp,
                                      SurfaceSetup.of(tasks, activation), groups)
-    calibration = None
-    if likelihoods.get(tasks.likelihood).classifier:
-        test = tasks.split("test")
-        calibration = reliability(mean_test_probabilities(post, specs, activation, tasks.group_names, test), test.y)
     names = tasks.group_names
     test_draws = evaluate_groups(tasks, lambda g: group_weights(post, specs, names[g]), activation, ("test",),
                                  noise_of=lambda g: group_extra(post, lik.extra, names[g]))["test"]
+    calibration = None
+    if lik.classifier:  # a classifier's quantity is P(y = 1): its mean over the draws is the predictive probability
+        mean = [d.mean(axis=(0, 1)) for d in test_draws["draws"]]
+        calibration = reliability(np.concatenate(mean) if mean else np.zeros(0), tasks.split("test").y)
     return ModelOutputs(pages, used, calibration, loo, row_lpd(lik, test_draws))
 
 

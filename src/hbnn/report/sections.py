@@ -253,9 +253,12 @@ def _per_group_rmse_section(n_groups: int, values: dict[str, np.ndarray] | None 
     """Per-group test RMSE; ``values`` (``{model: (group,)}`` of ``names``) names the worst groups of a sorted chart."""
     return Section(
         "Per-group test RMSE",
-        "one group of bars per task (past " + f"{NAMED_GROUPS_MAX} groups, each model's values sorted); partial "
-        "pooling helps most where a group's own data are few, so look for "
-        "groups where the flat bar is highest. The numbers are in metrics/detail/*.json (per_group.<g>.test.rmse).",
+        ("each model's groups sorted by test RMSE, one point a group: the right ends are each model's worst groups, "
+         "named below; partial pooling helps most where a group's own data are few, so look for a flat curve above "
+         "the others there." if n_groups > NAMED_GROUPS_MAX else
+         "one group of bars per task; partial pooling helps most where a group's own data are few, so look for "
+         "groups where the flat bar is highest.")
+        + " The numbers are in metrics/detail/*.json (per_group.<g>.test.rmse).",
         [Figure("per_group_rmse.png", f"Test RMSE of every group ({n_groups}) for the three models"
                 f"{_sorted_words(n_groups)}."), *_worst_groups(values, names, "test RMSE", True)],
     )
@@ -272,10 +275,13 @@ def _per_group_section(n_groups: int, values: dict[str, np.ndarray] | None = Non
     chart."""
     return Section(
         "Per-group test accuracy",
-        "one group of bars per task (past " + f"{NAMED_GROUPS_MAX} groups, each model's values sorted; "
-        "the axis starts at 0.5, chance level, or lower if needed); partial pooling "
-        "helps most where a group's own data are few or ambiguous, "
-        "so look for groups where the flat bar is lowest. The numbers are in plots/per_group_accuracy.csv.",
+        ("each model's groups sorted by test accuracy, one point a group: the left ends are each model's worst "
+         "groups, named below; partial pooling helps most where a group's own data are few or ambiguous, so look "
+         "for a flat curve below the others there." if n_groups > NAMED_GROUPS_MAX else
+         "one group of bars per task (the axis starts at 0.5, chance level, or lower if needed); partial pooling "
+         "helps most where a group's own data are few or ambiguous, "
+         "so look for groups where the flat bar is lowest.")
+        + " The numbers are in plots/per_group_accuracy.csv.",
         [Figure("per_group_accuracy.png", f"Test accuracy of every group ({n_groups}) for the three models"
                 f"{_sorted_words(n_groups)}."), *_worst_groups(values, names, "test accuracy", False)],
     )

@@ -44,6 +44,8 @@ class SurfaceChoice:
         The seed the sample was drawn with.
     score : str
         The words for the ranking of the worst-fitted groups (``"highest test log loss"``).
+    n_missing : int
+        The groups that miss the bar or are flagged in a model that does not miss it in every group.
     """
 
     groups: tuple[int, ...]
@@ -52,6 +54,7 @@ class SurfaceChoice:
     limit: int
     seed: int
     score: str
+    n_missing: int
 
     @property
     def every_group(self) -> bool:
@@ -59,13 +62,14 @@ class SurfaceChoice:
         return len(self.groups) == self.n_groups
 
 
-def _badness(metrics: Mapping[str, dict], names: Sequence[str], classifier: bool) -> tuple[dict, str]:
-    """Per model, each group's score turned so that higher is worse (NaN where missing), and the ranking's words."""
+def _badness(metrics: Mapping[str, dict], names: Sequence[str], classifier: bool) -> tuple[dict, float, str]:
+    """Per model, each group's score times its sign in :data:`BADNESS`, so that higher is worse (NaN where missing);
+    the sign; the ranking's words."""
     for key, sign in BADNESS[classifier]:
         if any(lookup(metrics[v], "per_group", g, "test", key) is not None for v in MODELS for g in names):
             return ({v: np.array([np.nan if (x := lookup(metrics[v], "per_group", g, "test", key)) is None
-                                  else sign * float(x) for g in names]) for v in MODELS}, WORDS[key])
-    return {v: np.full(len(names), np.nan) for v in MODELS}, "no test score recorded"
+                                  else sign * float(x) for g in names]) for v in MODELS}, sign, WORDS[key])
+    return {v: np.full(len(names), np.nan) for v in MODELS}, 1.0, "no test score recorded"
 
 
 def _worst_first(bad: np.ndarray) -> list[int]:
@@ -80,7 +84,8 @@ def choose_surface_groups(metrics: Mapping[str, dict], names: Sequence[str], lim
 
     In order: the groups that miss the convergence bar (``per_group.<g>.converged``) or are flagged as non-mixing
     (``sampling.flagged_groups``) in any model, those missing it in more models and then the worse-fitted first, in
-    at most :data:`FLAGGED_SHARE` of the places; then each model's worst-fitted groups in turn (:data:`BADNESS`);
+    at most :data:`FLAGGED_SHARE` of the places (a model that misses it in every group, as a joint fit does, singles
+    out none of them); then each model's worst-fitted groups in turn (:data:`BADNESS`);
     then a sample of the remaining groups drawn with ``seed`` (at least :data:`SAMPLE_SHARE` of the places), in the
     tasks' order. The same metrics, ``limit`` and ``seed`` give the same choice.
 
@@ -102,23 +107,22 @@ def choose_surface_groups(metrics: Mapping[str, dict], names: Sequence[str], lim
     SurfaceChoice
     """
     n = len(names)
-    bad, score = _badness(metrics, names, classifier)
+    bad, sign, score = _badness(metrics, names, classifier)
     if limit <= 0 or limit >= n:
-        return SurfaceChoice(tuple(range(n)), ("every group",) * n, n, limit, seed, score)
+        return SurfaceChoice(tuple(range(n)), ("every group",) * n, n, limit, seed, score, 0)
     ranked = {v: _worst_first(bad[v]) for v in MODELS}
     rank = {v: np.argsort(ranked[v]) for v in MODELS}  # position of each group in its model's worst-first order
     missing: dict[int, list[str]] = {}
     for v in MODELS:
         flagged = lookup(metrics[v], "sampling", "flagged_groups") or {}
-        for i, g in enumerate(names):
-            if not lookup(metrics[v], "per_group", g, "converged") or g in flagged:
-                missing.setdefault(i, []).append(v)
+        misses = [i for i, g in enumerate(names) if not lookup(metrics[v], "per_group", g, "converged") or g in flagged]
+        for i in misses if len(misses) < n else []:
+            missing.setdefault(i, []).append(v)
     chosen: dict[int, str] = {}
     n_sample = int(np.ceil(SAMPLE_SHARE * limit)) if limit >= 2 else 0
     by_need = sorted(missing, key=lambda i: (-len(missing[i]), min(int(rank[v][i]) for v in MODELS), i))
     for i in by_need[:min(len(by_need), int(FLAGGED_SHARE * limit))]:
-        chosen[i] = (f"misses the convergence bar or is flagged: {', '.join(LABELS[v] for v in missing[i])} "
-                     f"({len(missing)} such groups)")
+        chosen[i] = f"misses the convergence bar or is flagged: {', '.join(LABELS[v] for v in missing[i])}"
     pointers = dict.fromkeys(MODELS, 0)
     while len(chosen) < limit - n_sample:
         for v in MODELS:
@@ -126,12 +130,12 @@ def choose_surface_groups(metrics: Mapping[str, dict], names: Sequence[str], lim
                 pointers[v] += 1
             if pointers[v] < n and len(chosen) < limit - n_sample:
                 i = ranked[v][pointers[v]]
-                chosen[i] = f"{score}, {LABELS[v]}: {pointers[v] + 1} of {n}"
+                chosen[i] = f"{score}, {LABELS[v]}: rank {pointers[v] + 1} of {n} ({sign * bad[v][i]:.3g})"
     rest = np.array([i for i in range(n) if i not in chosen])
     rng = np.random.default_rng([SAMPLE_STREAM, seed])
     for i in np.sort(rng.choice(rest, size=min(limit - len(chosen), rest.size), replace=False)):
         chosen[int(i)] = f"seeded sample of the other groups (seed {seed})"
-    return SurfaceChoice(tuple(chosen), tuple(chosen.values()), n, limit, seed, score)
+    return SurfaceChoice(tuple(chosen), tuple(chosen.values()), n, limit, seed, score, len(missing))
 
 
 def choice_blocks(choice: SurfaceChoice, names: Sequence[str], per_page: int) -> list:
@@ -156,17 +160,19 @@ def choice_blocks(choice: SurfaceChoice, names: Sequence[str], per_page: int) ->
                  f"report.surface_groups: {choice.limit} draws every group of a run with at most that many, and "
                  "a chosen few of a larger run; 0 draws every group")
         return [Para(f"Every group's surfaces are drawn ({choice.n_groups} groups; {limit}).")]
-    n_missing = sum(r.startswith("misses") for r in choice.reasons)
+    shown = sum(r.startswith("misses") for r in choice.reasons)
     text = (f"Surfaces are drawn for {len(choice.groups)} of the {choice.n_groups} groups "
             f"(report.surface_groups: {choice.limit}), the same groups for every model, in this order: the groups "
-            f"that miss the convergence bar or are flagged as non-mixing in any model ({n_missing} here; at most "
-            f"{FLAGGED_SHARE:.0%} of the places, those missing it in more models and the worse-fitted first), then "
+            f"that miss the convergence bar or are flagged as non-mixing in any model ({shown} of the "
+            f"{choice.n_missing} such groups; at most {FLAGGED_SHARE:.0%} of the places, those missing it in more "
+            "models and the worse-fitted first; a model that misses the bar in every group, as a joint fit can, "
+            "singles out none), then "
             f"each model's worst-fitted groups in turn ({choice.score}), then a sample of the other groups drawn "
             f"with params' seed ({choice.seed}). Every group's scores and diagnostics are in the per-group figures, "
             "the status and diagnostics sections and metrics/detail/*.json. To draw the others, run the report "
-            "stage again with report.surface_groups: 0 (every group) or a larger number, e.g. "
-            "`dvc exp run -S report.surface_groups=0`: it reads the same traces (no fit runs again), and its time "
-            "grows with the groups drawn.")
+            "stage again with report.surface_groups: 0 (every group) or a larger number (dvc exp run -S "
+            "report.surface_groups=0): it reads the same traces (no fit runs again), and its time grows with the "
+            "groups drawn.")
     rows = [[f"{k // per_page + 1}, {k % per_page + 1}", names[g], why]
             for k, (g, why) in enumerate(zip(choice.groups, choice.reasons, strict=True))]
     return [Para(text), Table(["Page, panel", "Group", "Why drawn"], rows, text_columns=(1, 2))]

@@ -105,6 +105,7 @@ def test_types_are_coerced():
         ({"transfer": {"seed": -1}}, "transfer.seed=-1"),
         ({"transfer": {"tune": -1}}, "transfer.tune=-1"),
         ({"report": {"embedded_pages": -1}}, "report.embedded_pages=-1"),
+        ({"report": {"surface_groups": -1}}, "report.surface_groups=-1"),
     ],
 )
 def test_bad_values_name_key_and_value(raw, key):

@@ -159,6 +159,43 @@ def test_every_group_is_drawn_once_per_model_and_kind(run):
                 f"{stem}_{v}_p01.png", f"{stem}_{v}_p02.png"]
 
 
+def test_report_surface_groups_draws_the_chosen_groups_of_every_model_and_says_why(run, tmp_path):
+    """With fewer places than groups, every model's pages hold the same chosen groups in the chosen order, the
+    section lists them with their reasons, and every other output still covers every group."""
+    from hbnn.report.selection import choose_surface_groups
+
+    params = parse_params({**RAW, "report": {**RAW["report"], "surface_groups": 3}})
+    log, original = tmp_path / "panels.jsonl", plots.plot_surface_page
+
+    def recording(fields, titles, *args, **kwargs):  # in the workers too: a line of a file per page
+        with log.open("a") as f:
+            f.write(json.dumps([kwargs["title"], list(titles)]) + "\n")
+        return original(fields, titles, *args, **kwargs)
+
+    d = run["dir"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "plot_surface_page", recording)
+        result = report(params, d / "tasks.nc", d / "traces" / "flat.nc", d / "traces" / "hierarchical.nc",
+                        d / "traces" / "informed.nc", d / "prior.nc", d / "metrics", tmp_path / "out")
+    record = sorted(tuple(json.loads(line)) for line in log.read_text().splitlines())
+    choice = choose_surface_groups(run["metrics"], run["names"], 3, params.seed)
+    chosen = [run["names"][g] for g in choice.groups]
+    assert len(chosen) == 3 and not choice.every_group
+    assert sorted(title.split(":")[0] for title, _ in record) == sorted(2 * list(numbers.LABELS.values()))
+    assert all(title.endswith("(page 1/1; 3 chosen groups of 7)") and titles == chosen for title, titles in record)
+    out = tmp_path / "out"
+    assert sorted(p.name for p in (out / "figures").glob("surface_*.png")) == [
+        f"surface_{v}_p01.png" for v in sorted(numbers.MODELS)]
+    page = (out / "report.html").read_text()
+    assert "Surfaces are drawn for 3 of the 7 groups (report.surface_groups: 3)" in page
+    assert all(re.search(f"<td[^>]*>{g}</td>", page) for g in chosen)
+    assert result == run["result"]  # the summary covers every group either way
+    assert (out / "plots" / "per_group_accuracy.csv").read_bytes() == (
+        d / "reports" / "plots" / "per_group_accuracy.csv").read_bytes()
+    assert "Every group&#x27;s surfaces are drawn (7 groups; report.surface_groups: 36" in (
+        d / "reports" / "report.html").read_text()
+
+
 _REPORT_AGAIN = """
 import json, sys
 from pathlib import Path

@@ -361,14 +361,15 @@ class ReportParams(Section):
     surface_draws: int = 500
     panels_per_page: int = 36
     embedded_pages: int = 0  # surface pages per model and figure shown in report.html; 0: all (others are linked)
+    surface_groups: int = 36  # groups per model whose surfaces are drawn (hbnn.report.selection); 0: every group
 
     def check(self, key: str) -> None:
         _require(self.grid_size >= 2, f"{key}.grid_size", self.grid_size, "must be >= 2")
         _require(self.grid_limit > 0, f"{key}.grid_limit", self.grid_limit, "must be > 0")
         _require(self.surface_draws >= 1, f"{key}.surface_draws", self.surface_draws, "must be >= 1")
         _require(self.panels_per_page >= 1, f"{key}.panels_per_page", self.panels_per_page, "must be >= 1")
-        _require(self.embedded_pages >= 0, f"{key}.embedded_pages", self.embedded_pages,
-                 "must be >= 0 (0 shows every page)")
+        _require(self.embedded_pages >= 0, f"{key}.embedded_pages", self.embedded_pages, "must be >= 0 (0: all pages)")
+        _require(self.surface_groups >= 0, f"{key}.surface_groups", self.surface_groups, "must be >= 0 (0: all groups)")
 
 
 @dataclass(frozen=True)

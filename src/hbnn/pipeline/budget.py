@@ -341,7 +341,7 @@ def report_estimate(params: Params, n_groups: int, n_features: int, posterior_dr
     """Return the :class:`Estimate` of the report for ``models`` models of ``n_groups`` groups.
 
     Each model's posterior and PSIS-LOO, and its decision surfaces (``report.grid_size`` squared points,
-    ``report.surface_draws`` draws, ``report.panels_per_page`` groups a page).
+    ``report.surface_draws`` draws, ``report.panels_per_page`` groups a page) of ``report.surface_groups`` groups.
 
     Parameters
     ----------
@@ -359,12 +359,12 @@ def report_estimate(params: Params, n_groups: int, n_features: int, posterior_dr
                   + loo_values * BYTES * LOO_COPIES
                   + points * BYTES * (2 * n_features + 2 * panels * SURFACE_VALUES_PER_PANEL_POINT)
                   + SURFACE_CHUNK_BYTES)
-    draws = min(r.surface_draws, posterior_draws)
-    surface_s = models * n_groups * draws * points * sum(layers) * NS_PER_SURFACE_WEIGHT * 1e-9
-    panels_s = models * 2 * n_groups * SECONDS_PER_SURFACE_PANEL if points else 0.0
+    draws, surfaced = min(r.surface_draws, posterior_draws), min(n_groups, r.surface_groups or n_groups)
+    surface_s = models * surfaced * draws * points * sum(layers) * NS_PER_SURFACE_WEIGHT * 1e-9
+    panels_s = models * 2 * surfaced * SECONDS_PER_SURFACE_PANEL if points else 0.0
     loo_s = models * loo_values * NS_PER_LOO_VALUE * 1e-9
     cores = max(1, min(REPORT_WORKERS, os.cpu_count() or 1))
     minutes = (REPORT_FIXED_SECONDS + (surface_s + panels_s + loo_s) / cores) / 60
     return Estimate("report", REPORT_WORKERS * per_worker / 2**30, minutes,
-                    f"{models} models x {n_groups} groups, {posterior_draws} draws, {draws} of them on {points} grid "
-                    f"points (report.grid_size={r.grid_size}), {panels} panels a page")
+                    f"{models} models x {n_groups} groups ({surfaced} with surfaces), {posterior_draws} draws, "
+                    f"{draws} of them on {points} grid points (report.grid_size={r.grid_size}), {panels} panels a page")

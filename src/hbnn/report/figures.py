@@ -26,7 +26,7 @@ from hbnn.config import Params, ReportParams
 from hbnn.data.tasks import Split, Tasks
 from hbnn.diagnostics import evaluation
 from hbnn.diagnostics.evaluation import reliability
-from hbnn.diagnostics.predictions import evaluate_groups, group_extra, group_weights, predict_proba
+from hbnn.diagnostics.predictions import evaluate_groups, group_extra, group_weights
 from hbnn.files.io import close_trace, load_trace
 from hbnn.model import forward, likelihoods
 from hbnn.model.network import LayerSpec
@@ -124,9 +124,9 @@ class SurfaceSetup:
 
 def model_surfaces(
     variant: str, post: xr.Dataset, specs: Sequence[LayerSpec], names: Sequence[str], train: Split, rp: ReportParams,
-    setup: SurfaceSetup | None = None,
+    setup: SurfaceSetup | None = None, groups: Sequence[int] | None = None,
 ) -> tuple[dict[str, bytes], int]:
-    """Decision-surface and uncertainty pages of one model.
+    """Decision-surface and uncertainty pages of one model, for every group or those in ``groups``.
 
     Each group's surface is computed once (mean and sd together) from
     ``surface_draws`` draws thinned evenly over all chains and draws; only one
@@ -148,6 +148,9 @@ def model_surfaces(
         The report's settings.
     setup : SurfaceSetup, optional
         What the surfaces show (default: two features, ``P(y = 1)``).
+    groups : sequence of int, optional
+        Indices into ``names`` of the groups drawn, in the order drawn (default: every group in order;
+        :func:`hbnn.report.selection.choose_surface_groups`).
 
     Returns
     -------
@@ -159,8 +162,10 @@ def model_surfaces(
     lik = setup.likelihood
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     keep = thin_indices(n_chain * n_draw, rp.surface_draws)
-    page_list = plots.pages(len(names), rp.panels_per_page)
+    drawn = list(range(len(names))) if groups is None else list(groups)
+    page_list = [[drawn[k] for k in page] for page in plots.pages(len(drawn), rp.panels_per_page)]
     width = max(2, len(str(len(page_list))))
+    of = f"; {len(drawn)} chosen groups of {len(names)}" if len(drawn) < len(names) else ""
     out = {}
     for p, page in enumerate(page_list, start=1):
         means, sds, points_on_page = [], [], []
@@ -179,41 +184,12 @@ def model_surfaces(
         boundary = np.stack(means) if lik.classifier else None  # the 0.5 contour, drawn on the sd pages too
         for kind, fields, stem, what in kinds:
             fig, _ = plots.plot_surface_page(np.stack(fields), titles, rp.grid_limit, points_on_page, kind,
-                                             title=f"{LABELS[variant]}: {what}{held} (page {p}/{len(page_list)})",
+                                             title=f"{LABELS[variant]}: {what}{held} (page {p}/{len(page_list)}{of})",
                                              axis_labels=setup.axis_labels, value_range=setup.value_range,
                                              boundary=boundary)
             out[f"{stem}_{variant}_p{p:0{width}d}.png"] = plots.png_bytes(fig)
         log.info("report: %s surfaces page %d/%d done", variant, p, len(page_list))
     return out, int(keep.size)
-
-
-def mean_test_probabilities(post: xr.Dataset, specs: Sequence[LayerSpec], activation: str, names: Sequence[str],
-                            test: Split):
-    """Posterior mean P(y=1) over all draws at every test row.
-
-    Parameters
-    ----------
-    post : xarray.Dataset
-        The posterior's weights.
-    specs : sequence of hbnn.model.network.LayerSpec
-        The network's layers.
-    activation : str
-        The hidden units' activation.
-    names : sequence of str
-        The group names.
-    test : hbnn.data.tasks.Split
-        The test rows.
-
-    Returns
-    -------
-    numpy.ndarray
-        In ``test`` (group-sorted) order.
-    """
-    parts = [
-        predict_proba(group_weights(post, specs, names[g]), test.X[test.rows(g)], activation).mean(axis=(0, 1))
-        for g in range(len(names))
-    ]
-    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 @dataclass
@@ -242,7 +218,7 @@ class ModelOutputs:
 
 
 def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activation: str, tasks: Tasks,
-                  rp: ReportParams, params: Params) -> ModelOutputs:
+                  rp: ReportParams, params: Params, groups: Sequence[int] | None = None) -> ModelOutputs:
     """:class:`ModelOutputs` of the trace of ``variant`` at ``path`` (checked by the caller; a network of ``specs``
     whose hidden units are ``activation``'s), which it opens, reads and closes: the report runs one per model in
     worker processes (:func:`all_model_outputs`).
@@ -263,6 +239,9 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activati
         The report's settings.
     params : hbnn.config.Params
         The run's params, which the trace must have been fitted with.
+    groups : sequence of int, optional
+        The groups whose surfaces are drawn (:func:`model_surfaces`; default every group). Every other output
+        covers every group.
 
     Returns
     -------
@@ -281,19 +260,19 @@ def model_outputs(variant: str, path: Path, specs: Sequence[LayerSpec], activati
     pages, used = {}, 0
     if tasks.n_features >= 2:
         pages, used = model_surfaces(variant, post, specs, tasks.group_names, tasks.split("train"), rp,
-                                     SurfaceSetup.of(tasks, activation))
-    calibration = None
-    if likelihoods.get(tasks.likelihood).classifier:
-        test = tasks.split("test")
-        calibration = reliability(mean_test_probabilities(post, specs, activation, tasks.group_names, test), test.y)
+                                     SurfaceSetup.of(tasks, activation), groups)
     names = tasks.group_names
     test_draws = evaluate_groups(tasks, lambda g: group_weights(post, specs, names[g]), activation, ("test",),
                                  noise_of=lambda g: group_extra(post, lik.extra, names[g]))["test"]
+    calibration = None
+    if lik.classifier:  # a classifier's quantity is P(y = 1): its mean over the draws is the predictive probability
+        mean = [d.mean(axis=(0, 1)) for d in test_draws["draws"]]
+        calibration = reliability(np.concatenate(mean) if mean else np.zeros(0), tasks.split("test").y)
     return ModelOutputs(pages, used, calibration, loo, row_lpd(lik, test_draws))
 
 
 def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], activation: str, tasks: Tasks,
-                      rp: ReportParams, params: Params
+                      rp: ReportParams, params: Params, groups: Sequence[int] | None = None
                       ) -> contextlib.AbstractContextManager[Callable[[], dict[str, ModelOutputs]]]:
     """Start :func:`model_outputs` for every model at once, each in a process of its own, and yield a function
     that waits for them (``{model: outputs}`` in ``paths`` order): the surfaces take most of the report's time,
@@ -309,7 +288,7 @@ def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], activa
     ----------
     paths : dict of str to pathlib.Path
         Each model's trace.
-    specs, activation, tasks, rp, params
+    specs, activation, tasks, rp, params, groups
         As for :func:`model_outputs`.
 
     Returns
@@ -318,9 +297,9 @@ def all_model_outputs(paths: dict[str, Path], specs: Sequence[LayerSpec], activa
         Yields the function that waits for ``{model: ModelOutputs}``.
     """
     if "fork" not in multiprocessing.get_all_start_methods() or "jax" in sys.modules or (os.cpu_count() or 1) < 2:
-        return contextlib.nullcontext(lambda: {v: model_outputs(v, p, specs, activation, tasks, rp, params)
+        return contextlib.nullcontext(lambda: {v: model_outputs(v, p, specs, activation, tasks, rp, params, groups)
                                                for v, p in paths.items()})
-    return _forked(paths, specs, activation, tasks, rp, params)
+    return _forked(paths, specs, activation, tasks, rp, params, groups)
 
 
 _STOPS = {signal.SIGINT, signal.SIGTERM}
@@ -347,7 +326,7 @@ def _end_with(parent: int) -> None:
         os._exit(1)
 
 
-def _worker(conn, parent: int, variant: str, path: Path, specs, activation, tasks, rp, params) -> None:
+def _worker(conn, parent: int, variant: str, path: Path, specs, activation, tasks, rp, params, groups) -> None:
     """A forked worker: :func:`model_outputs` of one model, sent back through ``conn`` as ``("ok", outputs)`` or
     ``("error", exception)``. It ignores Ctrl-C (sent to the whole process group): the parent reports the
     interrupt once and stops the workers with SIGTERM, which ends them quietly; if the parent is killed
@@ -357,7 +336,7 @@ def _worker(conn, parent: int, variant: str, path: Path, specs, activation, task
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     try:
-        result = ("ok", model_outputs(variant, path, specs, activation, tasks, rp, params))
+        result = ("ok", model_outputs(variant, path, specs, activation, tasks, rp, params, groups))
     except Exception as err:  # noqa: BLE001 - raised again in the parent: an InputError stays one error line
         result = ("error", err)
     try:
@@ -380,7 +359,7 @@ def _result(variant: str, process, conn) -> ModelOutputs:
 
 
 @contextlib.contextmanager
-def _forked(paths, specs, activation, tasks, rp, params):
+def _forked(paths, specs, activation, tasks, rp, params, groups):
     """One forked process and one pipe per model. The parent closes each pipe's sending end once the worker has
     it, so a worker that dies reads as the end of its pipe, never as a wait; Ctrl-C and SIGTERM are held back
     while the workers start, so none is forked still holding this process's handler."""
@@ -395,7 +374,8 @@ def _forked(paths, specs, activation, tasks, rp, params):
             for v, p in paths.items():
                 receive, send = context.Pipe(duplex=False)
                 process = context.Process(target=_worker,
-                                          args=(send, parent, v, p, specs, activation, tasks, rp, params), daemon=True)
+                                          args=(send, parent, v, p, specs, activation, tasks, rp, params, groups),
+                                          daemon=True)
                 workers[v] = (process, receive)
                 process.start()
                 send.close()

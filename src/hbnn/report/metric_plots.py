@@ -26,6 +26,10 @@ from hbnn.report.plots import (
     short,
 )
 
+# Past this many groups a per-group chart shows each model's values sorted, one point a group, on one axes: a named
+# bar per group would take a row of axes per GROUPS_PER_ROW groups (25 rows at 1,000 groups) that no one can read.
+NAMED_GROUPS_MAX = 3 * GROUPS_PER_ROW
+
 
 def plot_per_group(
     names: Sequence[str],
@@ -38,7 +42,8 @@ def plot_per_group(
     per_row: int = GROUPS_PER_ROW,
     log: bool = False,
 ):
-    """Grouped bars (``kind="bar"``) or dots (``"point"``) of one value per group and series.
+    """Grouped bars (``kind="bar"``) or dots (``"point"``) of one value per group and series; past
+    :data:`NAMED_GROUPS_MAX` groups, each series' values sorted (:func:`plot_sorted`).
 
     Parameters
     ----------
@@ -67,6 +72,8 @@ def plot_per_group(
         ``(fig, axes (rows,))``.
     """
     n = len(names)
+    if n > NAMED_GROUPS_MAX:
+        return plot_sorted(values, ylabel, ylim, hlines, title, log)
     chunks = pages(n, per_row)
     width = min(per_row, n)
     fig, axes = plt.subplots(
@@ -104,6 +111,58 @@ def plot_per_group(
     if title:
         fig.suptitle(literal(title), fontsize=TITLE)
     return fig, axes
+
+
+def plot_sorted(
+    values: Mapping[str, np.ndarray],
+    ylabel: str = "",
+    ylim: tuple[float, float] | None = None,
+    hlines: Sequence[float] = (),
+    title: str | None = None,
+    log: bool = False,
+):
+    """Every group's value of each series, sorted within the series: a point per group, so that a chart of
+    thousands of groups shows every one of them, its spread and how many pass a reference level.
+
+    Parameters
+    ----------
+    values : mapping of str to numpy.ndarray
+        Per series, ``(group,)`` (NaN: missing, left out and counted in the legend).
+    ylabel, ylim, hlines, title, log
+        As for :func:`plot_per_group`.
+
+    Returns
+    -------
+    tuple
+        ``(fig, axes (1,))``.
+    """
+    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN * 0.7, 3.6), layout="constrained")
+    n = max((np.size(v) for v in values.values()), default=0)
+    for i, (series, v) in enumerate(values.items()):
+        vals = np.asarray(v, dtype=float)
+        kept = np.sort(vals[~np.isnan(vals)])
+        gone = vals.size - kept.size
+        label = literal(series) + (f" ({gone} missing)" if gone else "")
+        ax.plot(np.arange(1, kept.size + 1), kept, "-" + "os^Dv"[i % 5], ms=2.5, lw=1.0, markevery=max(1, n // 60),
+                color=model_color(series, i), label=label)
+    for level in hlines:
+        ax.axhline(level, color="k", lw=0.7, ls="--")
+    ax.set_xlabel(f"groups ({n}), sorted by value within each model", fontsize=SMALL)
+    ax.set_ylabel(literal(ylabel), fontsize=SMALL)
+    ax.tick_params(labelsize=SMALL)
+    ax.set_xlim(0, n + 1)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    if log:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.grid(lw=0.3, alpha=0.6)
+    ax.legend(fontsize=SMALL, ncols=max(len(values), 1), loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
+    if title:
+        fig.suptitle(literal(title), fontsize=TITLE)
+    return fig, np.array([ax])
 
 
 def plot_accuracy(

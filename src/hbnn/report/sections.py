@@ -15,6 +15,7 @@ from hbnn.model import likelihoods
 from hbnn.model.network import has_bias
 from hbnn.pipeline.variants import BY_NAME
 from hbnn.report.document import Figure, FigureLinks, Heading, Para, Section, Table
+from hbnn.report.metric_plots import NAMED_GROUPS_MAX
 from hbnn.report.numbers import (
     LABELS,
     MODELS,
@@ -25,6 +26,7 @@ from hbnn.report.numbers import (
     lookup,
     pct,
 )
+from hbnn.report.selection import SurfaceChoice, choice_blocks
 
 
 def _intro(tasks: Tasks, specs, settings: dict[str, dict]) -> list:
@@ -226,12 +228,39 @@ def _scores_section(metrics: dict[str, dict], baselines: dict | None = None) -> 
     )
 
 
-def _per_group_rmse_section(n_groups: int) -> Section:
+def _worst_groups(values: dict[str, np.ndarray] | None, names: Sequence[str], what: str, highest: bool,
+                  k: int = 5) -> list:
+    """Where a per-group chart sorts its values (more than :data:`hbnn.report.metric_plots.NAMED_GROUPS_MAX`
+    groups), a paragraph naming each model's ``k`` worst groups by ``what`` (the highest values where ``highest``),
+    which the chart no longer labels; else nothing."""
+    if values is None or len(names) <= NAMED_GROUPS_MAX:
+        return []
+    parts = []
+    for v in MODELS:
+        vals = np.asarray(values[v], dtype=float)
+        order = [int(i) for i in np.argsort(-vals if highest else vals, kind="stable") if not np.isnan(vals[i])][:k]
+        parts.append(f"{LABELS[v]}: " + ", ".join(f"{names[i]} ({vals[i]:.3g})" for i in order))
+    return [Para(f"{'Highest' if highest else 'Lowest'} {what} ({k} groups a model): " + "; ".join(parts) + ".")]
+
+
+def _sorted_words(n_groups: int) -> str:
+    """How a per-group chart of ``n_groups`` shows them (past NAMED_GROUPS_MAX: sorted within each model)."""
+    return ", sorted within each model (one point a group)" if n_groups > NAMED_GROUPS_MAX else ""
+
+
+def _per_group_rmse_section(n_groups: int, values: dict[str, np.ndarray] | None = None,
+                            names: Sequence[str] = ()) -> Section:
+    """Per-group test RMSE; ``values`` (``{model: (group,)}`` of ``names``) names the worst groups of a sorted chart."""
     return Section(
         "Per-group test RMSE",
-        "one group of bars per task; partial pooling helps most where a group's own data are few, so look for "
-        "groups where the flat bar is highest. The numbers are in metrics/detail/*.json (per_group.<g>.test.rmse).",
-        [Figure("per_group_rmse.png", f"Test RMSE of every group ({n_groups}) for the three models.")],
+        ("each model's groups sorted by test RMSE, one point a group: the right ends are each model's worst groups, "
+         "named below; partial pooling helps most where a group's own data are few, so look for a flat curve above "
+         "the others there." if n_groups > NAMED_GROUPS_MAX else
+         "one group of bars per task; partial pooling helps most where a group's own data are few, so look for "
+         "groups where the flat bar is highest.")
+        + " The numbers are in metrics/detail/*.json (per_group.<g>.test.rmse).",
+        [Figure("per_group_rmse.png", f"Test RMSE of every group ({n_groups}) for the three models"
+                f"{_sorted_words(n_groups)}."), *_worst_groups(values, names, "test RMSE", True)],
     )
 
 
@@ -240,13 +269,21 @@ def _no_surface_section(tasks: Tasks) -> Section:
                    [Para(f"This run has a single feature ({tasks.features[0]}), so no surfaces are drawn.")])
 
 
-def _per_group_section(n_groups: int) -> Section:
+def _per_group_section(n_groups: int, values: dict[str, np.ndarray] | None = None,
+                       names: Sequence[str] = ()) -> Section:
+    """Per-group test accuracy; ``values`` (``{model: (group,)}`` of ``names``) names the worst groups of a sorted
+    chart."""
     return Section(
         "Per-group test accuracy",
-        "one group of bars per task (the axis starts at 0.5, chance level, or lower if needed); partial pooling "
-        "helps most where a group's own data are few or ambiguous, "
-        "so look for groups where the flat bar is lowest. The numbers are in plots/per_group_accuracy.csv.",
-        [Figure("per_group_accuracy.png", f"Test accuracy of every group ({n_groups}) for the three models.")],
+        ("each model's groups sorted by test accuracy, one point a group: the left ends are each model's worst "
+         "groups, named below; partial pooling helps most where a group's own data are few or ambiguous, so look "
+         "for a flat curve below the others there." if n_groups > NAMED_GROUPS_MAX else
+         "one group of bars per task (the axis starts at 0.5, chance level, or lower if needed); partial pooling "
+         "helps most where a group's own data are few or ambiguous, "
+         "so look for groups where the flat bar is lowest.")
+        + " The numbers are in plots/per_group_accuracy.csv.",
+        [Figure("per_group_accuracy.png", f"Test accuracy of every group ({n_groups}) for the three models"
+                f"{_sorted_words(n_groups)}."), *_worst_groups(values, names, "test accuracy", False)],
     )
 
 
@@ -292,7 +329,9 @@ def _page_blocks(surface_files: dict[str, list[str]], used: dict[str, int], stem
 
 
 def _regression_surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int],
-                                 tasks: Tasks) -> list[Section]:
+                                 tasks: Tasks, chosen: SurfaceChoice | None = None,
+                                 names: Sequence[str] = ()) -> list[Section]:
+    """The prediction and uncertainty surfaces' sections; ``chosen``: the groups drawn (of ``names``), said first."""
     held = (f" Features {', '.join(tasks.features[2:])} are held at their training mean."
             if tasks.n_features > 2 else "")
     grid = f"a {rp.grid_size} x {rp.grid_size} grid over [-{rp.grid_limit:g}, {rp.grid_limit:g}]^2"
@@ -307,12 +346,16 @@ def _regression_surface_sections(surface_files: dict[str, list[str]], rp: Report
          f"posterior standard deviation of the predicted mean (without {lik.noise_words}) on the same grid: bright "
          "regions are where the posterior draws disagree."),
     ):
-        out.append(Section(title, how + held, _page_blocks(surface_files, used, stem, what, rp.embedded_pages)))
+        said = choice_blocks(chosen, names, rp.panels_per_page) if chosen is not None and not out else []
+        out.append(Section(title, how + held,
+                           said + _page_blocks(surface_files, used, stem, what, rp.embedded_pages)))
     return out
 
 
 def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, used: dict[str, int],
-                      tasks: Tasks | None = None, moons: bool = True) -> list[Section]:
+                      tasks: Tasks | None = None, moons: bool = True, chosen: SurfaceChoice | None = None,
+                      names: Sequence[str] = ()) -> list[Section]:
+    """The decision surfaces' and uncertainty's sections; ``chosen``: the groups drawn (of ``names``), said first."""
     grid = f"a {rp.grid_size} x {rp.grid_size} grid over [-{rp.grid_limit:g}, {rp.grid_limit:g}]^2"
     if tasks is not None and tasks.n_features > 2:
         grid += (f" of the first two (standardised) features, with {', '.join(tasks.features[2:])} held at their "
@@ -326,7 +369,8 @@ def _surface_sections(surface_files: dict[str, list[str]], rp: ReportParams, use
             "with a smooth boundary; "
             "the hierarchical and informed models should give groups with awkward data boundaries shaped like "
             "their neighbours'.",
-            _page_blocks(surface_files, used, "surface", "posterior mean P(y=1)", rp.embedded_pages),
+            (choice_blocks(chosen, names, rp.panels_per_page) if chosen is not None else [])
+            + _page_blocks(surface_files, used, "surface", "posterior mean P(y=1)", rp.embedded_pages),
         ),
         Section(
             "Predictive uncertainty",

@@ -60,6 +60,7 @@ from hbnn.report.sections import (
     model_settings,
     on_moons,
 )
+from hbnn.report.selection import choose_surface_groups
 from hbnn.report.status import _diagnostics_section, _status_section
 from hbnn.report.transfer_section import _transfer_section
 from hbnn.report.winner import baseline_rows, read_baselines, winner_line
@@ -121,6 +122,7 @@ def report(
     names = tasks.group_names
     metrics, prior_metrics, transfer_metrics = read_metrics(metrics_dir, names, lik.score)
     baselines = read_baselines(metrics_dir, params)
+    chosen = choose_surface_groups(metrics, names, rp.surface_groups, params.seed, lik.classifier)
     paths = {"flat": flat_trace, "hierarchical": hier_trace, "informed": informed_trace}
     traces = open_traces(paths, params)
     try:
@@ -149,12 +151,12 @@ def report(
     # The models' surfaces, reliability and PSIS-LOO in worker processes; the rest here, beside them. ArviZ is
     # imported only once they have forked (its import takes seconds of a core, and the workers, reading with xarray,
     # do not need it). Said first: the next line comes only once the first surface page is done.
-    work = [f"surfaces ({len(names)} groups, up to {rp.surface_draws} draws on a {rp.grid_size} x {rp.grid_size} "
-            "grid)"] if tasks.n_features >= 2 else []
+    work = [f"surfaces ({len(chosen.groups)} of {len(names)} groups, up to {rp.surface_draws} draws on a "
+            f"{rp.grid_size} x {rp.grid_size} grid)"] if tasks.n_features >= 2 else []
     work += (["reliability"] if lik.classifier else []) + (["PSIS-LOO"] if params.trace.pointwise else [])
     log.info("report: computing %s, beside the group-sd figures",
              f"each model's {', '.join(work)}" if work else "the figures")
-    with all_model_outputs(paths, specs, activation, tasks, rp, params) as wait_for_models:
+    with all_model_outputs(paths, specs, activation, tasks, rp, params, chosen.groups) as wait_for_models:
         import arviz as az
 
         later = {corr_name: _correlation_figure(hier_extra, prior, first, tasks.features, ref_chain)}
@@ -197,18 +199,20 @@ def report(
     status = _status_section(metrics, names, sd_vars, transfer_metrics, settings, drawn)
     figures.update(scored)
     if not lik.classifier:
-        sections = [status, _scores_section(metrics, baselines), _per_group_rmse_section(len(names))]
+        sections = [status, _scores_section(metrics, baselines),
+                    _per_group_rmse_section(len(names), _per_group_values(metrics, names, "test", "rmse"), names)]
     else:
         figures["calibration.png"] = plots.png_bytes(metric_plots.plot_reliability(calibration)[0])
         sections = [status, _accuracy_section(metrics, data, model_settings(settings), baselines),
-                    _per_group_section(len(names)),
+                    _per_group_section(len(names), accuracy, names),
                     _calibration_section()]
     if tasks.n_features < 2:
         sections.append(_no_surface_section(tasks))
     elif not lik.classifier:
-        sections += _regression_surface_sections(surface_files, rp, used_draws, tasks)
+        sections += _regression_surface_sections(surface_files, rp, used_draws, tasks, chosen, names)
     else:
-        sections += _surface_sections(surface_files, rp, used_draws, tasks, moons=on_moons(data))
+        sections += _surface_sections(surface_files, rp, used_draws, tasks, moons=on_moons(data), chosen=chosen,
+                                      names=names)
 
     title = "Hierarchical Bayesian neural networks: report"
     rows = {LABELS[v]: models[v].row_lpd for v in MODELS} | {BASELINE_LABELS[m]: r for m, r in base_rows.items()}

@@ -13,6 +13,7 @@ from hbnn.errors import counted
 from hbnn.model import likelihoods
 from hbnn.pipeline.variants import BY_NAME
 from hbnn.report.document import Figure, Heading, Para, Section, Table
+from hbnn.report.metric_plots import NAMED_GROUPS_MAX
 from hbnn.report.numbers import (
     ESS_OK,
     LABELS,
@@ -311,13 +312,14 @@ def _diagnostics_section(metrics: dict[str, dict], names: Sequence[str], sd_vars
     sds = lookup(metrics["hierarchical"], "sampling", "group_sd") or {}
     sd_rows = [[var, fmt(sds[var].get("rhat")), ess_text(sds[var].get("ess_bulk")),
                 ess_text(sds[var].get("ess_tail"))] for var in sd_vars if var in sds]
+    sort = ", every group sorted within each model" if len(names) > NAMED_GROUPS_MAX else ""
     blocks = [Table(header, rows),
               Para(f"Groups with function-space R-hat above {RHAT_OK}: {', '.join(flagged)}." if flagged else
                    "Every model was fitted with ADVI, whose R-hat is not judged."),
-              Figure("rhat_fn.png", f"Per-group function-space R-hat (max over test points); dashed line at "
+              Figure("rhat_fn.png", f"Per-group function-space R-hat (max over test points){sort}; dashed line at "
                                     f"{RHAT_OK}."),
-              Figure("ess_fn.png", f"Per-group function-space bulk ESS (min over test points, log scale); dashed "
-                                   f"line at {ESS_OK}."),
+              Figure("ess_fn.png", f"Per-group function-space bulk ESS (min over test points, log scale){sort}; "
+                                   f"dashed line at {ESS_OK}."),
               Heading("Hierarchical group sds (layer order)"),
               Table(["Variable", "R-hat", "Bulk ESS", "Tail ESS"], sd_rows)]
     captions = {

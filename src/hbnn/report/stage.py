@@ -195,7 +195,7 @@ def report(
         figures["transfer.png"] = transfer_png
     if loss_png is not None:
         figures["advi_loss.png"] = loss_png
-    status = _status_section(metrics, names, sd_vars, transfer_metrics, settings, drawn)
+    status = _status_section(metrics, names, sd_vars, transfer_metrics, settings, drawn, sd_draws)
     figures.update(scored)
     if not lik.classifier:
         sections = [status, _scores_section(metrics, baselines), _per_group_rmse_section(len(names))]

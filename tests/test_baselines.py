@@ -21,7 +21,7 @@ from hbnn.pipeline.runner import run_stage
 from hbnn.pipeline.stages.baselines import MODELS, baseline_seed, baselines
 from hbnn.pipeline.stages.make_data import make_data
 from hbnn.pipeline.transfer import paired_difference
-from hbnn.report.winner import winner_line
+from hbnn.report.winner import OVERDISPERSED, pearson_dispersion, winner_line
 
 ARGS = ["--tasks-path", "data/tasks.nc", "--metrics-out", "metrics/baselines.json"]
 
@@ -123,6 +123,27 @@ def test_winner_line_names_the_best_model_and_its_paired_standard_errors():
     assert "The best" not in winner_line(lik, rows, baselines=["C"]).text
     # a baseline best and another baseline second: the best BNN is named
     assert "The best BNN, A (" in winner_line(lik, rows, baselines=["B", "C"]).text
+
+
+def test_winner_line_says_when_poisson_baselines_meet_overdispersed_counts():
+    rng = np.random.default_rng(3)
+    rate = rng.uniform(1.0, 6.0, size=4000)
+    assert pearson_dispersion(rng.poisson(rate), rate) == pytest.approx(1.0, abs=0.1)
+    # negative binomial counts with dispersion alpha = 1: variance rate + rate**2, about 4.5 times the mean here
+    overdispersed = rng.negative_binomial(1.0, 1.0 / (1.0 + rate))
+    assert pearson_dispersion(overdispersed, rate) > 3.0
+    base = rng.normal(-2.5, 0.5, size=300)
+    rows = {"Hierarchical BNN": base + 0.3, "Pooled GLM": base}
+    lik = likelihoods.get("negative_binomial")
+    text = winner_line(lik, rows, baselines=["Pooled GLM"], dispersion=4.25).text
+    assert text.endswith("around the best baseline's rates the test counts' variance is 4.2 times their mean (a "
+                         "Poisson count's is 1): part of the margin between the BNNs (negative binomial) and the "
+                         "baselines is the likelihood, not the network.")
+    assert "The baselines are Poisson models" in text
+    # counts as dispersed as a Poisson's, no baselines compared, or no dispersion (same likelihood): nothing said
+    assert "Poisson models" not in winner_line(lik, rows, baselines=["Pooled GLM"], dispersion=OVERDISPERSED).text
+    assert "Poisson models" not in winner_line(lik, rows, dispersion=4.25).text
+    assert "Poisson models" not in winner_line(lik, rows, baselines=["Pooled GLM"]).text
 
 
 def test_missing_tasks_file_is_one_error_line(tmp_path, monkeypatch, capsys):

@@ -511,6 +511,8 @@ def test_negative_binomial_count_table_runs_through_every_stage(tmp_path):
     assert transfer and (tmp_path / "traces" / "transfer" / "informed.nc").is_file()
     text = (tmp_path / "reports" / "report.md").read_text()
     assert "negative binomial likelihood on the log mean" in text
+    # counts with variance mean + mean**2 / 2 against Poisson baselines: the first line says part of the margin is that
+    assert "The baselines are Poisson models" in text
     scored = _predict_known_and_new(tmp_path, {"price": 0.0, "promo": 0.0, "one": 1.0})
     for column in ("lower_94", "upper_94"):
         assert (scored[column] == scored[column].round()).all()

@@ -188,8 +188,10 @@ def score(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, sampled: Sa
         stage, score_name, metrics["train"][score_name], score_name, metrics["test"].get(score_name, float("nan")),
         metrics["loo"]["elpd"], metrics["loo"]["se"], metrics["sampling"]["divergences"], sampled.cost.seconds,
     )
+    sd_draws = {v: sampled.posterior[v].values for v in sampled.extra_diagnostics or {} if v in sampled.posterior}
     advice = None if "loss" in sampled.sample_stats else model_advice(
-        metrics["per_group"], _settings(stage, params, spec, tasks, **(settings_extra or {})), stage)
+        metrics["per_group"], _settings(stage, params, spec, tasks, **(settings_extra or {})), stage,
+        sd_draws=sd_draws, sds_missing=metrics["sampling"].get("sds_not_converged", 0))
     if advice:
         log.warning("%s", advice)
     falling = metrics["sampling"].get("advi_still_falling")

@@ -176,7 +176,8 @@ def report(
         else:
             accuracy = _per_group_values(metrics, names, "test", "accuracy")
             scored = _metrics_figures(metrics, names, accuracy, on_moons(data))
-        base_rows = {} if baselines is None else baseline_rows(tasks, params, baselines, metrics_dir)
+        base_rows, dispersion = ({}, None) if baselines is None else baseline_rows(tasks, params, baselines,
+                                                                                 metrics_dir)
         models = wait_for_models()
     figures = {name: png for v in MODELS for name, png in models[v].pages.items()}
     figures.update(later)
@@ -196,7 +197,7 @@ def report(
         figures["transfer.png"] = transfer_png
     if loss_png is not None:
         figures["advi_loss.png"] = loss_png
-    status = _status_section(metrics, names, sd_vars, transfer_metrics, settings, drawn)
+    status = _status_section(metrics, names, sd_vars, transfer_metrics, settings, drawn, sd_draws)
     figures.update(scored)
     if not lik.classifier:
         sections = [status, _scores_section(metrics, baselines),
@@ -217,7 +218,7 @@ def report(
     title = "Hierarchical Bayesian neural networks: report"
     rows = {LABELS[v]: models[v].row_lpd for v in MODELS} | {BASELINE_LABELS[m]: r for m, r in base_rows.items()}
     intro = [winner_line(lik, rows, [] if baselines is not None else ["the baselines (no metrics/baselines.json)"],
-                         [BASELINE_LABELS[m] for m in base_rows]),
+                         [BASELINE_LABELS[m] for m in base_rows], dispersion),
              *_intro(tasks, specs, settings)]
     if losses:
         sections.append(_loss_section(losses))

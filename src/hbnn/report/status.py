@@ -96,11 +96,12 @@ def _missing_table(metrics: dict[str, dict], missing: dict[str, list[str]]) -> l
 
 def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Sequence[str],
                     transfer: dict | None = None, settings: dict | None = None,
-                    drawn: dict[str, int] | None = None) -> Section:
+                    drawn: dict[str, int] | None = None, sd_draws: dict | None = None) -> Section:
     """First section: does every model meet the convergence bar, which groups miss it and by how much,
     and where PSIS-LOO is unreliable; the same for the transfer experiment's fits (``transfer``: its detail
     metrics). Drawn red when anything fails; the remedy names the settings of the fits that miss (``settings``: each
-    model's trace settings, ``drawn``: the draws per chain its trace holds)."""
+    model's trace settings, ``drawn``: the draws per chain its trace holds), and the model advice
+    (:func:`hbnn.diagnostics.advice.model_advice`) reads the hierarchical group sds' draws (``sd_draws``)."""
     header = ["Model", "Converged", "Groups meeting the bar", "Max R-hat (fn)", "Min bulk ESS (fn)", "Divergences",
               "Groups missing it", "LOO rows with high Pareto k"]
     rows, missing_any, short, diverging = [], False, [], []  # NUTS fits missing by R-hat/ESS, by divergences
@@ -151,7 +152,9 @@ def _status_section(metrics: dict[str, dict], names: Sequence[str], sd_vars: Seq
                  "the same chains will not merge them): " + "; ".join(flags) + "." if flags else
                  "No group is flagged as non-mixing (chains settled in distinct functions).")
     blocks = [Para(verdict, warn=failing), Table(header, rows, text_columns=(6,)), *_missing_table(metrics, missing_by)]
-    advice = [model_advice(lookup(metrics[v], "per_group") or {}, (settings or {}).get(v, {}), LABELS[v])
+    advice = [model_advice(lookup(metrics[v], "per_group") or {}, (settings or {}).get(v, {}), LABELS[v],
+                           sd_draws=sd_draws if v == "hierarchical" else None,
+                           sds_missing=lookup(metrics[v], "sampling", "sds_not_converged") or 0)
               for v in MODELS if not _fitted_with_advi(lookup(metrics[v], "sampling") or {})]
     blocks += [Para(a, warn=True) for a in advice if a]
     if advi_models:

@@ -27,6 +27,11 @@ from hbnn.report.inputs import read_json
 
 BASELINES_FILE = "baselines.json"  # metrics/<this>: the baselines stage's headline metrics
 
+# Counts whose Pearson dispersion around the best baseline's rates is past this are overdispersed for the winner
+# line: half as much variance again as a Poisson count has, well past the statistic's sampling sd (about sqrt(2 / n)
+# at n test rows) and enough that a Poisson predictive's lpd pays for it row by row
+OVERDISPERSED = 1.5
+
 
 def score_name(lik: likelihoods.Likelihood) -> str:
     """The headline proper score of ``lik``'s models.
@@ -88,8 +93,29 @@ def read_baselines(metrics_dir: Path, params: Params) -> dict | None:
     return detail
 
 
-def baseline_rows(tasks: Tasks, params: Params, detail: dict, metrics_dir: Path) -> dict[str, np.ndarray]:
-    """Each baseline's test-row lpd in the tasks' group-sorted test order, from refitting the baselines.
+def pearson_dispersion(y: np.ndarray, rate: np.ndarray) -> float:
+    """The Pearson dispersion of counts around predicted rates: ``mean((y - rate)**2 / rate)``.
+
+    Parameters
+    ----------
+    y : numpy.ndarray
+        The counts.
+    rate : numpy.ndarray
+        Each count's predicted rate (> 0), the same shape.
+
+    Returns
+    -------
+    float
+        About 1 for Poisson counts with these rates; above 1 where the counts vary more (overdispersion).
+    """
+    y, rate = np.asarray(y, dtype=float), np.asarray(rate, dtype=float)
+    return float(np.mean((y - rate) ** 2 / rate))
+
+
+def baseline_rows(tasks: Tasks, params: Params, detail: dict,
+                  metrics_dir: Path) -> tuple[dict[str, np.ndarray], float | None]:
+    """Each baseline's test-row lpd in the tasks' group-sorted test order, from refitting the baselines, and how
+    overdispersed the test counts are for them.
 
     Parameters
     ----------
@@ -104,8 +130,12 @@ def baseline_rows(tasks: Tasks, params: Params, detail: dict, metrics_dir: Path)
 
     Returns
     -------
-    dict of str to numpy.ndarray
+    rows : dict of str to numpy.ndarray
         Per baseline.
+    dispersion : float or None
+        Where the baselines are scored with another likelihood than the BNNs (counts: Poisson baselines beside a
+        negative binomial), the test counts' :func:`pearson_dispersion` around the rates of the baseline with the
+        best mean row lpd; else ``None``.
 
     Raises
     ------
@@ -123,7 +153,11 @@ def baseline_rows(tasks: Tasks, params: Params, detail: dict, metrics_dir: Path)
             raise InputError(f"{detail_path(metrics_dir / BASELINES_FILE)}: the test scores of {model} are not those "
                              f"of its refit on these tasks ({found} against {scored[model]['test']}); rerun the "
                              "baselines stage (dvc repro)")
-    return {model: row_lpd(lik, preds[model]["test"]) for model in baselines.MODELS}
+    rows = {model: row_lpd(lik, preds[model]["test"]) for model in baselines.MODELS}
+    if lik.name == tasks.likelihood:
+        return rows, None
+    best = preds[max(rows, key=lambda m: float(np.mean(rows[m])))]["test"]
+    return rows, pearson_dispersion(np.concatenate(best["y"]), np.concatenate([np.ravel(d) for d in best["draws"]]))
 
 
 def _versus(lik: likelihoods.Likelihood, rows: dict[str, np.ndarray], best: str, other: str) -> tuple[str, float]:
@@ -135,7 +169,7 @@ def _versus(lik: likelihoods.Likelihood, rows: dict[str, np.ndarray], best: str,
 
 
 def winner_line(lik: likelihoods.Likelihood, rows: dict[str, np.ndarray], missing: Sequence[str] = (),
-                baselines: Sequence[str] = ()) -> Para:
+                baselines: Sequence[str] = (), dispersion: float | None = None) -> Para:
     """One sentence: which model is best on the test rows, and by how much.
 
     Parameters
@@ -150,6 +184,9 @@ def winner_line(lik: likelihoods.Likelihood, rows: dict[str, np.ndarray], missin
         Which names of ``rows`` are baselines. Where the runner-up is of the same kind as the best (two BNNs, or two
         baselines), the best of the other kind is named too, so the line always says how the BNNs stand against
         the plain models.
+    dispersion : float, optional
+        :func:`baseline_rows`' dispersion: past :data:`OVERDISPERSED`, the line says that the baselines are Poisson
+        models of overdispersed counts, so that part of the BNNs' margin over them is the likelihood, not the network.
 
     Returns
     -------
@@ -177,6 +214,11 @@ def winner_line(lik: likelihoods.Likelihood, rows: dict[str, np.ndarray], missin
             text += f" The best {what}, {other}, is {z:.1f} standard errors behind."
     else:
         text += ")."
+    if baselines and dispersion is not None and dispersion > OVERDISPERSED:
+        text += (f" The baselines are Poisson models (GLMs; gradient boosting with a Poisson loss), scored with a "
+                 f"Poisson predictive, and around the best baseline's rates the test counts' variance is "
+                 f"{dispersion:.1f} times their mean (a Poisson count's is 1): part of the margin between the BNNs "
+                 f"({lik.name.replace('_', ' ')}) and the baselines is the likelihood, not the network.")
     if missing:
         text += f" Not compared: {', '.join(missing)}."
     return Para(text)

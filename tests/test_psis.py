@@ -70,3 +70,12 @@ def test_to_arviz_is_what_az_compare_takes():
     a, b = az.compare(ours), az.compare(theirs)
     for column in ("rank", "elpd_loo", "p_loo", "elpd_diff", "weight", "se", "dse", "warning"):
         np.testing.assert_allclose(a[column].astype(float), b[column].astype(float), rtol=1e-9, atol=1e-9)
+
+
+def test_long_heavy_tails_fit_without_an_overflow_warning():
+    """A candidate shape far below the best makes exp() overflow in the profile weights; its weight is 0, and the
+    log says nothing (the test's warnings are errors)."""
+    tails = np.sort(np.random.default_rng(0).pareto(1.0, size=(1, 1000))) + 1e-6
+    with np.errstate(over="raise"):
+        k, sigma = psis._fit_gpd(tails)
+    assert np.isfinite(k).all() and (sigma > 0).all()

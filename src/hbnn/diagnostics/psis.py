@@ -58,7 +58,8 @@ def _fit_gpd(tails: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     b = b / (3 * tails[:, int(n / 4 + 0.5) - 1, None]) + 1 / tails[:, -1, None]  # (row, m)
     k = np.log1p(-b[:, :, None] * tails[:, None, :]).mean(axis=2)
     profile = n * (np.log(-(b / k)) - k - 1)
-    weights = 1 / np.exp(profile[:, None, :] - profile[:, :, None]).sum(axis=2)
+    with np.errstate(over="ignore"):  # a candidate far below the best overflows to inf: its weight is 1 / inf = 0
+        weights = 1 / np.exp(profile[:, None, :] - profile[:, :, None]).sum(axis=2)
     weights = np.where(weights >= 10 * _EPS, weights, 0.0)  # negligible candidates left out
     weights /= weights.sum(axis=1, keepdims=True)
     b_mean = np.sum(b * weights, axis=1)

@@ -747,6 +747,12 @@ def test_transfer_status_names_why_the_hierarchical_fit_misses_the_bar():
     one = report_status._transfer_status({"training_groups": ["g1"], "sampling": {
         "hierarchical": {"groups_not_converged": 1, "max_rhat": 1.02, "min_ess_bulk": 90.0}, **refits}})[0]
     assert "the hierarchical fit of the 1 training group MISSES it (1 group missing it; max R-hat" in one
+    # the hierarchical refits (transfer_refit) are counted with the others, and one that misses fails the box
+    good = {"groups_not_converged": 0, "max_rhat": 1.004, "min_ess_bulk": 900.0}
+    for missed, failing in ((0, False), (1, True)):
+        text, bad = report_status._transfer_status({"training_groups": ["g1", "g2"], "sampling": {
+            "hierarchical": good, **refits, "hier_refit": {"fits_not_converged": missed, "fits": 6}}})
+        assert bad is failing and f"60/60 informed, {6 - missed}/6 hierarchical." in text
 
 
 def test_status_remedy_names_the_settings_that_say_how_long_and_a_fit_stopped_at_its_limit():

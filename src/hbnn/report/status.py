@@ -273,7 +273,8 @@ def _transfer_status(tm: dict) -> tuple[str, bool]:
     h = tm["sampling"]["hierarchical"]
     sd_bad = _transfer_hier_misses(h)
     hier_ok = sd_bad is None
-    counts = {m: (tm["sampling"][m]["fits_not_converged"], tm["sampling"][m]["fits"]) for m in ("flat", "informed")}
+    counts = {m: (tm["sampling"][m]["fits_not_converged"], tm["sampling"][m]["fits"])
+              for m in ("flat", "informed", "hier_refit") if m in tm["sampling"]}  # hier_refit: one fit per size
     refits_ok = not any(bad for bad, _ in counts.values())
     if hier_ok:
         hier_text = "meets the bar"
@@ -288,7 +289,8 @@ def _transfer_status(tm: dict) -> tuple[str, bool]:
     if h.get("restarts"):
         hier_text += (f" after {h['restarts']} restart(s) of its chains ("
                       + "; ".join(r["reason"] for r in h.get("restarted", [])) + ")")
-    refit_text = ", ".join(f"{n - bad}/{n} {m}" for m, (bad, n) in counts.items())
+    refit_text = ", ".join(f"{n - bad}/{n} {'hierarchical' if m == 'hier_refit' else m}"
+                           for m, (bad, n) in counts.items())
     text = (f"Transfer experiment (Transfer to new groups): the hierarchical fit of the "
             f"{counted(len(tm['training_groups']), 'training group')} {hier_text}; refits of the held-out groups "
             f"meeting it: {refit_text}.")

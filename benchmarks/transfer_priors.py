@@ -12,14 +12,18 @@ log predictive density of each test row (``log mean_s p(y_i | draw s)``):
     The same derivation from one chain (``prior.align: reference_chain``), by NUTS.
 ``joint``
     One MvNormal over every layer's weights at once (chain-aligned draws; cross-layer correlations kept), by NUTS.
+``plugin``
+    ``N(mu_s, sd_s^2 I)`` per layer at the hierarchical posterior's draw ``s`` of the highest log density: the
+    informed prior file's layout, at one value of ``(mu, sd)`` rather than over all of them, by NUTS.
 ``mixture``
     The hierarchical model's own new-group prior with ``(mu, sd)`` marginalised over ``--components`` thinned
     posterior draws of both chains, ``p(w) = mean_s prod_layers N(w_layer; mu_s, sd_s^2 I)``, as a
     ``pm.Potential`` with a logsumexp over the components, by NUTS.
 ``mixture_is`` and ``informed_is``
-    The same two priors by importance sampling from the prior (``--is-per-draw`` new-group draws per posterior
-    draw, weighted by the likelihood of the group's training rows): no sampler, exact as the weights' effective
-    sample size (printed) grows; ``informed_is`` checks the method against ``informed``'s NUTS fits.
+    The same two priors by importance sampling from the prior (``--is-draws`` new-group draws, spread evenly over
+    ``--is-components`` thinned posterior draws for the mixture, weighted by the likelihood of the group's training
+    rows): no sampler, exact as the weights' effective sample size (printed) grows; ``informed_is`` checks the
+    method against ``informed``'s NUTS fits.
 
 NUTS fits use nutpie (numba) with ``--chains`` x ``--draws`` after ``--tune`` at the committed per-group sampler's
 ``target_accept``, one compile per prior, refitted per group with ``with_data``; R-hat and bulk ESS are those of the
@@ -33,6 +37,7 @@ Usage::
 
     python -m benchmarks.transfer_priors --root /work/main                 # sizes 2 4 8, every prior
     python -m benchmarks.transfer_priors --root . --sizes 2 --priors mixture_is informed_is --out /tmp/p.json
+    python -m benchmarks.transfer_priors --root . --priors mixture_is --is-components 20   # how many components
 """
 
 from __future__ import annotations
@@ -47,8 +52,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import logsumexp
 
-PRIORS = ("informed", "informed_ref", "joint", "mixture", "mixture_is", "informed_is")
-NUTS_PRIORS = ("informed", "informed_ref", "joint", "mixture")
+PRIORS = ("informed", "informed_ref", "joint", "plugin", "mixture", "mixture_is", "informed_is")
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -154,6 +158,16 @@ class Population:
         fitted, _ = derive(p, self.posterior, self.specs, "tanh", STAGE_KEYS["transfer_prior"], Path("hier.nc"))
         return {s.name: layer for s, layer in zip(self.specs, fitted, strict=True)}
 
+    def plugin_prior(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per layer ``(mu_s, sd_s^2 I)`` at the posterior draw ``s`` of the highest log density: the hierarchical
+        model's new-group prior at one value of ``(mu, sd)``, in the informed prior file's layout."""
+        import xarray as xr
+
+        logp = xr.open_dataset(self.root / "traces/transfer/hier.nc", group="sample_stats")["logp"]
+        c, d = np.unravel_index(int(np.argmax(logp.transpose("chain", "draw").values)), self.sd[0].shape)
+        return {s.name: (m[c, d].ravel(), float(sd[c, d]) ** 2 * np.eye(s.size))
+                for s, m, sd in zip(self.specs, self.mu, self.sd, strict=True)}
+
     def committed_prior(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """The committed ``priors/transfer.nc``."""
         import xarray as xr
@@ -208,12 +222,12 @@ def nuts_model(kind: str, specs, X: np.ndarray, y: np.ndarray, layer_prior=None,
     from hbnn.model.builders import build_informed_model
     from hbnn.model.network import mlp_logit
 
-    if kind in ("informed", "informed_ref"):
+    if kind in ("informed", "informed_ref", "plugin"):
         return build_informed_model(X, y, ["x1", "x2"], [s.shape[-1] for s in specs[:-1]], layer_prior)
     total = sum(s.size for s in specs)
-    with pm.Model() as model:
-        x = pm.Data("x", X)
-        y_data = pm.Data("y", y)
+    with pm.Model(coords={"feature": ["x1", "x2"]}) as model:
+        x = pm.Data("x", X, dims=("obs", "feature"))
+        y_data = pm.Data("y", y, dims="obs")
         if kind == "joint":
             mean, cov = joint
             z = pm.Normal("z", 0.0, 1.0, shape=total)
@@ -330,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--priors", nargs="+", default=list(PRIORS), choices=PRIORS)
     ap.add_argument("--components", type=int, default=200, help="mixture components (thinned posterior draws)")
-    ap.add_argument("--is-per-draw", type=int, default=50, help="importance draws per posterior draw")
+    ap.add_argument("--is-draws", type=int, default=100_000, help="importance draws (prior draws) per prior")
+    ap.add_argument("--is-components", type=int, default=0,
+                    help="mixture_is: thinned posterior draws it mixes over (0: every draw)")
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--draws", type=int, default=500)
     ap.add_argument("--tune", type=int, default=300)
@@ -366,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         if kind == "informed":
             results[kind] = run_nuts(kind, fits, specs, args, layer_prior=pop.committed_prior())
+        elif kind == "plugin":
+            results[kind] = run_nuts(kind, fits, specs, args, layer_prior=pop.plugin_prior())
         elif kind == "informed_ref":
             results[kind] = run_nuts(kind, fits, specs, args, layer_prior=pop.layer_prior("reference_chain"))
         elif kind == "joint":
@@ -373,12 +391,13 @@ def main(argv: list[str] | None = None) -> int:
         elif kind == "mixture":
             results[kind] = run_nuts(kind, fits, specs, args, mixture=pop.components(args.components))
         elif kind == "mixture_is":
-            mu, sd = pop.components(pop.sd[0].size)  # every posterior draw
-            mu, sd = np.repeat(mu, args.is_per_draw, 0), np.repeat(sd, args.is_per_draw, 0)
+            mu, sd = pop.components(args.is_components or pop.sd[0].size)  # 0: every posterior draw
+            per = max(1, args.is_draws // mu.shape[0])
+            mu, sd = np.repeat(mu, per, 0), np.repeat(sd, per, 0)
             results[kind] = run_is(lambda mu=mu, sd=sd: mu + sd * rng.standard_normal(mu.shape), fits, specs)
         else:  # informed_is
             layers = pop.committed_prior()
-            count = pop.sd[0].size * args.is_per_draw
+            count = args.is_draws
 
             def draw(layers=layers, count=count):
                 return np.concatenate([rng.multivariate_normal(*layers[s.name], size=count) for s in specs], axis=1)

@@ -709,7 +709,8 @@ def test_check_params_warns_where_a_fit_keeps_fewer_draws_than_the_bar_needs(wor
         caplog.clear()
         code, err = _run("check_params", _yaml(params), capsys)
         assert code == 0, err
-        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "hbnn.pipeline.budget"]
+        return [r.getMessage() for r in caplog.records
+                if r.levelname == "WARNING" and r.name == "hbnn.pipeline.preflight"]
 
     (warned,) = warnings_of(raw)
     assert warned.startswith("sampler.chains x sampler.draws = 2 x 100 = 200 draws per fit, fewer than the bulk ESS "

@@ -65,8 +65,9 @@ def test_the_report_imports_arviz_only_once_its_workers_have_forked():
 def test_the_stages_before_the_report_do_not_import_arviz():
     """ArviZ's import (pyplot, SciPy's stats, a numba ufunc compiled at import) costs a stage ~2.5 s; only the
     report, which draws ArviZ's plots, should pay it."""
-    stages = ("make_data", "fit_flat", "fit_hier", "derive_prior", "fit_informed", "transfer")
-    modules = ["hbnn.pipeline.budget", *(f"hbnn.pipeline.stages.{s}" for s in stages), "hbnn.cli"]
+    stages = ("make_data", "fit_flat", "fit_hier", "derive_prior", "fit_informed", "transfer", "transfer_refit")
+    modules = ["hbnn.pipeline.budget", "hbnn.pipeline.preflight", *(f"hbnn.pipeline.stages.{s}" for s in stages),
+               "hbnn.cli"]
     code = f"""
 import sys
 import numpy as np

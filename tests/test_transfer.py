@@ -276,3 +276,68 @@ def test_the_hierarchical_refit_joins_the_transfer_metrics_csv_and_report(pipeli
     assert "hier_refit" in headline["sampling"]
     html = (pipeline / "reports" / "report.html").read_text()
     assert "Hierarchical refit accuracy" in html and "Against the hierarchical refit" in html
+
+
+def _refit_doc(groups=("g01",), rows=2):
+    entry = {"groups": list(groups), "row_lpd": [-0.5] * rows, "test": {"accuracy": 0.5}, "lpd_se": 0.1,
+             "heldout_not_converged": 0,
+             "sampling": {"divergences": 0, "max_rhat": 1.0, "min_ess_bulk": 500.0, "groups_not_converged": 0}}
+    return {"sizes": {"n2": entry}}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.pop("sizes"), "no sizes object"),
+    (lambda d: d["sizes"].update(n4=d["sizes"]["n2"]), r"holds sizes \['n2', 'n4'\], and these params refit at"),
+    (lambda d: d["sizes"].pop("n2"), r"holds sizes \[\]"),
+    (lambda d: d["sizes"]["n2"].update(groups=["g02"]), r"n2 refit scored held-out groups \['g02'\], not"),
+    (lambda d: d["sizes"]["n2"].update(row_lpd=[-0.5]), "no row_lpd of 2 numbers"),
+    (lambda d: d["sizes"]["n2"].update(row_lpd=["x", "y"]), "no row_lpd of 2 numbers"),
+    (lambda d: d["sizes"]["n2"].pop("sampling"), "lacks its test scores or sampling counts"),
+])
+def test_a_broken_refit_metrics_file_is_named_before_any_fit(change, message):
+    from pathlib import Path
+
+    from hbnn.pipeline.stages.transfer_refit import check_refit_metrics
+
+    doc = _refit_doc()
+    check_refit_metrics(doc, Path("r.json"), {"n2": (["g01"], 2)})  # as it should be
+    change(doc)
+    with pytest.raises(InputError, match=f"metrics file r.json: .*{message}.*rerun transfer_refit"):
+        check_refit_metrics(doc, Path("r.json"), {"n2": (["g01"], 2)})
+
+
+def test_transfer_refit_refuses_a_trace_folder_that_is_a_file_before_any_fit(tmp_path, monkeypatch):
+    from conftest import TINY
+
+    from hbnn.files.outputs import write_netcdf
+    from hbnn.pipeline.stages import transfer_refit
+
+    params = parse_params(TINY)
+    write_netcdf(make_moons_tasks(params), tmp_path / "tasks.nc")
+    (tmp_path / "refit").write_text("a file")
+    monkeypatch.setattr(transfer_refit, "sample_hierarchical", lambda *a, **k: pytest.fail("sampled"))
+    with pytest.raises(InputError, match="refit exists and is not a folder"):
+        transfer_refit.run_transfer_refit(params, tmp_path / "tasks.nc", tmp_path / "refit", tmp_path / "m.json",
+                                          tmp_path / "t.json")
+
+
+def test_the_report_says_when_no_refit_ran_and_when_refits_miss_the_bar(pipeline):  # noqa: F811
+    from hbnn.report.transfer_section import _transfer_section
+
+    tm = json.loads((pipeline / "metrics" / "detail" / "transfer.json").read_text())
+    lik = likelihoods.get("bernoulli")
+
+    def texts(section):
+        return " ".join(getattr(b, "text", "") for b in section.blocks)
+
+    ran = texts(_transfer_section(tm, lik))
+    assert "did not run" not in ran
+    missed = {**tm, "sampling": {**tm["sampling"], "hier_refit": {**tm["sampling"]["hier_refit"],
+                                                                   "fits_not_converged": 1}}}
+    assert "1 of the hierarchical refits miss the convergence bar" in texts(_transfer_section(missed, lik))
+    none = {**tm, "sizes": {k: {m: v for m, v in r.items() if m not in ("hier_refit", "informed_vs_refit",
+                                                                         "refit_vs_flat")}
+                            for k, r in tm["sizes"].items()},
+            "sampling": {k: v for k, v in tm["sampling"].items() if k != "hier_refit"}}
+    text = texts(_transfer_section(none, lik))
+    assert "The hierarchical refit did not run" in text and "Against the hierarchical refit" not in text

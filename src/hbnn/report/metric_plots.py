@@ -394,10 +394,11 @@ def plot_transfer(rows: Sequence[float], labels: Sequence[str], score_name: str,
     return fig, axes
 
 
-# the hierarchical refit is the hierarchical model: its colour, drawn solid (its population prediction is dashed)
 TRANSFER_LABELS = {"hier_refit": "hierarchical refit"}
+# the hierarchical refit is the hierarchical model: a darker shade of its blue, apart from the population's dashed line
+REFIT_COLOR = "#08519c"
 
 
 def _transfer_color(name: str) -> str:
-    """A transfer curve's colour: the variant's, the hierarchical model's for its refit."""
-    return MODEL_COLORS.get(name, MODEL_COLORS["hierarchical"])
+    """A transfer curve's colour: the variant's, a darker hierarchical blue for the refit."""
+    return MODEL_COLORS.get(name, REFIT_COLOR)

@@ -53,7 +53,7 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
              "", fmt(-pop["test"]["lpd_mean"], ".4f"), "", "", ""]]
     refit = any(REFIT in r for r in sizes.values())
     if refit:
-        header = _with_refit(header, f"Hierarchical refit {score}", "Refit log loss",
+        header = _with_refit(header, f"Hierarchical refit {score}", "Hierarchical refit log loss",
                              "Informed - refit log density (se)")
         header[-1] = "Fits not converged (flat / informed / refit)"
         rows[0] = _with_refit(rows[0], "", "", "")
@@ -66,9 +66,9 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
         if refit:
             h, dr = r.get(REFIT), r.get("informed_vs_refit")
             row = _with_refit(row, fmt(h["test"][score], ".4f") if h else "not run",
-                              fmt(-h["test"]["lpd_mean"], ".4f") if h else "",
-                              f"{dr['mean']:+.3f} ({dr['se']:.3f})" if dr else "")
-            row[-1] += f" / {h['fits_not_converged']}" if h else " / -"
+                              fmt(-h["test"]["lpd_mean"], ".4f") if h else "not run",
+                              f"{dr['mean']:+.3f} ({dr['se']:.3f})" if dr else "not run")
+            row[-1] += f" / {h['fits_not_converged']}" if h else " / not run"
         rows.append(row)
     reading = _transfer_reading(sizes, tm["stops_mattering"]) + _refit_reading(sizes)
     groups = (f"Held out: {', '.join(tm['heldout_groups'])} ({counted(len(tm['heldout_groups']), 'group')}); the "
@@ -93,7 +93,17 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
     status, failing = _transfer_status(tm)
     if failing:  # the status box's line, with where the numbers are
         blocks.append(Para(f"{status} Each fit's numbers are in metrics/detail/transfer.json "
-                           "(fits.<model>.<group>/<size>).", warn=True))
+                           "(fits.<model>.<group>/<size>), the hierarchical refits' in "
+                           "metrics/detail/transfer_refit.json (sizes.<size>.sampling).", warn=True))
+    missed = (tm["sampling"].get(REFIT) or {}).get("fits_not_converged", 0)
+    if missed:
+        blocks.insert(0, Para(f"{missed} of the hierarchical refits miss the convergence bar (below), so the refit "
+                              "line and the informed-minus-refit differences rest on posteriors not yet sampled well "
+                              "enough: read them as provisional.", warn=True))
+    if not refit:
+        blocks.append(Para("The hierarchical refit did not run (transfer.refit_sizes and transfer.refit_all_rows "
+                           "select no size), so there is no line of partial pooling to hold the informed prior "
+                           "against; set transfer.refit_sizes (for example [2, 4, 8]) to draw it."))
     if tm["skipped"]:
         blocks.append(Para("Skipped (a size must be smaller than the group's training rows): "
                            + ", ".join(tm["skipped"]) + "."))

@@ -42,7 +42,7 @@ from hbnn.model.prior import load_prior, prior_dataset
 from hbnn.model.spec import ModelSpec
 from hbnn.pipeline import budget, transfer
 from hbnn.pipeline.predict import population_extra, population_weights
-from hbnn.pipeline.stages.transfer_refit import refit_line, refit_sampling
+from hbnn.pipeline.stages.transfer_refit import check_refit_metrics, refit_labels, refit_line, refit_sampling
 from hbnn.pipeline.variants import FLAT, INFORMED, STAGE_KEYS, STAGE_PARAMS, derive_seed
 
 log = logging.getLogger(__name__)
@@ -209,6 +209,15 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     upstream = _upstream(prior_metrics, "transfer_prior", params, heldout, prior_path)
     hier_refit = _upstream(refit_metrics, "transfer_refit", params, heldout, prior_path)
     refit, refits, skipped = transfer.refit_tasks(tasks, heldout, params.transfer)
+    test_rows = dict(zip(refit.group_names, np.bincount(refit.split("test").group, minlength=refit.n_groups),
+                         strict=True))
+    expected = {label: ([r.group for r in refits if r.size == label],
+                        int(sum(test_rows[r.name] for r in refits if r.size == label)))
+                for label in refit_labels(params.transfer)}
+    check_refit_metrics(hier_refit, refit_metrics, {k: v for k, v in expected.items() if v[0]})
+    if not any(groups for groups, _ in expected.values()):
+        log.info("transfer: no hierarchical refit to compare with (transfer.refit_sizes and transfer.refit_all_rows "
+                 "select none)")
     for line in skipped:
         log.info("transfer: skipping %s: a size must be smaller than the group's training rows", line)
     by_size = transfer.groups_by_size(r.name for r in refits)
@@ -268,8 +277,10 @@ def _upstream(path: Path, stage: str, params: Params, heldout: list[str], prior_
         upstream = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise InputError(f"metrics file {path} cannot be read ({err}); rerun {stage} (dvc repro)") from err
+    if not isinstance(upstream, dict):
+        raise InputError(f"metrics file {path} holds no metrics object; rerun {stage} (dvc repro)")
     check_made_by(upstream, path, stage, params)
-    if not isinstance(upstream, dict) or upstream.get("heldout_groups") != heldout:
+    if upstream.get("heldout_groups") != heldout:
         raise InputError(f"{path} does not belong to {prior_path} (other held-out groups); rerun {stage} (dvc repro)")
     return upstream
 

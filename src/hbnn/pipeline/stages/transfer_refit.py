@@ -21,7 +21,7 @@ import numpy as np
 from hbnn.config import Params
 from hbnn.data.tasks import Tasks, load_tasks
 from hbnn.diagnostics import evaluation, predictions
-from hbnn.errors import InputError
+from hbnn.errors import InputError, counted
 from hbnn.files.io import as_builtin, made_by
 from hbnn.files.outputs import staged_outputs
 from hbnn.fitting import common as fitting
@@ -79,9 +79,12 @@ def run_transfer_refit(params: Params, tasks_path: Path, trace_dir: Path, metric
     Raises
     ------
     hbnn.errors.InputError
-        If the tasks file is bad, no held-out group has more training rows than a size, or an estimate exceeds the
-        budget.
+        If the tasks file is bad, no held-out group has a fit at any of ``transfer.sizes`` (or all rows), ``trace_dir``
+        is not a folder, or an estimate exceeds the budget.
     """
+    if trace_dir.exists() and not trace_dir.is_dir():
+        raise InputError(f"{trace_dir} exists and is not a folder: transfer_refit writes one trace per size into it; "
+                         "move it away")
     tasks = load_tasks(tasks_path, params.model.likelihood, params)
     heldout = transfer.holdout(tasks.group_names, params.transfer)
     kept = [g for g in tasks.group_names if g not in heldout]
@@ -91,6 +94,9 @@ def run_transfer_refit(params: Params, tasks_path: Path, trace_dir: Path, metric
     if unused:
         log.warning("%s: transfer.refit_sizes %s are not among transfer.sizes %s (no flat or informed fits to compare "
                     "with): not refitted", STAGE, unused, list(params.transfer.sizes))
+    if params.transfer.refit_all_rows and not params.transfer.all_rows:
+        log.warning("%s: transfer.refit_all_rows is true but transfer.all_rows is false (no flat or informed fits on "
+                    "every row to compare with): no refit with every row", STAGE)
     fits = {}
     for label in labels:
         pooled, groups = transfer.pooled_tasks(tasks, kept, refit, refits, label)
@@ -99,13 +105,14 @@ def run_transfer_refit(params: Params, tasks_path: Path, trace_dir: Path, metric
             fitting.enforce_budget(STAGE, params, pooled)  # every size's cost, before the first one samples
         else:
             log.info("%s: skipping %s: no held-out group has more training rows", STAGE, label)
-    log.info("%s: %d hierarchical refits (sizes %s) of the %d training groups with the %d held-out groups' rows",
-             STAGE, len(fits), ", ".join(fits) or "none", len(kept), len(heldout))
+    log.info("%s: %s (sizes %s) of the %s with the held-out %s rows", STAGE, counted(len(fits), "hierarchical refit"),
+             ", ".join(fits) or "none", counted(len(kept), "training group"),
+             "group's" if len(heldout) == 1 else f"{len(heldout)} groups'")
     spec = fitting.model_spec(params, tasks)
     sizes, traces, timings = {}, {}, {}
     for label, (pooled, groups) in fits.items():
-        log.info("%s: %s: fitting %d groups (%s with %s rows each)", STAGE, label, pooled.n_groups,
-                 ", ".join(groups), label.removeprefix("n"))
+        log.info("%s: %s: fitting %d groups (%s with %s rows%s)", STAGE, label, pooled.n_groups, ", ".join(groups),
+                 label.removeprefix("n"), " each" if len(groups) > 1 else "")
         sampled = sample_hierarchical(STAGE, params, spec, pooled)
         with watch(log, f"{STAGE}: {label}: scoring the draws"):
             traces[label], metrics, timings[label], pred = fitting.score_fit(
@@ -189,9 +196,10 @@ def refit_line(refit: dict, groups: list[str], informed_lpd: np.ndarray, flat_lp
         Where the refit scored other groups or rows.
     """
     lpd = np.asarray(refit.get("row_lpd", []), dtype=float)
-    if refit.get("groups") != groups or lpd.shape != informed_lpd.shape:
-        raise InputError(f"transfer_refit's {label} fit scored other held-out groups or rows ({refit.get('groups')}) "
-                         f"than the flat and informed fits ({groups}); rerun transfer_refit (dvc repro)")
+    if refit.get("groups") != groups or lpd.shape != informed_lpd.shape:  # check_refit_metrics said it first
+        raise InputError(f"transfer_refit's {label} fit scored other held-out groups ({refit.get('groups')}) or "
+                         f"rows ({lpd.size}) than the flat and informed fits ({groups}, {informed_lpd.size} rows); "
+                         "rerun transfer_refit (dvc repro)")
     s = refit["sampling"]
     line = {"test": refit["test"], "lpd_se": refit["lpd_se"], "fits_not_converged": int(_missed(s)),
             "groups_not_converged": s["groups_not_converged"], "heldout_not_converged": refit["heldout_not_converged"],
@@ -224,3 +232,48 @@ def refit_sampling(hier_refit: dict) -> dict:
 def _missed(sampling: dict) -> bool:
     """Whether a refit has a group or a group sd short of the convergence bar."""
     return sampling["groups_not_converged"] > 0 or sampling.get("sds_not_converged", 0) > 0
+
+
+def check_refit_metrics(doc: dict, path: Path, expected: dict[str, tuple[list[str], int]]) -> None:
+    """Refuse ``transfer_refit``'s metrics where they are not what ``transfer`` needs for these params and rows.
+
+    Checked before ``transfer`` fits anything: every size the params refit at (and only those) with the held-out
+    groups fitted at it, one log density per test row, and the scores and sampling counts it reads.
+
+    Parameters
+    ----------
+    doc : dict
+        The metrics as read.
+    path : pathlib.Path
+        Their file, named in errors.
+    expected : dict of str to tuple
+        Per size label the refit must hold: the held-out groups fitted at it, in order, and their test rows.
+
+    Raises
+    ------
+    hbnn.errors.InputError
+        Naming the file, the size and what is wrong.
+    """
+    def bad(what: str) -> InputError:
+        return InputError(f"metrics file {path}: {what}; rerun transfer_refit (dvc repro)")
+
+    sizes = doc.get("sizes")
+    if not isinstance(sizes, dict):
+        raise bad("no sizes object")
+    if sorted(sizes) != sorted(expected):
+        raise bad(f"holds sizes {sorted(sizes)}, and these params refit at {sorted(expected)}")
+    for label, (groups, rows) in expected.items():
+        entry = sizes[label]
+        found = entry.get("groups") if isinstance(entry, dict) else entry
+        if not isinstance(entry, dict) or found != groups:
+            raise bad(f"its {label} refit scored held-out groups {found!r}, not {groups}")
+        lpd = entry.get("row_lpd")
+        if not isinstance(lpd, list) or len(lpd) != rows or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in lpd):
+            raise bad(f"its {label} refit has no row_lpd of {rows} numbers (one per held-out test row)")
+        sampling = entry.get("sampling")
+        numbers = (entry.get("test"), sampling, entry.get("heldout_not_converged"))
+        if not isinstance(numbers[0], dict) or not isinstance(sampling, dict) or not all(
+                isinstance(sampling.get(k), (int, float)) for k in evaluation.HEADLINE_SAMPLING) \
+                or not isinstance(numbers[2], int):
+            raise bad(f"its {label} refit lacks its test scores or sampling counts")

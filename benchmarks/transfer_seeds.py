@@ -45,7 +45,11 @@ def run_seed(work: Path, base: dict, seed: int) -> dict:
     """Run the transfer stages for data seed ``seed``; return the detail metrics and each stage's seconds."""
     work.mkdir(parents=True, exist_ok=True)
     params = work / "params.yaml"
-    params.write_text(yaml.safe_dump(overridden(base, {"seed": seed})))
+    raw = overridden(base, {"seed": seed})
+    table = Path(raw.get("data", {}).get("path", ""))
+    if raw.get("data", {}).get("source") == "table" and not table.is_absolute():  # the workspace's, not work's
+        raw["data"]["path"] = str(ROOT / table)
+    params.write_text(yaml.safe_dump(raw))
     args = dict(_pipeline_stages())
     seconds = {}
     for stage in STAGES:

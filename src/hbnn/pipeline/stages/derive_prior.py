@@ -28,9 +28,10 @@ def headline(metrics: dict) -> dict:
     Returns
     -------
     dict
-        The chains used and each layer's mean prior sd.
+        The chains used (``plugin``: and the draw taken, with its log density) and each layer's mean prior sd.
     """
-    return {"draws": {"chains_used": metrics["draws"]["chains_used"]},
+    draws = {key: metrics["draws"][key] for key in ("chains_used", "chosen") if key in metrics["draws"]}
+    return {"draws": draws,
             "layers": {name: {"prior_sd_mean": m["prior_sd_mean"]} for name, m in metrics["layers"].items()}}
 
 

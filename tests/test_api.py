@@ -227,6 +227,18 @@ def test_an_informed_model_takes_the_prior_of_a_fitted_hierarchical_model(fitted
     assert clone(InformedBNN(prior)).prior.identical(prior)
 
 
+def test_the_plugin_prior_is_the_top_draws_mu_from_the_api(fitted_hier):
+    """``method="plugin"``: ``mean_in`` is ``mu_in`` at the draw of the highest ``logp``, and the file says so."""
+    prior = fitted_hier.informed_prior(method="plugin")
+    logp = fitted_hier.trace_.sample_stats["logp"].transpose("chain", "draw").values
+    top = np.unravel_index(int(np.argmax(logp)), logp.shape)
+    mu_in = fitted_hier.trace_.posterior["mu_in"].transpose("chain", "draw", ...).values[top]
+    np.testing.assert_array_equal(prior["mean_in"].values, mu_in.reshape(-1))
+    assert json.loads(prior.attrs["hbnn_settings"])["prior"]["method"] == "plugin"
+    with pytest.raises(InputError, match="method='foo'"):
+        fitted_hier.informed_prior(method="foo")
+
+
 def test_loading_a_pipeline_trace_predicts_as_hbnn_predict(tmp_path):
     from hbnn import cli
     from tests.test_predict import NEW, write_trace

@@ -130,6 +130,7 @@ PARAM_CASES = {
     "string for a number": (_with("data", "noise", "high"), "data.noise='high': expected a number"),
     "section not a mapping": (_tiny_text("").replace("data:\n  n_samples: 40\n", "data: 5\n"), "data=5"),
     "reference chain past chains": (_with("prior", "reference_chain", 5), "prior.reference_chain=5"),
+    "unknown prior method": (_with("prior", "method", "foo"), "prior.method='foo': must be one of"),
     "broken YAML": ("n_groups: [1,\n", "is not valid YAML"),
     "python object tag": ("n_groups: !!python/object/apply:os.system ['true']\n", "is not valid YAML"),
     "alias bomb": (BOMB, "more than 10000 values"),
@@ -694,6 +695,24 @@ def test_check_params_refuses_an_informed_prior_from_too_few_draws(workspace, ca
                                  "weights, and its covariance would be fitted from 20 draws")
     assert workspace() == before
     raw["prior"] = {"draws_per_sample": 2}  # 40 draws: enough
+    code, err = _run("check_params", _yaml(raw), capsys)
+    assert code == 0, err
+    raw["prior"] = {"draws_per_sample": 1, "method": "plugin"}  # one draw's sd^2 I: no covariance fitted
+    code, err = _run("check_params", _yaml(raw), capsys)
+    assert code == 0, err
+
+
+def test_check_params_refuses_a_plugin_prior_from_an_advi_fit(workspace, capsys):
+    """prior.method: plugin picks the draw by its log density, which an ADVI fit does not record: refused before
+    any fit, not after the hierarchical fit."""
+    raw = json.loads(json.dumps(TINY))
+    raw["hier_sampler"] = {**raw["hier_sampler"], "backend": "advi", "max_draws": 0, "restarts": 0}
+    raw["prior"] = {"method": "plugin"}
+    before = workspace()
+    code, err = _run("check_params", _yaml(raw), capsys)
+    _assert_one_error(code, err, "invalid parameter prior.method='plugin': it takes the hierarchical fit's draw")
+    assert workspace() == before
+    raw["prior"] = {"method": "mvnormal"}
     code, err = _run("check_params", _yaml(raw), capsys)
     assert code == 0, err
 

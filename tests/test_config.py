@@ -90,6 +90,7 @@ def test_types_are_coerced():
         ({"model": {"hidden_layers": [5, 0]}}, "model.hidden_layers[1]=0"),
         ({"model": {"hidden_layers": 5}}, "model.hidden_layers=5"),
         ({"prior": {"align": "sideways"}}, "prior.align='sideways'"),
+        ({"prior": {"method": "foo"}}, "prior.method='foo'"),
         ({"prior": {"jitter": 0}}, "prior.jitter=0"),
         ({"prior": {"reference_chain": 2}}, "prior.reference_chain=2"),
         ({"hier_sampler": {"chains": 1, "max_draws": 0}, "prior": {"reference_chain": 1}}, "prior.reference_chain=1"),

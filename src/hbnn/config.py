@@ -26,6 +26,7 @@ BACKENDS = (*NUTS_BACKENDS, "advi")
 # other backends' one adaptation, which either diag word gives them)
 MASS_MATRICES = ("diag", "low_rank", "diag_stan")
 ALIGN_METHODS = ("chains", "reference_chain")  # how the informed prior matches chains (hbnn.model.alignment)
+PRIOR_METHODS = ("mvnormal", "plugin")  # prior.method: fitted to draws over the posterior, or at its top draw's mu, sd
 SOURCES = ("moons", "table")  # where the tasks come from (hbnn.data.tasks.make_tasks)
 LIKELIHOODS = tuple(likelihoods.LIKELIHOODS)  # the registered ones: a new module there is a new model.likelihood
 ACTIVATIONS = tuple(activations.ACTIVATIONS)  # likewise for model.activation
@@ -285,6 +286,7 @@ HIER_SAMPLER = SamplerParams(backend="nutpie", chains=2, tune=1000, draws=500, t
 class PriorParams(Section):
     """How the informed prior is derived from the hierarchical posterior."""
 
+    method: str = "mvnormal"
     draws_per_sample: int = 10
     align: str = "chains"
     reference_chain: int = 0
@@ -292,6 +294,7 @@ class PriorParams(Section):
     seed: int = 2
 
     def check(self, key: str) -> None:
+        _require(self.method in PRIOR_METHODS, f"{key}.method", self.method, f"must be one of {list(PRIOR_METHODS)}")
         _require(self.draws_per_sample >= 1, f"{key}.draws_per_sample", self.draws_per_sample, "must be >= 1")
         _require(self.align in ALIGN_METHODS, f"{key}.align", self.align, f"must be one of {list(ALIGN_METHODS)}")
         _require(self.reference_chain >= 0, f"{key}.reference_chain", self.reference_chain, "must be >= 0")
@@ -432,12 +435,9 @@ class Params:
             "the moons data have 0/1 labels, for a classifier (bernoulli); other likelihoods need data.source=table",
         )
         # Checked here, not in derive_prior, so a bad value stops before the fits sample.
-        _require(
-            self.prior.reference_chain < self.hier_sampler.chains,
-            "prior.reference_chain",
-            self.prior.reference_chain,
-            f"must be < hier_sampler.chains={self.hier_sampler.chains} (the prior comes from the hierarchical fit)",
-        )
+        _require(self.prior.reference_chain < self.hier_sampler.chains, "prior.reference_chain",
+                 self.prior.reference_chain,
+                 f"must be < hier_sampler.chains={self.hier_sampler.chains} (the prior is the hierarchical fit's)")
 
     def sampler_for(self, stage: str) -> SamplerParams:
         """The sampler settings of a fit: ``hier_sampler`` for the hierarchical fits, else ``sampler``.
@@ -462,6 +462,8 @@ class Params:
     def section_hash(self, *keys: str) -> str:
         """Short SHA-256 of the named params (dotted keys allowed), for provenance attrs."""
         full = self.to_dict()
+        if full["prior"]["method"] == PRIOR_METHODS[0]:  # the default hashes as params without the key: one hash
+            del full["prior"]["method"]
         picked = {}
         for key in keys:
             node = full

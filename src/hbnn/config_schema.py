@@ -8,7 +8,17 @@ import dataclasses
 from dataclasses import fields
 from typing import Any, get_args, get_origin, get_type_hints
 
-from hbnn.config import ACTIVATIONS, ALIGN_METHODS, BACKENDS, LIKELIHOODS, MASS_MATRICES, NOISES, SOURCES, Params
+from hbnn.config import (
+    ACTIVATIONS,
+    ALIGN_METHODS,
+    BACKENDS,
+    LIKELIHOODS,
+    MASS_MATRICES,
+    NOISES,
+    PRIOR_METHODS,
+    SOURCES,
+    Params,
+)
 
 # Values a string key may take, for the JSON schema (the checks above enforce them too).
 ENUMS = {
@@ -18,6 +28,7 @@ ENUMS = {
     "model.noise": NOISES,
     "sampler.backend": BACKENDS,
     "sampler.mass_matrix": MASS_MATRICES,
+    "prior.method": PRIOR_METHODS,
     "prior.align": ALIGN_METHODS,
 }
 

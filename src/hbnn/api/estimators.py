@@ -130,13 +130,14 @@ class HierarchicalBNN(BNNEstimator):
         self.pointwise, self.max_minutes, self.max_memory_gib = pointwise, max_minutes, max_memory_gib
 
     def informed_prior(self, draws_per_sample: int = 10, align: str = "chains", reference_chain: int = 0,
-                       jitter: float = 1e-6, seed: int = 2) -> xr.Dataset:
+                       jitter: float = 1e-6, seed: int = 2, method: str = "mvnormal") -> xr.Dataset:
         """The informed prior for new groups, as the ``derive_prior`` stage derives it: one MvNormal per layer,
-        fitted to new-group weight draws of this posterior (chains aligned for the hidden units' symmetries).
+        fitted to new-group weight draws of this posterior (chains aligned for the hidden units' symmetries), or
+        (``method="plugin"``) ``N(mu, sd^2 I)`` per layer at the posterior draw of the highest log density.
 
         Parameters
         ----------
-        draws_per_sample, align, reference_chain, jitter, seed
+        draws_per_sample, align, reference_chain, jitter, seed, method
             ``params.yaml``'s ``prior`` settings, with their defaults.
 
         Returns
@@ -153,7 +154,9 @@ class HierarchicalBNN(BNNEstimator):
 
         self._check_fitted()
         return derive_prior(self.trace_.posterior, dict(draws_per_sample=draws_per_sample, align=align,
-                                                        reference_chain=reference_chain, jitter=jitter, seed=seed))
+                                                        reference_chain=reference_chain, jitter=jitter, seed=seed,
+                                                        method=method),
+                            getattr(self.trace_, "sample_stats", None))
 
 
 class FlatBNN(BNNEstimator):

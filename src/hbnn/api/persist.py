@@ -66,7 +66,8 @@ def load(path: str | Path) -> BNNEstimator:
     return estimator
 
 
-def derive_prior(posterior: xr.Dataset, values: dict[str, Any]) -> xr.Dataset:
+def derive_prior(posterior: xr.Dataset, values: dict[str, Any], sample_stats: xr.Dataset | None = None
+                 ) -> xr.Dataset:
     """The informed prior of a hierarchical ``posterior``, as the ``derive_prior`` stage derives and stamps it.
 
     Parameters
@@ -74,7 +75,10 @@ def derive_prior(posterior: xr.Dataset, values: dict[str, Any]) -> xr.Dataset:
     posterior : xarray.Dataset
         A hierarchical fit's posterior (with its ``hbnn_settings`` attr).
     values : dict
-        The ``prior`` settings by name (``draws_per_sample``, ``align``, ``reference_chain``, ``jitter``, ``seed``).
+        The ``prior`` settings by name (``draws_per_sample``, ``align``, ``reference_chain``, ``jitter``, ``seed``,
+        ``method``).
+    sample_stats : xarray.Dataset, optional
+        The fit's sample stats, whose log density per draw ``method="plugin"`` needs.
 
     Returns
     -------
@@ -86,11 +90,9 @@ def derive_prior(posterior: xr.Dataset, values: dict[str, Any]) -> xr.Dataset:
     hbnn.errors.InputError
         Naming the setting whose value cannot be used.
     """
-    import dataclasses
-
     from hbnn.config import ConfigError, Params
     from hbnn.config_read import parse_params
-    from hbnn.fitting.prior import derive
+    from hbnn.fitting.prior import derive, recorded
     from hbnn.model import prior
     from hbnn.model.network import layer_specs
     from hbnn.pipeline.variants import STAGE_KEYS, STAGE_PARAMS
@@ -105,9 +107,10 @@ def derive_prior(posterior: xr.Dataset, values: dict[str, Any]) -> xr.Dataset:
     hidden, bias = tuple(found.get("hidden_layers", ())), bool(found.get("bias", False))
     activation = str(found.get("activation", "tanh"))
     specs = layer_specs(len(features), hidden, bias)
-    fitted, _ = derive(params.prior, posterior, specs, activation, STAGE_KEYS["derive_prior"], "the hierarchical trace")
+    fitted, _ = derive(params.prior, posterior, specs, activation, STAGE_KEYS["derive_prior"], "the hierarchical trace",
+                       sample_stats)
     ds = prior.prior_dataset(specs, fitted)
     ds.attrs.update(provenance("derive_prior", "informed_prior", params.section_hash(*STAGE_PARAMS["derive_prior"]),
-                               {"prior": dataclasses.asdict(params.prior), "hidden_layers": list(hidden), "bias": bias,
+                               {"prior": recorded(params.prior), "hidden_layers": list(hidden), "bias": bias,
                                 "activation": activation, "features": features, "hier_trace": ""}))
     return ds

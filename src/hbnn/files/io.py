@@ -242,8 +242,9 @@ def close_trace(trace) -> None:
         ds.close()
 
 
-def load_posterior(path: str | Path, variant: str, params=None, stage: str | None = None) -> xr.Dataset:
-    """A trace's ``posterior`` group alone, loaded, and checked as :func:`load_trace` checks it.
+def load_posterior(path: str | Path, variant: str, params=None, stage: str | None = None, group: str = "posterior"
+                   ) -> xr.Dataset:
+    """A trace's ``posterior`` group (or ``group``) alone, loaded, and checked as :func:`load_trace` checks it.
 
     Read with xarray, without importing ArviZ, which a stage that needs no more of the trace would otherwise pay
     for (benchmarks/FINDINGS.md, "The overheads around the sampling").
@@ -258,27 +259,29 @@ def load_posterior(path: str | Path, variant: str, params=None, stage: str | Non
         Given, the trace must have been made with these params.
     stage : str, optional
         Given, the trace must have been made by this stage.
+    group : str, optional
+        The group (``sample_stats`` for the log density per draw).
 
     Returns
     -------
     xarray.Dataset
-        The posterior.
+        The posterior (or ``group``).
 
     Raises
     ------
     hbnn.errors.InputError
-        If the file is missing or unreadable, has no posterior, or comes from another variant, stage or params.
+        If the file is missing or unreadable, has no such group, or comes from another variant, stage or params.
     """
     path = Path(path)
     _check_exists(path, "trace")
     try:
-        with xr.open_dataset(path, group="posterior", engine="h5netcdf") as ds:
+        with xr.open_dataset(path, group=group, engine="h5netcdf") as ds:
             posterior = ds.load()
     except Exception as err:  # noqa: BLE001
         if isinstance(err, OSError) and str(err.args[0] if err.args else "").startswith("group not found"):
-            raise InputError(f"trace {path} has no 'posterior' group") from err  # h5netcdf's words, above
+            raise InputError(f"trace {path} has no {group!r} group") from err  # h5netcdf's words, above
         raise InputError(f"trace {path} is not a readable NetCDF trace ({type(err).__name__}: {err})") from err
-    integrity.check(posterior, f"trace {path} (group posterior)")
+    integrity.check(posterior, f"trace {path} (group {group})")
     _check_trace(posterior.attrs, variant, params, path, stage)
     return posterior
 

@@ -30,7 +30,8 @@ def check_params(params: Params) -> None:
     Raises
     ------
     hbnn.config.ConfigError
-        A cost over the limits, too few groups, or too few draws for the informed prior.
+        A cost over the limits, too few groups, too few draws for the informed prior, or a plug-in prior from an
+        ADVI fit.
     hbnn.errors.InputError
         A data table ``make_data`` would refuse, or a sampler package outside the supported releases.
     """
@@ -139,8 +140,16 @@ def _check_prior_draws(params: Params, n_features: int) -> None:
     """Refuse an informed prior whose widest layer's covariance would be fitted from no more draws than the layer
     has weights: the fitted covariance is then singular, and the informed nets are pinned to ``prior.jitter`` in
     the directions the draws miss (nothing else would say so). The draws are at least ``hier_sampler.draws`` per
-    chain (one chain with ``prior.align: reference_chain``) times ``prior.draws_per_sample``."""
+    chain (one chain with ``prior.align: reference_chain``) times ``prior.draws_per_sample``. ``prior.method:
+    plugin`` fits no covariance (one draw's ``sd^2 I``) but picks the draw by the hierarchical fit's log density per
+    draw, which an ADVI fit does not record: refused here, before the fit, rather than after it."""
     h, p = params.hier_sampler, params.prior
+    if p.method == "plugin":
+        if h.backend == "advi":
+            raise ConfigError("invalid parameter prior.method='plugin': it takes the hierarchical fit's draw of the "
+                              "highest log density, which hier_sampler.backend='advi' does not record; use a NUTS "
+                              "backend or prior.method: mvnormal")
+        return
     chains = h.chains if p.align == "chains" else 1
     draws = chains * h.draws * p.draws_per_sample
     widest = max(n_weights(n_features, params.model.hidden_layers, params.model.bias))

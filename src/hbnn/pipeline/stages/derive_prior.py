@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 
 from hbnn.config import Params
 from hbnn.files.io import as_builtin, load_posterior, made_by, provenance, settings_from_attrs
 from hbnn.files.outputs import detail_path, staged_outputs
-from hbnn.fitting.prior import derive
+from hbnn.fitting.prior import derive, recorded
 from hbnn.model import prior
 from hbnn.model.network import layer_specs
 from hbnn.pipeline import budget
@@ -29,14 +28,15 @@ def headline(metrics: dict) -> dict:
     Returns
     -------
     dict
-        The chains used and each layer's mean prior sd.
+        The chains used (``plugin``: and the draw taken, with its log density) and each layer's mean prior sd.
     """
-    return {"draws": {"chains_used": metrics["draws"]["chains_used"]},
+    draws = {key: metrics["draws"][key] for key in ("chains_used", "chosen") if key in metrics["draws"]}
+    return {"draws": draws,
             "layers": {name: {"prior_sd_mean": m["prior_sd_mean"]} for name, m in metrics["layers"].items()}}
 
 
 def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out: Path) -> dict:
-    """Stage body: fit one MvNormal per layer to new-group weight draws of the hierarchical posterior.
+    """Stage body: the informed prior of the hierarchical posterior, by ``prior.method`` (:mod:`hbnn.fitting.prior`).
 
     Parameters
     ----------
@@ -69,17 +69,24 @@ def derive_prior(params: Params, hier_trace: Path, prior_out: Path, metrics_out:
     specs = layer_specs(len(features), hidden, bias)
     budget.enforce(budget.prior_estimate("derive_prior", params, posterior.sizes["chain"] * posterior.sizes["draw"],
                                          posterior.sizes.get("group", 1), len(features)), params)
-    fitted, metrics = derive(p, posterior, specs, activation, STAGE_KEYS["derive_prior"], hier_trace)
+    stats = None
+    if p.method == "plugin":  # the log density of each draw picks the draw
+        stats = load_posterior(hier_trace, "hierarchical", params=params, stage="fit_hier", group="sample_stats")
+    fitted, metrics = derive(p, posterior, specs, activation, STAGE_KEYS["derive_prior"], hier_trace, stats)
     ds = prior.prior_dataset(specs, fitted)
     ds.attrs.update(provenance("derive_prior", "informed_prior",
                                params.section_hash(*STAGE_PARAMS["derive_prior"]),
-                               {"prior": dataclasses.asdict(p), "hidden_layers": list(hidden), "bias": bias,
+                               {"prior": recorded(p), "hidden_layers": list(hidden), "bias": bias,
                                 "activation": activation, "features": list(features), "hier_trace": str(hier_trace)}))
     metrics["made_by"] = made_by("derive_prior", params)
     with staged_outputs() as outputs:
         outputs.write_netcdf(ds, prior_out)
         outputs.write_json(as_builtin(metrics), detail_path(metrics_out))
         outputs.write_json(as_builtin(headline(metrics)), metrics_out)
-    log.info("derive_prior: %d new-group draws per layer from %d chains", metrics["draws"]["new_group_draws"],
-             metrics["draws"]["chains_used"])
+    if p.method == "plugin":
+        log.info("derive_prior: plug-in prior at chain %(chain)d, draw %(draw)d (log density %(log_density).2f)",
+                 metrics["draws"]["chosen"])
+    else:
+        log.info("derive_prior: %d new-group draws per layer from %d chains", metrics["draws"]["new_group_draws"],
+                 metrics["draws"]["chains_used"])
     return metrics

@@ -10,7 +10,6 @@ and the two refit traces.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -35,7 +34,7 @@ from hbnn.files.outputs import detail_path, staged_outputs
 from hbnn.fitting import common as fitting
 from hbnn.fitting import per_group
 from hbnn.fitting.models import flat_model, informed_model, sample_hierarchical
-from hbnn.fitting.prior import derive
+from hbnn.fitting.prior import derive, recorded
 from hbnn.logs import watch
 from hbnn.model import likelihoods
 from hbnn.model.prior import load_prior, prior_dataset
@@ -103,11 +102,11 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
         idata, hier_metrics, timing, _ = fitting.score_fit("transfer_hier", params, spec, train_tasks, sampled,
                                                            {HELDOUT_ATTR: heldout})
         fitted, prior_metrics = derive(params.prior, sampled.posterior, spec.layers, spec.activation,
-                                       STAGE_KEYS["transfer_prior"], trace_out)
+                                       STAGE_KEYS["transfer_prior"], trace_out, sampled.sample_stats)
         ds = prior_dataset(spec.layers, fitted)
         ds.attrs.update(provenance("transfer_prior", "informed_prior",
                                    params.section_hash(*STAGE_PARAMS["transfer_prior"]),
-                                   {"prior": dataclasses.asdict(params.prior),
+                                   {"prior": recorded(params.prior),
                                     "hidden_layers": list(spec.hidden_layers), "bias": spec.bias,
                                     "activation": spec.activation,
                                     "features": tasks.features,

@@ -109,3 +109,15 @@ def test_derive_prior_stage_reads_the_traces_log_densities(tmp_path):
     with xr.open_dataset(tmp_path / "prior.nc") as ds:
         assert json.loads(ds.attrs["hbnn_settings"])["prior"]["method"] == "plugin"
     np.testing.assert_array_equal(mean, posterior["mu_in"].values[TOP].reshape(-1))
+
+
+def test_the_report_describes_a_plugin_prior_as_one_draw_not_aligned_draws():
+    from hbnn.report.sections import _correlation_section
+
+    plugin = {"method": "plugin", "draws": {"chosen": {"chain": 1, "draw": 7, "log_density": -12.5}}}
+    sec = _correlation_section("in", "corr.png", 0, plugin)
+    assert "one posterior draw's sd^2 I" in sec.how_to_read and "aligned" not in sec.how_to_read
+    assert "chain 1, draw 7 (log density -12.50)" in sec.blocks[-1].text
+    fitted = _correlation_section("in", "corr.png", 0, {"alignment": {"chain_1": {"relabelled": 1}}})
+    assert "aligned new-group draws" in fitted.how_to_read
+    assert "relabelled hidden units of chain_1" in fitted.blocks[-1].text

@@ -29,7 +29,8 @@ from hbnn.report.numbers import (
 from hbnn.report.selection import SurfaceChoice, choice_blocks
 
 
-def _intro(tasks: Tasks, specs, settings: dict[str, dict]) -> list:
+def _intro(tasks: Tasks, specs, settings: dict[str, dict], prior_method: str = "mvnormal") -> list:
+    """The report's description of the data and the three models (``prior_method``: ``prior.method``)."""
     hidden = [s.shape[-1] for s in specs[:-1]]
     activation = next(iter(settings.values()), {}).get("activation", "tanh")  # the traces agree (trace_network)
     if has_bias(specs):
@@ -52,8 +53,10 @@ def _intro(tasks: Tasks, specs, settings: dict[str, dict]) -> list:
                 f"features {', '.join(tasks.features)}, {net}. "
                 f"Flat: an independent {unit} per group with iid Normal(0, model.prior_sd) weights. "
                 "Hierarchical: one model over all groups, w[g] = mu + sd * z[g] per layer (non-centred). "
-                f"Informed prior: an independent {unit} per group with a multivariate-normal prior per layer fitted "
-                "to new-group draws of the hierarchical posterior.")]
+                f"Informed prior: an independent {unit} per group with "
+                + ("the hierarchical model's new-group prior N(mu, sd^2) per weight at the posterior draw of the "
+                   "highest log density (prior.method: plugin)." if prior_method == "plugin" else
+                   "a multivariate-normal prior per layer fitted to new-group draws of the hierarchical posterior."))]
     return out
 
 
@@ -407,6 +410,12 @@ def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: d
     moved = [c for c, a in align.items() if lookup(a, "relabelled")]
     note = (f"derive_prior relabelled hidden units of {', '.join(moved)} to match the reference chain."
             if moved else "derive_prior did not need to relabel any chain.")
+    chosen = lookup(prior_metrics, "draws", "chosen")
+    plugin = lookup(prior_metrics, "method") == "plugin" and chosen
+    if plugin:  # one draw's labelling: nothing to align, and a diagonal covariance
+        note = (f"prior.method: plugin: the prior is N(mu, sd^2 I) at chain {chosen['chain']}, draw "
+                f"{chosen['draw']} (log density {chosen['log_density']:.2f}); its covariance is diagonal, so the "
+                "left panel shows no correlations.")
     if hidden:
         cells = "feature->hidden unit"
         chain = (f"chain {ref_chain} only, because different chains may label the hidden units differently "
@@ -417,7 +426,8 @@ def _correlation_section(layer: str, name: str, ref_chain: int, prior_metrics: d
     return Section(
         f"Correlation of the first-layer weights (w_{layer})",
         f"each cell is the correlation of two weights {cells}. Left: the informed prior's covariance "
-        "(fitted to aligned new-group draws of the hierarchical posterior). Right: the posterior draws of the "
+        + ("(one posterior draw's sd^2 I). " if plugin else
+           "(fitted to aligned new-group draws of the hierarchical posterior). ") + "Right: the posterior draws of the "
         f"hierarchical group mean mu_{layer}, {chain}. Strong off-diagonal cells are "
         "structure the informed prior passes on to new groups.",
         [Figure(name, f"Correlations of w_{layer}: informed prior vs hierarchical mu_{layer} (chain {ref_chain})."),

@@ -40,7 +40,7 @@ from hbnn.report.metric_figures import (
     group_sd_diagnostic_figures,
     transfer_figure,
 )
-from hbnn.report.numbers import LABELS, MODELS
+from hbnn.report.numbers import LABELS, MODELS, lookup
 from hbnn.report.outputs import advi_loss, calibration_csv, loss_csv, per_group_csv, summary, write_figures
 from hbnn.report.sections import (
     _accuracy_section,
@@ -219,7 +219,7 @@ def report(
     rows = {LABELS[v]: models[v].row_lpd for v in MODELS} | {BASELINE_LABELS[m]: r for m, r in base_rows.items()}
     intro = [winner_line(lik, rows, [] if baselines is not None else ["the baselines (no metrics/baselines.json)"],
                          [BASELINE_LABELS[m] for m in base_rows], dispersion),
-             *_intro(tasks, specs, settings)]
+             *_intro(tasks, specs, settings, lookup(prior_metrics, "method") or "mvnormal")]
     if losses:
         sections.append(_loss_section(losses))
     sections += [

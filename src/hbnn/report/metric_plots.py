@@ -99,13 +99,7 @@ def plot_per_group(
         ax.set_xlim(-0.6, width - 0.4)
         ax.tick_params(axis="y", labelsize=SMALL)
         ax.set_ylabel(literal(ylabel), fontsize=SMALL)
-        if ylim is not None:
-            ax.set_ylim(*ylim)
-        if log:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-            ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        _value_axis(ax, ylim, log)
         ax.grid(axis="y", lw=0.3, alpha=0.6)
     axes[0].legend(fontsize=SMALL, ncols=max(k, 1), loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
     if title:
@@ -151,13 +145,7 @@ def plot_sorted(
     ax.set_ylabel(literal(ylabel), fontsize=SMALL)
     ax.tick_params(labelsize=SMALL)
     ax.set_xlim(0, n + 1)
-    if ylim is not None:
-        ax.set_ylim(*ylim)
-    if log:
-        ax.set_yscale("log")
-        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    _value_axis(ax, ylim, log)
     ax.grid(lw=0.3, alpha=0.6)
     ax.legend(fontsize=SMALL, ncols=max(len(values), 1), loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
     if title:
@@ -402,3 +390,14 @@ REFIT_COLOR = "#08519c"
 def _transfer_color(name: str) -> str:
     """A transfer curve's colour: the variant's, a darker hierarchical blue for the refit."""
     return MODEL_COLORS.get(name, REFIT_COLOR)
+
+
+def _value_axis(ax, ylim: tuple[float, float] | None, log: bool) -> None:
+    """A per-group chart's value axis: its limits where given, and on a log scale with 1-2-5 ticks where asked."""
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    if log:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())

@@ -33,6 +33,7 @@ import yaml
 
 from benchmarks.run import ROOT, _pipeline_stages, _stage, run_stamp
 from benchmarks.sizes import overridden
+from hbnn.pipeline.transfer import in_size_order
 
 STAGES = ("make_data", "transfer_prior", "transfer_refit", "transfer")
 SEEDS = (31, 1, 2, 3, 4, 5)  # the default data's seed, then five more
@@ -77,7 +78,7 @@ def per_seed_row(result: dict) -> dict:
 def summary(rows: list[dict]) -> dict:
     """Per size and comparison: mean over seeds, its standard error, and the seeds above and below zero."""
     out: dict = {}
-    labels = list(dict.fromkeys(label for r in rows for label in r["sizes"]))
+    labels = list(in_size_order(dict.fromkeys(label for r in rows for label in r["sizes"])))
     for label in labels:
         for name in COMPARISONS:
             values = [r["sizes"][label][name] for r in rows if name in r["sizes"].get(label, {})]

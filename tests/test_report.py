@@ -926,7 +926,7 @@ def test_plot_templates_leave_out_empty_cells():
     assert rule["mark"]["type"] == "rule" and "color" not in rule["mark"]
     for layer in (rule, lines):
         assert layer["encoding"]["color"]["field"] == "model"
-        assert layer["encoding"]["color"]["scale"]["domain"] == ["flat", "informed", "population"]
+        assert layer["encoding"]["color"]["scale"]["domain"] == ["flat", "informed", "hier_refit", "population"]
 
 
 def test_transfer_sizes_that_pool_different_groups_are_flagged():

@@ -408,9 +408,7 @@ def row_lpd(lik: likelihoods.Likelihood, pred: dict[str, list]) -> np.ndarray:
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    """Compute the mean of ``a - b`` over rows and its standard error (``sd / sqrt(n)``).
-
-    Paired, as the rows are shared.
+    """Compute the mean of ``a - b`` over rows and its standard error (:func:`mean_se`), paired: the rows are shared.
 
     Parameters
     ----------
@@ -423,8 +421,21 @@ def paired_difference(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
         ``mean``, ``se`` (NaN for one row) and ``n``.
     """
     d = a - b
-    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
-    return {"mean": float(d.mean()), "se": se, "n": int(d.size)}
+    return {"mean": float(d.mean()), "se": mean_se(d), "n": int(d.size)}
+
+
+def mean_se(values: np.ndarray) -> float:
+    """Return the standard error of the mean of per-row values, ``sd / sqrt(n)``; NaN for one row.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+
+    Returns
+    -------
+    float
+    """
+    return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
 
 
 def stops_mattering(differences: dict[str, dict[str, float]], z: float = 2.0) -> str | None:
@@ -456,9 +467,8 @@ def pooled_tasks(tasks: Tasks, kept: Sequence[str], refit: Tasks, refits: Sequen
                  ) -> tuple[Tasks, list[str]]:
     """Build the tasks of one hierarchical refit: the training groups' rows plus each held-out group's rows at ``size``.
 
-    The held-out groups keep their own names: the refit is the hierarchical model a user would fit with the new
-    groups' few rows added to the data (:func:`refit_tasks` chooses the rows, so they are the flat and informed fits'
-    rows at that size).
+    The held-out groups keep their names, as when a user adds new groups' rows to the data; the rows are
+    :func:`refit_tasks`' at that size, those of the flat and informed fits.
 
     Parameters
     ----------

@@ -376,7 +376,7 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
             pooled, _ = predictions.split_scores(lik, pred)
             lpd[name] = transfer.row_lpd(lik, pred)
             per_fit = [fits[name]["per_group"][refits[i].name] for i in idx]
-            row[name] = {"test": pooled | {"lpd_mean": float(lpd[name].mean())}, "lpd_se": _se(lpd[name]),
+            row[name] = {"test": pooled | {"lpd_mean": float(lpd[name].mean())}, "lpd_se": transfer.mean_se(lpd[name]),
                          "fits_not_converged": sum(not f["converged"] for f in per_fit),
                          "max_rhat": max(f["rhat_fn"] for f in per_fit),
                          "min_ess_bulk": min(f["ess_bulk_fn"] for f in per_fit),
@@ -397,7 +397,7 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
         "heldout_groups": upstream["heldout_groups"],
         "training_groups": upstream["training_groups"],
         "sizes": sizes,
-        "population": {"test": pop_scores | {"lpd_mean": float(all_pop.mean())}, "lpd_se": _se(all_pop)},
+        "population": {"test": pop_scores | {"lpd_mean": float(all_pop.mean())}, "lpd_se": transfer.mean_se(all_pop)},
         "stops_mattering": transfer.stops_mattering({k: v["difference"] for k, v in sizes.items()}),
         "skipped": skipped,
         "sampling": {**({REFIT: refit_sampling(hier_refit)} if hier_refit and hier_refit["sizes"] else {}),
@@ -416,11 +416,6 @@ def transfer_metrics(likelihood: str, params: Params, refits: list[transfer.Refi
                                  **{k: v for k, v in fits[name]["per_group"][r.name].items() if k != "train"}}
                         for r in refits} for name in MODELS},
     }
-
-
-def _se(values: np.ndarray) -> float:
-    """Standard error of the mean of per-row values."""
-    return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
 
 
 def transfer_headline(metrics: dict) -> dict:

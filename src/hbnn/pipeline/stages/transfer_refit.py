@@ -109,6 +109,7 @@ def run_transfer_refit(params: Params, tasks_path: Path, trace_dir: Path, metric
              ", ".join(fits) or "none", counted(len(kept), "training group"),
              "group's" if len(heldout) == 1 else f"{len(heldout)} groups'")
     spec = fitting.model_spec(params, tasks)
+    score = likelihoods.get(tasks.likelihood).score
     sizes, traces, timings = {}, {}, {}
     for label, (pooled, groups) in fits.items():
         log.info("%s: %s: fitting %d groups (%s with %s rows%s)", STAGE, label, pooled.n_groups, ", ".join(groups),
@@ -122,8 +123,7 @@ def run_transfer_refit(params: Params, tasks_path: Path, trace_dir: Path, metric
         log.info("%s: %s: %d of %d groups and %d group sds not converged (max R-hat %.4f, min ESS %.0f, %d "
                  "divergences, %.1fs sampling); held-out test %s %.4f", STAGE, label, s["groups_not_converged"],
                  pooled.n_groups, s.get("sds_not_converged", 0), s["max_rhat"], s["min_ess_bulk"], s["divergences"],
-                 sampled.cost.seconds, likelihoods.get(tasks.likelihood).score,
-                 sizes[label]["test"][likelihoods.get(tasks.likelihood).score])
+                 sampled.cost.seconds, score, sizes[label]["test"][score])
     out = {"heldout_groups": heldout, "training_groups": kept, "sizes": sizes, "made_by": made_by(STAGE, params)}
     trace_dir.mkdir(parents=True, exist_ok=True)
     with staged_outputs() as outputs:
@@ -163,9 +163,9 @@ def size_metrics(likelihood: str, pooled: Tasks, groups: list[str], metrics: dic
     held = transfer.subset(test, [pooled.group_names.index(g) for g in groups])
     scores, _ = predictions.split_scores(lik, held)
     lpd = transfer.row_lpd(lik, held)
-    se = float(lpd.std(ddof=1) / np.sqrt(lpd.size)) if lpd.size > 1 else float("nan")
     return {"groups": groups, "test": scores | {"lpd_mean": float(lpd.mean())}, "row_lpd": lpd.tolist(),
-            "lpd_se": se, "heldout_not_converged": sum(not metrics["per_group"][g]["converged"] for g in groups),
+            "lpd_se": transfer.mean_se(lpd),
+            "heldout_not_converged": sum(not metrics["per_group"][g]["converged"] for g in groups),
             "sampling": {k: metrics["sampling"][k] for k in SAMPLING_KEYS if k in metrics["sampling"]}}
 
 

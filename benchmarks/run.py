@@ -79,6 +79,13 @@ DEFINITIONS = {
     "cluster": "the fit_flat stage process on the default data, in-process and with HBNN_DASK_SCHEDULER=local:2 "
                "(median of 2 runs each); speedup = serial / cluster seconds; identical_metrics: the metrics files "
                "are byte-identical",
+    "hier_nuts": "scaling: the fit_hier stage at the committed hier_sampler (run-length control and restarts on) at "
+                 "each number of groups; seconds = compile + sampling; draws per chain at the end",
+    "steps_per_iteration": "leapfrog steps (gradients) per NUTS iteration: grad_evals / (chains x (tune x (1 + "
+                           "restarts) + draws))",
+    "us_per_grad_per_group": "sampler_us_per_grad / n_groups: the gradient's cost per group",
+    "per_group_nuts": "scaling: the fit_flat and fit_informed stage processes at the committed sampler, in-process and "
+                      "with HBNN_DASK_SCHEDULER=local:2; the informed prior from the hier_nuts fit of the same data",
     "many_groups": "every stage process of the pipeline, report included, at MANY_GROUPS (benchmarks/sizes.py): "
                    "seconds (summed over stages) and peak resident memory (the largest stage)",
 }
@@ -354,27 +361,102 @@ def repro(work: Path, base: dict | None = None) -> dict:
     return {"repro_s": run["seconds"], "repro_peak_rss_mib": run["peak_rss_mib"], "repro_stages": stages}
 
 
-def scaling(work: Path, sizes: Sizes = FULL, backend_results: dict | None = None) -> dict:
-    """The hierarchical fit's seconds and peak memory at ``sizes``' numbers of groups (nutpie at the backends rows'
-    settings; ADVI, full batch and minibatch), and the report's at ``sizes.report_groups``; the nutpie point at the
-    rows' own size comes from ``backend_results``' nutpie row where it holds one (measured in this run)."""
-    out: dict = {"hier_nutpie": {}, "hier_advi": {}, "hier_advi_minibatch": {}, "report": {}}
-    for n in sizes.nuts_groups:
-        if n == sizes.groups and backend_results and "nutpie" in backend_results:
-            b = backend_results["nutpie"]  # a row holds medians of its runs; peak memory is each run's
-            out["hier_nutpie"][str(n)] = {"seconds": b["wall_s"],
-                                          "peak_rss_mib": float(np.median([r["peak_rss_mib"] for r in b["runs"]]))}
-            continue
-        params = _params(work / f"nutpie_{n}", n, {**sizes.common, "backend": "nutpie"}, sizes.params)
-        _stage("make_data", params, "--out", "data/tasks.nc")
-        print(f"bench: scaling nutpie n_groups={n} ...", flush=True)
-        r = _fit("fit_hier", params, "hier")
-        t = r["timing"]["sampling"]
-        out["hier_nutpie"][str(n)] = {"seconds": t["seconds"] + t["compile_seconds"],
-                                      "peak_rss_mib": r["run"]["peak_rss_mib"],
-                                      "test_accuracy": r["metrics"]["test"]["accuracy"]}
+SCALING_ROWS = ("hier_nuts", "per_group_nuts", "hier_advi", "hier_advi_minibatch", "report")
+
+
+def _trace_draws(trace: Path) -> int:
+    """Draws per chain in a trace's posterior (read lazily: only the dimension)."""
+    import xarray as xr
+
+    with xr.open_dataset(trace, group="posterior") as posterior:
+        return int(posterior.sizes["draw"])
+
+
+def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None = None) -> dict:
+    """The hierarchical fit at ``n`` groups with the committed ``hier_sampler`` (run-length control and restarts on):
+    seconds, leapfrog steps per iteration, microseconds per gradient and per group, peak memory, and whether every
+    group meets the convergence criterion."""
+    params = _params(work / f"hier_nuts_{n}", n, None, sizes.params)
+    _stage("make_data", params, "--out", "data/tasks.nc")
+    print(f"bench: scaling hier_nuts n_groups={n} ...", flush=True)
+    r = _fit("fit_hier", params, "hier")
+    t, s = r["timing"]["sampling"], r["metrics"]["sampling"]
+    hs = yaml.safe_load(params.read_text())["hier_sampler"]
+    draws = _trace_draws(params.parent / "traces" / "hier.nc")
+    restarts = int(s.get("restarts") or 0)
+    iterations = hs["chains"] * (hs["tune"] * (1 + restarts) + draws)  # a restart tunes again
+    return {**(stamp or run_stamp()), "n_groups": n,
+            "seconds": t["seconds"] + t["compile_seconds"], "sampling_s": t["seconds"],
+            "compile_s": t["compile_seconds"], "process_s": r["run"]["seconds"],
+            "peak_rss_mib": r["run"]["peak_rss_mib"], "draws": draws, "tune": hs["tune"], "restarts": restarts,
+            "grad_evals": t["grad_evals"], "steps_per_iteration": t["grad_evals"] / iterations,
+            "sampler_us_per_grad": t["us_per_grad"], "us_per_grad_per_group": t["us_per_grad"] / n,
+            "groups_not_converged": s["groups_not_converged"], "sds_not_converged": s["sds_not_converged"],
+            "max_rhat": s["max_rhat"], "min_ess_bulk": s["min_ess_bulk"], "divergences": s["divergences"],
+            "test_accuracy": r["metrics"]["test"]["accuracy"], "hier_trace": str(params.parent / "traces/hier.nc")}
+
+
+def per_group_nuts(work: Path, hier_trace: Path, n: int, scheduler: str, sizes: Sizes = FULL,
+                   stamp: dict | None = None) -> dict:
+    """The flat and informed per-group NUTS fits (the committed ``sampler``) at ``n`` groups, with
+    ``HBNN_DASK_SCHEDULER=scheduler`` (``""``: in-process); the informed prior comes from ``hier_trace`` (a
+    hierarchical fit of the same data). Each fit's process seconds, sampling seconds, peak memory and convergence."""
+    work = work / f"per_group_{n}_{scheduler or 'serial'}"
+    params = _params(work, n, None, sizes.params)
+    _stage("make_data", params, "--out", "data/tasks.nc")
+    _stage("derive_prior", params, "--hier-trace", str(hier_trace), "--prior-out", "priors/informed.nc",
+           "--metrics-out", "metrics/prior.json")
+    out = {**(stamp or run_stamp()), "n_groups": n, "scheduler": scheduler or "in-process"}
+    old = os.environ.get("HBNN_DASK_SCHEDULER")
+    os.environ["HBNN_DASK_SCHEDULER"] = scheduler
+    try:
+        for stage, stem, extra in (("fit_flat", "flat", ()),
+                                   ("fit_informed", "informed", ("--prior-path", "priors/informed.nc"))):
+            print(f"bench: scaling per-group {stem} n_groups={n} ({out['scheduler']}) ...", flush=True)
+            r = _fit(stage, params, stem, *extra)
+            t, s = r["timing"]["sampling"], r["metrics"]["sampling"]
+            out[stem] = {"process_s": r["run"]["seconds"], "sampling_s": t["seconds"],
+                         "compile_s": t.get("compile_seconds"), "peak_rss_mib": r["run"]["peak_rss_mib"],
+                         "groups_not_converged": s["groups_not_converged"], "max_rhat": s["max_rhat"],
+                         "min_ess_bulk": s["min_ess_bulk"], "divergences": s["divergences"],
+                         "test_accuracy": r["metrics"]["test"]["accuracy"]}
+    finally:
+        if old is None:
+            os.environ.pop("HBNN_DASK_SCHEDULER")
+        else:
+            os.environ["HBNN_DASK_SCHEDULER"] = old
+    return out
+
+
+def scaling(work: Path, sizes: Sizes = FULL, rows=SCALING_ROWS, stamp: dict | None = None) -> dict:
+    """The scaling rows in ``rows`` (:data:`SCALING_ROWS`), every point stamped (:func:`run_stamp`).
+
+    ``hier_nuts``: the hierarchical fit with the committed ``hier_sampler`` at ``sizes.nuts_groups`` groups
+    (:func:`hier_nuts_point`); ``per_group_nuts``: the flat and informed per-group fits at
+    ``sizes.per_group_groups``, in-process and on a 2-worker LocalCluster (:func:`per_group_nuts`; the informed prior
+    from that size's ``hier_nuts`` fit, run here if ``hier_nuts`` is not); ``hier_advi`` and
+    ``hier_advi_minibatch``: ADVI, full batch and minibatch; ``report``: the report stage at
+    ``sizes.report_groups``.
+    """
+    stamp = stamp or run_stamp()
+    out: dict = {row: {} for row in rows}
+    traces: dict[int, Path] = {}
+    if "hier_nuts" in rows:
+        for n in sizes.nuts_groups:
+            point = hier_nuts_point(work, n, sizes, stamp)
+            traces[n] = Path(point.pop("hier_trace"))
+            out["hier_nuts"][str(n)] = point
+    if "per_group_nuts" in rows:
+        n = sizes.per_group_groups
+        if n not in traces:
+            traces[n] = Path(hier_nuts_point(work, n, sizes, stamp)["hier_trace"])
+        out["per_group_nuts"][str(n)] = {
+            "in_process": per_group_nuts(work, traces[n], n, "", sizes, stamp),
+            "local_cluster_2": per_group_nuts(work, traces[n], n, "local:2", sizes, stamp)}
     for key, batch, groups in (("hier_advi", 0, sizes.advi_groups),
                                ("hier_advi_minibatch", 500, sizes.minibatch_groups)):
+        if key not in rows:
+            continue
         for n in groups:
             params = _params(work / f"{key}_{n}", n, {"backend": "advi", "advi": {"minibatch_size": batch}},
                              sizes.params)
@@ -382,13 +464,21 @@ def scaling(work: Path, sizes: Sizes = FULL, backend_results: dict | None = None
             print(f"bench: scaling {key} n_groups={n} ...", flush=True)
             r = _fit("fit_hier", params, "hier")
             t = r["timing"]["sampling"]
-            out[key][str(n)] = {"seconds": t["seconds"] + t["compile_seconds"],
+            out[key][str(n)] = {**stamp, "seconds": t["seconds"] + t["compile_seconds"],
                                 "process_s": r["run"]["seconds"],
                                 "peak_rss_mib": r["run"]["peak_rss_mib"],
                                 "test_accuracy": r["metrics"]["test"]["accuracy"]}
-    # The report at many groups: traces with the default draw counts (chains x draws), fitted by a
-    # short ADVI (200 iterations per fit) because three NUTS fits of 200 groups would take most of
-    # an hour; the report's time and memory depend on the trace sizes, not on how the draws were made.
+    if "report" in rows:
+        out["report"] = _report_point(work, sizes, stamp)
+    return out
+
+
+def _report_point(work: Path, sizes: Sizes, stamp: dict) -> dict:
+    """The report stage at ``sizes.report_groups`` groups: seconds and peak memory.
+
+    The traces hold the default draw counts (chains x draws), fitted by a short ADVI (``sizes.report_iterations``
+    iterations per fit): the report's time and memory depend on the trace sizes, not on how the draws were made, and
+    three NUTS fits of that many groups would take most of an hour."""
     n = sizes.report_groups
     params = _params(work / f"report_{n}", n, {"backend": "advi", "advi": {"iterations": sizes.report_iterations}},
                      sizes.params)
@@ -402,8 +492,7 @@ def scaling(work: Path, sizes: Sizes = FULL, backend_results: dict | None = None
     run = _stage("report", params, "--tasks-path", "data/tasks.nc", "--flat-trace", "traces/flat.nc",
                  "--hier-trace", "traces/hier.nc", "--informed-trace", "traces/informed.nc",
                  "--prior-path", "priors/informed.nc", "--metrics-dir", "metrics", "--out-dir", "reports")
-    out["report"][str(n)] = {"seconds": run["seconds"], "peak_rss_mib": run["peak_rss_mib"]}
-    return out
+    return {str(n): {**stamp, "seconds": run["seconds"], "peak_rss_mib": run["peak_rss_mib"]}}
 
 
 def _pipeline_stages() -> list[tuple[str, tuple[str, ...]]]:
@@ -520,7 +609,7 @@ def _table(result: dict) -> str:
                 f"repro_s: {result.get('repro_s', float('nan')):.1f}")
     scaling = result.get("scaling", {})
     for key, points in scaling.items():
-        if key == "linearity":
+        if key in ("linearity", "per_group_nuts"):
             continue
         cells = ", ".join(f"{n}: {points[n]['seconds']:.1f}s/{points[n]['peak_rss_mib']:.0f}MiB"
                           for n in sorted(points, key=int))
@@ -528,6 +617,15 @@ def _table(result: dict) -> str:
         if slope is not None:
             cells += f" (log-log slope {slope:.2f})"
         rows.append(f"scaling {key}: {cells}")
+        if key == "hier_nuts":
+            rows.extend(f"  {n} groups: {p['draws']} draws, {p['steps_per_iteration']:.0f} steps an iteration, "
+                        f"{p['us_per_grad_per_group']:.2f} us/grad a group, {p['groups_not_converged']} groups "
+                        f"missing the bar" for n, p in sorted(points.items(), key=lambda item: int(item[0])))
+    for n, point in scaling.get("per_group_nuts", {}).items():
+        for how, fits in ((k, v) for k, v in point.items() if isinstance(v, dict)):
+            rows.append(f"per-group NUTS at {n} groups ({how}): " + ", ".join(
+                f"{stem} {fits[stem]['process_s']:.0f}s/{fits[stem]['peak_rss_mib']:.0f}MiB "
+                f"({fits[stem]['groups_not_converged']} missing)" for stem in ("flat", "informed")))
     return "\n".join(rows)
 
 
@@ -544,6 +642,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--variants", nargs="*", default=None, choices=list(VARIANTS),
                         help="backends-section rows to run (default all); the others keep their last values")
+    parser.add_argument("--scaling-rows", nargs="*", default=None, choices=list(SCALING_ROWS),
+                        help="scaling-section rows to run (default all); the others keep their last values")
     parser.add_argument("--smoke", action="store_true",
                         help="every chosen row and section at tiny settings (benchmarks/sizes.py SMOKE), to check "
                              "that they run, not to measure; writes only --out, and only this run's results")
@@ -564,7 +664,6 @@ def main(argv=None) -> int:
     previous = json.loads(out_path.read_text()) if out_path.exists() and not args.smoke else {}
     result["measured"] = {**previous.get("measured", {}), **{s: stamp for s in SECTIONS if s in sections}}
     start = time.perf_counter()
-    ran = None  # the backends rows this run measured
     try:
         if "backends" in sections:
             chosen = {k: v for k, v in VARIANTS.items() if args.variants is None or k in args.variants}
@@ -576,10 +675,12 @@ def main(argv=None) -> int:
         if "repro" in sections:
             result.update(repro(work, sizes.params))
         if "scaling" in sections:
-            # the rows' NUTS point from the nutpie row if this run measured it, never from a row kept from before
-            result["scaling"] = scaling(work / "scaling", sizes, backend_results=ran)
+            rows = tuple(args.scaling_rows or SCALING_ROWS)
+            fresh = scaling(work / "scaling", sizes, rows, stamp)
+            kept = {k: v for k, v in previous.get("scaling", {}).items() if k in SCALING_ROWS and k not in rows}
+            result["scaling"] = {**kept, **fresh}  # each point carries the stamp of the run that measured it
             result["scaling"]["linearity"] = {k: _linearity(v) for k, v in result["scaling"].items()
-                                              if k != "report" and v}
+                                              if k in ("hier_nuts", "hier_advi", "hier_advi_minibatch") and v}
         if "cluster" in sections:
             result["cluster"] = cluster_speedup(work / "cluster", sizes)
         if "many_groups" in sections:

@@ -47,9 +47,10 @@ class Sizes:
     settings go on top; ``groups`` is the n_groups of the backends rows, the cluster section and the gradient
     timings; ``common`` the sampler settings of every backends row but ``default``; ``grad_repeats`` x
     ``grad_inner`` the direct gradient timings, ``floor_repeats`` x ``floor_number`` the NumPy floor's;
-    ``nuts_groups``, ``advi_groups``, ``minibatch_groups`` the scaling section's sizes, ``report_groups`` and
-    ``report_iterations`` its report point (ADVI fits of that many iterations); ``many_groups`` the overrides of the
-    many-groups pipeline.
+    ``nuts_groups`` (the hierarchical fit at the committed ``hier_sampler``), ``per_group_groups`` (the flat and
+    informed fits, in-process and on a LocalCluster), ``advi_groups`` and ``minibatch_groups`` the scaling section's
+    sizes, ``report_groups`` and ``report_iterations`` its report point (ADVI fits of that many iterations);
+    ``many_groups`` the overrides of the many-groups pipeline.
     """
 
     params: dict = field(default_factory=dict)
@@ -61,7 +62,8 @@ class Sizes:
     floor_repeats: int = 20
     floor_number: int = 2000
     cluster_repeats: int = 2
-    nuts_groups: tuple[int, ...] = (18, 60, 200)
+    nuts_groups: tuple[int, ...] = (18, 60, 200, 1000)
+    per_group_groups: int = 1000
     advi_groups: tuple[int, ...] = (18, 60, 200)
     minibatch_groups: tuple[int, ...] = (18, 60, 200, 1000)
     report_groups: int = 200
@@ -88,6 +90,7 @@ SMOKE = Sizes(
     floor_number=10,
     cluster_repeats=1,
     nuts_groups=(2, 3),
+    per_group_groups=3,
     advi_groups=(3,),
     minibatch_groups=(3,),
     report_groups=3,

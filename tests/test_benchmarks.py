@@ -3,7 +3,6 @@ its ratios come from one run, and every row and section runs (at smoke sizes).""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import json
 import re
@@ -12,6 +11,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from dvc.utils.hydra import apply_overrides
@@ -93,32 +93,29 @@ def test_the_run_stamp_names_the_commit_measured_and_when_in_utc():
     assert abs(datetime.datetime.now(datetime.UTC) - when) < datetime.timedelta(minutes=1)
 
 
-def test_bench_scaling_takes_its_18_group_point_from_the_nutpie_row_just_run(tmp_path, monkeypatch):
-    runs = [{"backend": "nutpie", "peak_rss_mib": m} for m in (600.0, 610.0, 640.0)]
-    rows = {"nutpie": {"wall_s": 7.0, "runs": runs}}
+def test_bench_scaling_keeps_the_rows_it_does_not_run_each_with_its_own_stamp(tmp_path, monkeypatch):
+    earlier = {"measured_utc": "2020-01-01T00:00:00+00:00", "commit": "abc"}
+    out = tmp_path / "benchmark.json"
+    out.write_text(json.dumps({"scaling": {
+        "hier_advi": {"18": {**earlier, "seconds": 3.0, "peak_rss_mib": 1.0}},
+        "hier_nutpie": {"18": {"seconds": 53.0, "peak_rss_mib": 1.0}},  # a row no longer measured goes
+        "hier_nuts": {"18": {**earlier, "seconds": 9.0, "peak_rss_mib": 1.0}}}}))
     seen = {}
 
-    def scaling(work, sizes, backend_results=None):
-        seen["rows"] = backend_results
-        return {}
+    def scaling(work, sizes, rows, stamp):
+        seen["rows"], seen["stamp"] = rows, stamp
+        return {"hier_nuts": {"18": {**stamp, "seconds": 4.0, "peak_rss_mib": 1.0},
+                              "60": {**stamp, "seconds": 12.0, "peak_rss_mib": 1.0}}}
 
-    out = tmp_path / "benchmark.json"
-    out.write_text(json.dumps({"backends": {"pymc": {"ess_per_s": 1.0, "ess_per_s_fn": 1.0, "ess_per_s_group_sd": 1.0,
-                                                     "runs": [{"backend": "pymc"}], "us_per_grad": 1.0}}}))
-    monkeypatch.setattr(bench, "backends", lambda work, chosen, sizes, stamp: {
-        "nutpie": dict(rows["nutpie"], us_per_grad=1.0, ess_per_s=1.0, ess_per_s_fn=1.0, ess_per_s_group_sd=1.0)})
     monkeypatch.setattr(bench, "scaling", scaling)
-    bench.main(["--out", str(out), "--only", "backends", "scaling", "--variants", "nutpie",
+    bench.main(["--out", str(out), "--only", "scaling", "--scaling-rows", "hier_nuts",
                 "--workdir", str(tmp_path / "w")])
-    assert set(seen["rows"]) == {"nutpie"}  # the rows measured, not those kept from the previous file
-    # and the point itself: the row's wall and its runs' median peak memory (a row holds no peak of its own)
-    monkeypatch.undo()
-    monkeypatch.setattr(bench, "_params", lambda *a, **k: tmp_path / "params.yaml")
-    monkeypatch.setattr(bench, "_stage", lambda *a, **k: {"seconds": 1.0, "peak_rss_mib": 1.0})
-    monkeypatch.setattr(bench, "_fit", lambda *a, **k: None)
-    sizes = dataclasses.replace(bench.FULL, nuts_groups=(18,), advi_groups=(), minibatch_groups=())
-    point = bench.scaling(tmp_path, sizes, backend_results=rows)
-    assert point["hier_nutpie"]["18"] == {"seconds": 7.0, "peak_rss_mib": 610.0}
+    got = json.loads(out.read_text())["scaling"]
+    assert seen["rows"] == ("hier_nuts",)
+    assert set(got) == {"hier_advi", "hier_nuts", "linearity"}
+    assert got["hier_advi"]["18"]["measured_utc"] == earlier["measured_utc"]  # kept whole
+    assert got["hier_nuts"]["18"]["seconds"] == 4.0 and got["hier_nuts"]["18"]["commit"] == seen["stamp"]["commit"]
+    assert got["linearity"]["hier_nuts"]["loglog_slope"] == pytest.approx(np.log(3) / np.log(60 / 18))
 
 
 # ----------------------------------------------------------------------------- smoke runs of every row and section
@@ -169,9 +166,16 @@ def test_every_other_section_runs_at_smoke_sizes(tmp_path, section):
     if section == "scaling":
         sizes = bench.SMOKE
         assert {k: set(v) for k, v in got["scaling"].items() if k != "linearity"} == {
-            "hier_nutpie": {str(n) for n in sizes.nuts_groups}, "hier_advi": {str(n) for n in sizes.advi_groups},
+            "hier_nuts": {str(n) for n in sizes.nuts_groups}, "hier_advi": {str(n) for n in sizes.advi_groups},
+            "per_group_nuts": {str(sizes.per_group_groups)},
             "hier_advi_minibatch": {str(n) for n in sizes.minibatch_groups}, "report": {str(sizes.report_groups)}}
-        assert "loglog_slope" in got["scaling"]["linearity"]["hier_nutpie"]
+        assert "loglog_slope" in got["scaling"]["linearity"]["hier_nuts"]
+        stamp = got["measured"]["scaling"]
+        for point in got["scaling"]["hier_nuts"].values():
+            assert point["commit"] == stamp["commit"] and point["steps_per_iteration"] > 0 and point["draws"] > 0
+        fits = got["scaling"]["per_group_nuts"][str(sizes.per_group_groups)]
+        assert set(fits) == {"in_process", "local_cluster_2"}
+        assert all(fits[how][stem]["process_s"] > 0 for how in fits for stem in ("flat", "informed"))
     elif section == "cluster":
         assert got["cluster"]["identical_metrics"] is True and got["cluster"]["speedup"] > 0
     elif section == "many_groups":

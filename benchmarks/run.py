@@ -361,6 +361,7 @@ def repro(work: Path, base: dict | None = None) -> dict:
     return {"repro_s": run["seconds"], "repro_peak_rss_mib": run["peak_rss_mib"], "repro_stages": stages}
 
 
+_NO_LIMITS = {"max_memory_gib": 1e6, "max_minutes": 1e6}
 SCALING_ROWS = ("hier_nuts", "per_group_nuts", "hier_advi", "hier_advi_minibatch", "report")
 
 
@@ -376,10 +377,15 @@ def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None 
     """The hierarchical fit at ``n`` groups with the committed ``hier_sampler`` (run-length control and restarts on):
     seconds, leapfrog steps per iteration, microseconds per gradient and per group, peak memory, and whether every
     group meets the convergence criterion."""
-    params = _params(work / f"hier_nuts_{n}", n, None, sizes.params)
+    # limits off: the point measures what the fit costs, where the budget's worst case would refuse it
+    params = _params(work / f"hier_nuts_{n}", n, None, sizes.params, limits=_NO_LIMITS)
     _stage("make_data", params, "--out", "data/tasks.nc")
     print(f"bench: scaling hier_nuts n_groups={n} ...", flush=True)
-    r = _fit("fit_hier", params, "hier")
+    try:
+        r = _fit("fit_hier", params, "hier")
+    except RuntimeError as e:  # killed (out of memory) or failed: the point says so, the other points stand
+        print(f"bench: scaling hier_nuts n_groups={n} failed: {e}", flush=True)
+        return {**(stamp or run_stamp()), "n_groups": n, "error": str(e)[-600:], "hier_trace": ""}
     t, s = r["timing"]["sampling"], r["metrics"]["sampling"]
     hs = yaml.safe_load(params.read_text())["hier_sampler"]
     draws = _trace_draws(params.parent / "traces" / "hier.nc")
@@ -402,7 +408,7 @@ def per_group_nuts(work: Path, hier_trace: Path, n: int, scheduler: str, sizes: 
     ``HBNN_DASK_SCHEDULER=scheduler`` (``""``: in-process); the informed prior comes from ``hier_trace`` (a
     hierarchical fit of the same data). Each fit's process seconds, sampling seconds, peak memory and convergence."""
     work = work / f"per_group_{n}_{scheduler or 'serial'}"
-    params = _params(work, n, None, sizes.params)
+    params = _params(work, n, None, sizes.params, limits=_NO_LIMITS)
     _stage("make_data", params, "--out", "data/tasks.nc")
     _stage("derive_prior", params, "--hier-trace", str(hier_trace), "--prior-out", "priors/informed.nc",
            "--metrics-out", "metrics/prior.json")
@@ -413,7 +419,11 @@ def per_group_nuts(work: Path, hier_trace: Path, n: int, scheduler: str, sizes: 
         for stage, stem, extra in (("fit_flat", "flat", ()),
                                    ("fit_informed", "informed", ("--prior-path", "priors/informed.nc"))):
             print(f"bench: scaling per-group {stem} n_groups={n} ({out['scheduler']}) ...", flush=True)
-            r = _fit(stage, params, stem, *extra)
+            try:
+                r = _fit(stage, params, stem, *extra)
+            except RuntimeError as e:
+                out[stem] = {"error": str(e)[-600:]}
+                continue
             t, s = r["timing"]["sampling"], r["metrics"]["sampling"]
             out[stem] = {"process_s": r["run"]["seconds"], "sampling_s": t["seconds"],
                          "compile_s": t.get("compile_seconds"), "peak_rss_mib": r["run"]["peak_rss_mib"],
@@ -444,15 +454,17 @@ def scaling(work: Path, sizes: Sizes = FULL, rows=SCALING_ROWS, stamp: dict | No
     if "hier_nuts" in rows:
         for n in sizes.nuts_groups:
             point = hier_nuts_point(work, n, sizes, stamp)
-            traces[n] = Path(point.pop("hier_trace"))
+            if trace := point.pop("hier_trace"):
+                traces[n] = Path(trace)
             out["hier_nuts"][str(n)] = point
     if "per_group_nuts" in rows:
         n = sizes.per_group_groups
-        if n not in traces:
-            traces[n] = Path(hier_nuts_point(work, n, sizes, stamp)["hier_trace"])
-        out["per_group_nuts"][str(n)] = {
-            "in_process": per_group_nuts(work, traces[n], n, "", sizes, stamp),
-            "local_cluster_2": per_group_nuts(work, traces[n], n, "local:2", sizes, stamp)}
+        if n not in traces and (trace := hier_nuts_point(work, n, sizes, stamp)["hier_trace"]):
+            traces[n] = Path(trace)
+        if n in traces:  # else no prior to derive: the hierarchical point says why
+            out["per_group_nuts"][str(n)] = {
+                "in_process": per_group_nuts(work, traces[n], n, "", sizes, stamp),
+                "local_cluster_2": per_group_nuts(work, traces[n], n, "local:2", sizes, stamp)}
     for key, batch, groups in (("hier_advi", 0, sizes.advi_groups),
                                ("hier_advi_minibatch", 500, sizes.minibatch_groups)):
         if key not in rows:
@@ -587,6 +599,7 @@ def cluster_speedup(work: Path, sizes: Sizes = FULL) -> dict:
 
 def _linearity(points: dict) -> dict:
     """Seconds per group at each size, and the log-log slope between the smallest and largest size."""
+    points = {k: v for k, v in points.items() if "seconds" in v}  # a point that failed says why, with no time
     sizes = sorted(int(k) for k in points)
     per_group = {str(n): points[str(n)]["seconds"] / n for n in sizes}
     if len(sizes) < 2:
@@ -611,8 +624,8 @@ def _table(result: dict) -> str:
     for key, points in scaling.items():
         if key in ("linearity", "per_group_nuts"):
             continue
-        cells = ", ".join(f"{n}: {points[n]['seconds']:.1f}s/{points[n]['peak_rss_mib']:.0f}MiB"
-                          for n in sorted(points, key=int))
+        cells = ", ".join(f"{n}: {points[n]['seconds']:.1f}s/{points[n]['peak_rss_mib']:.0f}MiB" if "seconds" in
+                          points[n] else f"{n}: failed" for n in sorted(points, key=int))
         slope = scaling.get("linearity", {}).get(key, {}).get("loglog_slope")
         if slope is not None:
             cells += f" (log-log slope {slope:.2f})"
@@ -620,12 +633,14 @@ def _table(result: dict) -> str:
         if key == "hier_nuts":
             rows.extend(f"  {n} groups: {p['draws']} draws, {p['steps_per_iteration']:.0f} steps an iteration, "
                         f"{p['us_per_grad_per_group']:.2f} us/grad a group, {p['groups_not_converged']} groups "
-                        f"missing the bar" for n, p in sorted(points.items(), key=lambda item: int(item[0])))
+                        f"missing the bar" for n, p in sorted(points.items(), key=lambda item: int(item[0]))
+                        if "seconds" in p)
     for n, point in scaling.get("per_group_nuts", {}).items():
         for how, fits in ((k, v) for k, v in point.items() if isinstance(v, dict)):
             rows.append(f"per-group NUTS at {n} groups ({how}): " + ", ".join(
                 f"{stem} {fits[stem]['process_s']:.0f}s/{fits[stem]['peak_rss_mib']:.0f}MiB "
-                f"({fits[stem]['groups_not_converged']} missing)" for stem in ("flat", "informed")))
+                f"({fits[stem]['groups_not_converged']} missing)" if "error" not in fits[stem] else f"{stem} failed"
+                for stem in ("flat", "informed")))
     return "\n".join(rows)
 
 

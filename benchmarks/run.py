@@ -21,14 +21,17 @@ Definitions (also written into the JSON under ``definitions``):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -92,25 +95,34 @@ DEFINITIONS = {
 
 
 # ----------------------------------------------------------------------------- processes
-def _run(cmd: list[str], cwd: Path, **env_extra: str) -> dict:
-    """Run ``cmd`` (with ``env_extra`` in its environment); return its wall seconds and peak resident memory (MiB)."""
+def _run(cmd: list[str], cwd: Path, limit_s: float | None = None, **env_extra: str) -> dict:
+    """Run ``cmd`` (with ``env_extra`` in its environment); return its wall seconds and peak resident memory (MiB).
+    Past ``limit_s`` seconds its process group is stopped and a :class:`RuntimeError` says so."""
     env = dict(os.environ, PYTHONHASHSEED="0", **env_extra)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        timer = threading.Timer(limit_s, os.killpg, (proc.pid, signal.SIGTERM)) if limit_s else None
+        if timer:
+            timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            if timer:
+                timer.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.perf_counter() - start
         if proc.returncode != 0:
             err.seek(0)
             tail = err.read().decode(errors="replace")[-3000:]
-            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
+            over = f" stopped at the limit of {limit_s:g} s" if limit_s and seconds >= limit_s else ""
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}){over}:\n{tail}")
     return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
 
 
-def _stage(stage: str, params: Path, *args: str) -> dict:
+def _stage(stage: str, params: Path, *args: str, limit_s: float | None = None) -> dict:
     return _run([sys.executable, str(ROOT / "stages" / f"{stage}.py"), "--params", str(params), *args],
-                params.parent)
+                params.parent, limit_s)
 
 
 # The settings only the per-group fits take, off in a hierarchical fit made from `sampler`'s (SamplerParams.check):
@@ -138,10 +150,10 @@ def _params(workdir: Path, n_groups: int, sampler: dict | None, base: dict | Non
     return path
 
 
-def _fit(stage: str, params: Path, stem: str, *extra: str) -> dict:
-    """Run a fit stage; return its process cost, metrics and timings."""
+def _fit(stage: str, params: Path, stem: str, *extra: str, limit_s: float | None = None) -> dict:
+    """Run a fit stage (stopped past ``limit_s`` seconds); return its process cost, metrics and timings."""
     run = _stage(stage, params, "--tasks-path", "data/tasks.nc", *extra, "--trace-out", f"traces/{stem}.nc",
-                 "--metrics-out", f"metrics/{stem}.json", "--timing-out", f"timings/{stem}.json")
+                 "--metrics-out", f"metrics/{stem}.json", "--timing-out", f"timings/{stem}.json", limit_s=limit_s)
     d = params.parent
     # the complete metrics (group sds, function-space extremes): the headline file holds DESIGN's keys only
     return {"run": run, "metrics": json.loads((d / "metrics" / "detail" / f"{stem}.json").read_text()),
@@ -382,8 +394,8 @@ def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None 
     _stage("make_data", params, "--out", "data/tasks.nc")
     print(f"bench: scaling hier_nuts n_groups={n} ...", flush=True)
     try:
-        r = _fit("fit_hier", params, "hier")
-    except RuntimeError as e:  # killed (out of memory) or failed: the point says so, the other points stand
+        r = _fit("fit_hier", params, "hier", limit_s=sizes.point_limit_s)
+    except RuntimeError as e:  # past the limit, killed (out of memory) or failed: the point says so
         print(f"bench: scaling hier_nuts n_groups={n} failed: {e}", flush=True)
         return {**(stamp or run_stamp()), "n_groups": n, "error": str(e)[-600:], "hier_trace": ""}
     t, s = r["timing"]["sampling"], r["metrics"]["sampling"]
@@ -391,7 +403,7 @@ def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None 
     draws = _trace_draws(params.parent / "traces" / "hier.nc")
     restarts = int(s.get("restarts") or 0)
     iterations = hs["chains"] * (hs["tune"] * (1 + restarts) + draws)  # a restart tunes again
-    return {**(stamp or run_stamp()), "n_groups": n,
+    return {**(stamp or run_stamp()), "n_groups": n, "hier_sampler": hs,
             "seconds": t["seconds"] + t["compile_seconds"], "sampling_s": t["seconds"],
             "compile_s": t["compile_seconds"], "process_s": r["run"]["seconds"],
             "peak_rss_mib": r["run"]["peak_rss_mib"], "draws": draws, "tune": hs["tune"], "restarts": restarts,
@@ -403,12 +415,13 @@ def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None 
 
 
 def per_group_nuts(work: Path, hier_trace: Path, n: int, scheduler: str, sizes: Sizes = FULL,
-                   stamp: dict | None = None) -> dict:
+                   stamp: dict | None = None, hier_sampler: dict | None = None) -> dict:
     """The flat and informed per-group NUTS fits (the committed ``sampler``) at ``n`` groups, with
     ``HBNN_DASK_SCHEDULER=scheduler`` (``""``: in-process); the informed prior comes from ``hier_trace`` (a
-    hierarchical fit of the same data). Each fit's process seconds, sampling seconds, peak memory and convergence."""
+    hierarchical fit of the same data, with the committed ``hier_sampler`` overridden by ``hier_sampler``). Each
+    fit's process seconds, sampling seconds, peak memory and convergence."""
     work = work / f"per_group_{n}_{scheduler or 'serial'}"
-    params = _params(work, n, None, sizes.params, limits=_NO_LIMITS)
+    params = _params(work, n, None, sizes.params, limits=_NO_LIMITS, hier_sampler=hier_sampler or {})
     _stage("make_data", params, "--out", "data/tasks.nc")
     _stage("derive_prior", params, "--hier-trace", str(hier_trace), "--prior-out", "priors/informed.nc",
            "--metrics-out", "metrics/prior.json")
@@ -438,7 +451,18 @@ def per_group_nuts(work: Path, hier_trace: Path, n: int, scheduler: str, sizes: 
     return out
 
 
-def scaling(work: Path, sizes: Sizes = FULL, rows=SCALING_ROWS, stamp: dict | None = None) -> dict:
+def _advi_hier_trace(work: Path, n: int, sizes: Sizes, hier_sampler: dict) -> Path:
+    """A hierarchical posterior of ``n`` groups with ``hier_sampler`` (minibatch ADVI: minutes where NUTS takes an
+    hour), for the per-group fits' informed prior."""
+    params = _params(work / f"hier_advi_prior_{n}", n, None, sizes.params, limits=_NO_LIMITS,
+                     hier_sampler=hier_sampler)
+    _stage("make_data", params, "--out", "data/tasks.nc")
+    print(f"bench: scaling per-group: the hierarchical posterior of {n} groups by ADVI ...", flush=True)
+    _fit("fit_hier", params, "hier")
+    return params.parent / "traces" / "hier.nc"
+
+
+def scaling(work: Path, sizes: Sizes = FULL, rows=SCALING_ROWS, stamp: dict | None = None, save=None) -> dict:
     """The scaling rows in ``rows`` (:data:`SCALING_ROWS`), every point stamped (:func:`run_stamp`).
 
     ``hier_nuts``: the hierarchical fit with the committed ``hier_sampler`` at ``sizes.nuts_groups`` groups
@@ -446,8 +470,9 @@ def scaling(work: Path, sizes: Sizes = FULL, rows=SCALING_ROWS, stamp: dict | No
     ``sizes.per_group_groups``, in-process and on a 2-worker LocalCluster (:func:`per_group_nuts`; the informed prior
     from that size's ``hier_nuts`` fit, run here if ``hier_nuts`` is not); ``hier_advi`` and
     ``hier_advi_minibatch``: ADVI, full batch and minibatch; ``report``: the report stage at
-    ``sizes.report_groups``.
+    ``sizes.report_groups``. ``save`` (if given) is called with the rows so far after every point.
     """
+    save = save or (lambda rows_so_far: None)
     stamp = stamp or run_stamp()
     out: dict = {row: {} for row in rows}
     traces: dict[int, Path] = {}
@@ -457,14 +482,19 @@ def scaling(work: Path, sizes: Sizes = FULL, rows=SCALING_ROWS, stamp: dict | No
             if trace := point.pop("hier_trace"):
                 traces[n] = Path(trace)
             out["hier_nuts"][str(n)] = point
+            save(out)
     if "per_group_nuts" in rows:
         n = sizes.per_group_groups
-        if n not in traces and (trace := hier_nuts_point(work, n, sizes, stamp)["hier_trace"]):
-            traces[n] = Path(trace)
-        if n in traces:  # else no prior to derive: the hierarchical point says why
+        hier = None
+        if n not in traces:  # the informed prior's cost does not depend on how its posterior was drawn
+            hier = sizes.many_groups["hier_sampler"]
+            traces[n] = _advi_hier_trace(work, n, sizes, hier)
+        if n in traces:
             out["per_group_nuts"][str(n)] = {
-                "in_process": per_group_nuts(work, traces[n], n, "", sizes, stamp),
-                "local_cluster_2": per_group_nuts(work, traces[n], n, "local:2", sizes, stamp)}
+                how: {**per_group_nuts(work, traces[n], n, scheduler, sizes, stamp, hier),
+                      "prior_from": "hier_nuts" if hier is None else "minibatch ADVI"}
+                for how, scheduler in (("in_process", ""), ("local_cluster_2", "local:2"))}
+            save(out)
     for key, batch, groups in (("hier_advi", 0, sizes.advi_groups),
                                ("hier_advi_minibatch", 500, sizes.minibatch_groups)):
         if key not in rows:
@@ -480,6 +510,7 @@ def scaling(work: Path, sizes: Sizes = FULL, rows=SCALING_ROWS, stamp: dict | No
                                 "process_s": r["run"]["seconds"],
                                 "peak_rss_mib": r["run"]["peak_rss_mib"],
                                 "test_accuracy": r["metrics"]["test"]["accuracy"]}
+            save(out)
     if "report" in rows:
         out["report"] = _report_point(work, sizes, stamp)
     return out
@@ -644,6 +675,14 @@ def _table(result: dict) -> str:
     return "\n".join(rows)
 
 
+def _write(path: Path, result: dict) -> None:
+    """Write ``result`` to ``path`` whole (a temporary file, then renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
 SECTIONS = ("backends", "floor", "repro", "scaling", "cluster", "many_groups")
 REPORT = ROOT / "reports" / "benchmark.json"  # what `make bench` writes, and a smoke run never does
 
@@ -659,6 +698,8 @@ def main(argv=None) -> int:
                         help="backends-section rows to run (default all); the others keep their last values")
     parser.add_argument("--scaling-rows", nargs="*", default=None, choices=list(SCALING_ROWS),
                         help="scaling-section rows to run (default all); the others keep their last values")
+    parser.add_argument("--nuts-groups", nargs="*", type=int, default=None,
+                        help="the hier_nuts scaling row's numbers of groups (default: benchmarks/sizes.py's)")
     parser.add_argument("--smoke", action="store_true",
                         help="every chosen row and section at tiny settings (benchmarks/sizes.py SMOKE), to check "
                              "that they run, not to measure; writes only --out, and only this run's results")
@@ -691,11 +732,17 @@ def main(argv=None) -> int:
             result.update(repro(work, sizes.params))
         if "scaling" in sections:
             rows = tuple(args.scaling_rows or SCALING_ROWS)
-            fresh = scaling(work / "scaling", sizes, rows, stamp)
+            if args.nuts_groups:
+                sizes = dataclasses.replace(sizes, nuts_groups=tuple(args.nuts_groups))
             kept = {k: v for k, v in previous.get("scaling", {}).items() if k in SCALING_ROWS and k not in rows}
-            result["scaling"] = {**kept, **fresh}  # each point carries the stamp of the run that measured it
-            result["scaling"]["linearity"] = {k: _linearity(v) for k, v in result["scaling"].items()
-                                              if k in ("hier_nuts", "hier_advi", "hier_advi_minibatch") and v}
+
+            def save(fresh: dict) -> None:  # after every point: a stopped run keeps the points it measured
+                result["scaling"] = {**kept, **fresh}  # each point carries the stamp of the run that measured it
+                result["scaling"]["linearity"] = {k: _linearity(v) for k, v in result["scaling"].items()
+                                                  if k in ("hier_nuts", "hier_advi", "hier_advi_minibatch") and v}
+                _write(out_path, {**previous, **result})
+
+            save(scaling(work / "scaling", sizes, rows, stamp, save))
         if "cluster" in sections:
             result["cluster"] = cluster_speedup(work / "cluster", sizes)
         if "many_groups" in sections:
@@ -705,10 +752,7 @@ def main(argv=None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     result["bench_seconds"] = time.perf_counter() - start
     merged = {**previous, **result}  # sections not run keep their last values
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
-    tmp.replace(out_path)
+    _write(out_path, merged)
     if "backends" in merged and "numpy_floor_us_per_grad" in merged:
         print(_table(merged))
     if "cluster" in result:

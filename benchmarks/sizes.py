@@ -50,7 +50,8 @@ class Sizes:
     ``nuts_groups`` (the hierarchical fit at the committed ``hier_sampler``), ``per_group_groups`` (the flat and
     informed fits, in-process and on a LocalCluster), ``advi_groups`` and ``minibatch_groups`` the scaling section's
     sizes, ``report_groups`` and ``report_iterations`` its report point (ADVI fits of that many iterations);
-    ``many_groups`` the overrides of the many-groups pipeline.
+    ``many_groups`` the overrides of the many-groups pipeline; ``point_limit_s`` the seconds a ``hier_nuts`` point may
+    run (it is recorded as stopped past that).
     """
 
     params: dict = field(default_factory=dict)
@@ -64,6 +65,7 @@ class Sizes:
     cluster_repeats: int = 2
     nuts_groups: tuple[int, ...] = (18, 60, 200, 1000)
     per_group_groups: int = 1000
+    point_limit_s: float = 1800.0  # past 30 min a hierarchical NUTS point is stopped and recorded as too slow
     advi_groups: tuple[int, ...] = (18, 60, 200)
     minibatch_groups: tuple[int, ...] = (18, 60, 200, 1000)
     report_groups: int = 200

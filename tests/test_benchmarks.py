@@ -102,7 +102,7 @@ def test_bench_scaling_keeps_the_rows_it_does_not_run_each_with_its_own_stamp(tm
         "hier_nuts": {"18": {**earlier, "seconds": 9.0, "peak_rss_mib": 1.0}}}}))
     seen = {}
 
-    def scaling(work, sizes, rows, stamp):
+    def scaling(work, sizes, rows, stamp, save):
         seen["rows"], seen["stamp"] = rows, stamp
         return {"hier_nuts": {"18": {**stamp, "seconds": 4.0, "peak_rss_mib": 1.0},
                               "60": {**stamp, "seconds": 12.0, "peak_rss_mib": 1.0}}}
@@ -204,3 +204,13 @@ def test_transfer_seeds_summarises_every_size_over_the_seeds(tmp_path):
     assert n2["refit - flat"]["mean"] == pytest.approx(n2["informed - flat"]["mean"] - n2["informed - refit"]["mean"],
                                                       abs=1e-5)  # each rounded to 6 decimals
     assert all(set(r["not_converged"]) == {"flat", "informed", "hier_refit", "hierarchical"} for r in result["seeds"])
+
+
+def test_a_bench_process_past_its_limit_is_stopped_and_says_so(tmp_path):
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match=r"stopped at the limit of 0.5 s"):
+        bench._run([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path, limit_s=0.5)
+    assert time.perf_counter() - start < 10
+    assert bench._run([sys.executable, "-c", "pass"], tmp_path, limit_s=30)["seconds"] < 30

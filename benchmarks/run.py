@@ -734,10 +734,11 @@ def main(argv=None) -> int:
             rows = tuple(args.scaling_rows or SCALING_ROWS)
             if args.nuts_groups:
                 sizes = dataclasses.replace(sizes, nuts_groups=tuple(args.nuts_groups))
-            kept = {k: v for k, v in previous.get("scaling", {}).items() if k in SCALING_ROWS and k not in rows}
+            before = {k: v for k, v in previous.get("scaling", {}).items() if k in SCALING_ROWS}
 
             def save(fresh: dict) -> None:  # after every point: a stopped run keeps the points it measured
-                result["scaling"] = {**kept, **fresh}  # each point carries the stamp of the run that measured it
+                # a point not measured again (another row, another size) stays, with the stamp of its own run
+                result["scaling"] = {k: {**before.get(k, {}), **fresh.get(k, {})} for k in {*before, *fresh}}
                 result["scaling"]["linearity"] = {k: _linearity(v) for k, v in result["scaling"].items()
                                                   if k in ("hier_nuts", "hier_advi", "hier_advi_minibatch") and v}
                 _write(out_path, {**previous, **result})

@@ -99,7 +99,8 @@ def test_bench_scaling_keeps_the_rows_it_does_not_run_each_with_its_own_stamp(tm
     out.write_text(json.dumps({"scaling": {
         "hier_advi": {"18": {**earlier, "seconds": 3.0, "peak_rss_mib": 1.0}},
         "hier_nutpie": {"18": {"seconds": 53.0, "peak_rss_mib": 1.0}},  # a row no longer measured goes
-        "hier_nuts": {"18": {**earlier, "seconds": 9.0, "peak_rss_mib": 1.0}}}}))
+        "hier_nuts": {"18": {**earlier, "seconds": 9.0, "peak_rss_mib": 1.0},
+                      "1000": {**earlier, "error": "stopped at the limit"}}}}))
     seen = {}
 
     def scaling(work, sizes, rows, stamp, save):
@@ -114,6 +115,7 @@ def test_bench_scaling_keeps_the_rows_it_does_not_run_each_with_its_own_stamp(tm
     assert seen["rows"] == ("hier_nuts",)
     assert set(got) == {"hier_advi", "hier_nuts", "linearity"}
     assert got["hier_advi"]["18"]["measured_utc"] == earlier["measured_utc"]  # kept whole
+    assert got["hier_nuts"]["1000"] == {**earlier, "error": "stopped at the limit"}  # a size not rerun stays
     assert got["hier_nuts"]["18"]["seconds"] == 4.0 and got["hier_nuts"]["18"]["commit"] == seen["stamp"]["commit"]
     assert got["linearity"]["hier_nuts"]["loglog_slope"] == pytest.approx(np.log(3) / np.log(60 / 18))
 

@@ -1,24 +1,28 @@
 """Cost estimates that stop a run too large for this machine before it starts.
 
 Before generating data or sampling, each stage estimates its peak memory and wall-clock time from its sizes, logs
-it, and refuses with a :class:`~hbnn.config.ConfigError` where either exceeds ``limits.max_memory_gib`` /
-``limits.max_minutes``. The limits are guards, not inputs to any result: no stage lists them as a DVC param.
+it, and refuses with a :class:`~hbnn.config.ConfigError` where the typical cost exceeds ``limits.max_memory_gib`` /
+``limits.max_minutes``. A fit that can run longer than typical (drawn on to ``max_draws``, fitted again, restarted)
+also logs the most it can take, and warns where that much memory is past the limit. The limits are guards, not
+inputs to any result: no stage lists them as a DVC param.
 
-The model of the cost is deliberately simple and errs on the high side:
+The model of the cost:
 
 - a NUTS gradient costs ``GRAD_OVERHEAD_US`` plus ``NS_PER_ROW_WEIGHT`` per (training row x weight) (nutpie's
   hand-written density, :mod:`hbnn.density.kernel`: the ``KERNEL_`` pair), plus ``NS_PER_PRIOR_ENTRY`` per entry of
   each informed-prior covariance, plus ``NS_PER_DIM`` per sampled coordinate;
 - a NUTS iteration takes ``STEPS_PER_ITERATION[backend]`` gradients (as each backend adapts on the default
-  hierarchical fit), more with the square root of the coordinates, up to the tree-depth cap of 1023;
+  hierarchical fit), more with the square root of the coordinates, up to the tree-depth cap of 1023; nutpie with
+  Stan's mass matrix typically ``STEPS_DIAG_STAN``, growing as measured (``STEPS_GROWTH``), and the cap at most;
+- a fit drawn on past ``draws`` typically stops at ``EXPECTED_DRAW_FACTOR`` times ``draws`` (at most ``max_draws``);
 - an ADVI step costs ``ADVI_STEP_US`` plus ``NS_PER_ROW_WEIGHT`` per (batch row x weight) plus
   ``NS_PER_ADVI_PARAM`` per model parameter (each step updates every parameter's mean and sd, whatever the batch);
 - memory holds every stored draw of every value ``COPIES`` times over (a hierarchical draw stores each group's
   ``z`` and its weights), the posterior predictions of every row, and the hierarchical fit's padded layout.
 
-Calibrated against the default pipeline's measured costs per gradient and per data row (benchmarks/FINDINGS.md,
-"Measurements behind code comments"). The estimate is an order of magnitude, meant to catch ``n_groups: 1000000``
-or ``hidden_layers: [1000]``, not to plan a schedule.
+Calibrated against the measured costs of the default pipeline and of `make bench`'s scaling section
+(``reports/benchmark.json``; tests/test_budget.py holds the NUTS estimates within 2x of those points). Fits whose
+length depends on the data are estimated as they typically run, so a given fit can take up to about twice as long.
 """
 
 from __future__ import annotations
@@ -37,24 +41,35 @@ log = logging.getLogger(__name__)
 GRAD_OVERHEAD_US = 20.0
 NS_PER_ROW_WEIGHT = 10.0
 NS_PER_PRIOR_ENTRY = 1.0
-# Leapfrog steps per NUTS iteration, as adapted on the default fits. numpyro: scaled so that a fixed-length default
-# hierarchical fit is estimated somewhat high (benchmarks/FINDINGS.md, "Measurements behind code comments"); the
-# heartbeat reports the time left from this estimate only while NumPyro compiles (its iterations after that).
-STEPS_PER_ITERATION = {"nutpie": 64, "pymc": 256, "numpyro": 320, "blackjax": 512}
+# Leapfrog steps per NUTS iteration, as adapted on the default fits (nutpie: the flat per-group fits, 42 at 18 and at
+# 1000 groups). numpyro: scaled so that a fixed-length default hierarchical fit is estimated somewhat high
+# (benchmarks/FINDINGS.md, "Measurements behind code comments"); the heartbeat reports the time left from this
+# estimate only while NumPyro compiles (its iterations after that).
+STEPS_PER_ITERATION = {"nutpie": 48, "pymc": 256, "numpyro": 320, "blackjax": 512}
+# An informed prior's fits take this many times the flat fits' steps at the default data (158 against 42: the prior's
+# correlations); a tighter prior takes fewer (8 at 1000 groups from an ADVI posterior), where the estimate errs high
+INFORMED_STEPS_FACTOR = 3.8
 # nutpie with the Stan-style mass matrix runs NumPyro's trajectory lengths, up to the tree depth's cap at high
 # target_accept (benchmarks/FINDINGS.md, "Measurements behind code comments"); the cap, so the estimate errs high
 STEPS_PER_ITERATION_DIAG_STAN = 1023
+# ... typically, as measured on the default hierarchical fit (DIMS_MEASURED coordinates), growing with the coordinates
+# to this power (fitted to the scaling section of reports/benchmark.json: the hierarchical fit at 18 to 1000 groups)
+STEPS_DIAG_STAN = 490
+STEPS_GROWTH = 0.28
+# A hierarchical fit drawn on past its draws (max_draws) typically stops at about this many times draws: the geometric
+# mean over the default pipeline's hierarchical fits and refits, 1.4x to 7.4x (benchmarks/FINDINGS.md)
+EXPECTED_DRAW_FACTOR = 3
 # nutpie samples the hand-written log density (hbnn.density.kernel, passes written out per network): fitted to the time
-# per gradient of the default hierarchical (900 rows x 40 weights) and flat (50 x 40) fits, sampler overhead and the
-# slower chain's wait included (benchmarks/FINDINGS.md, "Measurements behind code comments")
-KERNEL_GRAD_OVERHEAD_US = 3.0
+# per gradient of the hierarchical fit at 18 to 200 groups of 50 rows x 40 weights (the scaling section of
+# reports/benchmark.json) and of the default flat (50 x 40) fits, sampler overhead and the slower chain's wait included
+KERNEL_GRAD_OVERHEAD_US = 1.5
 # Per sampled coordinate and leapfrog step: the sampler's own vector arithmetic, the priors and the chain rule. With the
 # trajectories' growth with the coordinates (the steps above were measured at DIMS_MEASURED, the default hierarchical
 # fit's 763), fitted to a fit of 20,000 groups of 2 rows (800,043 coordinates) that the per-row terms put two orders of
 # magnitude too short (benchmarks/FINDINGS.md, "Measurements behind code comments")
-NS_PER_DIM = 10.0
+NS_PER_DIM = 11.0
 DIMS_MEASURED = 763
-KERNEL_NS_PER_ROW_WEIGHT = 0.8
+KERNEL_NS_PER_ROW_WEIGHT = 0.4
 # ADVI, fitted on 2 cores to flat fits and to the 1000-group hierarchical minibatch fit (40,043 parameters) at two
 # batch sizes, which it estimates high (benchmarks/FINDINGS.md, "Measurements behind code comments").
 ADVI_STEP_US = 60.0
@@ -81,14 +96,19 @@ class Estimate:
     """Peak memory (GiB) and wall time (minutes) of one stage, and the sizes behind them."""
 
     stage: str
-    memory_gib: float
-    minutes: float  # the most it can take: a fit that may go on drawing (max_draws) counted to its limit
+    memory_gib: float  # what the stage typically takes
+    minutes: float
     sizes: str
-    first_minutes: float | None = None  # such a fit's time to its first convergence check, else None
+    first_minutes: float | None = None  # a fit drawn on past its draws: its time to its first look, else None
+    most_minutes: float | None = None  # the most it can take where that is more (max_draws, refits, restarts)
+    most_memory_gib: float | None = None
 
     def describe(self) -> str:
-        """Return the estimate as one log line: stage, GiB, minutes and sizes."""
-        return f"{self.stage}: estimated {self.memory_gib:.2g} GiB and {self.minutes:.2g} min for {self.sizes}"
+        """Return the estimate as one log line: stage, GiB, minutes (typical, and at most) and sizes."""
+        most = [f"{value:.2g} {unit}" for value, unit in ((self.most_memory_gib, "GiB"), (self.most_minutes, "min"))
+                if value is not None]
+        return (f"{self.stage}: estimated {self.memory_gib:.2g} GiB and {self.minutes:.2g} min"
+                + (f" (at most {' and '.join(most)})" if most else "") + f" for {self.sizes}")
 
 
 def _past_counting(stage: str):
@@ -150,6 +170,9 @@ def enforce(estimate: Estimate, params: Params) -> None:
     """
     log.info("%s", estimate.describe())
     memory = memory_limit_gib(params)
+    if (estimate.most_memory_gib or 0) > memory >= estimate.memory_gib:
+        log.warning("%s: drawn on to its most, it would pass limits.max_memory_gib=%.3g: lower max_draws if it "
+                    "does not meet the bar sooner", estimate.stage, memory)
     if estimate.memory_gib > memory:
         raise ConfigError(f"{estimate.describe()}: over limits.max_memory_gib={memory:.3g}. Lower the sizes above "
                           "(groups, draws or max_draws, hidden units, the named keys), or raise limits.max_memory_gib "
@@ -200,10 +223,45 @@ def _sampled_dims(n_groups: int, layers: list[int], hierarchical: bool) -> int:
     return n_groups * sum(layers) + sum(layers) + len(layers) if hierarchical else sum(layers)
 
 
+def _nuts_iterations(s, hierarchical: bool, worst: bool) -> float:
+    """NUTS iterations per chain of one fit with sampler settings ``s``: as a fit typically runs (``worst=False``:
+    the first fit's, and a hierarchical fit drawn on to :data:`EXPECTED_DRAW_FACTOR` times ``draws``), or the most it
+    can (``worst=True``: a hierarchical fit drawn to ``max_draws``; a per-group one fitted again at every multiple of
+    ``draws`` up to ``max_draws``, then once more at ``refit_target_accept``; restarts counted by the caller)."""
+    if not worst:
+        draws = min(s.draw_limit, EXPECTED_DRAW_FACTOR * s.draws) if hierarchical else s.draws
+        return s.tune + draws
+    if hierarchical or s.max_draws <= s.draws:
+        iterations = s.tune + s.draw_limit
+    else:  # the first fit, then every refit k = 2 .. max_draws // draws (the worst case: one step at a time)
+        k = s.max_refit_factor  # sum of tune + j * draws over j = 1..k, in closed form (k may be ~1e12)
+        iterations = k * s.tune + s.draws * k * (k + 1) // 2
+    if not hierarchical and s.refit_applies:  # ... and at refit_target_accept, at the longest (smaller steps: twice)
+        iterations += 2 * (s.tune + s.max_refit_factor * s.draws)
+    return iterations
+
+
+def _nuts_steps(s, dims: int, worst: bool, informed: bool = False) -> float:
+    """Leapfrog steps per NUTS iteration in ``dims`` coordinates: the backend's figure as adapted on the default
+    fits (:data:`INFORMED_STEPS_FACTOR` times it under an informed prior), growing with the square root of the
+    coordinates, at most NUTS' tree-depth cap of 1023; for nutpie's Stan-style mass matrix,
+    :data:`STEPS_DIAG_STAN` growing as measured (:data:`STEPS_GROWTH`) typically, and the cap at worst."""
+    cap = STEPS_PER_ITERATION_DIAG_STAN
+    if s.backend == "nutpie" and s.mass_matrix == "diag_stan":
+        if worst:
+            return cap
+        return min(cap, STEPS_DIAG_STAN * max(1.0, dims / DIMS_MEASURED) ** STEPS_GROWTH)
+    steps = STEPS_PER_ITERATION[s.backend] * (INFORMED_STEPS_FACTOR if informed else 1.0)
+    return min(cap, steps * max(1.0, (dims / DIMS_MEASURED) ** 0.5))
+
+
 @_past_counting("")
 def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test: int, n_features: int,
                  max_group_rows: int | None = None) -> Estimate:
     """Return the :class:`Estimate` of a fit (``fit_flat``, ..., ``transfer_informed``) on tasks of these sizes.
+
+    ``minutes`` and ``memory_gib`` are what such a fit typically takes; ``most_minutes`` and ``most_memory_gib``
+    what it can take at most, where that is more (a fit drawn on to ``max_draws``, fitted again, or restarted).
 
     Parameters
     ----------
@@ -222,60 +280,65 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     per_group = sum(layers)
     hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
     stored_params = _hierarchical_weights(n_groups, layers) if hierarchical else n_groups * per_group
-    kept = s.draw_limit if hierarchical else s.draws  # draws per chain a trace keeps (a per-group refit is thinned)
+    dims = _sampled_dims(n_groups, layers, hierarchical)
     if s.backend == "advi":
-        steps_per_fit = s.advi.iterations
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
-        stored_draws = s.chains * kept
-        grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * _sampled_dims(n_groups, layers, hierarchical)
+        grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * dims
+        steps = {False: s.advi.iterations, True: s.advi.iterations}
+        stored = {worst: s.chains * (s.draw_limit if hierarchical else s.draws) for worst in (False, True)}
         run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
     else:
-        stan_nutpie = s.backend == "nutpie" and s.mass_matrix == "diag_stan"  # the other backends' own figures
-        steps = STEPS_PER_ITERATION_DIAG_STAN if stan_nutpie else STEPS_PER_ITERATION[s.backend]
-        dims = _sampled_dims(n_groups, layers, hierarchical)
-        # longer trajectories in more dimensions, as measured (see DIMS_MEASURED), up to NUTS' tree-depth cap
-        steps = min(STEPS_PER_ITERATION_DIAG_STAN, steps * max(1.0, (dims / DIMS_MEASURED) ** 0.5))
-        if hierarchical or s.max_draws <= s.draws:
-            iterations = s.tune + s.draw_limit
-        else:  # the first fit, then every refit k = 2 .. max_draws // draws (the worst case: one step at a time)
-            k = s.max_refit_factor  # sum of tune + j * draws over j = 1..k, in closed form (k may be ~1e12)
-            iterations = k * s.tune + s.draws * k * (k + 1) // 2
-        refit = not hierarchical and s.refit_applies
-        if refit:  # ... and once more at refit_target_accept, at the longest (smaller steps: counted twice)
-            iterations += 2 * (s.tune + s.max_refit_factor * s.draws)
-        steps_per_fit = s.chains * iterations * steps
         rows_per_step = n_train if hierarchical else n_train / n_groups
-        stored_draws = s.chains * (s.tune + kept)  # nutpie keeps the tuning draws too
         grad_us = (KERNEL_GRAD_OVERHEAD_US if s.backend == "nutpie" else GRAD_OVERHEAD_US) + NS_PER_DIM * 1e-3 * dims
-        run = f"{s.chains} chains x {s.tune} + {s.draws} iterations" + (
-            "" if s.max_draws <= s.draws else
-            f", counted as if it drew on to max_draws={s.max_draws} (it stops once the bar is met)" if hierarchical
-            else f", counted as if every group were fitted again at every multiple of draws up to max_draws="
-                 f"{s.max_draws} (only those that miss the bar are)") + (
-            f" and at refit_target_accept={s.refit_target_accept} (only those that diverge past the bar are)"
-            if refit else "") + (
-            f", and as if its chains started again {s.restarts} times at their last look (restarts={s.restarts}; "
-            "they do where they go wrong)" if hierarchical and s.restarts_apply else "")
+        steps = {worst: s.chains * _nuts_iterations(s, hierarchical, worst) * _nuts_steps(s, dims, worst, informed)
+                 for worst in (False, True)}
+        # draws per chain a trace keeps, nutpie's tuning draws included (a per-group refit is thinned back to draws)
+        stored = {worst: s.chains * (s.tune + (_nuts_iterations(s, True, worst) - s.tune if hierarchical
+                                               else s.draws)) for worst in (False, True)}
+        run = _nuts_run(s, hierarchical)
     per_row_weight = KERNEL_NS_PER_ROW_WEIGHT if s.backend == "nutpie" else NS_PER_ROW_WEIGHT
     grad_us += per_row_weight * 1e-3 * rows_per_step * per_group
     if informed:
         grad_us += NS_PER_PRIOR_ENTRY * 1e-3 * sum(w * w for w in layers)
     fits = 1 if hierarchical else n_groups
     parallel = 1 if s.backend == "advi" else max(1, min(s.chains, s.cores))
-    minutes = fits * steps_per_fit * grad_us * 1e-6 / parallel / 60
-    trace = stored_draws * stored_params * BYTES * COPIES
-    predictions = s.chains * kept * (n_train + n_test) * BYTES * COPIES
-    predictions += s.chains * kept * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.diagnostics.evaluation.psis_loo)
-    prior = sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
+    minutes = {worst: fits * steps[worst] * grad_us * 1e-6 / parallel / 60 for worst in (False, True)}
+    if hierarchical and s.restarts_apply:  # each attempt left behind at worst at the last look
+        minutes[True] *= 1 + s.restarts
     widest = max_group_rows if max_group_rows is not None else -(-n_train // max(n_groups, 1))
-    layout = _layout_bytes(n_groups if hierarchical else 1, widest, n_features, params)
+    fixed = _layout_bytes(n_groups if hierarchical else 1, widest, n_features, params)
+    fixed += sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
+    memory = {}
+    for worst in (False, True):
+        kept = stored[worst] - (s.chains * s.tune if s.backend != "advi" else 0)  # draws, not tuning
+        predictions = kept * (n_train + n_test) * BYTES * COPIES
+        predictions += kept * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.diagnostics.evaluation.psis_loo)
+        memory[worst] = PROCESS_GIB + (stored[worst] * stored_params * BYTES * COPIES + predictions + fixed) / 2**30
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
     if hierarchical and widest * n_groups > 2 * n_train:  # the padding is what costs: say so
         sizes += f"; every group padded to the largest's {widest} rows: {widest * n_groups} rows held"
-    first = minutes * (s.tune + s.draws) / (s.tune + s.draw_limit) if hierarchical and s.max_draws > s.draws else None
-    if hierarchical and s.restarts_apply:  # each attempt left behind at worst at the last look
-        minutes *= 1 + s.restarts
-    return Estimate(stage, PROCESS_GIB + (trace + predictions + prior + layout) / 2**30, minutes, sizes, first)
+    first = None
+    if hierarchical and s.max_draws > s.draws and s.backend != "advi":  # time to its first look
+        first = minutes[False] * (s.tune + s.draws) / _nuts_iterations(s, True, False)
+    return Estimate(stage, memory[False], minutes[False], sizes, first,
+                    most_minutes=minutes[True] if minutes[True] > minutes[False] else None,
+                    most_memory_gib=memory[True] if memory[True] > memory[False] else None)
+
+
+def _nuts_run(s, hierarchical: bool) -> str:
+    """The NUTS run an estimate counts, in words: iterations, and what can make it longer."""
+    longer = []
+    if s.max_draws > s.draws:
+        longer.append(f"drawn on up to max_draws={s.max_draws} where the bar is not met" if hierarchical else
+                      f"fitted again with up to max_draws={s.max_draws} draws where a group misses the bar")
+    if not hierarchical and s.refit_applies:
+        longer.append(f"at refit_target_accept={s.refit_target_accept} where one diverges past the bar")
+    if hierarchical and s.restarts_apply:
+        longer.append(f"started again up to restarts={s.restarts} times where its chains go wrong")
+    typical = (f"typically {s.chains} chains x {s.tune} + {min(s.draw_limit, EXPECTED_DRAW_FACTOR * s.draws)} "
+               f"iterations" if hierarchical and s.max_draws > s.draws else f"{s.chains} chains x {s.tune} + "
+               f"{s.draws} iterations")
+    return typical + ("; at most: " + ", ".join(longer) if longer else "")
 
 
 def _layout_bytes(n_groups: int, rows: int, n_features: int, params: Params) -> float:

@@ -25,10 +25,10 @@ bench = importlib.import_module("benchmarks.run")
 
 def test_the_documented_many_groups_command_sets_what_the_benchmark_measures(tmp_path):
     text = (ROOT / "docs" / "many-groups.md").read_text()
-    match = re.search(r"^HBNN_DASK_SCHEDULER=(\S+) dvc exp run -n groups-1000 (.+?)(?<!\\)$", text,
+    match = re.search(r"^(?:HBNN_DASK_SCHEDULER=(\S+) )?dvc exp run -n groups-1000 (.+?)(?<!\\)$", text,
                       flags=re.M | re.S)
-    assert match, "docs/many-groups.md: no `HBNN_DASK_SCHEDULER=... dvc exp run -n groups-1000 ...` line"
-    assert match.group(1) == bench.MANY_GROUPS_SCHEDULER
+    assert match, "docs/many-groups.md: no `dvc exp run -n groups-1000 ...` line"
+    assert (match.group(1) or "") == bench.MANY_GROUPS_SCHEDULER
     words = shlex.split(match.group(2).replace("\\\n", " "))
     overrides = [w for i, w in enumerate(words) if i and words[i - 1] == "-S"]
     assert overrides and len(overrides) * 2 == len(words), words

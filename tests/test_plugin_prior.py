@@ -105,7 +105,7 @@ def test_derive_prior_stage_reads_the_traces_log_densities(tmp_path):
     metrics = derive_prior(params, tmp_path / "hier.nc", tmp_path / "prior.nc", tmp_path / "prior.json")
     assert metrics["draws"]["chosen"]["chain"] == TOP[0] and metrics["draws"]["chosen"]["draw"] == TOP[1]
     assert json.loads((tmp_path / "prior.json").read_text())["draws"]["chosen"] == metrics["draws"]["chosen"]
-    mean, _ = load_prior(tmp_path / "prior.nc", SPECS, params)["in"]
+    mean, _ = load_prior(tmp_path / "prior.nc", SPECS)["in"]
     with xr.open_dataset(tmp_path / "prior.nc") as ds:
         assert json.loads(ds.attrs["hbnn_settings"])["prior"]["method"] == "plugin"
     np.testing.assert_array_equal(mean, posterior["mu_in"].values[TOP].reshape(-1))

@@ -152,6 +152,28 @@ def test_transfer_prior_refuses_before_its_fit_when_no_size_can_be_fitted(tmp_pa
                                                                                              "t.json")))
 
 
+def test_transfer_refuses_a_prior_made_with_other_params_before_any_fit(tmp_path):
+    """The stage holds the params and checks the prior file's hash itself (load_prior takes only the layers)."""
+    import xarray as xr
+    from conftest import TINY
+
+    from hbnn.files.io import provenance
+    from hbnn.files.outputs import write_netcdf
+    from hbnn.pipeline.stages import transfer as transfer_stage
+    from hbnn.pipeline.variants import STAGE_PARAMS
+
+    params = parse_params(TINY)
+    other = parse_params({**TINY, "transfer": {**TINY["transfer"], "tune": 41}})
+    write_netcdf(make_moons_tasks(params), tmp_path / "tasks.nc")
+    prior = xr.Dataset({"v": ("x", np.arange(3.0))})
+    prior.attrs.update(provenance("transfer_prior", "hierarchical", other.section_hash(*STAGE_PARAMS["transfer_prior"]),
+                                  {transfer_stage.HELDOUT_ATTR: ["g00"]}))
+    write_netcdf(prior, tmp_path / "prior.nc")
+    with pytest.raises(InputError, match="prior.nc was made by stage transfer_prior with other values of"):
+        transfer_stage.run_transfer(params, tmp_path / "tasks.nc", *(tmp_path / n for n in (
+            "h.nc", "prior.nc", "pm.json", "rm.json", "f.nc", "i.nc", "m.json", "p.csv", "t.json")))
+
+
 def test_paired_difference_and_where_the_prior_stops_mattering():
     d = transfer.paired_difference(np.array([1.0, 2.0, 3.0]), np.array([0.0, 2.0, 2.0]))
     assert d["mean"] == pytest.approx(2 / 3) and d["se"] == pytest.approx(np.std([1, 0, 1], ddof=1) / np.sqrt(3))

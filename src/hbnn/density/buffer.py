@@ -55,7 +55,7 @@ def pack(density, offsets: dict[str, int]) -> np.ndarray:
     starts = np.concatenate([[0], np.cumsum(counts)])
     for g in range(G):
         Y[g, : counts[g]] = y[starts[g]: starts[g + 1]]
-    specs = density.specs()
+    specs = density.specs
     at = _HEADER + _PER_LAYER * len(specs) + G + G * R * D + G * R
     slots, extra, const = density._layers(offsets, at)
     lay = []

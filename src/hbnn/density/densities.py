@@ -180,16 +180,13 @@ class Density:
         """``(features, hidden widths, bias)``: what :mod:`hbnn.density.written` writes out and caches for."""
         return int(self.X_padded.shape[2]), tuple(int(h) for h in self.hidden_layers), bool(self.bias)
 
-    def specs(self):
-        """The network's layers, as :func:`hbnn.model.network.layer_specs` lays them out for these features.
-
-        Returns
-        -------
-        list of hbnn.model.network.LayerSpec
-        """
+    @functools.cached_property
+    def specs(self) -> tuple:
+        """The network's layers, as :func:`hbnn.model.network.layer_specs` lays them out for these features: computed
+        once per density (a tuple of :class:`hbnn.model.network.LayerSpec`)."""
         from hbnn.model.network import layer_specs
 
-        return layer_specs(self.X_padded.shape[2], self.hidden_layers, self.bias)
+        return tuple(layer_specs(self.X_padded.shape[2], self.hidden_layers, self.bias))
 
     def names(self) -> dict[str, tuple[int, ...]]:
         """The model's value variables, in order, with their shapes.
@@ -397,18 +394,18 @@ class HierarchicalDensity(Density):
 
     def variables(self):
         out = []
-        for s in self.specs():
+        for s in self.specs:
             out += [(f"mu_{s.name}", s.shape, s.dims), (f"sd_{s.name}_log__", (), ()),
                     (f"z_{s.name}", (self.X_padded.shape[0], *s.shape), ("group", *s.dims))]
         return out + self._extra_var("_log__")
 
     def derived(self):
-        specs = self.specs()
+        specs = self.specs
         return ([(f"sd_{s.name}", (), ()) for s in specs] + self._extra_var("")
                 + [(s.var, (self.X_padded.shape[0], *s.shape), ("group", *s.dims)) for s in specs])
 
     def _layers(self, offsets, at):
-        specs = self.specs()
+        specs = self.specs
         slots = [[offsets[f"mu_{s.name}"], offsets[f"sd_{s.name}_log__"], offsets[f"z_{s.name}"]] for s in specs]
         n_normal = sum((self.X_padded.shape[0] + 1) * s.size for s in specs)
         return slots, [], -0.5 * _LOG_2PI * n_normal + _HALFNORMAL_CONST * len(specs)
@@ -431,10 +428,10 @@ class FlatDensity(Density):
     _extra_fields = ("prior_sd",)
 
     def variables(self):
-        return [(s.var, s.shape, s.dims) for s in self.specs()] + self._extra_var("_log__")
+        return [(s.var, s.shape, s.dims) for s in self.specs] + self._extra_var("_log__")
 
     def _layers(self, offsets, at):
-        specs = self.specs()
+        specs = self.specs
         n_w = sum(s.size for s in specs)
         return ([[offsets[s.var], -1, -1] for s in specs], [],
                 n_w * (-0.5 * _LOG_2PI - math.log(self.prior_sd)))
@@ -458,22 +455,22 @@ class InformedDensity(Density):
     _extra_fields = ("prior",)
 
     def variables(self):
-        return ([(f"z_{s.name}", (s.size,), (f"weight_{s.name}",)) for s in self.specs()]
+        return ([(f"z_{s.name}", (s.size,), (f"weight_{s.name}",)) for s in self.specs]
                 + self._extra_var("_log__"))
 
     def derived(self):
-        return self._extra_var("") + [(s.var, s.shape, s.dims) for s in self.specs()]
+        return self._extra_var("") + [(s.var, s.shape, s.dims) for s in self.specs]
 
     def coords(self):
-        return {**super().coords(), **{f"weight_{s.name}": list(range(s.size)) for s in self.specs()}}
+        return {**super().coords(), **{f"weight_{s.name}": list(range(s.size)) for s in self.specs}}
 
     def _layers(self, offsets, at):
         slots, extra = [], []
-        for s in self.specs():
+        for s in self.specs:
             mean, cov = self.prior[s.name]
             chol = np.linalg.cholesky(np.asarray(cov, dtype=np.float64))  # as build_informed_model factors it
             slots.append([offsets[f"z_{s.name}"], at, at + s.size])
             extra += [np.asarray(mean, dtype=np.float64).ravel(), chol.ravel()]
             at += s.size + s.size * s.size
-        n_w = sum(s.size for s in self.specs())
+        n_w = sum(s.size for s in self.specs)
         return slots, extra, -0.5 * _LOG_2PI * n_w

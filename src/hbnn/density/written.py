@@ -28,11 +28,12 @@ import functools
 import hashlib
 import itertools
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from hbnn.density import kernel, modules, numerics
 from hbnn.model import activations, likelihoods
-from hbnn.model.network import layer_specs
+from hbnn.model.network import LayerSpec, layer_specs
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +44,14 @@ MAX_WEIGHTS = 128  # per group; past it the generic loops (written out, the back
 _DECORATOR = modules.INLINE
 
 
-def _layers(n_features: int, hidden: tuple[int, ...], bias: bool) -> list[tuple[int, int]]:
-    """Each layer's ``(inputs without the bias row, outputs)``, as :func:`hbnn.model.network.layer_specs` lays them
-    out."""
-    return [(s.shape[0] - int(bias), s.shape[1] if len(s.shape) == 2 else 1)
-            for s in layer_specs(n_features, hidden, bias)]
+def _layers(specs: Sequence[LayerSpec], bias: bool) -> list[tuple[int, int]]:
+    """Each layer's ``(inputs without the bias row, outputs)`` of ``specs`` (:func:`hbnn.model.network.layer_specs`)."""
+    return [(s.shape[0] - int(bias), s.shape[1] if len(s.shape) == 2 else 1) for s in specs]
 
 
-def _forward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+def _forward_source(specs: Sequence[LayerSpec], bias: bool) -> str:
     """``_forward`` with :func:`hbnn.density.kernel._forward`'s signature and result (``H[1:]``)."""
-    layers = _layers(n_features, hidden, bias)
+    layers = _layers(specs, bias)
     lines = [_DECORATOR, "def _forward(W, H, X, g, n8, R, D, lay, n_layers, bias):",
              "    x = X[g * D * R: (g + 1) * D * R]"]
     w_at = 0
@@ -75,11 +74,11 @@ def _forward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str
     return "\n".join(lines) + "\n"
 
 
-def _backward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+def _backward_source(specs: Sequence[LayerSpec], bias: bool) -> str:
     """``_backward`` with :func:`hbnn.density.kernel._backward`'s signature and effect on ``gW``: one loop over rows,
     every unit's backpropagated gradient in registers, every weight's gradient its own accumulator."""
-    layers = _layers(n_features, hidden, bias)
-    sizes = _sizes(n_features, hidden, bias)
+    layers = _layers(specs, bias)
+    sizes = _sizes(specs)
     starts, at = [w_at for _, w_at in sizes], sum(size for size, _ in sizes)
     lines = [_DECORATOR, "def _backward(W, gW, H, delta, back, X, g, n8, R, D, lay, n_layers, bias):",
              "    x = X[g * D * R: (g + 1) * D * R]"]
@@ -105,9 +104,9 @@ def _backward_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> st
     return "\n".join(lines) + "\n"
 
 
-def _sizes(n_features: int, hidden: tuple[int, ...], bias: bool) -> list[tuple[int, int]]:
-    """Each layer's ``(weights, start in a group's weights)``."""
-    sizes = [s.size for s in layer_specs(n_features, hidden, bias)]
+def _sizes(specs: Sequence[LayerSpec]) -> list[tuple[int, int]]:
+    """Each layer's ``(weights, start in a group's weights)`` of ``specs``."""
+    sizes = [s.size for s in specs]
     return list(zip(sizes, itertools.accumulate(sizes[:-1], initial=0), strict=True))
 
 
@@ -133,12 +132,12 @@ def _by_kind(signature: str, sizes: list[tuple[int, int]], hierarchical, flat, i
     return "\n".join([*lines, *tail]) + "\n"
 
 
-def _weights_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+def _weights_source(specs: Sequence[LayerSpec]) -> str:
     """``_group_weights`` with :func:`hbnn.density.kernel._group_weights`' signature and effect, each layer's loop of a
     constant length: with lengths read at run time, short loops run mostly as scalar remainders (written out, the
     same values take less time: benchmarks/FINDINGS.md, section 'Measurements behind code comments'). The loops
     index slices from 0 (:func:`_slices`)."""
-    sizes = _sizes(n_features, hidden, bias)
+    sizes = _sizes(specs)
     return _by_kind(
         "def _group_weights(theta, W, gW, g, buf, lay, n_layers, bias, kind, sds):", sizes,
         lambda li, size, w_at: [*_slices(size, ta=("theta", "a"), tz=("theta", "z"), wl=("W", w_at)),
@@ -149,13 +148,13 @@ def _weights_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str
         tail=(f"    for k in range({sum(size for size, _ in sizes)}):", "        gW[k] = _F0"))
 
 
-def _chain_rule_source(n_features: int, hidden: tuple[int, ...], bias: bool) -> str:
+def _chain_rule_source(specs: Sequence[LayerSpec]) -> str:
     """``_group_chain_rule`` with :func:`hbnn.density.kernel._group_chain_rule`'s signature and effect, each layer's
     loop of a constant length. (The hierarchical layers' loop does not use slices (:func:`_slices`): that is
     faster, but moves the first group's first ``z`` of each layer by an ulp, which would draw other chains.)"""
     return _by_kind(
         "def _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g_sd):",
-        _sizes(n_features, hidden, bias),
+        _sizes(specs),
         lambda li, size, w_at: ["        acc = 0.0", f"        for k in range({size}):",
                                 f"            gw = gW[{w_at} + k]", "            grad[a + k] += gw",
                                 "            grad[z + k] += sd * gw",
@@ -217,11 +216,12 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool, likeliho
         functions around them (from its source as imported, :data:`hbnn.density.kernel.SOURCE`, not as the file may
         read now).
     """
-    if generic or sum(s.size for s in layer_specs(n_features, hidden, bias)) > MAX_WEIGHTS:
+    specs = layer_specs(n_features, hidden, bias)
+    if generic or sum(s.size for s in specs) > MAX_WEIGHTS:
         passes = [modules.function_source(kernel.SOURCE, name) for name in GENERIC]
     else:
-        passes = [_forward_source(n_features, hidden, bias), _backward_source(n_features, hidden, bias),
-                  _weights_source(n_features, hidden, bias), _chain_rule_source(n_features, hidden, bias)]
+        passes = [_forward_source(specs, bias), _backward_source(specs, bias), _weights_source(specs),
+                  _chain_rule_source(specs)]
     return "\n".join([
         f'"""hbnn.density.kernel for {n_features} features, hidden layers {list(hidden)}, bias {bias}, likelihood '
         f'{likelihood}, activation {activation}: written by hbnn.density.written; do not edit."""',

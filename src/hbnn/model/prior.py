@@ -293,8 +293,11 @@ def prior_dataset(specs: Sequence[LayerSpec], layers: Sequence[tuple[np.ndarray,
     return ds
 
 
-def load_prior(path: Path, specs, params=None, stage: str = "derive_prior") -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def load_prior(path: Path, specs, stage: str = "derive_prior") -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Read and check an informed prior file (``priors/informed.nc``).
+
+    Whether the file was made with the run's params is the stage's check (:func:`hbnn.files.io.check_made_with` on
+    the file's attrs), which holds the params; this one takes only the layers they give.
 
     Parameters
     ----------
@@ -302,8 +305,6 @@ def load_prior(path: Path, specs, params=None, stage: str = "derive_prior") -> d
         The prior file.
     specs : sequence of hbnn.model.network.LayerSpec
         The layers the model needs; the file's must match.
-    params : hbnn.config.Params or None, optional
-        Given, the file must have been made with these params.
     stage : str, optional
         The stage that writes it: ``derive_prior``, or ``transfer_prior`` for the transfer experiment's.
 
@@ -315,11 +316,10 @@ def load_prior(path: Path, specs, params=None, stage: str = "derive_prior") -> d
     Raises
     ------
     hbnn.errors.InputError
-        If the file is missing or unreadable, was made by another stage or with other params, or its layers do
-        not match ``specs``.
+        If the file is missing or unreadable, was made by another stage, or its layers do not match ``specs``.
     """
     ds = load_dataset(path, "prior file")
-    check_made_with(ds.attrs, params, path, stage)
+    check_made_with(ds.attrs, None, path, stage)
     return prior_layers(ds, specs, f"prior file {path}")
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from hbnn.config import Params
 from hbnn.data.tasks import load_tasks
 from hbnn.diagnostics import evaluation
-from hbnn.files.io import close_trace, settings_from_attrs
+from hbnn.files.io import check_made_with, close_trace, load_dataset, settings_from_attrs
 from hbnn.files.outputs import staged_outputs
 from hbnn.model import likelihoods
 from hbnn.model.network import has_bias
@@ -127,7 +127,9 @@ def report(
     traces = open_traces(paths, params)
     try:
         specs, activation = trace_network(traces, paths, params, tasks)
-        prior = load_prior(prior_path, specs, params)
+        with load_dataset(prior_path, "prior file") as ds:
+            check_made_with(ds.attrs, params, prior_path, "derive_prior")
+        prior = load_prior(prior_path, specs)
         check_traces(traces, paths, specs, names)
         settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
         drawn = {v: int(traces[v].posterior.sizes["draw"]) for v in MODELS}

@@ -203,7 +203,9 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     tasks = load_tasks(tasks_path, params.model.likelihood, params)
     spec = fitting.model_spec(params, tasks)
     heldout = heldout_groups(prior_path, tasks)
-    layer_prior = load_prior(prior_path, spec.layers, params, stage="transfer_prior")
+    with load_dataset(prior_path, "prior file") as ds:
+        check_made_with(ds.attrs, params, prior_path, "transfer_prior")
+    layer_prior = load_prior(prior_path, spec.layers, stage="transfer_prior")
     hier_posterior = load_posterior(hier_trace, "hierarchical", params=params, stage="transfer_prior")
     upstream = _upstream(prior_metrics, "transfer_prior", params, heldout, prior_path)
     hier_refit = _upstream(refit_metrics, "transfer_refit", params, heldout, prior_path)

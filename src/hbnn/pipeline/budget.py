@@ -49,11 +49,11 @@ STEPS_PER_ITERATION = {"nutpie": 48, "pymc": 256, "numpyro": 320, "blackjax": 51
 # An informed prior's fits take this many times the flat fits' steps at the default data (158 against 42: the prior's
 # correlations); a tighter prior takes fewer (8 at 1000 groups from an ADVI posterior), where the estimate errs high
 INFORMED_STEPS_FACTOR = 3.8
-# nutpie with the Stan-style mass matrix runs NumPyro's trajectory lengths, up to the tree depth's cap at high
-# target_accept (benchmarks/FINDINGS.md, "Measurements behind code comments"); the cap, so the estimate errs high
+# NUTS' tree-depth cap: the most steps an iteration takes, which nutpie with the Stan-style mass matrix approaches at
+# high target_accept (the worst case counts it)
 STEPS_PER_ITERATION_DIAG_STAN = 1023
-# ... typically, as measured on the default hierarchical fit (DIMS_MEASURED coordinates), growing with the coordinates
-# to this power (fitted to the scaling section of reports/benchmark.json: the hierarchical fit at 18 to 1000 groups)
+# ... and typically, as measured on the default hierarchical fit (DIMS_MEASURED coordinates), growing with the
+# coordinates to this power (the scaling section of reports/benchmark.json: 491, 680, 967 steps at 18, 60, 200 groups)
 STEPS_DIAG_STAN = 490
 STEPS_GROWTH = 0.28
 # A hierarchical fit drawn on past its draws (max_draws) typically stops at about this many times draws: the geometric
@@ -65,8 +65,8 @@ EXPECTED_DRAW_FACTOR = 3
 KERNEL_GRAD_OVERHEAD_US = 1.5
 # Per sampled coordinate and leapfrog step: the sampler's own vector arithmetic, the priors and the chain rule. With the
 # trajectories' growth with the coordinates (the steps above were measured at DIMS_MEASURED, the default hierarchical
-# fit's 763), fitted to a fit of 20,000 groups of 2 rows (800,043 coordinates) that the per-row terms put two orders of
-# magnitude too short (benchmarks/FINDINGS.md, "Measurements behind code comments")
+# fit's 763), fitted so that a fit of 20,000 groups of 2 rows (800,043 coordinates, 615 s) is not estimated short
+# (benchmarks/FINDINGS.md, "Measurements behind code comments")
 NS_PER_DIM = 11.0
 DIMS_MEASURED = 763
 KERNEL_NS_PER_ROW_WEIGHT = 0.4

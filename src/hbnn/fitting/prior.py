@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hbnn.config import PRIOR_METHODS, PriorParams
+from hbnn.config import PRIOR_METHODS, Params, PriorParams
 from hbnn.errors import NonFiniteError
-from hbnn.files.io import InputError
+from hbnn.files.io import InputError, check_made_with
 from hbnn.files.outputs import check_finite
 from hbnn.model import activations, alignment, prior
 from hbnn.pipeline.variants import derive_seed
@@ -47,6 +47,21 @@ def recorded(p: PriorParams) -> dict:
     if out["method"] == PRIOR_METHODS[0]:
         del out["method"]
     return out
+
+
+def load_checked(path: Path, specs, params: Params, stage: str = "derive_prior") -> dict[str, tuple[np.ndarray,
+                                                                                                np.ndarray]]:
+    """Return :func:`hbnn.model.prior.load_prior`'s layers of a prior file a stage is handed, which must also have
+    been made with the run's ``params`` (:func:`hbnn.files.io.check_made_with`).
+
+    Parameters
+    ----------
+    path, specs, stage
+        As :func:`hbnn.model.prior.load_prior`'s.
+    params : hbnn.config.Params
+        The run's params.
+    """
+    return prior.load_prior(path, specs, stage, check_attrs=lambda attrs: check_made_with(attrs, params, path, stage))
 
 
 def derive(p: PriorParams, posterior, specs, activation: str, seed_key: int, hier_trace: Path, sample_stats=None

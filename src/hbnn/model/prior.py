@@ -293,11 +293,12 @@ def prior_dataset(specs: Sequence[LayerSpec], layers: Sequence[tuple[np.ndarray,
     return ds
 
 
-def load_prior(path: Path, specs, stage: str = "derive_prior") -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Read and check an informed prior file (``priors/informed.nc``).
+def load_prior(path: Path, specs, stage: str = "derive_prior", check_attrs=None
+               ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Read and check an informed prior file (``priors/informed.nc``), opened once.
 
-    Whether the file was made with the run's params is the stage's check (:func:`hbnn.files.io.check_made_with` on
-    the file's attrs), which holds the params; this one takes only the layers they give.
+    Whether the file was made with the run's params is the stage's check, which holds the params
+    (:func:`hbnn.fitting.prior.load_checked`); this one takes only the layers they give.
 
     Parameters
     ----------
@@ -307,6 +308,8 @@ def load_prior(path: Path, specs, stage: str = "derive_prior") -> dict[str, tupl
         The layers the model needs; the file's must match.
     stage : str, optional
         The stage that writes it: ``derive_prior``, or ``transfer_prior`` for the transfer experiment's.
+    check_attrs : callable, optional
+        Called with the file's attrs before its layers are read; it raises where they are not what the caller needs.
 
     Returns
     -------
@@ -316,10 +319,13 @@ def load_prior(path: Path, specs, stage: str = "derive_prior") -> dict[str, tupl
     Raises
     ------
     hbnn.errors.InputError
-        If the file is missing or unreadable, was made by another stage, or its layers do not match ``specs``.
+        If the file is missing or unreadable, was made by another stage, fails ``check_attrs``, or its layers do not
+        match ``specs``.
     """
     ds = load_dataset(path, "prior file")
     check_made_with(ds.attrs, None, path, stage)
+    if check_attrs is not None:
+        check_attrs(ds.attrs)
     return prior_layers(ds, specs, f"prior file {path}")
 
 

@@ -10,11 +10,11 @@ import numpy as np
 from hbnn.config import Params
 from hbnn.data.tasks import load_tasks
 from hbnn.diagnostics import evaluation
-from hbnn.files.io import check_made_with, close_trace, load_dataset, settings_from_attrs
+from hbnn.files.io import close_trace, settings_from_attrs
 from hbnn.files.outputs import staged_outputs
+from hbnn.fitting.prior import load_checked
 from hbnn.model import likelihoods
 from hbnn.model.network import has_bias
-from hbnn.model.prior import load_prior
 from hbnn.pipeline import budget
 from hbnn.pipeline.stages.baselines import LABELS as BASELINE_LABELS
 from hbnn.pipeline.variants import BY_NAME
@@ -127,9 +127,7 @@ def report(
     traces = open_traces(paths, params)
     try:
         specs, activation = trace_network(traces, paths, params, tasks)
-        with load_dataset(prior_path, "prior file") as ds:
-            check_made_with(ds.attrs, params, prior_path, "derive_prior")
-        prior = load_prior(prior_path, specs)
+        prior = load_checked(prior_path, specs, params)
         check_traces(traces, paths, specs, names)
         settings = {v: settings_from_attrs(traces[v].posterior.attrs) for v in MODELS}
         drawn = {v: int(traces[v].posterior.sizes["draw"]) for v in MODELS}

@@ -34,10 +34,10 @@ from hbnn.files.outputs import detail_path, staged_outputs
 from hbnn.fitting import common as fitting
 from hbnn.fitting import per_group
 from hbnn.fitting.models import flat_model, informed_model, sample_hierarchical
-from hbnn.fitting.prior import derive, recorded
+from hbnn.fitting.prior import derive, load_checked, recorded
 from hbnn.logs import watch
 from hbnn.model import likelihoods
-from hbnn.model.prior import load_prior, prior_dataset
+from hbnn.model.prior import prior_dataset
 from hbnn.model.spec import ModelSpec
 from hbnn.pipeline import budget, transfer
 from hbnn.pipeline.predict import population_extra, population_weights
@@ -203,9 +203,7 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
     tasks = load_tasks(tasks_path, params.model.likelihood, params)
     spec = fitting.model_spec(params, tasks)
     heldout = heldout_groups(prior_path, tasks)
-    with load_dataset(prior_path, "prior file") as ds:
-        check_made_with(ds.attrs, params, prior_path, "transfer_prior")
-    layer_prior = load_prior(prior_path, spec.layers, stage="transfer_prior")
+    layer_prior = load_checked(prior_path, spec.layers, params, stage="transfer_prior")
     hier_posterior = load_posterior(hier_trace, "hierarchical", params=params, stage="transfer_prior")
     upstream = _upstream(prior_metrics, "transfer_prior", params, heldout, prior_path)
     hier_refit = _upstream(refit_metrics, "transfer_refit", params, heldout, prior_path)

@@ -229,8 +229,7 @@ def _nuts_iterations(s, hierarchical: bool, worst: bool) -> float:
     can (``worst=True``: a hierarchical fit drawn to ``max_draws``; a per-group one fitted again at every multiple of
     ``draws`` up to ``max_draws``, then once more at ``refit_target_accept``; restarts counted by the caller)."""
     if not worst:
-        draws = min(s.draw_limit, EXPECTED_DRAW_FACTOR * s.draws) if hierarchical else s.draws
-        return s.tune + draws
+        return s.tune + _typical_draws(s, hierarchical)
     if hierarchical or s.max_draws <= s.draws:
         iterations = s.tune + s.draw_limit
     else:  # the first fit, then every refit k = 2 .. max_draws // draws (the worst case: one step at a time)
@@ -239,6 +238,12 @@ def _nuts_iterations(s, hierarchical: bool, worst: bool) -> float:
     if not hierarchical and s.refit_applies:  # ... and at refit_target_accept, at the longest (smaller steps: twice)
         iterations += 2 * (s.tune + s.max_refit_factor * s.draws)
     return iterations
+
+
+def _typical_draws(s, hierarchical: bool) -> int:
+    """Draws per chain a fit typically ends with: a hierarchical fit drawn on past ``draws`` stops at about
+    :data:`EXPECTED_DRAW_FACTOR` times them (at most ``max_draws``); a per-group fit keeps ``draws``."""
+    return min(s.draw_limit, EXPECTED_DRAW_FACTOR * s.draws) if hierarchical else s.draws
 
 
 def _nuts_steps(s, dims: int, worst: bool, informed: bool = False) -> float:
@@ -285,16 +290,17 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
         grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * dims
         steps = {False: s.advi.iterations, True: s.advi.iterations}
-        stored = {worst: s.chains * (s.draw_limit if hierarchical else s.draws) for worst in (False, True)}
+        kept = {worst: s.draw_limit if hierarchical else s.draws for worst in (False, True)}
+        tuning = 0
         run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
     else:
         rows_per_step = n_train if hierarchical else n_train / n_groups
         grad_us = (KERNEL_GRAD_OVERHEAD_US if s.backend == "nutpie" else GRAD_OVERHEAD_US) + NS_PER_DIM * 1e-3 * dims
         steps = {worst: s.chains * _nuts_iterations(s, hierarchical, worst) * _nuts_steps(s, dims, worst, informed)
                  for worst in (False, True)}
-        # draws per chain a trace keeps, nutpie's tuning draws included (a per-group refit is thinned back to draws)
-        stored = {worst: s.chains * (s.tune + (_nuts_iterations(s, True, worst) - s.tune if hierarchical
-                                               else s.draws)) for worst in (False, True)}
+        # draws per chain a trace keeps (a per-group refit is thinned back to draws), and the tuning draws nutpie keeps
+        kept = {False: _typical_draws(s, hierarchical), True: s.draw_limit if hierarchical else s.draws}
+        tuning = s.tune
         run = _nuts_run(s, hierarchical)
     per_row_weight = KERNEL_NS_PER_ROW_WEIGHT if s.backend == "nutpie" else NS_PER_ROW_WEIGHT
     grad_us += per_row_weight * 1e-3 * rows_per_step * per_group
@@ -310,10 +316,11 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     fixed += sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
     memory = {}
     for worst in (False, True):
-        kept = stored[worst] - (s.chains * s.tune if s.backend != "advi" else 0)  # draws, not tuning
-        predictions = kept * (n_train + n_test) * BYTES * COPIES
-        predictions += kept * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.diagnostics.evaluation.psis_loo)
-        memory[worst] = PROCESS_GIB + (stored[worst] * stored_params * BYTES * COPIES + predictions + fixed) / 2**30
+        draws = s.chains * kept[worst]
+        predictions = draws * (n_train + n_test) * BYTES * COPIES
+        predictions += draws * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.diagnostics.evaluation.psis_loo)
+        trace = (draws + s.chains * tuning) * stored_params * BYTES * COPIES
+        memory[worst] = PROCESS_GIB + (trace + predictions + fixed) / 2**30
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
     if hierarchical and widest * n_groups > 2 * n_train:  # the padding is what costs: say so
         sizes += f"; every group padded to the largest's {widest} rows: {widest * n_groups} rows held"
@@ -335,9 +342,8 @@ def _nuts_run(s, hierarchical: bool) -> str:
         longer.append(f"at refit_target_accept={s.refit_target_accept} where one diverges past the bar")
     if hierarchical and s.restarts_apply:
         longer.append(f"started again up to restarts={s.restarts} times where its chains go wrong")
-    typical = (f"typically {s.chains} chains x {s.tune} + {min(s.draw_limit, EXPECTED_DRAW_FACTOR * s.draws)} "
-               f"iterations" if hierarchical and s.max_draws > s.draws else f"{s.chains} chains x {s.tune} + "
-               f"{s.draws} iterations")
+    typical = (f"typically {s.chains} chains x {s.tune} + {_typical_draws(s, True)} iterations"
+               if hierarchical and s.max_draws > s.draws else f"{s.chains} chains x {s.tune} + {s.draws} iterations")
     return typical + ("; at most: " + ", ".join(longer) if longer else "")
 
 

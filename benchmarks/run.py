@@ -21,6 +21,7 @@ Definitions (also written into the JSON under ``definitions``):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -118,6 +119,20 @@ def _run(cmd: list[str], cwd: Path, limit_s: float | None = None, **env_extra: s
             over = f" stopped at the limit of {limit_s:g} s" if limit_s and seconds >= limit_s else ""
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}){over}:\n{tail}")
     return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
+
+
+@contextlib.contextmanager
+def _scheduler(value: str):
+    """``HBNN_DASK_SCHEDULER=value`` for the stage processes started inside (``""``: in-process), as it was after."""
+    before = os.environ.get("HBNN_DASK_SCHEDULER")
+    os.environ["HBNN_DASK_SCHEDULER"] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HBNN_DASK_SCHEDULER")
+        else:
+            os.environ["HBNN_DASK_SCHEDULER"] = before
 
 
 def _stage(stage: str, params: Path, *args: str, limit_s: float | None = None) -> dict:
@@ -426,9 +441,7 @@ def per_group_nuts(work: Path, hier_trace: Path, n: int, scheduler: str, sizes: 
     _stage("derive_prior", params, "--hier-trace", str(hier_trace), "--prior-out", "priors/informed.nc",
            "--metrics-out", "metrics/prior.json")
     out = {**(stamp or run_stamp()), "n_groups": n, "scheduler": scheduler or "in-process"}
-    old = os.environ.get("HBNN_DASK_SCHEDULER")
-    os.environ["HBNN_DASK_SCHEDULER"] = scheduler
-    try:
+    with _scheduler(scheduler):
         for stage, stem, extra in (("fit_flat", "flat", ()),
                                    ("fit_informed", "informed", ("--prior-path", "priors/informed.nc"))):
             print(f"bench: scaling per-group {stem} n_groups={n} ({out['scheduler']}) ...", flush=True)
@@ -443,11 +456,6 @@ def per_group_nuts(work: Path, hier_trace: Path, n: int, scheduler: str, sizes: 
                          "groups_not_converged": s["groups_not_converged"], "max_rhat": s["max_rhat"],
                          "min_ess_bulk": s["min_ess_bulk"], "divergences": s["divergences"],
                          "test_accuracy": r["metrics"]["test"]["accuracy"]}
-    finally:
-        if old is None:
-            os.environ.pop("HBNN_DASK_SCHEDULER")
-        else:
-            os.environ["HBNN_DASK_SCHEDULER"] = old
     return out
 
 
@@ -580,15 +588,12 @@ def many_groups(work: Path, overrides: dict = MANY_GROUPS, scheduler: str = MANY
     raw = overridden(yaml.safe_load((ROOT / "params.yaml").read_text()), base or {})
     params.write_text(yaml.safe_dump(overridden(raw, overrides)))
     stages = {}
-    os.environ["HBNN_DASK_SCHEDULER"] = scheduler
-    try:
+    with _scheduler(scheduler):
         for stage, args in _pipeline_stages():
             print(f"bench: many groups: {stage} ...", flush=True)
             stages[stage] = _stage(stage, params, *args)
             print(f"bench: many groups: {stage} {stages[stage]['seconds']:.1f}s, "
                   f"{stages[stage]['peak_rss_mib']:.0f} MiB", flush=True)
-    finally:
-        os.environ.pop("HBNN_DASK_SCHEDULER")
     metrics = {m: json.loads((work / "metrics" / f"{m}.json").read_text()) for m in ("flat", "hier", "informed")}
     return {
         "settings": overrides,
@@ -613,11 +618,8 @@ def cluster_speedup(work: Path, sizes: Sizes = FULL) -> dict:
     _stage("make_data", params, "--out", "data/tasks.nc")
     out: dict = {}
     for where, scheduler in (("serial", ""), ("local_cluster_2", "local:2")):
-        os.environ["HBNN_DASK_SCHEDULER"] = scheduler
-        try:
+        with _scheduler(scheduler):
             runs = [_fit("fit_flat", params, f"flat_{where}") for _ in range(repeats)]
-        finally:
-            os.environ.pop("HBNN_DASK_SCHEDULER")
         out[where] = {"seconds": float(np.median([r["run"]["seconds"] for r in runs])),
                       "peak_rss_mib": max(r["run"]["peak_rss_mib"] for r in runs)}
         print(f"bench: flat stage {where}: {out[where]['seconds']:.1f}s", flush=True)

@@ -28,6 +28,7 @@ import nutpie.compile_pymc as ncp  # noqa: E402
 import pytensor  # noqa: E402
 
 from hbnn.config_read import parse_params  # noqa: E402
+from hbnn.data.spec import DataSpec  # noqa: E402
 from hbnn.data.tasks import Tasks, make_moons_tasks  # noqa: E402
 from hbnn.model.builders import build_hierarchical_model  # noqa: E402
 from hbnn.sampling.nutpie_adapter import compile_numba  # noqa: E402
@@ -58,7 +59,7 @@ def main() -> None:
 
     ncp._make_functions, numba.cfunc = timed_make, timed_cfunc
     params = parse_params({})
-    tasks = Tasks(make_moons_tasks(params))
+    tasks = Tasks(make_moons_tasks(DataSpec.of(params)))
     pad = tasks.padded("train")
     start = time.perf_counter()
     model = build_hierarchical_model(pad.X, pad.y, pad.valid, tasks.group_names, tasks.features,

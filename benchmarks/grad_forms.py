@@ -37,6 +37,7 @@ import pytensor.tensor as pt
 
 from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
+from hbnn.data.spec import DataSpec
 from hbnn.data.tasks import Tasks
 from hbnn.model.builders import build_hierarchical_model
 from hbnn.model.network import layer_coords, layer_specs
@@ -219,7 +220,7 @@ FORMS: dict[str, Callable] = {
 
 def default_data():
     params = parse_params({})
-    tasks = Tasks(make_moons_tasks(params))
+    tasks = Tasks(make_moons_tasks(DataSpec.of(params)))
     pad = tasks.padded("train")
     return (pad.X, pad.y, pad.valid, tasks.group_names, tasks.features, params.model.hidden_layers), pad
 

@@ -8,7 +8,7 @@ table is split by :func:`hbnn.data.tables.stratified_split`), then times in this
   then every stage's cost);
 - ``make_data``: :func:`hbnn.pipeline.stages.make_data.make_data` (reads and checks it
   again and writes ``data/tasks.nc``);
-- ``tasks``: :func:`hbnn.data.tasks.load_tasks` of that file, ``padded("train")`` (the
+- ``tasks``: :func:`hbnn.pipeline.stages.load_run_tasks` of that file, ``padded("train")`` (the
   hierarchical fit's layout) and ``split("test")`` with every group's ``rows``
   (the per-group fits' and the evaluation's use).
 
@@ -60,8 +60,8 @@ def params_for(table: Path) -> dict:
 
 def time_one(n_groups: int, rows: int, d: Path) -> dict[str, float]:
     from hbnn.config_read import load_params
-    from hbnn.data.tasks import load_tasks
     from hbnn.pipeline.preflight import check_params
+    from hbnn.pipeline.stages import load_run_tasks
     from hbnn.pipeline.stages.make_data import make_data
 
     table = d / f"table_{n_groups}.csv"
@@ -76,7 +76,7 @@ def time_one(n_groups: int, rows: int, d: Path) -> dict[str, float]:
     make_data(params, d / "tasks.nc")
     out["make_data"] = time.perf_counter() - start
     start = time.perf_counter()
-    tasks = load_tasks(d / "tasks.nc", params.model.likelihood, params)
+    tasks = load_run_tasks(d / "tasks.nc", params)
     tasks.padded("train")
     test = tasks.split("test")
     for g in range(tasks.n_groups):

@@ -15,7 +15,7 @@ The gradient is manual backpropagation; no autodiff library is involved.
 
 Usage::
 
-    floor = NumpyFloor.from_tasks(Tasks(make_moons_tasks(parse_params({}))), (5, 5))
+    floor = NumpyFloor.from_tasks(Tasks(make_moons_tasks(DataSpec.of(parse_params({})))), (5, 5))
     logp, grad = floor.logp_and_grad(theta)
     us = us_per_grad(floor, repeats=7)
 
@@ -182,9 +182,10 @@ def us_per_grad(floor: NumpyFloor, repeats: int = 7, number: int = 2000, seed: i
 def default_floor() -> NumpyFloor:
     from hbnn.config_read import parse_params
     from hbnn.data.moons import make_moons_tasks
+    from hbnn.data.spec import DataSpec
 
     params = parse_params({})
-    return NumpyFloor.from_tasks(Tasks(make_moons_tasks(params)), params.model.hidden_layers)
+    return NumpyFloor.from_tasks(Tasks(make_moons_tasks(DataSpec.of(params))), params.model.hidden_layers)
 
 
 if __name__ == "__main__":

@@ -187,11 +187,12 @@ def _default_model(overrides: dict | None = None):
     """The hierarchical model of params.yaml (with ``overrides``), its tasks and params."""
     from hbnn.config_read import parse_params
     from hbnn.data.moons import make_moons_tasks
+    from hbnn.data.spec import DataSpec
     from hbnn.data.tasks import Tasks
     from hbnn.model.builders import build_hierarchical_model
 
     params = parse_params(overridden(yaml.safe_load((ROOT / "params.yaml").read_text()), overrides or {}))
-    tasks = Tasks(make_moons_tasks(params))
+    tasks = Tasks(make_moons_tasks(DataSpec.of(params)))
     pad = tasks.padded("train")
     model = build_hierarchical_model(pad.X, pad.y, pad.valid, tasks.group_names, tasks.features,
                                      params.model.hidden_layers)

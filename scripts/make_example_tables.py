@@ -136,19 +136,18 @@ def scores(name: str) -> str:
 
     sys.path.insert(0, str(ROOT / "src"))
     from hbnn.config_read import load_params
-    from hbnn.data.tasks import load_tasks
     from hbnn.diagnostics.predictions import evaluate_groups, group_extra, group_weights
     from hbnn.files.io import close_trace, load_trace
     from hbnn.model import likelihoods
     from hbnn.model.network import layer_specs
-    from hbnn.pipeline.stages import baselines
+    from hbnn.pipeline.stages import baselines, load_run_tasks
     from hbnn.pipeline.transfer import paired_difference, row_lpd
     from hbnn.pipeline.variants import VARIANTS
     from hbnn.report.inputs import load_vars
 
     params = load_params(TABLES / name / "params.yaml")
     out = TABLES / name / "run"
-    tasks = load_tasks(out / "data" / "tasks.nc", params=params)
+    tasks = load_run_tasks(out / "data" / "tasks.nc", params)
     lik = likelihoods.get(tasks.likelihood)
     specs = layer_specs(tasks.n_features, params.model.hidden_layers, params.model.bias)
     preds = baselines.all_predictions(tasks, params)

@@ -8,6 +8,7 @@ import pytest
 from hbnn.config_read import parse_params
 from hbnn.data.layout import tasks_dataset
 from hbnn.data.moons import make_moons_tasks
+from hbnn.data.spec import DataSpec
 from hbnn.data.tasks import Tasks
 
 TINY = {
@@ -48,7 +49,7 @@ def tiny_params():
 
 @pytest.fixture
 def tiny_tasks(tiny_params):
-    return Tasks(make_moons_tasks(tiny_params))
+    return Tasks(make_moons_tasks(DataSpec.of(tiny_params)))
 
 
 @pytest.fixture

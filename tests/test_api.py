@@ -166,6 +166,7 @@ def fitted_hier():
 
 def test_the_stage_and_the_api_give_the_same_draws_and_metrics(tmp_path, fitted_hier):
     """The fit stage on the table, as make_data stores it, and the estimator on the same DataFrame."""
+    from hbnn.data.spec import DataSpec
     from hbnn.data.tables import load_table_tasks
     from hbnn.files.outputs import write_netcdf
     from hbnn.pipeline.stages.fit_hier import fit_hier
@@ -175,7 +176,7 @@ def test_the_stage_and_the_api_give_the_same_draws_and_metrics(tmp_path, fitted_
     params = parse_params({"data": {"source": "table", "path": str(path), "features": ["a", "b"], "label": "failed",
                                     "group": "site", "split": "part"},
                            "hier_sampler": TINY_HIER})
-    write_netcdf(load_table_tasks(params), tmp_path / "tasks.nc")
+    write_netcdf(load_table_tasks(DataSpec.of(params)), tmp_path / "tasks.nc")
     out = tmp_path / "out"
     metrics = fit_hier(params, tmp_path / "tasks.nc", out / "hier.nc", out / "hier.json", out / "timing.json")
     metrics.pop("made_by")

@@ -14,6 +14,7 @@ from conftest import TINY
 from hbnn.config import ConfigError
 from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
+from hbnn.data.spec import DataSpec
 from hbnn.files.io import RUN_TIME_ATTRS, RUN_TIME_STATS
 from hbnn.files.outputs import write_netcdf
 from hbnn.files.trace import Trace
@@ -34,7 +35,7 @@ def _params(backend: str, **advi):
 @pytest.fixture(scope="module")
 def tasks_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("backends") / "tasks.nc"
-    write_netcdf(make_moons_tasks(parse_params(TINY)), path)
+    write_netcdf(make_moons_tasks(DataSpec.of(parse_params(TINY))), path)
     return path
 
 

@@ -15,6 +15,7 @@ from conftest import TINY
 
 from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
+from hbnn.data.spec import DataSpec
 from hbnn.errors import InputError, SamplingError
 from hbnn.files.outputs import write_netcdf
 from hbnn.fitting.common import model_spec
@@ -172,7 +173,7 @@ def test_a_stage_whose_worker_is_killed_writes_complete_outputs_identical_to_the
     elsewhere, and the stage writes the trace and metrics of the in-process run, byte for byte."""
     params = parse_params(TINY)
     tasks_path = tmp_path / "tasks.nc"
-    write_netcdf(make_moons_tasks(params), tasks_path)
+    write_netcdf(make_moons_tasks(DataSpec.of(params)), tasks_path)
 
     def outputs(name):
         d = tmp_path / name

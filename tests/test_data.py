@@ -9,6 +9,7 @@ from hbnn.config import Params
 from hbnn.config_read import parse_params
 from hbnn.data.layout import tasks_dataset
 from hbnn.data.moons import group_names, make_moons_tasks, standardise_columns, two_moons
+from hbnn.data.spec import DataSpec
 from hbnn.data.tasks import Tasks
 
 
@@ -48,7 +49,7 @@ def test_two_moons_and_their_scaling_are_scikit_learns_bit_for_bit(n, noise, see
 
 def test_default_data_is_bit_identical_to_original():
     Xtr, Xte, Ytr, Yte = original_notebook_data()
-    tasks = Tasks(make_moons_tasks(Params()))
+    tasks = Tasks(make_moons_tasks(DataSpec.of(Params())))
     train, test = tasks.split("train"), tasks.split("test")
     assert np.array_equal(train.X, Xtr.reshape(-1, 2))
     assert np.array_equal(test.X, Xte.reshape(-1, 2))
@@ -60,20 +61,20 @@ def test_default_data_is_bit_identical_to_original():
 
 def test_layout_and_params_flow_through():
     p = parse_params({"n_groups": 4, "seed": 5, "data": {"n_samples": 30, "train_fraction": 0.6, "noise": 0.1}})
-    ds = make_moons_tasks(p)
+    ds = make_moons_tasks(DataSpec.of(p))
     assert ds.sizes == {"obs": 120, "feature": 2, "task": 4}
     assert set(ds["split"].values) == {"train", "test"}
     assert (ds["split"].values == "train").sum() == 4 * 18
     # only the seed differs: different data
-    other = make_moons_tasks(
+    other = make_moons_tasks(DataSpec.of(
         parse_params({"n_groups": 4, "seed": 6, "data": {"n_samples": 30, "train_fraction": 0.6, "noise": 0.1}})
-    )
+    ))
     assert not np.allclose(ds["X"].values, other["X"].values)
 
 
 def test_same_params_same_data():
     p = parse_params({"n_groups": 3})
-    assert make_moons_tasks(p).identical(make_moons_tasks(p))
+    assert make_moons_tasks(DataSpec.of(p)).identical(make_moons_tasks(DataSpec.of(p)))
 
 
 def test_group_names_sort_in_order():
@@ -97,7 +98,7 @@ def test_padded_layout_keeps_real_rows_only_in_valid(ragged_tasks):
 
 @pytest.mark.parametrize("n_groups", [1, 7])
 def test_any_number_of_groups(n_groups):
-    tasks = Tasks(make_moons_tasks(parse_params({"n_groups": n_groups})))
+    tasks = Tasks(make_moons_tasks(DataSpec.of(parse_params({"n_groups": n_groups}))))
     assert tasks.n_groups == n_groups
     assert not tasks.padded("train").is_ragged
 

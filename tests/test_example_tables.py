@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hbnn.config_read import load_params
+from hbnn.data.spec import DataSpec
 from hbnn.data.tasks import Tasks, make_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ def test_recipe_reads_its_table(name, monkeypatch):
     params = load_params(TABLES / name / "params.yaml")
     assert params.data.source == "table"
     assert params.data.path == f"examples/tables/{name}/{name}.csv"
-    tasks = Tasks(make_tasks(params))
+    tasks = Tasks(make_tasks(DataSpec.of(params)))
     n_groups, likelihood = RECIPES[name]
     assert tasks.n_groups == n_groups
     assert params.model.likelihood == likelihood

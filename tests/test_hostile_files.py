@@ -183,9 +183,9 @@ def test_params_edited_while_a_stage_runs_write_no_output(workspace, capsys, mon
     before = workspace()
     real = stage.make_tasks
 
-    def edited_meanwhile(params):
+    def edited_meanwhile(spec):
         Path("params.yaml").write_text(Path("params.yaml").read_text().replace("n_groups: 3", "n_groups: 5"))
-        return real(params)
+        return real(spec)
 
     monkeypatch.setattr(stage, "make_tasks", edited_meanwhile)
     code, err = _run("make_data", _tiny_text(""), capsys)
@@ -198,9 +198,9 @@ def test_an_edit_that_changes_no_value_lets_the_stage_write(workspace, capsys, m
 
     real = stage.make_tasks
 
-    def commented(params):
+    def commented(spec):
         Path("params.yaml").write_text(Path("params.yaml").read_text() + "# a comment\n")
-        return real(params)
+        return real(spec)
 
     monkeypatch.setattr(stage, "make_tasks", commented)
     assert _run("make_data", _tiny_text(""), capsys)[0] == 0
@@ -298,6 +298,7 @@ def test_a_file_copied_from_another_stages_outputs_is_refused(tmp_path):
 
     from hbnn.config_read import parse_params
     from hbnn.data.moons import make_moons_tasks
+    from hbnn.data.spec import DataSpec
     from hbnn.data.tasks import load_tasks
     from hbnn.errors import InputError
     from hbnn.files.io import provenance
@@ -315,11 +316,11 @@ def test_a_file_copied_from_another_stages_outputs_is_refused(tmp_path):
         with pytest.raises(InputError, match=f"was written by stage '{other}', not by {stage}"):
             check_made_with(load_dataset(tmp_path / f"{other}.nc", "file").attrs, params, tmp_path / f"{other}.nc",
                             stage)
-    tasks = make_moons_tasks(params)
+    tasks = make_moons_tasks(DataSpec.of(params))
     tasks.attrs.update(provenance("derive_prior", "moons", "x", {}))
     write_netcdf(tasks, tmp_path / "tasks.nc")
     with pytest.raises(InputError, match="was written by stage 'derive_prior', not by make_data"):
-        load_tasks(tmp_path / "tasks.nc", params=params)
+        load_tasks(tmp_path / "tasks.nc")
 
 
 def test_detail_metrics_swapped_between_models_are_refused_by_the_report(tmp_path):

@@ -28,9 +28,9 @@ from test_report import RAW, write_fits
 from hbnn import cli
 from hbnn.config_read import load_params
 from hbnn.data import tables
-from hbnn.data.tasks import load_tasks
 from hbnn.names import MAX_NAME_LENGTH
 from hbnn.pipeline.runner import run_stage
+from hbnn.pipeline.stages import load_run_tasks
 from hbnn.pipeline.stages.make_data import make_data
 from hbnn.report import metric_plots, plots
 from hbnn.report.document import (
@@ -191,7 +191,7 @@ def test_names_with_markup_go_through_the_report_as_written(tmp_path, monkeypatc
     Path("params.yaml").write_text(yaml.safe_dump(hostile_params(tmp_path / "names.csv", RAW)))
     assert run_stage("make_data", ["out"], make_data, ["--out", "tasks.nc"]) == 0
     params = load_params(Path("params.yaml"))
-    tasks = load_tasks(Path("tasks.nc"), params=params)
+    tasks = load_run_tasks(Path("tasks.nc"), params)
     assert tasks.group_names == HOSTILE and tasks.features == FEATURES
     paths, _ = write_fits(tmp_path, params, tasks, np.random.default_rng(0))
     report(params, Path("tasks.nc"), paths["flat"], paths["hierarchical"], paths["informed"], Path("prior.nc"),

@@ -16,6 +16,7 @@ from scipy.special import expit
 
 from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
+from hbnn.data.spec import DataSpec
 from hbnn.data.tasks import Tasks
 from hbnn.diagnostics.predictions import predict_output, predict_proba
 from hbnn.files.io import InputError, made_by, provenance, stamp
@@ -120,7 +121,7 @@ def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("report")
     rng = np.random.default_rng(0)
     params = parse_params(RAW)
-    tasks = make_moons_tasks(params)
+    tasks = make_moons_tasks(DataSpec.of(params))
     names = [str(g) for g in tasks["task"].values]
     write_netcdf(tasks, d / "tasks.nc")
     paths, metrics = write_fits(d, params, Tasks(tasks), rng)

@@ -47,6 +47,7 @@ import numpy as np, xarray as xr
 import hashlib
 from hbnn.config import PriorParams
 from hbnn.config_read import parse_params
+from hbnn.data.spec import DataSpec
 from hbnn.data.moons import make_moons_tasks
 from hbnn.model.network import layer_specs
 from hbnn.model.prior import new_group_draws
@@ -67,7 +68,7 @@ result = {"fitted": [[x.tobytes().hex() for x in pair] for pair in fitted],
           "metrics": json.dumps(metrics, default=lambda v: repr(float(v)), sort_keys=True),
           "blas_probe": (a @ b).tobytes().hex(), "numpy_tail": repr(raw.standard_normal()),
           "our_tail": repr(float(tail[0, 0])),
-          "moons": hashlib.sha256(make_moons_tasks(parse_params({}))["X"].values.tobytes()).hexdigest()}
+          "moons": hashlib.sha256(make_moons_tasks(DataSpec.of(parse_params({})))["X"].values.tobytes()).hexdigest()}
 out.write_text(json.dumps(result))
 """
 

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from hbnn.config_read import parse_params
+from hbnn.data.spec import DataSpec
 from hbnn.data.tables import load_table_tasks, stratified_split
 from hbnn.data.tasks import Tasks, make_tasks
 from hbnn.files.io import InputError
@@ -42,7 +43,7 @@ def csv(tmp_path):
 
 def test_csv_becomes_long_layout_with_table_groups(csv):
     path, df = csv
-    tasks = Tasks(load_table_tasks(params(path)))
+    tasks = Tasks(load_table_tasks(DataSpec.of(params(path))))
     assert tasks.group_names == ["north", "south", "east"]  # order of first appearance
     assert tasks.features == ["price", "size"]
     assert tasks.ds.sizes["obs"] == len(df)
@@ -53,7 +54,7 @@ def test_csv_becomes_long_layout_with_table_groups(csv):
 
 def test_features_standardised_with_training_rows_only(csv):
     path, df = csv
-    tasks = Tasks(load_table_tasks(params(path)))
+    tasks = Tasks(load_table_tasks(DataSpec.of(params(path))))
     train = tasks.split("train")
     np.testing.assert_allclose(train.X.mean(axis=0), 0.0, atol=1e-12)
     np.testing.assert_allclose(train.X.std(axis=0), 1.0, rtol=1e-12)
@@ -62,14 +63,14 @@ def test_features_standardised_with_training_rows_only(csv):
     np.testing.assert_allclose(tasks.x_sd, raw_train.std(axis=0))
     # stored X is exactly (raw - mean) / sd for every row, test rows included
     np.testing.assert_allclose(tasks.ds["X"].values, (df[["price", "size"]].to_numpy() - tasks.x_mean) / tasks.x_sd)
-    off = Tasks(load_table_tasks(params(path, standardize=False)))
+    off = Tasks(load_table_tasks(DataSpec.of(params(path, standardize=False))))
     np.testing.assert_array_equal(off.ds["X"].values, df[["price", "size"]].to_numpy())
     np.testing.assert_array_equal(off.x_sd, [1.0, 1.0])
 
 
 def test_split_is_stratified_seeded_and_leaves_train_and_test_rows(csv):
     path, df = csv
-    ds = load_table_tasks(params(path))
+    ds = load_table_tasks(DataSpec.of(params(path)))
     split = ds["split"].values
     for name in ("north", "south", "east"):
         rows = df["shop"].to_numpy() == name
@@ -77,8 +78,8 @@ def test_split_is_stratified_seeded_and_leaves_train_and_test_rows(csv):
             cell = rows & (df["bought"].to_numpy() == label)
             k = (split[cell] == "train").sum()
             assert k == min(max(round(cell.sum() * 0.5), 1), cell.sum() - 1)
-    assert ds.identical(load_table_tasks(params(path)))
-    other = load_table_tasks(parse_params({**params(path).to_dict(), "seed": 8}))
+    assert ds.identical(load_table_tasks(DataSpec.of(params(path))))
+    other = load_table_tasks(DataSpec.of(parse_params({**params(path).to_dict(), "seed": 8})))
     assert not np.array_equal(other["split"].values, split)
 
 
@@ -86,12 +87,12 @@ def test_a_groups_split_depends_on_its_name_and_rows_not_on_other_groups(csv, tm
     """Dropping a group (what an error about a too-small group asks) or reordering the groups leaves every
     other group's split as it was: each group's stream is keyed by its name, not by its place in the file."""
     path, df = csv
-    split = pd.Series(load_table_tasks(params(path))["split"].values, index=df.index)
+    split = pd.Series(load_table_tasks(DataSpec.of(params(path)))["split"].values, index=df.index)
     other = df[df.shop != "north"].iloc[::-1]  # north dropped, the groups (and their rows) in reverse order
     other = pd.concat([g.iloc[::-1] for _, g in other.groupby("shop", sort=False)])  # each group's rows as before
     path2 = tmp_path / "other.csv"
     other.to_csv(path2, index=False)
-    split2 = pd.Series(load_table_tasks(params(path2))["split"].values, index=other.index)
+    split2 = pd.Series(load_table_tasks(DataSpec.of(params(path2)))["split"].values, index=other.index)
     assert list(other.shop.unique()) == ["east", "south"]
     pd.testing.assert_series_equal(split2.sort_index(), split[df.shop != "north"])
 
@@ -107,7 +108,7 @@ def test_a_value_too_large_is_named_in_training_and_test_rows(tmp_path, part):
     path = tmp_path / "t.csv"
     df.to_csv(path, index=False)
     with pytest.raises(InputError, match=r"feature column 'price' has values too large to use \(e.g. 1e\+308 in row"):
-        load_table_tasks(params(path, split="part"))
+        load_table_tasks(DataSpec.of(params(path, split="part")))
 
 
 def test_split_of_tiny_groups():
@@ -124,7 +125,7 @@ def test_split_column_is_used_as_given(tmp_path):
     df["part"] = np.where(np.arange(16) % 4 == 0, "test", "train")
     path = tmp_path / "t.csv"
     df.to_csv(path, index=False)
-    ds = load_table_tasks(params(path, split="part"))
+    ds = load_table_tasks(DataSpec.of(params(path, split="part")))
     np.testing.assert_array_equal(ds["split"].values, df["part"].values)
 
 
@@ -132,7 +133,7 @@ def test_parquet_reads_like_csv(csv, tmp_path):
     path, df = csv
     pq = tmp_path / "shops.parquet"
     df.to_parquet(pq)
-    a, b = load_table_tasks(params(path)), load_table_tasks(params(pq))
+    a, b = load_table_tasks(DataSpec.of(params(path))), load_table_tasks(DataSpec.of(params(pq)))
     np.testing.assert_allclose(a["X"].values, b["X"].values, rtol=1e-12)
     np.testing.assert_array_equal(a["split"].values, b["split"].values)
 
@@ -142,7 +143,7 @@ def test_gaussian_labels_are_standardised_floats(tmp_path):
     df["bought"] = 100 + 20 * np.random.default_rng(3).normal(size=len(df))
     path = tmp_path / "t.csv"
     df.to_csv(path, index=False)
-    tasks = Tasks(load_table_tasks(params(path, likelihood="gaussian")))
+    tasks = Tasks(load_table_tasks(DataSpec.of(params(path, likelihood="gaussian"))))
     train = tasks.split("train")
     assert tasks.ds["y"].dtype == np.float64
     assert train.y.mean() == pytest.approx(0.0, abs=1e-12) and train.y.std() == pytest.approx(1.0)
@@ -154,15 +155,15 @@ def test_constant_column_is_left_unscaled(tmp_path):
     df["one"] = 1.0
     path = tmp_path / "t.csv"
     df.to_csv(path, index=False)
-    tasks = Tasks(load_table_tasks(params(path, features=["price", "one"])))
+    tasks = Tasks(load_table_tasks(DataSpec.of(params(path, features=["price", "one"]))))
     assert tasks.x_mean[1] == 0.0 and tasks.x_sd[1] == 1.0
     assert (tasks.ds["X"].values[:, 1] == 1.0).all()
 
 
 def test_make_tasks_dispatches_on_source(csv):
     path, _ = csv
-    assert make_tasks(params(path)).attrs["source"] == "table"
-    assert make_tasks(parse_params({"n_groups": 2})).attrs["source"] == "moons"
+    assert make_tasks(DataSpec.of(params(path))).attrs["source"] == "table"
+    assert make_tasks(DataSpec.of(parse_params({"n_groups": 2}))).attrs["source"] == "moons"
 
 
 def _bad(tmp_path, edit, likelihood="bernoulli", **data):
@@ -171,7 +172,7 @@ def _bad(tmp_path, edit, likelihood="bernoulli", **data):
     path = tmp_path / "bad.csv"
     df.to_csv(path, index=False)
     with pytest.raises(InputError) as err:
-        load_table_tasks(params(path, likelihood, **data))
+        load_table_tasks(DataSpec.of(params(path, likelihood, **data)))
     return str(err.value)
 
 
@@ -225,8 +226,8 @@ def test_small_group_is_a_named_error(tmp_path):
 
 def test_missing_table_and_wrong_format(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
-        load_table_tasks(params(tmp_path / "nope.csv"))
+        load_table_tasks(DataSpec.of(params(tmp_path / "nope.csv")))
     bad = tmp_path / "x.parquet"
     bad.write_text("not parquet")
     with pytest.raises(InputError, match="not a readable .parquet file"):
-        load_table_tasks(params(bad))
+        load_table_tasks(DataSpec.of(params(bad)))

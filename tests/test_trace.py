@@ -154,8 +154,8 @@ def test_a_stage_process_builds_its_datasets_without_importing_dask_array(tmp_pa
     code = (f"import sys\nfrom hbnn.pipeline.runner import run_stage\n"
             f"from hbnn.pipeline.stages.make_data import make_data\n"
             f"assert run_stage('make_data', ['out'], make_data, ['--out', {str(out)!r}]) == 0\n"
-            f"from hbnn.data.tasks import load_tasks\nfrom hbnn.config_read import load_params\n"
-            f"tasks = load_tasks({str(out)!r}, params=load_params('params.yaml'))\n"
+            f"from hbnn.pipeline.stages import load_run_tasks\nfrom hbnn.config_read import load_params\n"
+            f"tasks = load_run_tasks({str(out)!r}, load_params('params.yaml'))\n"
             "print(tasks.n_groups, 'dask.array' in sys.modules, 'dask' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])

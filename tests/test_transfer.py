@@ -13,6 +13,7 @@ from test_stages import pipeline  # noqa: F401 - the module-scoped tiny pipeline
 from hbnn.config import TransferParams
 from hbnn.config_read import parse_params
 from hbnn.data.moons import make_moons_tasks
+from hbnn.data.spec import DataSpec
 from hbnn.data.tasks import Tasks
 from hbnn.files.io import InputError
 from hbnn.model import likelihoods
@@ -56,7 +57,7 @@ def test_nested_order_without_labels_is_a_seeded_permutation():
 
 
 def _tasks(n_groups=5, n_samples=40):
-    return Tasks(make_moons_tasks(parse_params({"n_groups": n_groups, "data": {"n_samples": n_samples}})))
+    return Tasks(make_moons_tasks(DataSpec.of(parse_params({"n_groups": n_groups, "data": {"n_samples": n_samples}}))))
 
 
 def test_refit_tasks_nest_the_rows_and_keep_every_test_row():
@@ -141,7 +142,7 @@ def test_transfer_prior_refuses_before_its_fit_when_no_size_can_be_fitted(tmp_pa
     from hbnn.pipeline.stages import transfer as transfer_stage
 
     params = parse_params({**TINY, "transfer": {"sizes": [1000], "all_rows": False}})
-    write_netcdf(make_moons_tasks(params), tmp_path / "tasks.nc")
+    write_netcdf(make_moons_tasks(DataSpec.of(params)), tmp_path / "tasks.nc")
 
     def never(*args, **kwargs):
         raise AssertionError("sampled")
@@ -164,7 +165,7 @@ def test_transfer_refuses_a_prior_made_with_other_params_before_any_fit(tmp_path
 
     params = parse_params(TINY)
     other = parse_params({**TINY, "transfer": {**TINY["transfer"], "tune": 41}})
-    write_netcdf(make_moons_tasks(params), tmp_path / "tasks.nc")
+    write_netcdf(make_moons_tasks(DataSpec.of(params)), tmp_path / "tasks.nc")
     prior = xr.Dataset({"v": ("x", np.arange(3.0))})
     prior.attrs.update(provenance("transfer_prior", "hierarchical", other.section_hash(*STAGE_PARAMS["transfer_prior"]),
                                   {transfer_stage.HELDOUT_ATTR: ["g00"]}))
@@ -335,7 +336,7 @@ def test_transfer_refit_refuses_a_trace_folder_that_is_a_file_before_any_fit(tmp
     from hbnn.pipeline.stages import transfer_refit
 
     params = parse_params(TINY)
-    write_netcdf(make_moons_tasks(params), tmp_path / "tasks.nc")
+    write_netcdf(make_moons_tasks(DataSpec.of(params)), tmp_path / "tasks.nc")
     (tmp_path / "refit").write_text("a file")
     monkeypatch.setattr(transfer_refit, "sample_hierarchical", lambda *a, **k: pytest.fail("sampled"))
     with pytest.raises(InputError, match="refit exists and is not a folder"):

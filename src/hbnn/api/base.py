@@ -17,12 +17,14 @@ from sklearn.base import BaseEstimator
 
 import hbnn.api.settings as settings
 from hbnn.config import Params
+from hbnn.data.spec import DataSpec
 from hbnn.data.tables import frame_tasks
 from hbnn.data.tasks import Tasks
 from hbnn.errors import InputError
 from hbnn.files.io import settings_from_attrs
-from hbnn.fitting.common import Fit
+from hbnn.fitting.common import Fit, model_spec
 from hbnn.model import likelihoods
+from hbnn.model.spec import ModelSpec
 
 JUDGED_ON_TRAINING = "training inputs"  # the tasks' ``test_rows`` attr of a fit without held-out rows
 
@@ -145,7 +147,7 @@ class BNNEstimator(BaseEstimator):
             params = self.params_for(features, label)
             df = X.loc[:, [*features, *roles]].copy()
             df[label] = values
-            tasks = Tasks(frame_tasks(df, params, where, all_train=not self.split))
+            tasks = Tasks(frame_tasks(df, DataSpec.of(params), where, all_train=not self.split))
             self.fit_tasks(tasks, params)
         except InputError as err:
             raise InputError(settings.renamed(str(err), self._names)) from None
@@ -170,8 +172,9 @@ class BNNEstimator(BaseEstimator):
 
         if params is None:
             params = self.params_for(tasks.features, str(tasks.ds.attrs.get("label_column", "y")))
-        layer_prior, extra = self._prior(params, tasks)
-        result = fit(self._stage, params, tasks, layer_prior, extra)
+        spec = model_spec(params, tasks)
+        layer_prior, extra = self._prior(spec)
+        result = fit(self._stage, params, spec, tasks, layer_prior, extra)
         metrics = result.metrics
         if tasks.ds.attrs.get("test_rows") == JUDGED_ON_TRAINING:  # the "test" scores would be the training rows'
             metrics = {k: v for k, v in metrics.items() if k != "test"}
@@ -180,8 +183,9 @@ class BNNEstimator(BaseEstimator):
         self._fitted(result.trace, metrics, result.timing)
         return result
 
-    def _prior(self, params: Params, tasks: Tasks) -> tuple[dict | None, dict | None]:
-        """The informed prior's layers and the settings recorded about it (the informed model only)."""
+    def _prior(self, spec: ModelSpec) -> tuple[dict | None, dict | None]:
+        """The informed prior's layers for ``spec``'s network and the settings recorded about it (the informed model
+        only)."""
         return None, None
 
     def _fitted(self, trace, metrics: dict | None = None, timing: dict | None = None) -> None:

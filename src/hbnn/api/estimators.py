@@ -14,9 +14,8 @@ import xarray as xr
 
 import hbnn.api.settings as settings
 from hbnn.api.base import BNNEstimator
-from hbnn.config import Params
-from hbnn.data.tasks import Tasks
 from hbnn.errors import InputError
+from hbnn.model.spec import ModelSpec
 
 _HIER = settings.keywords("hier_sampler", model_extra=("noise",), sampler_extra=("restarts",))
 # noise: the flat fit reads params.yaml's whole model section (its trace is stamped with it), though each group's
@@ -237,11 +236,10 @@ class InformedBNN(BNNEstimator):
         self.advi_minibatch_size, self.advi_init_jitter = advi_minibatch_size, advi_init_jitter
         self.pointwise, self.max_minutes, self.max_memory_gib = pointwise, max_minutes, max_memory_gib
 
-    def _prior(self, params: Params, tasks: Tasks) -> tuple[dict, dict]:
+    def _prior(self, spec: ModelSpec) -> tuple[dict, dict]:
         from hbnn.model.prior import load_prior, prior_layers
-        from hbnn.model.spec import ModelSpec
 
-        layers = ModelSpec.of(params.model, tasks.features).layers
+        layers = spec.layers
         prior = self.prior
         if isinstance(prior, HierarchicalBNN):
             if not hasattr(prior, "trace_"):

@@ -9,8 +9,8 @@ import logging
 import numpy as np
 import xarray as xr
 
-from hbnn.config import Params
 from hbnn.data.layout import tasks_dataset
+from hbnn.data.spec import DataSpec
 from hbnn.files.io import InputError
 
 log = logging.getLogger(__name__)
@@ -140,17 +140,17 @@ def standardise_columns(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def make_moons_tasks(params: Params) -> xr.Dataset:
+def make_moons_tasks(spec: DataSpec) -> xr.Dataset:
     """Rotated two-moons tasks, one per group, in the long layout.
 
-    All randomness comes from one legacy ``RandomState(params.seed)`` stream, used per group in the original order: the
+    All randomness comes from one legacy ``RandomState(spec.seed)`` stream, used per group in the original order: the
     moons' shuffle and noise, then the rotation angle ``N(0, 1) * rotation_deg``. With the defaults this reproduces the
     original notebook's data bit for bit. The first ``train_fraction`` of each group's rows are training rows, the rest
     test rows.
 
     Parameters
     ----------
-    params : hbnn.config.Params
+    spec : hbnn.data.spec.DataSpec
         ``seed``, ``n_groups`` and ``data`` (``n_samples``, ``noise``, ``rotation_deg``, ``train_fraction``).
 
     Returns
@@ -163,10 +163,10 @@ def make_moons_tasks(params: Params) -> xr.Dataset:
     hbnn.errors.InputError
         If ``data.noise`` is so large that the coordinates cannot be standardised.
     """
-    d = params.data
-    rng = np.random.RandomState(params.seed)
+    d = spec.data
+    rng = np.random.RandomState(spec.seed)
     n_train = round(d.n_samples * d.train_fraction)
-    names = group_names(params.n_groups)
+    names = group_names(spec.n_groups)
     xs, ys, angles = [], [], []
     for _ in names:
         x, y = two_moons(d.n_samples, d.noise, rng)
@@ -185,7 +185,7 @@ def make_moons_tasks(params: Params) -> xr.Dataset:
         X=np.concatenate(xs),
         y=np.concatenate(ys),
         group=np.repeat(names, d.n_samples),
-        split=np.tile(split, params.n_groups),
+        split=np.tile(split, spec.n_groups),
         features=["x1", "x2"],
     )
     # Per-group values use the dim "task": "group" already names the per-row labels.

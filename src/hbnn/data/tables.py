@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from hbnn.config import Params
 from hbnn.data.layout import MIN_TRAIN_ROWS, SPLITS, group_slices, tasks_dataset
+from hbnn.data.spec import DataSpec
 from hbnn.errors import counted, plural, rows_phrase, rows_text
 from hbnn.files.io import InputError
 from hbnn.model import likelihoods
@@ -369,13 +369,13 @@ def _model_scale(values, mean, sd, names: list[str], role: str, where: str) -> n
     return scaled
 
 
-def load_table_tasks(params: Params) -> xr.Dataset:
+def load_table_tasks(spec: DataSpec) -> xr.Dataset:
     """The user's table (``data.path``) as long-layout tasks (:func:`frame_tasks`).
 
     Parameters
     ----------
-    params : hbnn.config.Params
-        The checked params: ``data`` names the file and its columns.
+    spec : hbnn.data.spec.DataSpec
+        Its ``data`` names the file and its columns.
 
     Returns
     -------
@@ -387,13 +387,13 @@ def load_table_tasks(params: Params) -> xr.Dataset:
     hbnn.errors.InputError
         Naming the file, column, row or group that cannot be used.
     """
-    d = params.data
+    d = spec.data
     df = read_table(d.path, text_columns=(d.group,))
-    return frame_tasks(df, params, f"table {d.path}", table=str(d.path))
+    return frame_tasks(df, spec, f"table {d.path}", table=str(d.path))
 
 
-def frame_tasks(df: pd.DataFrame, params: Params, where: str, all_train: bool = False, table: str = "") -> xr.Dataset:
-    """A table's rows as long-layout tasks: the columns ``params.data`` names, checked, split and standardised.
+def frame_tasks(df: pd.DataFrame, spec: DataSpec, where: str, all_train: bool = False, table: str = "") -> xr.Dataset:
+    """A table's rows as long-layout tasks: the columns ``spec.data`` names, checked, split and standardised.
 
     Checks, in this order, each failing with an :class:`InputError` that names
     the column or group: the columns exist; features are numeric and complete;
@@ -411,9 +411,9 @@ def frame_tasks(df: pd.DataFrame, params: Params, where: str, all_train: bool = 
     ----------
     df : pandas.DataFrame
         The rows.
-    params : hbnn.config.Params
-        The checked params: ``data`` names the columns (features, label, group, split), the train fraction and
-        whether to standardise; ``model.likelihood`` checks the labels; ``seed`` seeds the split.
+    spec : hbnn.data.spec.DataSpec
+        Its ``data`` names the columns (features, label, group, split), the train fraction and whether to
+        standardise; ``likelihood`` checks the labels; ``seed`` seeds the split.
     where : str
         The table's name in error messages.
     all_train : bool, optional
@@ -432,8 +432,8 @@ def frame_tasks(df: pd.DataFrame, params: Params, where: str, all_train: bool = 
     hbnn.errors.InputError
         Naming the column, row or group that cannot be used.
     """
-    d = params.data
-    likelihood = params.model.likelihood
+    d = spec.data
+    likelihood = spec.likelihood
     roles = [(f"data.features[{i}]", f) for i, f in enumerate(d.features)]
     roles += [("data.label", d.label), ("data.group", d.group)] + ([("data.split", d.split)] if d.split else [])
     check_columns(df, roles, where)
@@ -449,7 +449,7 @@ def frame_tasks(df: pd.DataFrame, params: Params, where: str, all_train: bool = 
         split = _split_column(df, d.split, where)
     else:
         strata = likelihoods.get(likelihood).strata(y)
-        split = stratified_split(names, strata, d.train_fraction, params.seed)
+        split = stratified_split(names, strata, d.train_fraction, spec.seed)
     twice = (lambda a: np.concatenate([a, a])) if all_train else (lambda a: a)  # the rows again, as the test split
     _check_groups(twice(names), twice(y), np.repeat(["train", "test"], len(df)) if all_train else split, likelihood,
                   where)

@@ -18,21 +18,21 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from hbnn.config import Params
 from hbnn.data.moons import make_moons_tasks
+from hbnn.data.spec import DataSpec
 from hbnn.data.tables import load_table_tasks
 from hbnn.files.io import InputError, check_made_with, load_dataset
 
 log = logging.getLogger(__name__)
 
 
-def make_tasks(params: Params) -> xr.Dataset:
-    """The tasks ``params.data.source`` asks for: moons or a user's table.
+def make_tasks(spec: DataSpec) -> xr.Dataset:
+    """The tasks ``spec.data.source`` asks for: moons or a user's table.
 
     Parameters
     ----------
-    params : hbnn.config.Params
-        The checked params.
+    spec : hbnn.data.spec.DataSpec
+        The data the run asks for (:meth:`hbnn.data.spec.DataSpec.of` a run's params).
 
     Returns
     -------
@@ -44,9 +44,9 @@ def make_tasks(params: Params) -> xr.Dataset:
     hbnn.errors.InputError
         Where a user's table cannot be read or used.
     """
-    if params.data.source == "table":
-        return load_table_tasks(params)
-    return make_moons_tasks(params)
+    if spec.data.source == "table":
+        return load_table_tasks(spec)
+    return make_moons_tasks(spec)
 
 
 @dataclass(frozen=True)
@@ -231,8 +231,11 @@ class Tasks:
         return Padded(X=X, y=s.y, counts=counts, valid=valid, obs=s.obs)
 
 
-def load_tasks(path: Path, likelihood: str | None = None, params: Params | None = None) -> Tasks:
-    """Read and check ``data/tasks.nc``.
+def load_tasks(path: Path, likelihood: str | None = None, check_attrs=None) -> Tasks:
+    """Read and check ``data/tasks.nc``, opened once.
+
+    Whether the file was made with the run's params is the stage's check, which holds the params
+    (:func:`hbnn.pipeline.stages.load_run_tasks`); this one checks that ``make_data`` wrote it.
 
     Parameters
     ----------
@@ -240,8 +243,9 @@ def load_tasks(path: Path, likelihood: str | None = None, params: Params | None 
         The tasks file.
     likelihood : str or None, optional
         Given, the file must have been made for this likelihood.
-    params : hbnn.config.Params or None, optional
-        Given, the file must have been made with these params.
+    check_attrs : callable, optional
+        Called with the file's attrs before its variables are read; it raises where they are not what the caller
+        needs.
 
     Returns
     -------
@@ -251,11 +255,13 @@ def load_tasks(path: Path, likelihood: str | None = None, params: Params | None 
     Raises
     ------
     hbnn.errors.InputError
-        If the file is missing, unreadable or lacks a variable, or was made by another stage, with other params
-        or for another likelihood.
+        If the file is missing, unreadable or lacks a variable, was made by another stage or for another
+        likelihood, or fails ``check_attrs``.
     """
     ds = load_dataset(path, "tasks file", required=("X", "y", "group", "split"))
-    check_made_with(ds.attrs, params, path, "make_data")
+    check_made_with(ds.attrs, None, path, "make_data")
+    if check_attrs is not None:
+        check_attrs(ds.attrs)
     tasks = Tasks(ds)
     if likelihood is not None and tasks.likelihood != likelihood:
         raise InputError(f"tasks file {path} was made for model.likelihood={tasks.likelihood!r} but the params say "

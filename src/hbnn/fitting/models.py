@@ -157,7 +157,7 @@ def informed_model(spec: ModelSpec, settings: SamplerParams, layer_prior: dict, 
     return build, density if fitting.hand_written(spec, settings, stage) else None
 
 
-def fit(stage: str, params: Params, tasks: Tasks, layer_prior: dict | None = None,
+def fit(stage: str, params: Params, spec: ModelSpec, tasks: Tasks, layer_prior: dict | None = None,
         settings_extra: dict | None = None) -> fitting.Fit:
     """Fit one of the three models to ``tasks`` and score it: the fit stages' and the Python API's one code path.
 
@@ -169,6 +169,8 @@ def fit(stage: str, params: Params, tasks: Tasks, layer_prior: dict | None = Non
     params : hbnn.config.Params
         The checked settings: ``model``, the stage's sampler (:meth:`hbnn.config.Params.sampler_for`), ``trace``
         and ``limits``.
+    spec : hbnn.model.spec.ModelSpec
+        The model, built once from ``params`` (:func:`hbnn.fitting.common.model_spec`).
     tasks : hbnn.data.tasks.Tasks
         The data; each group is scored and judged on its test rows.
     layer_prior : dict, optional
@@ -186,7 +188,6 @@ def fit(stage: str, params: Params, tasks: Tasks, layer_prior: dict | None = Non
     hbnn.config.ConfigError
         Where the fit's estimated memory or time is past ``params.limits`` (before anything is compiled).
     """
-    spec = fitting.model_spec(params, tasks)
     if stage == "fit_hier":
         return fitting.score(stage, params, spec, tasks, sample_hierarchical(stage, params, spec, tasks),
                              settings_extra)

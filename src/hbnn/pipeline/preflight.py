@@ -88,13 +88,14 @@ def _table_sizes(params: Params) -> tuple[list[str], list[int], list[int], int]:
     reads and checks it (:func:`hbnn.data.tasks.make_tasks`)."""
     import numpy as np
 
+    from hbnn.data.spec import DataSpec
     from hbnn.data.tasks import Tasks, make_tasks  # here: loads xarray and pandas (moons need not)
     from hbnn.pipeline.runner import skip_dask_array_lookup
     from hbnn.pipeline.transfer import data_name, require_groups
 
     skip_dask_array_lookup()  # xarray is loaded only now, after the stage's own call (hbnn.pipeline.runner.run_stage)
 
-    tasks = Tasks(make_tasks(params))
+    tasks = Tasks(make_tasks(DataSpec.of(params)))
     require_groups(tasks.n_groups, data_name(params))
     count = functools.partial(np.bincount, minlength=tasks.n_groups)
     train, test = (count(tasks.split(part).group).tolist() for part in ("train", "test"))

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 
 from hbnn.config import Params
-from hbnn.data.tasks import load_tasks
 from hbnn.diagnostics import evaluation
 from hbnn.files.io import close_trace, settings_from_attrs
 from hbnn.files.outputs import staged_outputs
@@ -16,6 +15,7 @@ from hbnn.fitting.prior import load_checked
 from hbnn.model import likelihoods
 from hbnn.model.network import has_bias
 from hbnn.pipeline import budget
+from hbnn.pipeline.stages import load_run_tasks
 from hbnn.pipeline.stages.baselines import LABELS as BASELINE_LABELS
 from hbnn.pipeline.variants import BY_NAME
 from hbnn.report import metric_plots, plots
@@ -117,7 +117,7 @@ def report(
         Where an input is missing, malformed, stale or disagrees with another (before anything is computed).
     """
     rp = params.report
-    tasks = load_tasks(tasks_path, params=params)
+    tasks = load_run_tasks(tasks_path, params)
     lik = likelihoods.get(tasks.likelihood)
     names = tasks.group_names
     metrics, prior_metrics, transfer_metrics = read_metrics(metrics_dir, names, lik.score)

@@ -46,12 +46,13 @@ from pathlib import Path
 import numpy as np
 
 from hbnn.config import Params
-from hbnn.data.tasks import Tasks, load_tasks
+from hbnn.data.tasks import Tasks
 from hbnn.diagnostics.predictions import split_scores
 from hbnn.files.io import as_builtin, made_by
 from hbnn.files.outputs import detail_path, staged_outputs
 from hbnn.model import likelihoods
 from hbnn.model.likelihoods.base import EPS
+from hbnn.pipeline.stages import load_run_tasks
 from hbnn.pipeline.variants import STAGE_KEYS, derive_seed
 
 log = logging.getLogger(__name__)
@@ -335,7 +336,7 @@ def baselines(params: Params, tasks_path: Path, metrics_out: Path) -> dict:
     hbnn.errors.InputError
         If the tasks file is missing, unreadable or made with other settings.
     """
-    tasks = load_tasks(tasks_path, likelihood=params.model.likelihood, params=params)
+    tasks = load_run_tasks(tasks_path, params)
     lik = scoring_likelihood(tasks.likelihood)
     detail = score_models(tasks, all_predictions(tasks, params))
     for model in MODELS:

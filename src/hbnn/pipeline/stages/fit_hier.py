@@ -6,8 +6,8 @@ from pathlib import Path
 
 from hbnn.api.estimators import HierarchicalBNN
 from hbnn.config import Params
-from hbnn.data.tasks import load_tasks
 from hbnn.fitting.common import write_fit
+from hbnn.pipeline.stages import load_run_tasks
 
 
 def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Path, timing_out: Path) -> dict:
@@ -33,6 +33,6 @@ def fit_hier(params: Params, tasks_path: Path, trace_out: Path, metrics_out: Pat
         If the tasks file is missing, damaged or made with other params, or the fit is estimated past
         ``params.limits``.
     """
-    tasks = load_tasks(tasks_path, params.model.likelihood, params)
+    tasks = load_run_tasks(tasks_path, params)
     fit = HierarchicalBNN.from_params(params).fit_tasks(tasks)
     return write_fit(fit, params, trace_out, metrics_out, timing_out)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from hbnn.api.estimators import InformedBNN
 from hbnn.config import Params
-from hbnn.data.tasks import load_tasks
 from hbnn.files.io import check_made_with, load_dataset
 from hbnn.fitting.common import write_fit
+from hbnn.pipeline.stages import load_run_tasks
 
 
 def fit_informed(
@@ -40,7 +40,7 @@ def fit_informed(
         If the tasks or prior file is missing, damaged, made with other params or does not fit the network, or
         the fit is estimated past ``params.limits``.
     """
-    tasks = load_tasks(tasks_path, params.model.likelihood, params)
+    tasks = load_run_tasks(tasks_path, params)
     with load_dataset(prior_path, "prior file") as prior:
         check_made_with(prior.attrs, params, prior_path, "derive_prior")
     fit = InformedBNN.from_params(params, prior=prior_path).fit_tasks(tasks)

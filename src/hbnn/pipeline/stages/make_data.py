@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from hbnn.config import Params
+from hbnn.data.spec import DataSpec
 from hbnn.data.tasks import Tasks, make_tasks
 from hbnn.files.io import provenance
 from hbnn.files.outputs import staged_outputs
@@ -38,7 +39,7 @@ def make_data(params: Params, out: Path) -> None:
     estimate = budget.data_estimate(params)
     if estimate is not None:
         budget.enforce(estimate, params)
-    ds = make_tasks(params)
+    ds = make_tasks(DataSpec.of(params))
     require_groups(Tasks(ds).n_groups, data_name(params))  # a table's, before the fit stages sample
     ds.attrs.update(provenance("make_data", params.data.source, params.section_hash(*STAGE_PARAMS["make_data"]),
                                {"n_groups": params.n_groups, "seed": params.seed,

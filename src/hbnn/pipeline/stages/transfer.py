@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from hbnn.config import Params
-from hbnn.data.tasks import Tasks, load_tasks
+from hbnn.data.tasks import Tasks
 from hbnn.diagnostics import evaluation, predictions
 from hbnn.files.io import (
     InputError,
@@ -41,6 +41,7 @@ from hbnn.model.prior import prior_dataset
 from hbnn.model.spec import ModelSpec
 from hbnn.pipeline import budget, transfer
 from hbnn.pipeline.predict import population_extra, population_weights
+from hbnn.pipeline.stages import load_run_tasks
 from hbnn.pipeline.stages.transfer_refit import check_refit_metrics, refit_labels, refit_line, refit_sampling
 from hbnn.pipeline.variants import FLAT, INFORMED, STAGE_KEYS, STAGE_PARAMS, derive_seed
 
@@ -81,7 +82,7 @@ def transfer_prior(params: Params, tasks_path: Path, trace_out: Path, prior_out:
         If the tasks file is bad, no held-out group has more training rows than a size, or an estimate exceeds
         the budget.
     """
-    tasks = load_tasks(tasks_path, params.model.likelihood, params)
+    tasks = load_run_tasks(tasks_path, params)
     heldout = transfer.holdout(tasks.group_names, params.transfer)
     kept = [g for g in tasks.group_names if g not in heldout]
     log.info("transfer_prior: holding out %d of %d groups (%s); fitting the hierarchical model on the other %d",
@@ -200,7 +201,7 @@ def run_transfer(params: Params, tasks_path: Path, hier_trace: Path, prior_path:
         If an input is missing, unreadable, made with other settings or not ``transfer_prior``'s, or an estimate
         exceeds the budget.
     """
-    tasks = load_tasks(tasks_path, params.model.likelihood, params)
+    tasks = load_run_tasks(tasks_path, params)
     spec = fitting.model_spec(params, tasks)
     heldout = heldout_groups(prior_path, tasks)
     layer_prior = load_checked(prior_path, spec.layers, params, stage="transfer_prior")

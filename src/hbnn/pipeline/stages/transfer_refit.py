@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from hbnn.config import Params
-from hbnn.data.tasks import Tasks, load_tasks
+from hbnn.data.tasks import Tasks
 from hbnn.diagnostics import evaluation, predictions
 from hbnn.errors import InputError, counted
 from hbnn.files.io import as_builtin, made_by
@@ -29,6 +29,7 @@ from hbnn.fitting.models import sample_hierarchical
 from hbnn.logs import watch
 from hbnn.model import likelihoods
 from hbnn.pipeline import transfer
+from hbnn.pipeline.stages import load_run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def run_transfer_refit(params: Params, tasks_path: Path, trace_dir: Path, metric
     if trace_dir.exists() and not trace_dir.is_dir():
         raise InputError(f"{trace_dir} exists and is not a folder: transfer_refit writes one trace per size into it; "
                          "move it away")
-    tasks = load_tasks(tasks_path, params.model.likelihood, params)
+    tasks = load_run_tasks(tasks_path, params)
     heldout = transfer.holdout(tasks.group_names, params.transfer)
     kept = [g for g in tasks.group_names if g not in heldout]
     refit, refits, _ = transfer.refit_tasks(tasks, heldout, params.transfer)

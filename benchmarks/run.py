@@ -401,6 +401,17 @@ def _trace_draws(trace: Path) -> int:
         return int(posterior.sizes["draw"])
 
 
+def _typical_minutes(stage: str, params: Path) -> float:
+    """The budget's typical minutes for fit ``stage`` with ``params`` on the tasks made beside them
+    (:func:`hbnn.fitting.common.estimate_fit`, the estimate a fit stage enforces its limits with)."""
+    from hbnn.config_read import load_params
+    from hbnn.fitting.common import estimate_fit
+    from hbnn.pipeline.stages import load_run_tasks
+
+    p = load_params(params)
+    return estimate_fit(stage, p, load_run_tasks(params.parent / "data" / "tasks.nc", p)).minutes
+
+
 def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None = None) -> dict:
     """The hierarchical fit at ``n`` groups with the committed ``hier_sampler`` (run-length control and restarts on):
     seconds, leapfrog steps per iteration, microseconds per gradient and per group, peak memory, and whether every
@@ -408,7 +419,14 @@ def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None 
     # limits off: the point measures what the fit costs, where the budget's worst case would refuse it
     params = _params(work / f"hier_nuts_{n}", n, None, sizes.params, limits=_NO_LIMITS)
     _stage("make_data", params, "--out", "data/tasks.nc")
-    print(f"bench: scaling hier_nuts n_groups={n} ...", flush=True)
+    expected = _typical_minutes("fit_hier", params)
+    if expected * 60 > sizes.point_limit_s:  # a point the budget expects past the limit is not spent to learn it
+        reason = (f"not run: hbnn.pipeline.budget expects {expected:.0f} min (its typical estimate, within 2x of the "
+                  f"measured points), past the point limit of {sizes.point_limit_s / 60:g} min")
+        print(f"bench: scaling hier_nuts n_groups={n} {reason}", flush=True)
+        return {**(stamp or run_stamp()), "n_groups": n, "skipped": reason, "estimated_minutes": round(expected, 1),
+                "hier_trace": ""}
+    print(f"bench: scaling hier_nuts n_groups={n} (expected ~{expected:.0f} min) ...", flush=True)
     try:
         r = _fit("fit_hier", params, "hier", limit_s=sizes.point_limit_s)
     except RuntimeError as e:  # past the limit, killed (out of memory) or failed: the point says so
@@ -659,7 +677,7 @@ def _table(result: dict) -> str:
         if key in ("linearity", "per_group_nuts"):
             continue
         cells = ", ".join(f"{n}: {points[n]['seconds']:.1f}s/{points[n]['peak_rss_mib']:.0f}MiB" if "seconds" in
-                          points[n] else f"{n}: failed" for n in sorted(points, key=int))
+                          points[n] else f"{n}: {_not_measured(points[n])}" for n in sorted(points, key=int))
         slope = scaling.get("linearity", {}).get(key, {}).get("loglog_slope")
         if slope is not None:
             cells += f" (log-log slope {slope:.2f})"
@@ -676,6 +694,13 @@ def _table(result: dict) -> str:
                 f"({fits[stem]['groups_not_converged']} missing)" if "error" not in fits[stem] else f"{stem} failed"
                 for stem in ("flat", "informed")))
     return "\n".join(rows)
+
+
+def _not_measured(point: dict) -> str:
+    """Why a scaling point has no seconds: skipped on its estimate, or failed."""
+    if "skipped" in point:
+        return f"skipped (expected {point['estimated_minutes']:g} min)"
+    return "failed"
 
 
 def _write(path: Path, result: dict) -> None:

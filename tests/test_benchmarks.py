@@ -120,6 +120,21 @@ def test_bench_scaling_keeps_the_rows_it_does_not_run_each_with_its_own_stamp(tm
     assert got["linearity"]["hier_nuts"]["loglog_slope"] == pytest.approx(np.log(3) / np.log(60 / 18))
 
 
+def test_a_hierarchical_point_the_budget_expects_past_the_limit_is_recorded_with_why_not_run(tmp_path, monkeypatch):
+    """A hier_nuts point whose typical estimate is past ``point_limit_s`` is not run (no fit_hier process): the
+    point records the estimate and the reason, and the printed table says so."""
+    import dataclasses
+
+    fits = []
+    monkeypatch.setattr(bench, "_fit", lambda *args, **kwargs: fits.append(args))
+    sizes = dataclasses.replace(bench.SMOKE, point_limit_s=1e-6)
+    point = bench.hier_nuts_point(tmp_path, 2, sizes, {"commit": "abc"})
+    assert fits == [] and point["commit"] == "abc" and point["hier_trace"] == "" and "seconds" not in point
+    assert point["estimated_minutes"] >= 0 and point["skipped"].startswith("not run: hbnn.pipeline.budget expects")
+    assert f"past the point limit of {1e-6 / 60:g} min" in point["skipped"]
+    assert bench._not_measured(point) == f"skipped (expected {point['estimated_minutes']:g} min)"
+
+
 # ----------------------------------------------------------------------------- smoke runs of every row and section
 def _smoke(tmp_path, *sections: str) -> dict:
     """``python -m benchmarks.run --smoke --only sections``: its JSON, the committed reports/benchmark.json

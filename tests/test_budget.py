@@ -84,8 +84,8 @@ def test_the_hierarchical_nuts_estimate_is_within_2x_of_the_recorded_scaling_poi
     training and 50 test rows a group): compile + sampling seconds and the stage's peak memory against the typical
     estimate, within a factor of 2 either way; the most it can take is above the measured."""
     point = SCALING["hier_nuts"][n]
-    if "error" in point:
-        pytest.skip(f"the point at {n} groups was not measured: {point['error'][:200]}")
+    if "seconds" not in point:  # failed, or skipped on its estimate: the point says why
+        pytest.skip(f"the point at {n} groups was not measured: {point.get('error', point.get('skipped'))[:200]}")
     groups = int(n)
     estimate = fit_estimate("fit_hier", _moons_params(groups, hier_sampler=point["hier_sampler"]), groups,
                             50 * groups, 50 * groups, 2)

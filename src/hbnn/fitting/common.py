@@ -59,13 +59,32 @@ def enforce_budget(stage: str, params: Params, tasks: Tasks) -> budget.Estimate:
     hbnn.config.ConfigError
         If the estimated memory or time is past ``params.limits``.
     """
+    estimate = estimate_fit(stage, params, tasks)
+    budget.enforce(estimate, params)
+    return estimate
+
+
+def estimate_fit(stage: str, params: Params, tasks: Tasks) -> budget.Estimate:
+    """The budget's estimate of a fit of ``tasks`` (:func:`hbnn.pipeline.budget.fit_estimate` on their sizes).
+
+    Parameters
+    ----------
+    stage : str
+        A fit of :data:`hbnn.pipeline.variants.FITS`.
+    params : hbnn.config.Params
+        The run's settings.
+    tasks : hbnn.data.tasks.Tasks
+        The rows the fit will see.
+
+    Returns
+    -------
+    hbnn.pipeline.budget.Estimate
+    """
     train = tasks.split("train")
     n_train = train.y.size
     largest = int(np.bincount(train.group, minlength=tasks.n_groups).max()) if n_train else 0
-    estimate = budget.fit_estimate(stage, params, tasks.n_groups, n_train, tasks.ds.sizes["obs"] - n_train,
-                                   tasks.n_features, max_group_rows=largest)
-    budget.enforce(estimate, params)
-    return estimate
+    return budget.fit_estimate(stage, params, tasks.n_groups, n_train, tasks.ds.sizes["obs"] - n_train,
+                               tasks.n_features, max_group_rows=largest)
 
 
 def _observed(tasks: Tasks) -> tuple[xr.Dataset, xr.Dataset]:

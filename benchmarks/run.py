@@ -84,7 +84,10 @@ DEFINITIONS = {
                "(median of 2 runs each); speedup = serial / cluster seconds; identical_metrics: the metrics files "
                "are byte-identical",
     "hier_nuts": "scaling: the fit_hier stage at the committed hier_sampler (run-length control and restarts on) at "
-                 "each number of groups; seconds = compile + sampling; draws per chain at the end",
+                 "each number of groups; seconds = compile + sampling; draws per chain at the end; a point whose "
+                 "typical estimate (hbnn.pipeline.budget) is past the point limit is not run: skipped says why, "
+                 "estimated_minutes what the budget expects; error: a point that failed or was stopped",
+    "bench_seconds": "seconds of the run that last wrote this file, over the sections it ran",
     "steps_per_iteration": "leapfrog steps (gradients) per NUTS iteration: grad_evals / (chains x (tune x (1 + "
                            "restarts) + draws))",
     "us_per_grad_per_group": "sampler_us_per_grad / n_groups: the gradient's cost per group",

@@ -548,6 +548,28 @@ def test_trace_without_group_mean_is_an_input_error(run, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("variant", ["flat", "hierarchical", "informed"])
+def test_a_posterior_changed_after_its_fit_is_refused_before_the_report_writes(run, tmp_path, variant):
+    """Each model's posterior is checked against its checksum once: by the report's own process (the model with a
+    group distribution, whose draws it reads) or by the model's worker, before anything is written."""
+    import shutil
+
+    import h5py
+
+    d = run["dir"]
+    traces = {v: d / "traces" / f"{v}.nc" for v in ("flat", "hierarchical", "informed")}
+    traces[variant] = shutil.copy(traces[variant], tmp_path / f"{variant}.nc")
+    with h5py.File(traces[variant], "r") as f:
+        start = f["posterior"]["w_out"].id.get_offset()
+    data = bytearray(traces[variant].read_bytes())
+    data[start: start + 8] = bytes(b ^ 0xFF for b in data[start: start + 8])
+    traces[variant].write_bytes(bytes(data))
+    with pytest.raises(InputError, match=rf"{variant}.nc \(group posterior\) does not match the checksum"):
+        report(run["params"], d / "tasks.nc", traces["flat"], traces["hierarchical"], traces["informed"],
+               d / "prior.nc", d / "metrics", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_reference_note_on_default_data():
     note = sections._reference_note(dict(numbers.REFERENCE_DATA))
     assert not note.warn and "comparable" in note.text and "NOT" not in note.text

@@ -44,13 +44,14 @@ def _attrs(attrs) -> bytes:
     return json.dumps(picked, sort_keys=True, default=str).encode()
 
 
-def _values(values: np.ndarray) -> tuple[str, bytes]:
+def _values(values: np.ndarray) -> tuple[str, bytes | np.ndarray]:
     """A variable's kind and bytes: text as its strings (NetCDF reads fixed-width text back as objects), numbers
-    little-endian in C order."""
+    little-endian in C order (the array itself where it already is: hashed through its buffer, not copied)."""
     if values.dtype.kind in "OUS":
         text = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values.ravel().tolist()]
         return "text", json.dumps(text).encode()
-    return values.dtype.newbyteorder("<").str, np.ascontiguousarray(values, values.dtype.newbyteorder("<")).tobytes()
+    little = values.dtype.newbyteorder("<")
+    return little.str, np.ascontiguousarray(values, little).reshape(-1).view(np.uint8)
 
 
 def content_hash(ds) -> str:
@@ -70,7 +71,7 @@ def content_hash(ds) -> str:
         var = ds.variables[name]
         kind, data = _values(np.asarray(var.values))
         h.update(json.dumps([name, [str(d) for d in var.dims], list(var.shape), kind]).encode())
-        h.update(len(data).to_bytes(8, "little"))
+        h.update(len(data).to_bytes(8, "little"))  # a 1-d uint8 view's length is its bytes
         h.update(data)
         h.update(_attrs(var.attrs))
     h.update(_attrs(ds.attrs))

@@ -304,6 +304,12 @@ def open_traces(paths: dict[str, Path], params: Params) -> dict[str, Any]:
     """Every trace's ``posterior`` and ``sample_stats`` opened lazily (variant and params checked, nothing loaded
     yet): what the report's own process reads; each model's worker opens what it reads itself.
 
+    This process checks the checksums of the groups whose values it reads: every ``sample_stats`` and the
+    posterior of the model with a group distribution. Each model's posterior is checked by its worker
+    (:func:`hbnn.report.figures.model_outputs`), which reads all of it, in parallel with the others and before the
+    report writes anything; checking the three posteriors here first as well would read them twice (at 1,000 groups
+    the stage's largest serial step).
+
     Parameters
     ----------
     paths : dict of str to pathlib.Path
@@ -322,7 +328,9 @@ def open_traces(paths: dict[str, Path], params: Params) -> dict[str, Any]:
         Where a trace is missing, unreadable or fitted with other params.
     """
     return {v: load_trace(p, v, groups=(), params=params, only=("posterior", "sample_stats"),
-                          stage=BY_NAME[v].stage) for v, p in paths.items()}
+                          stage=BY_NAME[v].stage,
+                          verify=("posterior", "sample_stats") if BY_NAME[v].has_group_distribution
+                          else ("sample_stats",)) for v, p in paths.items()}
 
 
 def group_level_vars(specs: Sequence[LayerSpec]) -> list[str]:

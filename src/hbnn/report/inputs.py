@@ -302,13 +302,8 @@ def read_metrics(metrics_dir: Path, names: Sequence[str], score: str) -> tuple[d
 
 def open_traces(paths: dict[str, Path], params: Params) -> dict[str, Any]:
     """Every trace's ``posterior`` and ``sample_stats`` opened lazily (variant and params checked, nothing loaded
-    yet): what the report's own process reads; each model's worker opens what it reads itself.
-
-    This process checks the checksums of the groups whose values it reads: every ``sample_stats`` and the
-    posterior of the model with a group distribution. Each model's posterior is checked by its worker
-    (:func:`hbnn.report.figures.model_outputs`), which reads all of it, in parallel with the others and before the
-    report writes anything; checking the three posteriors here first as well would read them twice (at 1,000 groups
-    the stage's largest serial step).
+    yet). Checked against their checksums: what this process reads the values of (each ``sample_stats``, the grouped
+    model's posterior); each model's worker opens, reads and checks its posterior before anything is written.
 
     Parameters
     ----------
@@ -327,10 +322,9 @@ def open_traces(paths: dict[str, Path], params: Params) -> dict[str, Any]:
     hbnn.errors.InputError
         Where a trace is missing, unreadable or fitted with other params.
     """
-    return {v: load_trace(p, v, groups=(), params=params, only=("posterior", "sample_stats"),
-                          stage=BY_NAME[v].stage,
-                          verify=("posterior", "sample_stats") if BY_NAME[v].has_group_distribution
-                          else ("sample_stats",)) for v, p in paths.items()}
+    return {v: load_trace(p, v, groups=(), params=params, only=("posterior", "sample_stats"), stage=BY_NAME[v].stage,
+                          verify=("posterior",) * BY_NAME[v].has_group_distribution + ("sample_stats",))
+            for v, p in paths.items()}
 
 
 def group_level_vars(specs: Sequence[LayerSpec]) -> list[str]:
@@ -495,12 +489,9 @@ def data_settings(tasks: Tasks, params: Params) -> dict[str, Any]:
     """
     s = settings_from_attrs(tasks.ds.attrs)
     data = s.get("data", {})
-    out = {
-        "n_groups": tasks.n_groups,
-        "seed": s.get("seed", params.seed),
-        **{f"data.{k}": data.get(k, getattr(params.data, k)) for k in
-           ("n_samples", "noise", "rotation_deg", "train_fraction")},
-    }
+    out = {"n_groups": tasks.n_groups, "seed": s.get("seed", params.seed),
+           **{f"data.{k}": data.get(k, getattr(params.data, k)) for k in
+              ("n_samples", "noise", "rotation_deg", "train_fraction")}}
     if tasks.ds.attrs.get("source") == "table":
         out["data.source"] = "table"
         out["data.path"] = tasks.ds.attrs.get("table", data.get("path"))

@@ -117,8 +117,8 @@ def table(result: dict) -> str:
     names = tuple(COMPARISONS)
     lines = ["| rows | " + " | ".join(f"{n} (mean +- se; seeds > 0)" for n in names) + " |",
              "|---|" + "---:|" * len(names)]
-    for label, row in result["summary"].items():
-        cells = [f"{row[n]['mean']:+.3f} +- {row[n]['se']:.3f}; {row[n]['above_zero']}/{row[n]['seeds']}"
+    for label, row in in_size_order(result["summary"]).items():
+        cells = [f"{row[n]['mean']:+.3f} +- {_se(row[n]['se'])}; {row[n]['above_zero']}/{row[n]['seeds']}"
                  if n in row else "" for n in names]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     kinds = result["seeds"][0]["not_converged"]
@@ -126,6 +126,10 @@ def table(result: dict) -> str:
     lines.append("")
     lines.append("fits not meeting the bar, over all seeds: " + ", ".join(f"{k} {v}" for k, v in missed.items()))
     return "\n".join(lines)
+
+
+def _se(se: float | None) -> str:
+    return "n/a" if se is None or math.isnan(se) else f"{se:.3f}"
 
 
 def params_hash(base: dict) -> str:
@@ -145,6 +149,20 @@ def study(stamp: dict, args, base: dict, rows: dict[str, list[dict]], wall_s: fl
             "params_hash": params_hash(base), "varied": list(VARIED), "seeds_requested": args.seeds,
             "complete": all(len(r) == len(args.seeds) for r in rows.values()), "wall_s": round(wall_s, 1),
             "methods": {m: {"seeds": r, "summary": summary(r)} for m, r in rows.items()}}
+
+
+def strict(value):
+    """``value`` with every non-finite float (the se of one seed) as ``None``: JSON, not Python's NaN extension."""
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [strict(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def write_json(path: Path, result: dict) -> None:
+    """``result`` as strict JSON at ``path`` (keys sorted: the report puts the sizes in order)."""
+    path.write_text(json.dumps(strict(result), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def main(argv=None) -> int:
@@ -172,13 +190,12 @@ def main(argv=None) -> int:
                       f"({sum(row['seconds'].values()):.0f}s)", file=sys.stderr, flush=True)
                 rows[method].append(row)
             if args.out:  # what has run so far, marked incomplete until the last seed
-                result = study(stamp, args, base, rows, time.perf_counter() - start)
-                args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+                write_json(args.out, study(stamp, args, base, rows, time.perf_counter() - start))
     result = study(stamp, args, base, rows, time.perf_counter() - start)
     for method in methods:
         print(f"prior.method: {method}\n\n{table(result['methods'][method])}\n")
     if args.out:
-        args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        write_json(args.out, result)
     return 0
 
 

@@ -97,7 +97,10 @@ def test_a_matching_study_is_shown_per_method_with_the_runs_own_first(tmp_path):
     assert tables[1].rows[0][1] == "+0.100 ± 0.006 (3 of 3 seeds > 0)"
     text = _texts(blocks)
     assert "Fits missing the convergence bar over all 3 seeds: flat 0, informed 0, hierarchical refit 1, " in text
-    assert "seeds 31, 1, 2" in text and "commit 0123456789ab" in text
+    assert "seeds 31, 1, 2" in text and "commit 0123456789ab" in text and "prior.method (plugin) comes first" in text
+    doc = _study()
+    del doc["methods"]["plugin"]
+    assert "prior.method (plugin) is not in the study" in _texts(seeds_blocks(doc, plugin_run, path))
     assert ("With prior.method plugin, over seeds the informed prior beats the flat prior beyond 2 standard errors "
             "at n2; is within 2 standard errors of the flat prior at all; against the hierarchical refit it falls "
             "behind beyond 2 standard errors at n2, all.") in text

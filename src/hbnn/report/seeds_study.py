@@ -95,7 +95,8 @@ def seeds_blocks(study: dict | None, params: Params, path: Path = SEEDS_FILE) ->
              f"{study['measured_utc']} at commit {study['commit'][:12]}, for these params but seed and prior.method): "
              "per size, the paired difference in log predictive density per test row, its mean over seeds +- the "
              "standard error (the seeds' sd over the square root of their number) and how many seeds are above "
-             f"zero. This run's prior.method ({params.prior.method}) comes first.")]
+             "zero. " + (f"This run's prior.method ({params.prior.method}) comes first." if params.prior.method in
+                         methods else f"This run's prior.method ({params.prior.method}) is not in the study."))]
     for method in methods:
         m = study["methods"][method]
         rows = [[label, *(_cell(s.get(c)) for c in COMPARED)] for label, s in in_size_order(m["summary"]).items()]

@@ -93,7 +93,7 @@ def seeds_blocks(study: dict | None, params: Params, path: Path = SEEDS_FILE) ->
         Heading("Over data seeds"),
         Para(f"The same experiment on {done} draws of the data (seeds {seeds}; {path}, measured "
              f"{study['measured_utc']} at commit {study['commit'][:12]}, for these params but seed and prior.method): "
-             "per size, the paired difference in log predictive density per test row, its mean over seeds +- the "
+             "per size, the paired difference in log predictive density per test row, its mean over seeds ± the "
              "standard error (the seeds' sd over the square root of their number) and how many seeds are above "
              "zero. " + (f"This run's prior.method ({params.prior.method}) comes first." if params.prior.method in
                          methods else f"This run's prior.method ({params.prior.method}) is not in the study."))]

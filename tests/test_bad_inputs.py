@@ -740,3 +740,27 @@ def test_check_params_warns_where_a_fit_keeps_fewer_draws_than_the_bar_needs(wor
     assert warned.startswith("hier_sampler.chains x hier_sampler.max_draws = 2 x 150 = 300 draws per fit")
     raw["hier_sampler"]["max_draws"] = 200
     assert warnings_of(raw) == []
+
+
+REPORT_PATHS = ["tasks_path", "flat_trace", "hier_trace", "informed_trace", "prior_path", "metrics_dir", "out_dir"]
+
+
+@pytest.mark.parametrize(("text", "says"), [('{"params_hash": 1', "is not valid JSON"),
+                                            ('{"params_hash": 1}', "params_hash is a number, expected a string")])
+def test_a_malformed_transfer_seeds_study_stops_the_report_naming_it(workspace, capsys, text, says):
+    """benchmarks/transfer_seeds.json, the report's optional study over data seeds, broken: one line naming the
+    file (as a broken baselines file), before anything is read or written."""
+    from hbnn.report.stage import report
+
+    study = Path("benchmarks") / "transfer_seeds.json"
+    study.parent.mkdir()
+    study.write_text(text)
+    before = workspace()
+    argv = ["--params", "params.yaml"]
+    for name, value in zip(REPORT_PATHS, ["data/tasks.nc", "traces/flat.nc", "traces/hier.nc", "traces/informed.nc",
+                                          "priors/informed.nc", "metrics", "reports"], strict=True):
+        argv += [f"--{name.replace('_', '-')}", value]
+    code = run_stage("report", REPORT_PATHS, report, argv)
+    err = capsys.readouterr().err
+    _assert_one_error(code, err, f"transfer seeds study {study} {says}" if "JSON" in says else says)
+    assert str(study) in err and workspace() == before

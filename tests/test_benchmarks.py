@@ -212,15 +212,22 @@ def test_transfer_seeds_summarises_every_size_over_the_seeds(tmp_path):
 
     out = tmp_path / "seeds.json"
     settings = {k: v for k, v in TINY.items() if k != "seed"}
-    assert transfer_seeds.main(["--seeds", "31", "1", "--set", json.dumps(settings), "--out", str(out)]) == 0
+    assert transfer_seeds.main(["--seeds", "31", "1", "--set", json.dumps(settings), "--methods", "mvnormal", "plugin",
+                                "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert [r["seed"] for r in result["seeds"]] == [31, 1]
-    assert set(result["summary"]["n2"]) == {"informed - flat", "informed - refit", "refit - flat"}
-    assert "informed - refit" not in result["summary"]["n4"]  # TINY refits at n2 and all only
-    n2 = result["summary"]["n2"]
+    assert result["complete"] is True and result["seeds_requested"] == [31, 1]
+    mv, plugin = result["methods"]["mvnormal"], result["methods"]["plugin"]
+    assert [r["seed"] for r in mv["seeds"]] == [31, 1] == [r["seed"] for r in plugin["seeds"]]
+    assert set(mv["summary"]["n2"]) == {"informed - flat", "informed - refit", "refit - flat"}
+    assert "informed - refit" not in mv["summary"]["n4"]  # TINY refits at n2 and all only
+    n2 = mv["summary"]["n2"]
     assert n2["refit - flat"]["mean"] == pytest.approx(n2["informed - flat"]["mean"] - n2["informed - refit"]["mean"],
                                                       abs=1e-5)  # each rounded to 6 decimals
-    assert all(set(r["not_converged"]) == {"flat", "informed", "hier_refit", "hierarchical"} for r in result["seeds"])
+    assert all(set(r["not_converged"]) == {"flat", "informed", "hier_refit", "hierarchical"} for r in mv["seeds"])
+    # plugin reruns transfer_prior and transfer only: the same data, flat fits and refits
+    assert set(plugin["seeds"][0]["seconds"]) == {"transfer_prior", "transfer"}
+    assert plugin["summary"]["n2"]["refit - flat"] == n2["refit - flat"]
+    assert plugin["summary"]["n2"]["informed - flat"] != n2["informed - flat"]
 
 
 def test_a_bench_process_past_its_limit_is_stopped_and_says_so(tmp_path):

@@ -60,6 +60,7 @@ from hbnn.report.sections import (
     model_settings,
     on_moons,
 )
+from hbnn.report.seeds_study import SEEDS_FILE, read_study, seeds_blocks
 from hbnn.report.selection import choose_surface_groups
 from hbnn.report.status import _diagnostics_section, _status_section
 from hbnn.report.transfer_section import _transfer_section
@@ -77,6 +78,7 @@ def report(
     prior_path: Path,
     metrics_dir: Path,
     out_dir: Path,
+    seeds_path: Path = SEEDS_FILE,
 ) -> dict:
     """Build the report from the fitted traces, the informed prior and the metrics files.
 
@@ -105,6 +107,9 @@ def report(
         The metrics folder.
     out_dir : pathlib.Path
         The report's folder.
+    seeds_path : pathlib.Path, optional
+        The transfer experiment over data seeds (``benchmarks/transfer_seeds.py``); shown where it measured these
+        params, one line where it is absent or measured others.
 
     Returns
     -------
@@ -117,6 +122,7 @@ def report(
         Where an input is missing, malformed, stale or disagrees with another (before anything is computed).
     """
     rp = params.report
+    seeds = seeds_blocks(read_study(seeds_path), params, seeds_path)
     tasks = load_run_tasks(tasks_path, params)
     lik = likelihoods.get(tasks.likelihood)
     names = tasks.group_names
@@ -227,7 +233,7 @@ def report(
         _correlation_section(first.name, corr_name, ref_chain, prior_metrics, hidden=len(specs) > 1,
                              bias=has_bias(specs)),
         _comparison_section(table, bad_k, "Accuracy" if lik.classifier else "Scores"),
-        _transfer_section(transfer_metrics, lik),
+        _transfer_section(transfer_metrics, lik, seeds),
         _settings_section(settings, used_draws, drawn),
         _diagnostics_section(metrics, names, sd_vars, list(figures), bfmi, lik, hidden=len(specs) > 1),
     ]

@@ -4,10 +4,12 @@ size by size, and how to read it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hbnn.errors import counted
 from hbnn.model import likelihoods
 from hbnn.pipeline.transfer import ALL, groups_by_size, in_size_order, pools_differ
-from hbnn.report.document import Figure, Para, Section, Table
+from hbnn.report.document import Figure, Heading, Para, Section, Table
 from hbnn.report.numbers import (
     fmt,
 )
@@ -18,13 +20,15 @@ FEW_GROUPS = 4  # a hierarchy fitted on fewer groups than this learns little abo
 
 
 SHOWN_GROUPS = 10  # groups named per size where the sizes pool different groups
+Block = Para | Heading | Table
 
 
-def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
+def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood, seeds: Sequence[Block] = ()) -> Section:
     """The transfer experiment (``metrics/detail/transfer.json``): held-out groups refit on few rows of their own.
 
     ``lik``: the likelihood, whose headline score (accuracy, rmse) it shows; a classifier's row subsets are stratified
-    by label (:func:`hbnn.pipeline.transfer.nested_order`).
+    by label (:func:`hbnn.pipeline.transfer.nested_order`). ``seeds``: the blocks on the experiment over data seeds
+    (:func:`hbnn.report.seeds_study.seeds_blocks`), shown last.
     """
     score = lik.score
     title = "Transfer to new groups"
@@ -44,7 +48,7 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
            "(lower is better).")
     if tm is None:
         return Section(title, how, [Para("metrics/detail/transfer.json does not exist: run the transfer stages "
-                                         "(dvc repro transfer).", warn=True)], anchor="transfer")
+                                         "(dvc repro transfer).", warn=True), *seeds], anchor="transfer")
     sizes = in_size_order(tm["sizes"])
     pop = tm["population"]
     header = ["Training rows", "Groups", f"Flat {score}", f"Informed {score}", "Flat log loss",
@@ -114,7 +118,7 @@ def _transfer_section(tm: dict | None, lik: likelihoods.Likelihood) -> Section:
         blocks.insert(0, Para("The hierarchical fit this prior comes from misses the convergence bar (below), so the "
                               "informed prior, its scores and the informed-minus-flat differences rest on a posterior "
                               "not yet sampled well enough: read them as provisional.", warn=True))
-    return Section(title, how, blocks, anchor="transfer")
+    return Section(title, how, [*blocks, *seeds], anchor="transfer")
 
 
 def _uneven_groups(by_size: dict[str, list[str]]) -> str:

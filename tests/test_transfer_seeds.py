@@ -126,6 +126,27 @@ def test_the_reading_follows_the_numbers():
         "errors at n2; is within 2 standard errors of the flat prior at n4.")
 
 
+def test_the_best_method_per_size_follows_the_numbers_and_the_prior_widths_are_the_runs():
+    from hbnn.report.seeds_study import best_reading
+
+    def diff(mean, se):
+        return {"informed - flat": {"mean": mean, "se": se}}
+
+    summaries = {"mvnormal": {"n2": diff(0.01, 0.01), "n4": diff(0.10, 0.01), "all": diff(0.05, 0.01)},
+                 "plugin": {"n2": diff(0.10, 0.01), "n4": diff(0.09, 0.01)}}
+    assert best_reading(summaries) == (
+        "Which prior method transfers best, by its mean gain over the flat prior: plugin at n2 (ahead of the next "
+        "method beyond 2 standard errors); mvnormal at n4 (within 2 standard errors of the next).")
+    assert best_reading({"plugin": summaries["plugin"]}) == "No size was measured with more than one prior method."
+    path = Path("benchmarks/transfer_seeds.json")
+    layers = {"in": {"group_sd": {"mean": 0.02}, "prior_sd_mean": 0.96}}
+    text = seeds_blocks(_study(), PARAMS, path, layers)[-1].text
+    assert text.startswith("Which prior method transfers best, by its mean gain over the flat prior: plugin at n2 "
+                           "(ahead of the next method beyond 2 standard errors); ")  # at all: the same numbers
+    assert "(prior.method: mvnormal) has mean marginal sds per layer of in 0.96 against 0.02" in text
+    assert "marginal sds" not in seeds_blocks(_study(), PARAMS, path, None)[-1].text
+
+
 @pytest.mark.parametrize("change", ["n_groups", "complete"])
 def test_a_study_of_other_params_or_unfinished_is_one_line_without_its_numbers(tmp_path, change):
     path = tmp_path / "seeds.json"

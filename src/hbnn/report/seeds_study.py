@@ -71,10 +71,12 @@ def read_study(path: Path) -> dict | None:
                          ) from None
 
 
-def seeds_blocks(study: dict | None, params: Params, path: Path = SEEDS_FILE) -> list[Para | Heading | Table]:
-    """The transfer section's part on the study over data seeds: a table per prior method (the run's own first)
-    where the study measured these params (:func:`study_hash`) over every seed it names, else one line saying why it
-    is not shown and how to measure it."""
+def seeds_blocks(study: dict | None, params: Params, path: Path = SEEDS_FILE, layers: dict | None = None
+                 ) -> list[Para | Heading | Table]:
+    """The transfer section's part on the study over data seeds: a table per prior method (the run's own first) and
+    which method transfers best at which size (:func:`best_reading`, with the run's prior against its group sds from
+    ``layers``, ``metrics/detail/prior.json``'s) where the study measured these params (:func:`study_hash`) over
+    every seed it names, else one line saying why it is not shown and how to measure it."""
     command = COMMAND.format(path=path)
     if study is None:
         return [Para(f"Over data seeds: no study ({path} does not exist); {command} measures it for these params.")]
@@ -103,7 +105,47 @@ def seeds_blocks(study: dict | None, params: Params, path: Path = SEEDS_FILE) ->
         blocks += [Heading(f"prior.method: {method}"),
                    Table(["Training rows", *(c.capitalize() for c in COMPARED)], rows),
                    Para(_misses(m["seeds"])), Para(seeds_reading(method, m["summary"]))]
+    if len(methods) > 1:
+        blocks.append(Para(best_reading({m: study["methods"][m]["summary"] for m in methods})
+                           + _width_reading(params.prior.method, layers)))
     return blocks
+
+
+def best_reading(summaries: dict[str, dict[str, dict]]) -> str:
+    """Which prior method transfers best at which size over seeds: per size, the method of the highest mean informed -
+    flat difference, and whether its lead over the next is beyond 2 standard errors (the two means' ses combined as
+    if independent, which overstates the se of paired seeds: a lead called beyond 2 is beyond it)."""
+    leads: dict[str, list[str]] = {}
+    for label in in_size_order(dict.fromkeys(k for s in summaries.values() for k in s)):
+        scored = sorted(((s[label]["informed - flat"], m) for m, s in summaries.items()
+                         if "informed - flat" in s.get(label, {})), key=lambda t: -t[0]["mean"])
+        if len(scored) < 2:
+            continue
+        (best, method), (next_best, _) = scored[0], scored[1]
+        se = (best["se"] ** 2 + next_best["se"] ** 2) ** 0.5  # NaN with one seed: not beyond
+        beyond = best["mean"] - next_best["mean"] > 2 * se
+        leads.setdefault(f"{method} {'beyond' if beyond else 'within'}", []).append(label)
+    if not leads:
+        return "No size was measured with more than one prior method."
+    how = {"beyond": "ahead of the next method beyond 2 standard errors",
+           "within": "within 2 standard errors of the next"}
+    parts = [f"{k.split()[0]} at {', '.join(v)} ({how[k.split()[1]]})" for k, v in leads.items()]
+    return "Which prior method transfers best, by its mean gain over the flat prior: " + "; ".join(parts) + "."
+
+
+def _width_reading(method: str, layers: dict | None) -> str:
+    """Why a method can fall behind: this run's informed prior's marginal sds per layer against the posterior's
+    group sds (``metrics/detail/prior.json``), where both are recorded."""
+    pairs = [(name, d["prior_sd_mean"], d["group_sd"]["mean"]) for name, d in (layers or {}).items()
+             if isinstance(d, dict) and "prior_sd_mean" in d and "mean" in d.get("group_sd", {})]
+    if not pairs:
+        return ""
+    widths = ", ".join(f"{name} {prior:.3g} against {group:.3g}" for name, prior, group in pairs)
+    return (f" This run's informed prior (prior.method: {method}) has mean marginal sds per layer of {widths} (the "
+            "hierarchical posterior's group sds): a prior much wider than the group sds lets a new group's few rows "
+            "move its weights as far as the flat prior would. mvnormal fits new-group draws taken over every "
+            "posterior draw, so it also spreads over how far the population mean moves between draws; plugin keeps "
+            "one draw's mean and group sds (docs/transfer.md).")
 
 
 def _cell(d: dict | None) -> str:

@@ -122,11 +122,12 @@ def report(
         Where an input is missing, malformed, stale or disagrees with another (before anything is computed).
     """
     rp = params.report
-    seeds = seeds_blocks(read_study(seeds_path), params, seeds_path)
+    study = read_study(seeds_path)
     tasks = load_run_tasks(tasks_path, params)
     lik = likelihoods.get(tasks.likelihood)
     names = tasks.group_names
     metrics, prior_metrics, transfer_metrics = read_metrics(metrics_dir, names, lik.score)
+    seeds = seeds_blocks(study, params, seeds_path, lookup(prior_metrics, "layers"))
     baselines = read_baselines(metrics_dir, params)
     chosen = choose_surface_groups(metrics, names, rp.surface_groups, params.seed, lik.classifier)
     paths = {"flat": flat_trace, "hierarchical": hier_trace, "informed": informed_trace}

@@ -65,16 +65,13 @@ def enforce_budget(stage: str, params: Params, tasks: Tasks) -> budget.Estimate:
 
 
 def estimate_fit(stage: str, params: Params, tasks: Tasks) -> budget.Estimate:
-    """The budget's estimate of a fit of ``tasks`` (:func:`hbnn.pipeline.budget.fit_estimate` on their sizes).
+    """The budget's estimate of a fit of ``tasks`` (:func:`hbnn.pipeline.budget.fit_estimate` on their sizes), which
+    :func:`enforce_budget` holds against ``params.limits``.
 
     Parameters
     ----------
-    stage : str
-        A fit of :data:`hbnn.pipeline.variants.FITS`.
-    params : hbnn.config.Params
-        The run's settings.
-    tasks : hbnn.data.tasks.Tasks
-        The rows the fit will see.
+    stage, params, tasks
+        As :func:`enforce_budget`'s.
 
     Returns
     -------

@@ -140,13 +140,14 @@ def params_hash(base: dict) -> str:
         return study_hash(load_params(path))
 
 
-def study(stamp: dict, args, base: dict, rows: dict[str, list[dict]], wall_s: float) -> dict:
-    """The study as its JSON file holds it: the stamp, the params measured (their hash but :data:`VARIED`), per
-    prior method each seed's row and the summary; ``complete`` once every requested seed has run."""
+def study(stamp: dict, args, measured: str, rows: dict[str, list[dict]], wall_s: float) -> dict:
+    """The study as its JSON file holds it: the stamp, the params measured (``measured``: their :func:`params_hash`,
+    but :data:`VARIED`), per prior method each seed's row and the summary; ``complete`` once every requested seed has
+    run."""
     path = args.params.resolve()
     return {**stamp, "params": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
             "overrides": yaml.safe_load(args.set) or {},
-            "params_hash": params_hash(base), "varied": list(VARIED), "seeds_requested": args.seeds,
+            "params_hash": measured, "varied": list(VARIED), "seeds_requested": args.seeds,
             "complete": all(len(r) == len(args.seeds) for r in rows.values()), "wall_s": round(wall_s, 1),
             "methods": {m: {"seeds": r, "summary": summary(r)} for m, r in rows.items()}}
 
@@ -179,7 +180,7 @@ def main(argv=None) -> int:
     base = overridden(yaml.safe_load(args.params.read_text()), yaml.safe_load(args.set) or {})
     methods = list(dict.fromkeys(args.methods or [base.get("prior", {}).get("method", PRIOR_METHODS[0])]))
     stamp, start = run_stamp(), time.perf_counter()
-    params_hash(base)  # bad params end here, before any stage runs
+    measured = params_hash(base)  # once; bad params end here, before any stage runs
     rows: dict[str, list[dict]] = {m: [] for m in methods}
     with tempfile.TemporaryDirectory(prefix="transfer_seeds_") as tmp:
         for seed in args.seeds:
@@ -190,8 +191,8 @@ def main(argv=None) -> int:
                       f"({sum(row['seconds'].values()):.0f}s)", file=sys.stderr, flush=True)
                 rows[method].append(row)
             if args.out:  # what has run so far, marked incomplete until the last seed
-                write_json(args.out, study(stamp, args, base, rows, time.perf_counter() - start))
-    result = study(stamp, args, base, rows, time.perf_counter() - start)
+                write_json(args.out, study(stamp, args, measured, rows, time.perf_counter() - start))
+    result = study(stamp, args, measured, rows, time.perf_counter() - start)
     for method in methods:
         print(f"prior.method: {method}\n\n{table(result['methods'][method])}\n")
     if args.out:

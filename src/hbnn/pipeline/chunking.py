@@ -9,8 +9,8 @@ from hbnn.errors import InputError
 from hbnn.model import likelihoods
 from hbnn.model.forward import BLOCK
 
-# bytes the arrays scoring one chunk of rows may hold: the default hierarchical trace (2 chains of up to 5,000 draws)
-# is scored 1,024 rows or more at a time, and traces of up to ~48,000 draws (of a 40-weight network) fit at all
+# bytes the arrays scoring one chunk of rows may hold: the default hierarchical trace (2 chains of up to 10,000 draws)
+# is scored 333 rows or more at a time, and traces of up to ~48,000 draws (of a 40-weight network) fit at all
 SCORING_BUDGET = 256 * 2**20
 WEIGHT_COPIES = 4  # (draw, weight) arrays: the new-group draws, and per chunk the forward pass's flat copy and reshape
 

@@ -139,11 +139,15 @@ def test_the_best_method_per_size_follows_the_numbers_and_the_prior_widths_are_t
         "method beyond 2 standard errors); mvnormal at n4 (within 2 standard errors of the next).")
     assert best_reading({"plugin": summaries["plugin"]}) == "No size was measured with more than one prior method."
     path = Path("benchmarks/transfer_seeds.json")
-    layers = {"in": {"group_sd": {"mean": 0.02}, "prior_sd_mean": 0.96}}
+    layers = {"h10_h11": {"group_sd": {"mean": 0.2}, "prior_sd_mean": 1.1},
+              "h2_h3": {"group_sd": {"mean": 0.3}, "prior_sd_mean": 1.2},
+              "in": {"group_sd": {"mean": 0.02}, "prior_sd_mean": 0.96},
+              "out": {"group_sd": {"mean": 3.7}, "prior_sd_mean": 3.9}}  # alphabetical, as prior.json stores them
     text = seeds_blocks(_study(), PARAMS, path, layers)[-1].text
     assert text.startswith("Which prior method transfers best, by its mean gain over the flat prior: plugin at n2 "
                            "(ahead of the next method beyond 2 standard errors); ")  # at all: the same numbers
-    assert "(prior.method: mvnormal) has mean marginal sds per layer of in 0.96 against 0.02" in text
+    assert ("(prior.method: mvnormal) has mean marginal sds per layer of in 0.96 against 0.02, h2_h3 1.2 against 0.3, "
+            "h10_h11 1.1 against 0.2, out 3.9 against 3.7 (") in text  # in the network's order
     assert "marginal sds" not in seeds_blocks(_study(), PARAMS, path, None)[-1].text
 
 

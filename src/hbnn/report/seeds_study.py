@@ -133,6 +133,17 @@ def best_reading(summaries: dict[str, dict[str, dict]]) -> str:
     return "Which prior method transfers best, by its mean gain over the flat prior: " + "; ".join(parts) + "."
 
 
+def _network_order(layer: str) -> tuple[int, int, str]:
+    """Sort key putting layers in the network's order: ``in``, then ``h1_h2``, ``h2_h3``, ... by number, then ``out``
+    (``prior.json`` stores them alphabetically)."""
+    if layer == "in":
+        return (0, 0, layer)
+    if layer == "out":
+        return (2, 0, layer)
+    head = layer.split("_")[0].lstrip("h")
+    return (1, int(head) if head.isdigit() else 0, layer)
+
+
 def _width_reading(method: str, layers: dict | None) -> str:
     """Why a method can fall behind: this run's informed prior's marginal sds per layer against the posterior's
     group sds (``metrics/detail/prior.json``), where both are recorded."""
@@ -140,6 +151,7 @@ def _width_reading(method: str, layers: dict | None) -> str:
              if isinstance(d, dict) and "prior_sd_mean" in d and "mean" in d.get("group_sd", {})]
     if not pairs:
         return ""
+    pairs.sort(key=lambda pair: _network_order(pair[0]))
     widths = ", ".join(f"{name} {prior:.3g} against {group:.3g}" for name, prior, group in pairs)
     return (f" This run's informed prior (prior.method: {method}) has mean marginal sds per layer of {widths} (the "
             "hierarchical posterior's group sds): a prior much wider than the group sds lets a new group's few rows "

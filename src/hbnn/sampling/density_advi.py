@@ -32,20 +32,43 @@ BETA1, BETA2, EPSILON = 0.9, 0.999, 1e-8  # pm.adam's defaults, which hbnn.sampl
 CHUNK = 64  # steps whose noise is drawn in one generator call: the call's overhead shared, 64 x n_dim floats held
 DRAW_CHUNK = 100  # draws from the fitted approximation expanded per generator call
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+# exp and log come from NumPy's SIMD loops, several times faster than numba's scalar calls; the loops here may
+# reorder sums and fuse multiply-adds (vectorised, the same on every run) but keep IEEE inf and NaN, which the loss
+# check reads
+_FAST = {"reassoc", "contract", "nsz", "arcp"}
+LOG1P_BELOW = 1e-4  # where e = exp(-|rho|) is smaller, log(1 + e) loses over 1e-12 of log1p(e): log1p is used
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _draw(mu, rho, eps, theta, sd):
-    """``theta = mu + softplus(rho) * eps``, with ``softplus(rho)`` written into ``sd``."""
+def _minus_abs(rho, out):
+    """``out = -|rho|``: the argument of :func:`numpy.exp` in a step."""
+    for i in range(rho.size):
+        out[i] = -abs(rho[i])
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _log1p_where_small(e, log1p_e):
+    """``log1p_e = log1p(e)`` where ``log(1 + e)`` (NumPy's, already there) loses too much of a small ``e``."""
+    for i in range(e.size):
+        if e[i] < LOG1P_BELOW:
+            log1p_e[i] = math.log1p(e[i])
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath=_FAST)
+def _draw(mu, rho, eps, e, log1p_e, theta, sd, sig):
+    """``sd = softplus(rho)``, ``sig = sigmoid(rho)`` and ``theta = mu + sd * eps``, from ``e = exp(-|rho|)`` and
+    ``log1p(e)``: ``softplus(rho) = max(rho, 0) + log1p(e)``, ``sigmoid(rho) = 1 / (1 + e)`` for ``rho >= 0``,
+    ``e / (1 + e)`` below."""
     for i in range(mu.size):
-        r = rho[i]
-        s = r + math.log1p(math.exp(-r)) if r > 0.0 else math.log1p(math.exp(r))
+        r, ei = rho[i], e[i]
+        s = max(r, 0.0) + log1p_e[i]
         sd[i] = s
+        sig[i] = (1.0 if r >= 0.0 else ei) / (1.0 + ei)
         theta[i] = mu[i] + s * eps[i]
 
 
-@numba.njit(cache=True, error_model="numpy")
-def _update(mu, rho, sd, eps, grad, m_mu, v_mu, m_rho, v_rho, logp, step_size):
+@numba.njit(cache=True, error_model="numpy", fastmath=_FAST)
+def _update(mu, rho, sd, sig, log_sd, eps, grad, m_mu, v_mu, m_rho, v_rho, logp, step_size):
     """One Adam step of ``mu`` and ``rho`` down the negative ELBO's gradient; returns the step's loss.
 
     ``grad`` is the log density's gradient at ``theta = mu + sd * eps``; ``step_size`` is Adam's
@@ -54,11 +77,10 @@ def _update(mu, rho, sd, eps, grad, m_mu, v_mu, m_rho, v_rho, logp, step_size):
     """
     logq = 0.0
     for i in range(mu.size):
-        r, e, s, g = rho[i], eps[i], sd[i], grad[i]
-        logq -= 0.5 * e * e + math.log(s)
-        sig = 1.0 / (1.0 + math.exp(-r)) if r >= 0.0 else math.exp(r) / (1.0 + math.exp(r))
+        e, s, g = eps[i], sd[i], grad[i]
+        logq -= 0.5 * e * e + log_sd[i]
         g_mu = -g
-        g_rho = -(g * e + 1.0 / s) * sig
+        g_rho = -(g * e + 1.0 / s) * sig[i]
         m = BETA1 * m_mu[i] + (1.0 - BETA1) * g_mu
         v = BETA2 * v_mu[i] + (1.0 - BETA2) * g_mu * g_mu
         m_mu[i], v_mu[i] = m, v
@@ -70,14 +92,34 @@ def _update(mu, rho, sd, eps, grad, m_mu, v_mu, m_rho, v_rho, logp, step_size):
     return logq - mu.size * _HALF_LOG_2PI - logp
 
 
-@numba.njit(cache=True, error_model="numpy")
-def _softplus(rho):
-    """``softplus(rho)``, elementwise, as :func:`_draw` computes it."""
-    out = np.empty_like(rho)
-    for i in range(rho.size):
-        r = rho[i]
-        out[i] = r + math.log1p(math.exp(-r)) if r > 0.0 else math.log1p(math.exp(r))
-    return out
+def _softplus(rho: np.ndarray) -> np.ndarray:
+    """``softplus(rho)``, elementwise, without overflow."""
+    return np.maximum(rho, 0.0) + np.log1p(np.exp(-np.abs(rho)))
+
+
+class _Step:
+    """The working arrays of one fit's steps, and the step itself (:meth:`__call__`)."""
+
+    def __init__(self, mu: np.ndarray, logp_grad, buf: np.ndarray):
+        n = mu.size
+        self.mu, self.rho = mu, np.zeros(n)  # rho = 0 where PyMC's MeanField starts it (no start_sigma)
+        self.moments = tuple(np.zeros(n) for _ in range(4))  # Adam's m and v of mu, then of rho
+        self.e, self.log1p_e, self.theta, self.grad, self.sd, self.sig, self.log_sd = (np.empty(n) for _ in range(7))
+        self.logp_grad, self.buf = logp_grad, buf
+
+    def __call__(self, eps: np.ndarray, step_size: float) -> float:
+        """One step at the noise ``eps``; returns its loss."""
+        e, log1p_e = self.e, self.log1p_e
+        _minus_abs(self.rho, e)
+        np.exp(e, out=e)
+        np.add(e, 1.0, out=log1p_e)
+        np.log(log1p_e, out=log1p_e)
+        _log1p_where_small(e, log1p_e)
+        _draw(self.mu, self.rho, eps, e, log1p_e, self.theta, self.sd, self.sig)
+        np.log(self.sd, out=self.log_sd)
+        logp = self.logp_grad(self.theta, self.grad, self.buf)
+        return _update(self.mu, self.rho, self.sd, self.sig, self.log_sd, eps, self.grad, *self.moments, logp,
+                       step_size)
 
 
 class DensityAdvi:
@@ -142,26 +184,20 @@ class DensityAdvi:
         fit_seed, draw_seed, init_seed = split_seed(seed)
         n = self.n_dim
         mu = self.density.initial_center() + np.random.default_rng(init_seed).normal(0.0, a.init_jitter, n)
-        rho = np.zeros(n)
-        m_mu, v_mu, m_rho, v_rho = (np.zeros(n) for _ in range(4))
-        theta, grad, sd = np.empty(n), np.empty(n), np.empty(n)
+        step = _Step(mu, self.logp_grad, self.buf)
         noise = np.random.default_rng(fit_seed)
         loss = np.empty(a.iterations)
-        logp_grad, buf = self.logp_grad, self.buf
         for start in range(0, a.iterations, CHUNK):
             stop = min(start + CHUNK, a.iterations)
             eps = noise.standard_normal((stop - start, n))
-            for k in range(stop - start):
-                t = start + k + 1
-                step_size = a.learning_rate * math.sqrt(1.0 - BETA2 ** t) / (1.0 - BETA1 ** t)
-                e = eps[k]
-                _draw(mu, rho, e, theta, sd)
-                logp = logp_grad(theta, grad, buf)
-                loss[t - 1] = _update(mu, rho, sd, e, grad, m_mu, v_mu, m_rho, v_rho, logp, step_size)
+            with np.errstate(all="ignore"):  # an sd that underflows to 0 shows as a non-finite loss, refused below
+                for k in range(stop - start):
+                    t = start + k + 1
+                    loss[t - 1] = step(eps[k], a.learning_rate * math.sqrt(1.0 - BETA2 ** t) / (1.0 - BETA1 ** t))
             check_loss(loss[:stop], a.learning_rate)
             if progress is not None:
                 progress.add(stop - start)
-        return self._draws(mu, _softplus(rho), draw_seed, s.chains, s.draws), loss
+        return self._draws(step.mu, _softplus(step.rho), draw_seed, s.chains, s.draws), loss
 
     def _draws(self, mu: np.ndarray, sd: np.ndarray, seed: int, chains: int, draws: int) -> xr.Dataset:
         """``chains x draws`` draws from ``N(mu, sd^2)``, expanded as nutpie expands a draw."""

@@ -75,6 +75,23 @@ def test_the_same_seed_gives_the_same_trace_and_loss():
     assert first.posterior.sample_stats["diverging"].shape == (2, 20)
 
 
+def test_a_per_group_fit_on_other_rows_is_the_fit_of_a_density_built_on_them():
+    build, density = _model("flat")
+    x, y = _rows(n=15, seed=9)
+    sampler = Sampler(build, _settings(iterations=200), density)
+    refit = sampler.sample(4, {"x": x[0], "y": y}, watch=False)
+    own = Sampler(lambda: build_flat_model(x[0], y, ["x1", "x2"], (3,), 1.0, bias=True), _settings(iterations=200),
+                  density.with_rows(x[0], y))
+    assert own.backend.density_advi is not None  # checked against PyMC's model of those rows
+    own = own.sample(4, watch=False)
+    first = sampler.sample(4, watch=False)
+    np.testing.assert_array_equal(refit.loss, own.loss)
+    np.testing.assert_array_equal(refit.posterior.posterior["w_out"].values, own.posterior.posterior["w_out"].values)
+    assert not np.array_equal(refit.loss, first.loss)
+    with pytest.raises(ValueError, match="takes new rows as x and y"):
+        sampler.sample(4, {"X": x[0], "y": y}, watch=False)
+
+
 @pytest.mark.parametrize("which", ["hierarchical", "flat", "informed"])
 def test_the_trace_has_nutpies_variables_dims_and_coords(which):
     """The draws become exactly the posterior variables, dims and coordinates of nutpie's trace of the density."""

@@ -78,10 +78,11 @@ ADVI_STEP_US = 60.0
 NS_PER_ADVI_PARAM = 125.0
 # Full-batch ADVI over the hand-written density (hbnn.sampling.density_advi): a step's Python calls, measured on a flat
 # fit of 40 parameters (12 us a step, its gradient 2 us); per parameter, the noise, softplus, Adam and the density's
-# own per-coordinate work, measured at 1000 groups (40,043 parameters, 2.2 ms a step on 2 cores another fit was using,
-# the rows' share costed by KERNEL_NS_PER_ROW_WEIGHT) (benchmarks/FINDINGS.md, "Measurements behind code comments")
+# own per-coordinate work, measured at 1000 groups (40,043 parameters, 50,000 rows: 2.2 ms a step on 2 cores another
+# fit was using, the rows' share costed by KERNEL_NS_PER_ROW_WEIGHT) (benchmarks/FINDINGS.md, "Measurements behind
+# code comments")
 DENSITY_ADVI_STEP_US = 10.0
-NS_PER_DENSITY_ADVI_PARAM = 45.0
+NS_PER_DENSITY_ADVI_PARAM = 35.0
 BYTES = 8
 COPIES = 4  # the sampler's own (Arrow) batches, their conversion, the xarray copy and the group stack
 # A fit stage's process before its data (Python, NumPy, PyMC, nutpie, the density checked): benchmarks/memory.py's peak

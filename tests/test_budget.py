@@ -125,6 +125,15 @@ def test_a_full_batch_advi_fit_is_estimated_at_the_hand_written_densitys_step_co
             "advi": {"iterations": 10_000, "minibatch_size": 0}}
     estimate = fit_estimate("fit_hier", _moons_params(1000, hier_sampler=full), 1000, 50_000, 50_000, 2)
     assert 22 / 2 <= 60 * estimate.minutes <= 2 * 22, estimate.describe()
+    # a model without compiled code (one noise sd per group) is fitted by PyTensor's full-batch step: costed as such
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    model = {**raw["model"], "likelihood": "gaussian", "noise": "group"}
+    table = _table_params(full)
+    pytensor = fit_estimate("fit_hier", parse_params({**table, "n_groups": 1000, "model": model}), 1000, 50_000,
+                            50_000, 2)
+    assert pytensor.minutes > 3 * estimate.minutes, pytensor.describe()
     mini = {**full, "advi": {"iterations": 10_000, "minibatch_size": 500}}
     estimate = fit_estimate("fit_hier", _moons_params(1000, hier_sampler=mini), 1000, 50_000, 50_000, 2)
     assert 43 / 2 <= 60 * estimate.minutes <= 2 * 43, estimate.describe()

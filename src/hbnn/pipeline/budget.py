@@ -269,6 +269,15 @@ def _nuts_steps(s, dims: int, worst: bool, informed: bool = False) -> float:
     return min(cap, steps * max(1.0, (dims / DIMS_MEASURED) ** 0.5))
 
 
+def _hand_written(params: Params, hierarchical: bool) -> bool:
+    """Whether a full-batch ADVI fit of ``params.model`` fits the hand-written density
+    (:class:`hbnn.sampling.advi.AdviBackend`), as :func:`hbnn.fitting.common.hand_written` decides."""
+    from hbnn.density.densities import unsupported  # imported for full-batch ADVI only: it loads numba
+
+    m = params.model
+    return unsupported(m.likelihood, m.activation, m.noise if hierarchical else "shared") is None
+
+
 @_past_counting("")
 def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test: int, n_features: int,
                  max_group_rows: int | None = None) -> Estimate:
@@ -295,7 +304,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
     stored_params = _hierarchical_weights(n_groups, layers) if hierarchical else n_groups * per_group
     dims = _sampled_dims(n_groups, layers, hierarchical)
-    density_advi = s.backend == "advi" and not s.advi.minibatch_size  # fits the hand-written density
+    density_advi = s.backend == "advi" and not s.advi.minibatch_size and _hand_written(params, hierarchical)
     if s.backend == "advi":
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
         grad_us = (DENSITY_ADVI_STEP_US + NS_PER_DENSITY_ADVI_PARAM * 1e-3 * dims if density_advi

@@ -137,3 +137,26 @@ def test_a_full_batch_advi_fit_is_estimated_at_the_hand_written_densitys_step_co
     mini = {**full, "advi": {"iterations": 10_000, "minibatch_size": 500}}
     estimate = fit_estimate("fit_hier", _moons_params(1000, hier_sampler=mini), 1000, 50_000, 50_000, 2)
     assert 43 / 2 <= 60 * estimate.minutes <= 2 * 43, estimate.describe()
+
+
+def test_the_budget_knows_which_models_full_batch_advi_fits_by_the_hand_written_density():
+    """budget._hand_written reads the registries itself (the cost-estimating stages must not depend on the density's
+    code): the same answers as hbnn.density.densities.unsupported, for every likelihood, activation and noise."""
+    from types import SimpleNamespace
+
+    from hbnn.density.densities import unsupported
+    from hbnn.model.activations import ACTIVATIONS
+    from hbnn.model.likelihoods import LIKELIHOODS
+    from hbnn.pipeline.budget import _hand_written
+
+    answers = set()
+    for likelihood in LIKELIHOODS:
+        for activation in ACTIVATIONS:
+            for noise in ("shared", "group"):
+                params = SimpleNamespace(model=SimpleNamespace(likelihood=likelihood, activation=activation,
+                                                               noise=noise))
+                for hierarchical in (False, True):
+                    want = unsupported(likelihood, activation, noise if hierarchical else "shared") is None
+                    assert _hand_written(params, hierarchical) == want, (likelihood, activation, noise, hierarchical)
+                    answers.add(want)
+    assert answers == {True, False}

@@ -271,11 +271,15 @@ def _nuts_steps(s, dims: int, worst: bool, informed: bool = False) -> float:
 
 def _hand_written(params: Params, hierarchical: bool) -> bool:
     """Whether a full-batch ADVI fit of ``params.model`` fits the hand-written density
-    (:class:`hbnn.sampling.advi.AdviBackend`), as :func:`hbnn.fitting.common.hand_written` decides."""
-    from hbnn.density.densities import unsupported  # imported for full-batch ADVI only: it loads numba
+    (:class:`hbnn.sampling.advi.AdviBackend`): :func:`hbnn.density.densities.unsupported`'s conditions, read from the
+    registries here so that the stages that estimate costs do not depend on the density's code (tests/test_budget.py
+    holds the two to the same answers)."""
+    from hbnn.model import activations, likelihoods
 
     m = params.model
-    return unsupported(m.likelihood, m.activation, m.noise if hierarchical else "shared") is None
+    return (likelihoods.get(m.likelihood).density_source is not None
+            and activations.get(m.activation).compiled_source is not None
+            and (m.noise == "shared" or not hierarchical))
 
 
 @_past_counting("")

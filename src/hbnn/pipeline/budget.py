@@ -17,6 +17,8 @@ The model of the cost:
 - a fit drawn on past ``draws`` typically stops at ``EXPECTED_DRAW_FACTOR`` times ``draws`` (at most ``max_draws``);
 - an ADVI step costs ``ADVI_STEP_US`` plus ``NS_PER_ROW_WEIGHT`` per (batch row x weight) plus
   ``NS_PER_ADVI_PARAM`` per model parameter (each step updates every parameter's mean and sd, whatever the batch);
+  full-batch, over the hand-written density, ``DENSITY_ADVI_STEP_US`` plus ``KERNEL_NS_PER_ROW_WEIGHT`` per (row x
+  weight) plus ``NS_PER_DENSITY_ADVI_PARAM`` per parameter;
 - memory holds every stored draw of every value ``COPIES`` times over (a hierarchical draw stores each group's
   ``z`` and its weights), the posterior predictions of every row, and the hierarchical fit's padded layout.
 
@@ -74,6 +76,13 @@ KERNEL_NS_PER_ROW_WEIGHT = 0.4
 # batch sizes, which it estimates high (benchmarks/FINDINGS.md, "Measurements behind code comments").
 ADVI_STEP_US = 60.0
 NS_PER_ADVI_PARAM = 125.0
+# Full-batch ADVI over the hand-written density (hbnn.sampling.density_advi): a step's Python calls, measured on a flat
+# fit of 40 parameters (12 us a step, its gradient 2 us); per parameter, the noise, softplus, Adam and the density's
+# own per-coordinate work, measured at 1000 groups (40,043 parameters, 50,000 rows: 2.2 ms a step on 2 cores another
+# fit was using, the rows' share costed by KERNEL_NS_PER_ROW_WEIGHT) (benchmarks/FINDINGS.md, "Measurements behind
+# code comments")
+DENSITY_ADVI_STEP_US = 10.0
+NS_PER_DENSITY_ADVI_PARAM = 35.0
 BYTES = 8
 COPIES = 4  # the sampler's own (Arrow) batches, their conversion, the xarray copy and the group stack
 # A fit stage's process before its data (Python, NumPy, PyMC, nutpie, the density checked): benchmarks/memory.py's peak
@@ -260,6 +269,19 @@ def _nuts_steps(s, dims: int, worst: bool, informed: bool = False) -> float:
     return min(cap, steps * max(1.0, (dims / DIMS_MEASURED) ** 0.5))
 
 
+def _hand_written(params: Params, hierarchical: bool) -> bool:
+    """Whether a full-batch ADVI fit of ``params.model`` fits the hand-written density
+    (:class:`hbnn.sampling.advi.AdviBackend`): :func:`hbnn.density.densities.unsupported`'s conditions, read from the
+    registries here so that the stages that estimate costs do not depend on the density's code (tests/test_budget.py
+    holds the two to the same answers)."""
+    from hbnn.model import activations, likelihoods
+
+    m = params.model
+    return (likelihoods.get(m.likelihood).density_source is not None
+            and activations.get(m.activation).compiled_source is not None
+            and (m.noise == "shared" or not hierarchical))
+
+
 @_past_counting("")
 def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test: int, n_features: int,
                  max_group_rows: int | None = None) -> Estimate:
@@ -286,9 +308,11 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
     stored_params = _hierarchical_weights(n_groups, layers) if hierarchical else n_groups * per_group
     dims = _sampled_dims(n_groups, layers, hierarchical)
+    density_advi = s.backend == "advi" and not s.advi.minibatch_size and _hand_written(params, hierarchical)
     if s.backend == "advi":
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
-        grad_us = ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * dims
+        grad_us = (DENSITY_ADVI_STEP_US + NS_PER_DENSITY_ADVI_PARAM * 1e-3 * dims if density_advi
+                   else ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * dims)
         steps = {False: s.advi.iterations, True: s.advi.iterations}
         kept = {worst: s.draw_limit if hierarchical else s.draws for worst in (False, True)}
         tuning = 0
@@ -302,7 +326,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         kept = {False: _typical_draws(s, hierarchical), True: s.draw_limit if hierarchical else s.draws}
         tuning = s.tune
         run = _nuts_run(s, hierarchical)
-    per_row_weight = KERNEL_NS_PER_ROW_WEIGHT if s.backend == "nutpie" else NS_PER_ROW_WEIGHT
+    per_row_weight = KERNEL_NS_PER_ROW_WEIGHT if s.backend == "nutpie" or density_advi else NS_PER_ROW_WEIGHT
     grad_us += per_row_weight * 1e-3 * rows_per_step * per_group
     if informed:
         grad_us += NS_PER_PRIOR_ENTRY * 1e-3 * sum(w * w for w in layers)

@@ -30,13 +30,29 @@ class AdviBackend(Backend):
     settings : hbnn.config.SamplerParams
         The sampler's settings.
     density : hbnn.density.densities.Density, optional
-        Not used: ADVI fits PyMC's model.
+        The model's hand-written log density: a full-batch fit (``advi.minibatch_size`` 0) fits it
+        (:class:`hbnn.sampling.density_advi.DensityAdvi`, the same approximation over the same coordinates, without
+        PyTensor) once it is checked against PyMC's model; a minibatch fit, or one whose density fails the check,
+        fits PyMC's model (:class:`_Advi`).
     """
 
     name = "advi"
+    density_advi = None  # the hand-written density's ADVI, where it is fitted instead of PyMC's model
 
     def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
         super().__init__(model, settings)
+        if density is not None and not settings.advi.minibatch_size:
+            from hbnn.density.pymc_check import DensityMismatch
+
+            try:
+                density.checked_nutpie_model(lambda: self.model)
+            except DensityMismatch as err:  # not the model's density: PyTensor's is the same model, only slower
+                log.warning("fitting PyTensor's log density by ADVI, not the hand-written one: %s", err)
+            else:
+                from hbnn.sampling.density_advi import DensityAdvi
+
+                self.density_advi = DensityAdvi(density)
+                return
         self.advi = _Advi(self.model, settings.advi.learning_rate)
 
     @staticmethod
@@ -90,13 +106,89 @@ class AdviBackend(Backend):
         int or None
             The gradient evaluations made, ``None`` where the backend cannot tell.
         """
-        self._set_data(data)
         self.iterations = Iterations(self.settings.advi.iterations, "ADVI iterations")
         try:
-            idata, loss = self.advi.fit(seed, self.settings, self.iterations)
+            if self.density_advi is None:
+                self._set_data(data)
+                posterior, loss = self.advi.fit(seed, self.settings, self.iterations)
+            else:
+                fitted = self.density_advi
+                if data:
+                    if set(data) != {"x", "y"}:
+                        raise ValueError(f"the hand-written log density takes new rows as x and y, not {sorted(data)}")
+                    fitted = fitted.with_rows(data["x"], data["y"])
+                posterior, loss = fitted.fit(seed, self.settings, self.iterations)
         finally:
             self.iterations = None
-        return idata, loss, None
+        return advi_trace(posterior, loss, self.settings), loss, None
+
+
+def split_seed(seed: int) -> tuple[int, int, int]:
+    """An ADVI fit's three streams from its seed: the optimisation's (Monte Carlo ELBO draws, minibatch indices),
+    the draws from the fitted approximation, and the starting means' jitter.
+
+    Parameters
+    ----------
+    seed : int
+
+    Returns
+    -------
+    tuple of int
+        ``(fit_seed, draw_seed, init_seed)``.
+    """
+    fit_seed, draw_seed, init_seed = np.random.SeedSequence(seed).generate_state(3)
+    return int(fit_seed), int(draw_seed), int(init_seed)
+
+
+def check_loss(loss: np.ndarray, learning_rate: float) -> None:
+    """Refuse a fit whose loss is not finite.
+
+    Parameters
+    ----------
+    loss : numpy.ndarray
+        The loss per step so far.
+    learning_rate : float
+        ``advi.learning_rate``, for the message.
+
+    Raises
+    ------
+    FloatingPointError
+        Naming the first non-finite step and ``sampler.advi.learning_rate``.
+    """
+    if not np.all(np.isfinite(loss)):
+        bad = int(np.flatnonzero(~np.isfinite(loss))[0])
+        raise FloatingPointError(
+            f"ADVI loss became {loss[bad]} at iteration {bad}; lower sampler.advi.learning_rate "
+            f"(now {learning_rate})"
+        )
+
+
+def advi_trace(posterior: xr.Dataset, loss: np.ndarray, s: SamplerParams) -> Trace:
+    """An ADVI fit's trace: its ``(chain, draw)`` posterior, and ``sample_stats`` with no divergence and the loss.
+
+    Parameters
+    ----------
+    posterior : xarray.Dataset
+        ``chains x draws`` draws from the approximation.
+    loss : numpy.ndarray
+        The loss per step.
+    s : hbnn.config.SamplerParams
+        ``chains``, ``draws`` and ``advi.iterations``.
+
+    Returns
+    -------
+    hbnn.files.trace.Trace
+        ``sample_stats``: ``diverging`` all False over ``(chain, draw)``, ``loss`` over ``advi_iteration``.
+    """
+    stats = xr.Dataset(
+        {
+            "diverging": (("chain", "draw"), np.zeros((s.chains, s.draws), dtype=bool)),
+            "loss": ("advi_iteration", loss),
+        },
+        coords={"chain": posterior["chain"], "draw": posterior["draw"],
+                "advi_iteration": np.arange(s.advi.iterations)},
+    )
+    return Trace(posterior=posterior, sample_stats=stats)
 
 
 class _Advi:
@@ -131,7 +223,7 @@ class _Advi:
         self.mean_start = self.mean.get_value(borrow=False).copy()
 
     def fit(self, seed: int, s: SamplerParams, progress: Iterations | None = None
-            ) -> tuple[Trace, np.ndarray]:
+            ) -> tuple[xr.Dataset, np.ndarray]:
         """Fit from the starting state with ``seed`` and draw from the approximation.
 
         Parameters
@@ -146,7 +238,8 @@ class _Advi:
         Returns
         -------
         tuple
-            ``(trace, loss)``: ``posterior`` and ``sample_stats`` of ``chains x draws`` draws, and the loss per step.
+            ``(posterior, loss)``: ``chains x draws`` draws, and the loss per step (:func:`advi_trace` makes the
+            trace).
 
         Raises
         ------
@@ -157,8 +250,8 @@ class _Advi:
 
         for var, value in zip(self.state, self.initial, strict=True):
             var.set_value(copy.deepcopy(value))
-        fit_seed, draw_seed, init_seed = np.random.SeedSequence(seed).generate_state(3)
-        reseed_rngs(self.rngs, int(fit_seed))
+        fit_seed, draw_seed, init_seed = split_seed(seed)
+        reseed_rngs(self.rngs, fit_seed)
         jitter = np.random.default_rng(init_seed).normal(0.0, s.advi.init_jitter, self.mean_start.shape)
         self.mean.set_value(self.mean_start + jitter)
         loss = np.empty(s.advi.iterations)
@@ -166,25 +259,11 @@ class _Advi:
             loss[i] = self.step()
             if progress is not None:
                 progress.add(1)
-        if not np.all(np.isfinite(loss)):
-            bad = int(np.flatnonzero(~np.isfinite(loss))[0])
-            raise FloatingPointError(
-                f"ADVI loss became {loss[bad]} at iteration {bad}; lower sampler.advi.learning_rate "
-                f"(now {s.advi.learning_rate})"
-            )
+        check_loss(loss, s.advi.learning_rate)
         with self.model:
-            draws = self.inference.approx.sample(s.chains * s.draws, random_seed=int(draw_seed),
+            draws = self.inference.approx.sample(s.chains * s.draws, random_seed=draw_seed,
                                                  return_inferencedata=True)
-        posterior = _as_chains(draws.posterior, s.chains, s.draws)
-        stats = xr.Dataset(
-            {
-                "diverging": (("chain", "draw"), np.zeros((s.chains, s.draws), dtype=bool)),
-                "loss": ("advi_iteration", loss),
-            },
-            coords={"chain": posterior["chain"], "draw": posterior["draw"],
-                    "advi_iteration": np.arange(s.advi.iterations)},
-        )
-        return Trace(posterior=posterior, sample_stats=stats), loss
+        return _as_chains(draws.posterior, s.chains, s.draws), loss
 
 
 def _as_chains(posterior: xr.Dataset, chains: int, draws: int) -> xr.Dataset:

@@ -51,7 +51,7 @@ class Backend:
         The PyMC model, or a function that builds it (on first use of :attr:`model`).
     settings : hbnn.config.SamplerParams
     density : hbnn.density.densities.Density, optional
-        A hand-written log density, for the backends that sample one (nutpie).
+        A hand-written log density, for the backends that fit one (nutpie, full-batch ADVI).
     """
 
     name: str

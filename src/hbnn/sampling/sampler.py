@@ -53,18 +53,19 @@ class Sampler:
     """A model compiled once for the configured backend (:data:`BACKENDS`).
 
     ``nutpie`` compiles the model with numba once and refits new data with
-    ``with_data``; ``advi`` compiles one optimisation step and resets its state per
+    ``with_data``; ``advi`` compiles one optimisation step (full-batch with a hand-written
+    density: fits that density, :mod:`hbnn.sampling.density_advi`) and resets its state per
     fit; ``pymc``, ``numpyro`` and ``blackjax`` go through ``pm.sample``, which
     compiles (PyMC) or traces and jits (JAX) on every call.
 
     Parameters
     ----------
     model : pymc.Model or callable
-        The PyMC model or a function that builds it: with a hand-written ``density`` (nutpie only,
+        The PyMC model or a function that builds it: with a hand-written ``density`` (nutpie, and full-batch ADVI,
         :mod:`hbnn.density.kernel`) it is built only where the density has yet to be checked against it.
     settings : hbnn.config.SamplerParams
     density : hbnn.density.densities.Density, optional
-        The hand-written log density nutpie samples instead of PyMC's.
+        The hand-written log density nutpie samples, and full-batch ADVI fits, instead of PyMC's.
     """
 
     def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):

@@ -1,0 +1,160 @@
+"""Mean-field ADVI over the hand-written density (hbnn.sampling.density_advi): the fit full-batch ADVI runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hbnn.config import AdviParams, SamplerParams
+from hbnn.density import densities
+from hbnn.model.builders import build_flat_model, build_hierarchical_model, build_informed_model
+from hbnn.model.network import layer_specs
+from hbnn.sampling.advi import AdviBackend
+from hbnn.sampling.density_advi import DensityAdvi
+from hbnn.sampling.nutpie_backend import NutpieBackend
+from hbnn.sampling.sampler import Sampler
+
+
+def _settings(backend="advi", iterations=400, learning_rate=0.02, minibatch_size=0, chains=2, draws=20, **more):
+    return SamplerParams(backend=backend, chains=chains, draws=draws, tune=30, cores=1, **more,
+                         advi=AdviParams(iterations=iterations, learning_rate=learning_rate,
+                                         minibatch_size=minibatch_size))
+
+
+def _rows(n=24, groups=1, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(groups, n, 2))
+    y = (X[..., 0] + 0.5 * X[..., 1] + 0.5 * rng.normal(size=(groups, n)) > 0).astype(float).ravel()
+    return X, y
+
+
+def _model(which: str, hidden=(3,), bias=True, minibatch_size=None):
+    """PyMC's builder and the hand-written density of a tiny hierarchical, flat or informed model."""
+    features = ["x1", "x2"]
+    if which == "hierarchical":
+        X, y = _rows(n=8, groups=3)
+        counts, valid, groups = np.full(3, 8), np.ones((3, 8), dtype=bool), ["a", "b", "c"]
+
+        def build():
+            return build_hierarchical_model(X, y, valid, groups, features, hidden, bias=bias)
+
+        return build, densities.HierarchicalDensity(X, y, counts, hidden, bias, "bernoulli", 1.0,
+                                                    features=tuple(features), groups=tuple(groups))
+    X, y = _rows()
+    if which == "flat":
+        def build():
+            return build_flat_model(X[0], y, features, hidden, 1.0, bias=bias, minibatch_size=minibatch_size)
+
+        return build, densities.FlatDensity.on_rows(X[0], y, hidden, bias, "bernoulli", 1.0, prior_sd=1.0,
+                                                    features=tuple(features))
+    rng = np.random.default_rng(4)
+    prior = {}
+    for s in layer_specs(2, hidden, bias):
+        a = rng.normal(size=(s.size, s.size))
+        prior[s.name] = (rng.normal(size=s.size), a @ a.T / s.size + 0.1 * np.eye(s.size))
+
+    def build():
+        return build_informed_model(X[0], y, features, hidden, prior, bias=bias)
+
+    return build, densities.InformedDensity.on_rows(X[0], y, hidden, bias, "bernoulli", 1.0, prior=prior,
+                                                    features=tuple(features))
+
+
+def test_the_same_seed_gives_the_same_trace_and_loss():
+    build, density = _model("hierarchical")
+    sampler = Sampler(build, _settings(), density)
+    assert isinstance(sampler.backend.density_advi, DensityAdvi)
+    first, again, other = (sampler.sample(seed, watch=False) for seed in (5, 5, 6))
+    np.testing.assert_array_equal(first.loss, again.loss)
+    for name in first.posterior.posterior.data_vars:
+        np.testing.assert_array_equal(first.posterior.posterior[name].values, again.posterior.posterior[name].values)
+    assert not np.array_equal(first.loss, other.loss)
+    assert first.loss[-100:].mean() < first.loss[:20].mean() - 10  # the ELBO improved
+    assert first.posterior.sample_stats["loss"].dims == ("advi_iteration",)
+    assert not first.posterior.sample_stats["diverging"].values.any()
+    assert first.posterior.sample_stats["diverging"].shape == (2, 20)
+
+
+def test_a_per_group_fit_on_other_rows_is_the_fit_of_a_density_built_on_them():
+    build, density = _model("flat")
+    x, y = _rows(n=15, seed=9)
+    sampler = Sampler(build, _settings(iterations=200), density)
+    refit = sampler.sample(4, {"x": x[0], "y": y}, watch=False)
+    own = Sampler(lambda: build_flat_model(x[0], y, ["x1", "x2"], (3,), 1.0, bias=True), _settings(iterations=200),
+                  density.with_rows(x[0], y))
+    assert own.backend.density_advi is not None  # checked against PyMC's model of those rows
+    own = own.sample(4, watch=False)
+    first = sampler.sample(4, watch=False)
+    np.testing.assert_array_equal(refit.loss, own.loss)
+    np.testing.assert_array_equal(refit.posterior.posterior["w_out"].values, own.posterior.posterior["w_out"].values)
+    assert not np.array_equal(refit.loss, first.loss)
+    with pytest.raises(ValueError, match="takes new rows as x and y"):
+        sampler.sample(4, {"X": x[0], "y": y}, watch=False)
+
+
+@pytest.mark.parametrize("which", ["hierarchical", "flat", "informed"])
+def test_the_trace_has_nutpies_variables_dims_and_coords(which):
+    """The draws become exactly the posterior variables, dims and coordinates of nutpie's trace of the density."""
+    build, density = _model(which)
+    advi = AdviBackend(build, _settings(iterations=50), density)
+    assert advi.density_advi is not None
+    ours, loss, _ = advi.run(1, None)
+    theirs, _, _ = NutpieBackend(build, _settings(backend="nutpie", draws=20), density).run(1, None)
+    a, b = ours.posterior, theirs.posterior
+    assert list(a.data_vars) == list(b.data_vars)
+    for name in b.data_vars:
+        assert (a[name].dims, a[name].shape, a[name].dtype) == (b[name].dims, b[name].shape, b[name].dtype), name
+    assert set(a.coords) == set(b.coords)
+    for dim in b.coords:
+        assert list(a[dim].values) == list(b[dim].values), dim
+    assert a.attrs == b.attrs
+    assert loss.shape == (50,) and np.isfinite(loss).all()
+    # a derived variable is the value variables' function, as nutpie's expand computes it
+    if which == "hierarchical":
+        want = a["mu_out"].values[:, :, None] + a["sd_out"].values[:, :, None, None] * a["z_out"].values
+        np.testing.assert_allclose(a["w_out"].values, want, rtol=1e-12)
+        np.testing.assert_allclose(a["sd_out"].values, np.exp(a["sd_out_log__"].values), rtol=1e-12)
+
+
+def _predict(posterior, X):
+    """Mean predicted probability of a linear model's draws at rows ``X``."""
+    w = posterior["w_out"].values.reshape(-1, 3)  # (draw, 2 features + bias)
+    logits = w[:, :2] @ X.T + w[:, 2:]
+    return (1.0 / (1.0 + np.exp(-logits))).mean(axis=0)
+
+
+def test_the_fit_approaches_nuts_on_a_small_model():
+    """On logistic regression (near-Gaussian posterior) the fitted means and the predictions
+    are close to NUTS's; the loss's level is PyMC's ADVI's on the same model (the same definition)."""
+    build, density = _model("flat", hidden=())
+    settings = _settings(iterations=4000, learning_rate=0.02, draws=1000)
+    advi = Sampler(build, settings, density)
+    assert advi.backend.density_advi is not None
+    fit = advi.sample(2, watch=False)
+    nuts = Sampler(build, _settings(backend="nutpie", draws=1000), density).sample(2, watch=False)
+    a, b = fit.posterior.posterior["w_out"].values, nuts.posterior.posterior["w_out"].values
+    mean_a, mean_b, sd_b = a.mean(axis=(0, 1)), b.mean(axis=(0, 1)), b.std(axis=(0, 1))
+    # one Monte Carlo draw per Adam step leaves the means wandering by about a third of an sd (PyMC's ADVI too)
+    assert np.all(np.abs(mean_a - mean_b) < 0.3 * sd_b), (mean_a, mean_b, sd_b)
+    assert np.all((0.7 < a.std(axis=(0, 1)) / sd_b) & (a.std(axis=(0, 1)) / sd_b < 1.3))
+    grid = np.random.default_rng(3).normal(size=(50, 2))
+    assert np.abs(_predict(fit.posterior.posterior, grid) - _predict(nuts.posterior.posterior, grid)).max() < 0.06
+    pytensor = Sampler(build, settings).sample(2, watch=False)  # no density: PyMC's ADVI of the same model
+    assert fit.loss[-1000:].mean() == pytest.approx(pytensor.loss[-1000:].mean(), abs=0.15)
+
+
+def test_a_non_finite_loss_names_the_learning_rate():
+    build, density = _model("flat")
+    sampler = Sampler(build, _settings(learning_rate=1e9, iterations=200), density)
+    message = r"ADVI loss became \S+ at iteration \d+; lower sampler\.advi\.learning_rate \(now 1000000000\.0\)"
+    with pytest.raises(FloatingPointError, match=message):
+        sampler.sample(0, watch=False)
+
+
+def test_minibatch_fits_and_models_without_a_density_stay_on_pytensor():
+    build, density = _model("flat", minibatch_size=8)
+    mini = AdviBackend(build, _settings(minibatch_size=8), density)
+    assert mini.density_advi is None and mini.advi is not None
+    build, _ = _model("flat")
+    plain = AdviBackend(build, _settings(), None)
+    assert plain.density_advi is None and plain.advi is not None

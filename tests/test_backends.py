@@ -153,6 +153,7 @@ def test_missing_jax_is_a_clear_config_error(tiny_tasks, monkeypatch):
                                       ({"advi": {"iterations": 0}}, "sampler.advi.iterations"),
                                       ({"advi": {"learning_rate": -1}}, "sampler.advi.learning_rate"),
                                       ({"advi": {"minibatch_size": -2}}, "sampler.advi.minibatch_size"),
+                                      ({"advi": {"starts": 0}}, "sampler.advi.starts"),
                                       ({"advi": {"bogus": 1}}, "sampler.advi.bogus")])
 def test_bad_sampler_settings_name_the_key(raw, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

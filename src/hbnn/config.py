@@ -162,6 +162,7 @@ class AdviParams(Section):
     learning_rate: float = 0.01
     minibatch_size: int = 0  # 0: full batch; else rows per gradient step, drawn with replacement
     init_jitter: float = 0.5  # sd of the noise added to the starting means (breaks hidden-unit symmetry)
+    starts: int = 1  # fits from this many starting points; the one with the highest ELBO (lowest final loss) is kept
 
     def check(self, key: str) -> None:
         _require(self.iterations >= 1, f"{key}.iterations", self.iterations, "must be >= 1")
@@ -169,6 +170,7 @@ class AdviParams(Section):
         _require(self.minibatch_size >= 0, f"{key}.minibatch_size", self.minibatch_size,
                  "must be >= 0 (0 means full batch)")
         _require(self.init_jitter >= 0, f"{key}.init_jitter", self.init_jitter, "must be >= 0")
+        _require(self.starts >= 1, f"{key}.starts", self.starts, "must be >= 1")
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,9 @@ _SHARED_DOC = """
         nutpie's mass-matrix adaptation.
     max_draws : int
         Draws per chain a fit may go on to while it misses the convergence bar (0: exactly ``draws``).
-    advi_iterations, advi_learning_rate, advi_minibatch_size, advi_init_jitter
-        ``backend="advi"`` only: the optimisation's settings.
+    advi_iterations, advi_learning_rate, advi_minibatch_size, advi_init_jitter, advi_starts
+        ``backend="advi"`` only: the optimisation's settings (``advi_starts``: fits from that many starting points,
+        keeping the highest ELBO).
     pointwise : bool, default True
         Keep the ``log_likelihood`` and ``predictions`` groups in the trace (for ``az.loo`` and ``az.compare``).
     max_minutes, max_memory_gib : float, default 180, 0
@@ -114,6 +115,7 @@ class HierarchicalBNN(BNNEstimator):
                  restarts: int = _H["restarts"], advi_iterations: int = _H["advi_iterations"],
                  advi_learning_rate: float = _H["advi_learning_rate"],
                  advi_minibatch_size: int = _H["advi_minibatch_size"], advi_init_jitter: float = _H["advi_init_jitter"],
+                 advi_starts: int = _H["advi_starts"],
                  pointwise: bool = _H["pointwise"], max_minutes: float = _H["max_minutes"],
                  max_memory_gib: float = _H["max_memory_gib"], **unknown):
         if unknown:
@@ -125,7 +127,8 @@ class HierarchicalBNN(BNNEstimator):
         self.target_accept, self.seed, self.cores, self.mass_matrix = target_accept, seed, cores, mass_matrix
         self.max_draws, self.restarts = max_draws, restarts
         self.advi_iterations, self.advi_learning_rate = advi_iterations, advi_learning_rate
-        self.advi_minibatch_size, self.advi_init_jitter = advi_minibatch_size, advi_init_jitter
+        self.advi_minibatch_size, self.advi_init_jitter, self.advi_starts = (advi_minibatch_size, advi_init_jitter,
+                                                                              advi_starts)
         self.pointwise, self.max_minutes, self.max_memory_gib = pointwise, max_minutes, max_memory_gib
 
     def informed_prior(self, draws_per_sample: int = 10, align: str = "chains", reference_chain: int = 0,
@@ -182,6 +185,7 @@ class FlatBNN(BNNEstimator):
                  max_draws: int = _F["max_draws"], refit_target_accept: float = _F["refit_target_accept"],
                  advi_iterations: int = _F["advi_iterations"], advi_learning_rate: float = _F["advi_learning_rate"],
                  advi_minibatch_size: int = _F["advi_minibatch_size"], advi_init_jitter: float = _F["advi_init_jitter"],
+                 advi_starts: int = _F["advi_starts"],
                  pointwise: bool = _F["pointwise"], max_minutes: float = _F["max_minutes"],
                  max_memory_gib: float = _F["max_memory_gib"], **unknown):
         if unknown:
@@ -193,7 +197,8 @@ class FlatBNN(BNNEstimator):
         self.target_accept, self.seed, self.cores, self.mass_matrix = target_accept, seed, cores, mass_matrix
         self.max_draws, self.refit_target_accept = max_draws, refit_target_accept
         self.advi_iterations, self.advi_learning_rate = advi_iterations, advi_learning_rate
-        self.advi_minibatch_size, self.advi_init_jitter = advi_minibatch_size, advi_init_jitter
+        self.advi_minibatch_size, self.advi_init_jitter, self.advi_starts = (advi_minibatch_size, advi_init_jitter,
+                                                                              advi_starts)
         self.pointwise, self.max_minutes, self.max_memory_gib = pointwise, max_minutes, max_memory_gib
 
 
@@ -222,6 +227,7 @@ class InformedBNN(BNNEstimator):
                  max_draws: int = _F["max_draws"], refit_target_accept: float = _F["refit_target_accept"],
                  advi_iterations: int = _F["advi_iterations"], advi_learning_rate: float = _F["advi_learning_rate"],
                  advi_minibatch_size: int = _F["advi_minibatch_size"], advi_init_jitter: float = _F["advi_init_jitter"],
+                 advi_starts: int = _F["advi_starts"],
                  pointwise: bool = _F["pointwise"], max_minutes: float = _F["max_minutes"],
                  max_memory_gib: float = _F["max_memory_gib"], **unknown):
         if unknown:
@@ -233,7 +239,8 @@ class InformedBNN(BNNEstimator):
         self.target_accept, self.seed, self.cores, self.mass_matrix = target_accept, seed, cores, mass_matrix
         self.max_draws, self.refit_target_accept = max_draws, refit_target_accept
         self.advi_iterations, self.advi_learning_rate = advi_iterations, advi_learning_rate
-        self.advi_minibatch_size, self.advi_init_jitter = advi_minibatch_size, advi_init_jitter
+        self.advi_minibatch_size, self.advi_init_jitter, self.advi_starts = (advi_minibatch_size, advi_init_jitter,
+                                                                              advi_starts)
         self.pointwise, self.max_minutes, self.max_memory_gib = pointwise, max_minutes, max_memory_gib
 
     def _prior(self, spec: ModelSpec) -> tuple[dict, dict]:

@@ -313,10 +313,11 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
         grad_us = (DENSITY_ADVI_STEP_US + NS_PER_DENSITY_ADVI_PARAM * 1e-3 * dims if density_advi
                    else ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * dims)
-        steps = {False: s.advi.iterations, True: s.advi.iterations}
+        steps = {False: s.advi.iterations * s.advi.starts, True: s.advi.iterations * s.advi.starts}
         kept = {worst: s.draw_limit if hierarchical else s.draws for worst in (False, True)}
         tuning = 0
-        run = f"{s.advi.iterations} ADVI steps, {s.chains} x {s.draws} draws"
+        starts = f" from each of {s.advi.starts} starting points" if s.advi.starts > 1 else ""
+        run = f"{s.advi.iterations} ADVI steps{starts}, {s.chains} x {s.draws} draws"
     else:
         rows_per_step = n_train if hierarchical else n_train / n_groups
         grad_us = (KERNEL_GRAD_OVERHEAD_US if s.backend == "nutpie" else GRAD_OVERHEAD_US) + NS_PER_DIM * 1e-3 * dims

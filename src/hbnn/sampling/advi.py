@@ -86,7 +86,8 @@ class AdviBackend(Backend):
     def label(self) -> str:
         """Return what runs, for log lines: ADVI's iterations and minibatch size."""
         a = self.settings.advi
-        return f"fitting: backend=advi iterations={a.iterations} minibatch={a.minibatch_size}"
+        starts = f" starts={a.starts}" if a.starts > 1 else ""
+        return f"fitting: backend=advi iterations={a.iterations} minibatch={a.minibatch_size}{starts}"
 
     def run(self, seed, data):
         """Fit the approximation from ``seed`` and draw ``chains x draws`` from it.
@@ -106,21 +107,66 @@ class AdviBackend(Backend):
         int or None
             The gradient evaluations made, ``None`` where the backend cannot tell.
         """
-        self.iterations = Iterations(self.settings.advi.iterations, "ADVI iterations")
+        a = self.settings.advi
+        self.iterations = Iterations(a.iterations * a.starts, "ADVI iterations")
         try:
             if self.density_advi is None:
                 self._set_data(data)
-                posterior, loss = self.advi.fit(seed, self.settings, self.iterations)
+                fit = self.advi.fit
             else:
                 fitted = self.density_advi
                 if data:
                     if set(data) != {"x", "y"}:
                         raise ValueError(f"the hand-written log density takes new rows as x and y, not {sorted(data)}")
                     fitted = fitted.with_rows(data["x"], data["y"])
-                posterior, loss = fitted.fit(seed, self.settings, self.iterations)
+                fit = fitted.fit
+            fits = [fit(start_seed(seed, i), self.settings, self.iterations) for i in range(a.starts)]
         finally:
             self.iterations = None
+        posterior, loss = fits[best_start([loss for _, loss in fits])]
         return advi_trace(posterior, loss, self.settings), loss, None
+
+
+def start_seed(seed: int, start: int) -> int:
+    """The seed of an ADVI fit's ``start``-th starting point: ``seed`` itself for the first, so that one start is the
+    fit of ``seed``; each further one its own stream derived from both.
+
+    Parameters
+    ----------
+    seed : int
+        The fit's seed.
+    start : int
+        0, 1, ... up to ``advi.starts - 1``.
+
+    Returns
+    -------
+    int
+    """
+    return seed if start == 0 else int(np.random.SeedSequence([seed, start]).generate_state(1)[0])
+
+
+def best_start(losses: list[np.ndarray]) -> int:
+    """Which of several ADVI fits of one model to keep: the lowest mean loss over the last quarter of its steps (the
+    highest ELBO; a mean, since each step's loss is one Monte Carlo draw). From different starting points mean-field
+    ADVI of a network can settle in optima whose ELBO differs by thousands of nats (benchmarks/FINDINGS.md,
+    "Full-batch ADVI on the hand-written density"); the first start wins ties.
+
+    Parameters
+    ----------
+    losses : list of numpy.ndarray
+        Each start's loss per step.
+
+    Returns
+    -------
+    int
+        The index of the start kept.
+    """
+    finals = [float(np.mean(loss[-max(1, len(loss) // 4):])) for loss in losses]
+    best = int(np.argmin(finals))
+    if len(finals) > 1:
+        log.info("ADVI from %d starting points: final loss (mean over the last quarter of the steps) %s; keeping start "
+                 "%d", len(finals), ", ".join(f"{f:.6g}" for f in finals), best + 1)
+    return best
 
 
 def split_seed(seed: int) -> tuple[int, int, int]:

@@ -167,8 +167,7 @@ class AdviParams(Section):
     def check(self, key: str) -> None:
         _require(self.iterations >= 1, f"{key}.iterations", self.iterations, "must be >= 1")
         _require(self.learning_rate > 0, f"{key}.learning_rate", self.learning_rate, "must be > 0")
-        _require(self.minibatch_size >= 0, f"{key}.minibatch_size", self.minibatch_size,
-                 "must be >= 0 (0 means full batch)")
+        _require(self.minibatch_size >= 0, f"{key}.minibatch_size", self.minibatch_size, "must be >= 0 (0: full batch)")
         _require(self.init_jitter >= 0, f"{key}.init_jitter", self.init_jitter, "must be >= 0")
         _require(self.starts >= 1, f"{key}.starts", self.starts, "must be >= 1")
 
@@ -277,10 +276,9 @@ SAMPLER = SamplerParams(draws=1000, max_draws=4000, refit_target_accept=0.97)
 
 # The hierarchical fit's defaults, chosen by measurement (benchmarks/FINDINGS.md, "Converged defaults", "A
 # hand-written log density", "Looking again where the ESS extrapolates", "target_accept 0.98 again and shorter tuning
-# for the held-out fit", "Every data seed to the bar"): nutpie on the hand-written density with a Stan-style diagonal
-# mass matrix; 500 draws, then looks again where the smallest ESS extrapolates to the bar, up to 10,000 (the moons at
-# data seeds 2 and 8 meet it at 8,200 and 6,200 draws, the others by 3,100); target_accept 0.98 reaches the bar in
-# fewer leapfrog steps than 0.99 at most data seeds, and chains that diverge past the bar start again (restarts).
+# for the held-out fit", "Every data seed to the bar"): nutpie on the hand-written density, Stan's diagonal mass matrix;
+# 500 draws, then looks again where the smallest ESS extrapolates to the bar, up to 10,000 (moons data seeds 2 and 8:
+# 8,200 and 6,200; others by 3,100); target_accept 0.98 needs fewer leapfrog steps than 0.99 at most data seeds.
 HIER_SAMPLER = SamplerParams(backend="nutpie", chains=2, tune=1000, draws=500, target_accept=0.98,
                              mass_matrix="diag_stan", max_draws=10000, restarts=2)
 

@@ -164,7 +164,7 @@ def test_minibatch_fits_and_models_without_a_density_stay_on_pytensor():
 def test_several_starts_keep_the_fit_with_the_lowest_final_loss():
     """advi.starts: each start is the fit of its own seed (the first the fit's seed itself), and the one kept has the
     lowest mean loss over its last quarter of steps."""
-    from hbnn.sampling.advi import best_start, start_seed
+    from hbnn.sampling.advi_common import best_start, start_seed
 
     build, density = _model("hierarchical")
     one = Sampler(build, _settings(), density)

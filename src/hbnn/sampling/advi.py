@@ -11,7 +11,7 @@ import numpy as np
 import xarray as xr
 
 from hbnn.config import SamplerParams
-from hbnn.files.trace import Trace
+from hbnn.sampling.advi_common import advi_trace, best_start, check_loss, split_seed, start_seed
 from hbnn.sampling.backend import Backend, Iterations
 
 if TYPE_CHECKING:
@@ -125,116 +125,6 @@ class AdviBackend(Backend):
             self.iterations = None
         posterior, loss = fits[best_start([loss for _, loss in fits])]
         return advi_trace(posterior, loss, self.settings), loss, None
-
-
-def start_seed(seed: int, start: int) -> int:
-    """The seed of an ADVI fit's ``start``-th starting point: ``seed`` itself for the first, so that one start is the
-    fit of ``seed``; each further one its own stream derived from both.
-
-    Parameters
-    ----------
-    seed : int
-        The fit's seed.
-    start : int
-        0, 1, ... up to ``advi.starts - 1``.
-
-    Returns
-    -------
-    int
-    """
-    return seed if start == 0 else int(np.random.SeedSequence([seed, start]).generate_state(1)[0])
-
-
-def best_start(losses: list[np.ndarray]) -> int:
-    """Which of several ADVI fits of one model to keep: the lowest mean loss over the last quarter of its steps (the
-    highest ELBO; a mean, since each step's loss is one Monte Carlo draw). From different starting points mean-field
-    ADVI of a network can settle in optima whose ELBO differs by thousands of nats (benchmarks/FINDINGS.md,
-    "Full-batch ADVI on the hand-written density"); the first start wins ties.
-
-    Parameters
-    ----------
-    losses : list of numpy.ndarray
-        Each start's loss per step.
-
-    Returns
-    -------
-    int
-        The index of the start kept.
-    """
-    finals = [float(np.mean(loss[-max(1, len(loss) // 4):])) for loss in losses]
-    best = int(np.argmin(finals))
-    if len(finals) > 1:
-        log.info("ADVI from %d starting points: final loss (mean over the last quarter of the steps) %s; keeping start "
-                 "%d", len(finals), ", ".join(f"{f:.6g}" for f in finals), best + 1)
-    return best
-
-
-def split_seed(seed: int) -> tuple[int, int, int]:
-    """An ADVI fit's three streams from its seed: the optimisation's (Monte Carlo ELBO draws, minibatch indices),
-    the draws from the fitted approximation, and the starting means' jitter.
-
-    Parameters
-    ----------
-    seed : int
-
-    Returns
-    -------
-    tuple of int
-        ``(fit_seed, draw_seed, init_seed)``.
-    """
-    fit_seed, draw_seed, init_seed = np.random.SeedSequence(seed).generate_state(3)
-    return int(fit_seed), int(draw_seed), int(init_seed)
-
-
-def check_loss(loss: np.ndarray, learning_rate: float) -> None:
-    """Refuse a fit whose loss is not finite.
-
-    Parameters
-    ----------
-    loss : numpy.ndarray
-        The loss per step so far.
-    learning_rate : float
-        ``advi.learning_rate``, for the message.
-
-    Raises
-    ------
-    FloatingPointError
-        Naming the first non-finite step and ``sampler.advi.learning_rate``.
-    """
-    if not np.all(np.isfinite(loss)):
-        bad = int(np.flatnonzero(~np.isfinite(loss))[0])
-        raise FloatingPointError(
-            f"ADVI loss became {loss[bad]} at iteration {bad}; lower sampler.advi.learning_rate "
-            f"(now {learning_rate})"
-        )
-
-
-def advi_trace(posterior: xr.Dataset, loss: np.ndarray, s: SamplerParams) -> Trace:
-    """An ADVI fit's trace: its ``(chain, draw)`` posterior, and ``sample_stats`` with no divergence and the loss.
-
-    Parameters
-    ----------
-    posterior : xarray.Dataset
-        ``chains x draws`` draws from the approximation.
-    loss : numpy.ndarray
-        The loss per step.
-    s : hbnn.config.SamplerParams
-        ``chains``, ``draws`` and ``advi.iterations``.
-
-    Returns
-    -------
-    hbnn.files.trace.Trace
-        ``sample_stats``: ``diverging`` all False over ``(chain, draw)``, ``loss`` over ``advi_iteration``.
-    """
-    stats = xr.Dataset(
-        {
-            "diverging": (("chain", "draw"), np.zeros((s.chains, s.draws), dtype=bool)),
-            "loss": ("advi_iteration", loss),
-        },
-        coords={"chain": posterior["chain"], "draw": posterior["draw"],
-                "advi_iteration": np.arange(s.advi.iterations)},
-    )
-    return Trace(posterior=posterior, sample_stats=stats)
 
 
 class _Advi:

@@ -26,7 +26,7 @@ import pandas as pd
 import xarray as xr
 
 from hbnn.config import SamplerParams
-from hbnn.sampling.advi import check_loss, split_seed
+from hbnn.sampling.advi_common import check_loss, split_seed
 from hbnn.sampling.backend import Iterations
 
 BETA1, BETA2, EPSILON = 0.9, 0.999, 1e-8  # pm.adam's defaults, which hbnn.sampling.advi._Advi uses
@@ -159,17 +159,10 @@ class DensityAdvi:
             ) -> tuple[xr.Dataset, np.ndarray]:
         """Fit the approximation from ``seed`` and draw ``chains x draws`` from it.
 
-        The streams are :class:`hbnn.sampling.advi._Advi`'s (:func:`hbnn.sampling.advi.split_seed`): the Monte Carlo
-        noise, the draws, and the starting means' ``N(0, init_jitter)`` jitter around the model's initial point
-        (:meth:`hbnn.density.densities.Density.initial_center`); ``rho`` starts at 0, as PyMC's does.
-
-        Parameters
-        ----------
-        seed : int
-        s : hbnn.config.SamplerParams
-            ``advi.*``, ``chains`` and ``draws``.
-        progress : hbnn.sampling.backend.Iterations, optional
-            Counts the steps, for the heartbeat.
+        The streams are :class:`hbnn.sampling.advi._Advi`'s (:func:`hbnn.sampling.advi_common.split_seed`): the
+        Monte Carlo noise, the draws, and the starting means' ``N(0, init_jitter)`` jitter around the model's initial
+        point (:meth:`hbnn.density.densities.Density.initial_center`); ``rho`` starts at 0, as PyMC's does. The
+        parameters are :meth:`hbnn.sampling.advi._Advi.fit`'s.
 
         Returns
         -------
@@ -179,7 +172,7 @@ class DensityAdvi:
         Raises
         ------
         FloatingPointError
-            At the first chunk of steps whose loss is not finite (:func:`hbnn.sampling.advi.check_loss`).
+            At the first chunk of steps whose loss is not finite (:func:`hbnn.sampling.advi_common.check_loss`).
         """
         a = s.advi
         fit_seed, draw_seed, init_seed = split_seed(seed)

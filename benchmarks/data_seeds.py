@@ -95,6 +95,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     base = overridden(yaml.safe_load(args.params.read_text()), yaml.safe_load(args.set) or {})
     stages = [s for s in STAGES if s in args.stages]
+    if stages[0] != "make_data" and args.workdir is None:  # a stage reads what the stages before it wrote
+        parser.error(f"--stages from {stages[0]} needs --workdir with each seed's outputs of the stages before it")
     stamp, start, rows = run_stamp(), time.perf_counter(), []
     with tempfile.TemporaryDirectory(prefix="data_seeds_") as tmp:
         root = args.workdir or Path(tmp)

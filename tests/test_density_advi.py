@@ -164,7 +164,7 @@ def test_minibatch_fits_and_models_without_a_density_stay_on_pytensor():
 def test_several_starts_keep_the_fit_with_the_lowest_final_loss():
     """advi.starts: each start is the fit of its own seed (the first the fit's seed itself), and the one kept has the
     lowest mean loss over its last quarter of steps."""
-    from hbnn.sampling.advi_common import best_start, start_seed
+    from hbnn.sampling.advi_common import keep_best, start_seed
 
     build, density = _model("hierarchical")
     one = Sampler(build, _settings(), density)
@@ -177,5 +177,21 @@ def test_several_starts_keep_the_fit_with_the_lowest_final_loss():
     for name in three.posterior.posterior.data_vars:
         np.testing.assert_array_equal(three.posterior.posterior[name].values,
                                       singles[best].posterior.posterior[name].values)
-    assert best_start([np.array([5.0, 1.0, 1.0, 1.0]), np.array([0.0, 3.0, 3.0, 2.0])]) == 0  # the last quarter only
-    assert best_start([np.ones(8), np.ones(8)]) == 0  # ties: the first
+    fits = {5: ("a", np.array([5.0, 1.0, 1.0, 1.0])), start_seed(5, 1): ("b", np.array([0.0, 3.0, 3.0, 2.0])),
+            start_seed(5, 2): ("c", np.array([9.0, 9.0, 9.0, 1.0]))}
+    assert keep_best(fits.__getitem__, 5, 3)[0] == "a"  # the last quarter only; ties: the first
+    assert keep_best(fits.__getitem__, 5, 1)[0] == "a"
+
+
+def test_a_start_whose_loss_is_not_finite_is_named_with_its_seed():
+    from hbnn.sampling.advi_common import keep_best, start_seed
+
+    def fit(seed):
+        if seed != 7:
+            raise FloatingPointError("ADVI loss became nan at iteration 3")
+        return "ok", np.ones(4)
+
+    with pytest.raises(FloatingPointError, match=rf"iteration 3 \(start 2 of 2, seed {start_seed(7, 1)}\)$"):
+        keep_best(fit, 7, 2)
+    with pytest.raises(FloatingPointError, match=r"iteration 3$"):
+        keep_best(fit, 8, 1)

@@ -11,7 +11,7 @@ import numpy as np
 import xarray as xr
 
 from hbnn.config import SamplerParams
-from hbnn.sampling.advi_common import advi_trace, best_start, check_loss, split_seed, start_seed
+from hbnn.sampling.advi_common import advi_trace, check_loss, keep_best, split_seed
 from hbnn.sampling.backend import Backend, Iterations
 
 if TYPE_CHECKING:
@@ -120,10 +120,9 @@ class AdviBackend(Backend):
                         raise ValueError(f"the hand-written log density takes new rows as x and y, not {sorted(data)}")
                     fitted = fitted.with_rows(data["x"], data["y"])
                 fit = fitted.fit
-            fits = [fit(start_seed(seed, i), self.settings, self.iterations) for i in range(a.starts)]
+            posterior, loss = keep_best(lambda start: fit(start, self.settings, self.iterations), seed, a.starts)
         finally:
             self.iterations = None
-        posterior, loss = fits[best_start([loss for _, loss in fits])]
         return advi_trace(posterior, loss, self.settings), loss, None
 
 

@@ -5,6 +5,8 @@ loss and the trace it leaves."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -33,27 +35,62 @@ def start_seed(seed: int, start: int) -> int:
     return seed if start == 0 else int(np.random.SeedSequence([seed, start]).generate_state(1)[0])
 
 
-def best_start(losses: list[np.ndarray]) -> int:
-    """Which of several ADVI fits of one model to keep: the lowest mean loss over the last quarter of its steps (the
-    highest ELBO; a mean, since each step's loss is one Monte Carlo draw). From different starting points mean-field
-    ADVI of a network can settle in optima whose ELBO differs by thousands of nats (benchmarks/FINDINGS.md,
-    "Full-batch ADVI on the hand-written density"); the first start wins ties.
+def final_loss(loss: np.ndarray) -> float:
+    """A fit's final loss: the mean over the last quarter of its steps (each step's loss is one Monte Carlo draw).
 
     Parameters
     ----------
-    losses : list of numpy.ndarray
-        Each start's loss per step.
+    loss : numpy.ndarray
+        The loss per step.
 
     Returns
     -------
-    int
-        The index of the start kept.
+    float
     """
-    finals = [float(np.mean(loss[-max(1, len(loss) // 4):])) for loss in losses]
-    best = int(np.argmin(finals))
-    if len(finals) > 1:
+    return float(np.mean(loss[-max(1, len(loss) // 4):]))
+
+
+def keep_best(fit: Callable[[int], tuple[Any, np.ndarray]], seed: int, starts: int) -> tuple[Any, np.ndarray]:
+    """Fit from ``starts`` starting points and keep the fit with the lowest :func:`final_loss` (the highest ELBO).
+
+    From different starting points mean-field ADVI of a network can settle in optima whose ELBO differs by thousands
+    of nats (benchmarks/FINDINGS.md, "Full-batch ADVI on the hand-written density"). The starts run one after
+    another and at most two fits' draws are held at once; the first start wins ties.
+
+    Parameters
+    ----------
+    fit : callable
+        Fits from a seed; returns ``(posterior, loss)``.
+    seed : int
+        The fit's seed: start ``i`` is fitted from :func:`start_seed` ``(seed, i)``.
+    starts : int
+        ``advi.starts``.
+
+    Returns
+    -------
+    tuple
+        The ``(posterior, loss)`` kept.
+
+    Raises
+    ------
+    FloatingPointError
+        Where a start's loss is not finite; with several starts the message names the start and its seed.
+    """
+    best, finals = None, []
+    for i in range(starts):
+        try:
+            posterior, loss = fit(start_seed(seed, i))
+        except FloatingPointError as err:
+            if starts == 1:
+                raise
+            raise FloatingPointError(f"{err} (start {i + 1} of {starts}, seed {start_seed(seed, i)})") from None
+        finals.append(final_loss(loss))
+        if best is None or finals[-1] < min(finals[:-1]):
+            best = (posterior, loss)
+        del posterior, loss  # only ``best`` keeps a fit's draws
+    if starts > 1:
         log.info("ADVI from %d starting points: final loss (mean over the last quarter of the steps) %s; keeping start "
-                 "%d", len(finals), ", ".join(f"{f:.6g}" for f in finals), best + 1)
+                 "%d", starts, ", ".join(f"{f:.6g}" for f in finals), int(np.argmin(finals)) + 1)
     return best
 
 

@@ -12,7 +12,7 @@ The approximation and its optimisation are PyMC's (``pm.ADVI`` with ``pm.adam``,
 - Adam at ``advi.learning_rate`` with ``pm.adam``'s defaults (:data:`BETA1`, :data:`BETA2`, :data:`EPSILON`).
 
 The Monte Carlo noise comes from NumPy's generator in chunks of :data:`CHUNK` steps; a step (:class:`_Step`) is
-NumPy's SIMD ``exp`` and ``log`` and three compiled loops around the density's own compiled ``logp_grad``: at 1,000
+NumPy's SIMD ``exp`` and ``log`` and four compiled loops around the density's own compiled ``logp_grad``: at 1,000
 groups about twice one gradient of the density, where PyTensor's minibatch step of 500 rows costs twice as much again.
 """
 

@@ -153,6 +153,21 @@ def test_section_hash_covers_only_the_named_keys():
     assert base.section_hash("model") != parse_params({"model": {"prior_sd": 2.0}}).section_hash("model")
 
 
+def test_a_key_added_later_hashes_at_its_default_as_params_without_it():
+    """advi.starts (and prior.method) came after outputs were stamped with the params' hash: at the default that
+    reproduces those outputs the hash is the one computed without the key, so they stay current."""
+    import hashlib
+    import json
+
+    base = parse_params({})
+    without = base.to_dict()["hier_sampler"]
+    del without["advi"]["starts"]
+    assert base.section_hash("hier_sampler") == hashlib.sha256(
+        json.dumps({"hier_sampler": without}, sort_keys=True).encode()).hexdigest()[:16]
+    for section in ("sampler", "hier_sampler"):
+        assert parse_params({section: {"advi": {"starts": 2}}}).section_hash(section) != base.section_hash(section)
+
+
 TABLE = {"data": {"source": "table", "path": "t.csv", "features": ["a", "b"], "label": "y", "group": "g"}}
 
 

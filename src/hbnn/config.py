@@ -8,6 +8,7 @@ generated or any sampler starts, and a failure raises :class:`ConfigError` namin
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import reprlib
@@ -463,22 +464,21 @@ class Params:
     def section_hash(self, *keys: str) -> str:
         """Short SHA-256 of the named params (dotted keys allowed), for provenance attrs."""
         full = self.to_dict()
-        if full["prior"]["method"] == PRIOR_METHODS[0]:  # the default hashes as params without the key: one hash
-            del full["prior"]["method"]
-        picked = {}
-        for key in keys:
-            node = full
-            for part in key.split("."):
-                node = node[part]
-            picked[key] = node
-        blob = json.dumps(picked, sort_keys=True)
+        for *parents, leaf in (k for k, default in _ADDED_KEYS.items() if _at(full, k) == default):
+            del _at(full, parents)[leaf]  # at its default a key hashes as params without it: one hash
+        blob = json.dumps({key: _at(full, key.split(".")) for key in keys}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# keys added after runs were stamped, with the default that reproduces those runs (Params.section_hash)
+_ADDED_KEYS = {("prior", "method"): PRIOR_METHODS[0], **{(s, "advi", "starts"): 1 for s in ("sampler", "hier_sampler")}}
 _short = reprlib.Repr()  # Python 3.11's Repr takes no keyword arguments
-
-
 _short.maxlevel, _short.maxlist, _short.maxdict, _short.maxstring, _short.maxother = 2, 4, 4, 60, 60
+
+
+def _at(tree: dict, path) -> Any:
+    """The value of nested dict ``tree`` at the keys ``path``."""
+    return functools.reduce(dict.__getitem__, path, tree)
 
 
 def _show(value: Any) -> str:

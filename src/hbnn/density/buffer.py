@@ -65,8 +65,9 @@ def pack(density, offsets: dict[str, int]) -> np.ndarray:
     extra_at = next((offsets[name] for name, _, _ in density._extra_var("_log__")), -1)
     const += likelihoods.get(density.likelihood).density_constant(y, density.noise_sd)
     n_expanded = n_dim + sum(math.prod(shape) for _, shape, _ in density.derived())
-    # slot 6 is unused (0)
-    header = [0.0, len(specs), G, R, D, int(density.bias), 0, extra_at, density.noise_sd, const, n_dim, density.kind,
+    # slot 6: the rows each row present stands for in the likelihood (1 here; a minibatch's n_rows / batch_size,
+    # hbnn.sampling.density_advi)
+    header = [0.0, len(specs), G, R, D, int(density.bias), 1.0, extra_at, density.noise_sd, const, n_dim, density.kind,
               getattr(density, "prior_sd", 1.0), n_expanded, lanes]
     buf = np.concatenate([np.asarray(header, dtype=np.float64), np.asarray(lay, dtype=np.float64),
                           counts.astype(np.float64), _rows(X.transpose(0, 2, 1)), _rows(Y), *extra])

@@ -293,6 +293,8 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
     kind = int(buf[11])
     prior_sd = buf[12]
     lanes = int(buf[14])
+    scale = buf[6]  # the rows each row present stands for: 1, or a minibatch's n_rows / batch_size
+    minibatch = scale != 1.0
     lay = buf[_HEADER: _HEADER + _PER_LAYER * n_layers]
     at = _HEADER + _PER_LAYER * n_layers
     counts = buf[at: at + G]
@@ -351,9 +353,17 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
             sds[li] = math.exp(theta[int(lay[_PER_LAYER * li + 3])])
     g_extra = 0.0
     for g in range(G):
+        n = int(counts[g])
+        if minibatch and n == 0:  # none of the group's rows in this minibatch: its weights add nothing here
+            continue
         _group_weights(theta, W, gW, g, buf, lay, n_layers, bias, kind, sds)
-        ll, gs = _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, int(counts[g]), R, D, lay,
-                               n_layers, bias, extra, lanes)
+        ll, gs = _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay, n_layers, bias, extra,
+                               lanes)
+        if minibatch:
+            ll *= scale
+            gs *= scale
+            for k in range(n_w):
+                gW[k] *= scale
         lp += ll
         g_extra += gs
         _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g_sd)

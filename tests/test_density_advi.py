@@ -1,4 +1,5 @@
-"""Mean-field ADVI over the hand-written density (hbnn.sampling.density_advi): the fit full-batch ADVI runs."""
+"""Mean-field ADVI over the hand-written density (hbnn.sampling.density_advi): the fit ADVI runs where the model has
+one, full batch or (the hierarchical fit) in minibatches."""
 
 from __future__ import annotations
 
@@ -7,10 +8,15 @@ import pytest
 
 from hbnn.config import AdviParams, SamplerParams
 from hbnn.density import densities
-from hbnn.model.builders import build_flat_model, build_hierarchical_model, build_informed_model
+from hbnn.model.builders import (
+    build_flat_model,
+    build_hierarchical_minibatch_model,
+    build_hierarchical_model,
+    build_informed_model,
+)
 from hbnn.model.network import layer_specs
 from hbnn.sampling.advi import AdviBackend
-from hbnn.sampling.density_advi import DensityAdvi
+from hbnn.sampling.density_advi import MINIBATCH_STREAM, DensityAdvi, _Minibatch
 from hbnn.sampling.nutpie_backend import NutpieBackend
 from hbnn.sampling.sampler import Sampler
 
@@ -152,9 +158,9 @@ def test_a_non_finite_loss_names_the_learning_rate():
         sampler.sample(0, watch=False)
 
 
-def test_minibatch_fits_and_models_without_a_density_stay_on_pytensor():
+def test_minibatch_fits_with_nothing_to_check_against_and_models_without_a_density_stay_on_pytensor():
     build, density = _model("flat", minibatch_size=8)
-    mini = AdviBackend(build, _settings(minibatch_size=8), density)
+    mini = AdviBackend(build, _settings(minibatch_size=8), density)  # no full-batch model to check the density by
     assert mini.density_advi is None and mini.advi is not None
     build, _ = _model("flat")
     plain = AdviBackend(build, _settings(), None)
@@ -195,3 +201,103 @@ def test_a_start_whose_loss_is_not_finite_is_named_with_its_seed():
         keep_best(fit, 7, 2)
     with pytest.raises(FloatingPointError, match=r"iteration 3$"):
         keep_best(fit, 8, 1)
+
+
+def _density_on(which: str, likelihood: str, seed: int = 0):
+    """A density of ``which`` kind with ``likelihood``, on ragged groups (hierarchical) or one group."""
+    rng = np.random.default_rng(seed)
+    groups = 5 if which == "hierarchical" else 1
+    counts = rng.integers(3, 12, groups) if which == "hierarchical" else np.array([17])
+    X = rng.normal(size=(groups, int(counts.max()), 2))
+    X[np.arange(X.shape[1])[None, :] >= counts[:, None]] = 0.0
+    n = int(counts.sum())
+    y = {"bernoulli": rng.integers(0, 2, n), "poisson": rng.poisson(3.0, n), "gaussian": rng.normal(size=n)}
+    args = (X, y[likelihood].astype(float), counts, (3,), True, likelihood, 1.0)
+    if which == "hierarchical":
+        return densities.HierarchicalDensity(*args)
+    if which == "flat":
+        return densities.FlatDensity(*args, prior_sd=1.5)
+    prior = {}
+    for s in layer_specs(2, (3,), True):
+        a = rng.normal(size=(s.size, s.size))
+        prior[s.name] = (rng.normal(size=s.size), a @ a.T / s.size + 0.1 * np.eye(s.size))
+    return densities.InformedDensity(*args, prior=prior)
+
+
+@pytest.mark.parametrize("likelihood", ["bernoulli", "poisson", "gaussian"])
+@pytest.mark.parametrize("which", ["hierarchical", "flat", "informed"])
+def test_a_minibatch_is_the_priors_plus_its_rows_likelihood_scaled_to_every_row(which, likelihood):
+    """The density at a step's minibatch equals, value and gradient, the prior plus ``n_rows / size`` times the
+    likelihood of the rows drawn: a density built on those rows (its groups' rows in the order drawn) less the
+    same density with no rows, whose value and gradient are the priors' alone (with every normalising constant)."""
+    import dataclasses
+
+    density = _density_on(which, likelihood)
+    full = density.pack(density.offsets())
+    logp_grad = density.logp_grad()
+    n_dim = int(full[10])
+    size = 40  # rows drawn from 17 to 35: several land in one group, past a vector of rows (R grows past 8)
+    batch = _Minibatch(density, full, size)
+    rng = np.random.default_rng(1)
+    group = np.repeat(np.arange(density.counts.size), density.counts)
+    first = np.concatenate([[0], np.cumsum(density.counts)])
+    for _ in range(3):
+        rows = rng.integers(0, batch.n_rows, size)
+        batch.fill(rows)
+        theta = rng.normal(size=n_dim) * 0.4
+        got_grad = np.empty(n_dim)
+        got = logp_grad(theta, got_grad, batch.buf)
+        drawn = [rows[group[rows] == g] for g in range(density.counts.size)]
+        counts = np.array([r.size for r in drawn])
+        X = np.zeros((counts.size, max(1, counts.max()), 2))
+        for g, r in enumerate(drawn):
+            X[g, :r.size] = density.X_padded[g, r - first[g]]
+        on_rows = dataclasses.replace(density, X_padded=X, y=density.y[np.concatenate(drawn)], counts=counts)
+        no_rows = dataclasses.replace(density, X_padded=np.zeros_like(X), y=np.zeros(0), counts=0 * counts)
+        values = []
+        for d in (on_rows, no_rows):
+            grad = np.empty(n_dim)
+            values.append((logp_grad(theta, grad, d.pack(d.offsets())), grad))
+        (lik_rows, grad_rows), (priors, grad_priors) = values
+        scale = batch.n_rows / size
+        assert got == pytest.approx(priors + scale * (lik_rows - priors), rel=1e-6)
+        np.testing.assert_allclose(got_grad, grad_priors + scale * (grad_rows - grad_priors), rtol=1e-5,
+                                   atol=1e-5 * np.abs(got_grad).max())
+        assert int(batch.buf[3]) >= counts.max() and int(batch.buf[3]) % int(batch.buf[14]) == 0
+
+
+def _hierarchical_minibatch(batch: int):
+    """PyMC's minibatch and full-batch builders of a small hierarchical model, and its hand-written density."""
+    X, y = _rows(n=30, groups=4, seed=3)
+    groups, features = ["a", "b", "c", "d"], ["x1", "x2"]
+    group = np.repeat(np.arange(4), 30)
+
+    def full():
+        return build_hierarchical_model(X, y, np.ones((4, 30), dtype=bool), groups, features, (3,), bias=True)
+
+    def mini():
+        return build_hierarchical_minibatch_model(X.reshape(-1, 2), group, y, groups, features, (3,), batch, bias=True)
+
+    density = densities.HierarchicalDensity(X, y, np.full(4, 30), (3,), True, "bernoulli", 1.0,
+                                            features=tuple(features), groups=tuple(groups))
+    return mini, full, density
+
+
+def test_a_hierarchical_minibatch_fit_fits_the_density_checked_against_the_full_batch_model():
+    """With PyMC's full-batch model to check it against, a minibatch fit fits the hand-written density in minibatches
+    (the same approximation, rows drawn as PyMC's minibatch model draws them): deterministic per seed, its rows from
+    their own stream, and its loss level PyMC's minibatch ADVI's on the same model (the same definition, scaled)."""
+    mini, full, density = _hierarchical_minibatch(16)
+    settings = _settings(iterations=3000, learning_rate=0.02, minibatch_size=16)
+    sampler = Sampler(mini, settings, density, full)
+    assert sampler.backend.density_advi is not None and sampler.backend.density_advi.minibatch_size == 16
+    fit, again = (sampler.sample(3, watch=False) for _ in range(2))
+    np.testing.assert_array_equal(fit.loss, again.loss)
+    assert MINIBATCH_STREAM != 0
+    whole = Sampler(full, _settings(iterations=3000, learning_rate=0.02), density).sample(3, watch=False)
+    assert not np.array_equal(fit.loss, whole.loss)
+    pytensor = Sampler(mini, settings).sample(3, watch=False)  # no density: PyMC's minibatch ADVI
+    ours, theirs = fit.loss[-1000:], pytensor.loss[-1000:]
+    se = np.sqrt((ours.var() + theirs.var()) / 1000)
+    assert abs(ours.mean() - theirs.mean()) < 6 * se + 2.0, (ours.mean(), theirs.mean(), se)
+    assert list(fit.posterior.posterior.data_vars) == list(whole.posterior.posterior.data_vars)

@@ -48,6 +48,17 @@ def sample_hierarchical(stage: str, params: Params, spec: ModelSpec, tasks: Task
     estimate = fitting.enforce_budget(stage, params, tasks)
     batch = fitting.minibatch(settings)
     density = None  # a hand-written log density of the full-batch model, for the backends that take one
+    padded = tasks.padded("train")
+
+    def full_batch():  # PyMC's model: built where a backend samples it, or to check the hand-written density
+        from hbnn.model.builders import build_hierarchical_model
+
+        return build_hierarchical_model(
+            padded.X, padded.y, padded.valid, tasks.group_names, spec.features, spec.hidden_layers,
+            likelihood=spec.likelihood, noise_sd=spec.noise_sd, bias=spec.bias, activation=spec.activation,
+            noise=spec.noise,
+        )
+    model = full_batch
     if batch:
         train = tasks.split("train")
 
@@ -59,22 +70,11 @@ def sample_hierarchical(stage: str, params: Params, spec: ModelSpec, tasks: Task
                 likelihood=spec.likelihood, noise_sd=spec.noise_sd, bias=spec.bias, activation=spec.activation,
                 noise=spec.noise,
             )
-    else:
-        padded = tasks.padded("train")
-
-        def model():  # PyMC's model: built where a backend samples it, or to check the hand-written density
-            from hbnn.model.builders import build_hierarchical_model
-
-            return build_hierarchical_model(
-                padded.X, padded.y, padded.valid, tasks.group_names, spec.features, spec.hidden_layers,
-                likelihood=spec.likelihood, noise_sd=spec.noise_sd, bias=spec.bias, activation=spec.activation,
-                noise=spec.noise,
-            )
-        if fitting.hand_written(spec, settings, stage, spec.noise):
-            density = HierarchicalDensity(padded.X, padded.y, padded.counts, spec.hidden_layers, spec.bias,
-                                          spec.likelihood, spec.noise_sd, features=spec.features,
-                                          groups=tuple(tasks.group_names), activation=spec.activation)
-    sampler = Sampler(model, settings, density)
+    if fitting.hand_written(spec, settings, stage, spec.noise):
+        density = HierarchicalDensity(padded.X, padded.y, padded.counts, spec.hidden_layers, spec.bias,
+                                      spec.likelihood, spec.noise_sd, features=spec.features,
+                                      groups=tuple(tasks.group_names), activation=spec.activation)
+    sampler = Sampler(model, settings, density, full_batch if batch else None)
     sd_vars = [f"sd_{s.name}" for s in spec.layers]
     fit = sampler.sample(derive_seed(settings.seed, STAGE_KEYS[stage]),
                          expected_seconds=60 * (estimate.first_minutes or estimate.minutes),

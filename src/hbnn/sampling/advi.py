@@ -30,28 +30,33 @@ class AdviBackend(Backend):
     settings : hbnn.config.SamplerParams
         The sampler's settings.
     density : hbnn.density.densities.Density, optional
-        The model's hand-written log density: a full-batch fit (``advi.minibatch_size`` 0) fits it
-        (:class:`hbnn.sampling.density_advi.DensityAdvi`, the same approximation over the same coordinates, without
-        PyTensor) once it is checked against PyMC's model; a minibatch fit, or one whose density fails the check,
-        fits PyMC's model (:class:`_Advi`).
+        The model's hand-written log density of the full batch: the fit fits it
+        (:class:`hbnn.sampling.density_advi.DensityAdvi`, the same approximation over the same coordinates, and the
+        same minibatches, without PyTensor) once it is checked against PyMC's full-batch model; a fit whose density
+        fails the check, or a minibatch fit with no ``full_batch`` to check it against, fits PyMC's model
+        (:class:`_Advi`).
+    full_batch : callable, optional
+        Builds PyMC's full-batch model where ``model`` is a minibatch one (``advi.minibatch_size`` > 0).
     """
 
     name = "advi"
     density_advi = None  # the hand-written density's ADVI, where it is fitted instead of PyMC's model
 
-    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
-        super().__init__(model, settings)
-        if density is not None and not settings.advi.minibatch_size:
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None,
+                 full_batch: Callable[[], pm.Model] | None = None):
+        super().__init__(model, settings, density, full_batch)
+        batch = settings.advi.minibatch_size
+        if density is not None and (not batch or full_batch is not None):
             from hbnn.density.pymc_check import DensityMismatch
 
             try:
-                density.checked_nutpie_model(lambda: self.model)
+                density.checked_nutpie_model(self.full_batch_model)
             except DensityMismatch as err:  # not the model's density: PyTensor's is the same model, only slower
                 log.warning("fitting PyTensor's log density by ADVI, not the hand-written one: %s", err)
             else:
                 from hbnn.sampling.density_advi import DensityAdvi
 
-                self.density_advi = DensityAdvi(density)
+                self.density_advi = DensityAdvi(density, batch)
                 return
         self.advi = _Advi(self.model, settings.advi.learning_rate)
 

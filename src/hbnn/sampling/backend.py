@@ -51,13 +51,18 @@ class Backend:
         The PyMC model, or a function that builds it (on first use of :attr:`model`).
     settings : hbnn.config.SamplerParams
     density : hbnn.density.densities.Density, optional
-        A hand-written log density, for the backends that fit one (nutpie, full-batch ADVI).
+        A hand-written log density, for the backends that fit one (nutpie, ADVI).
+    full_batch : callable, optional
+        Builds PyMC's full-batch model where ``model`` is a minibatch one: what a hand-written density is checked
+        against (:meth:`full_batch_model`).
     """
 
     name: str
 
-    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None,
+                 full_batch: Callable[[], pm.Model] | None = None):
         self._model = model
+        self._full_batch = full_batch
         self.settings = settings
 
     @property
@@ -69,6 +74,21 @@ class Backend:
             guard_pytensor()  # a damaged PyTensor cache is built again, not loaded: before PyMC imports PyTensor
             self._model = self._model()
         return self._model
+
+    def full_batch_model(self) -> pm.Model:
+        """PyMC's full-batch model, which a hand-written density is checked against: :attr:`model`, or where that is a
+        minibatch model, the one ``full_batch`` builds.
+
+        Returns
+        -------
+        pymc.Model
+        """
+        if self._full_batch is None:
+            return self.model
+        from hbnn.density.cache_guard import guard_pytensor
+
+        guard_pytensor()
+        return self._full_batch()
 
     @staticmethod
     def minibatch_size(settings: SamplerParams) -> int | None:

@@ -9,11 +9,15 @@ The approximation and its optimisation are PyMC's (``pm.ADVI`` with ``pm.adam``,
 - the loss of a step is PyMC's ``score=True`` loss, the negative ELBO at that draw:
   ``log q(theta) - log p(theta)`` with ``log q = sum(-eps^2 / 2 - log(2 pi) / 2 - log sd)`` (MeanField's entropy
   term and constants), at the parameters before the step's update;
+- with ``advi.minibatch_size`` (the hierarchical fit), the rows of each step drawn with replacement and the
+  likelihood scaled by ``n_rows / minibatch_size``, as PyMC's minibatch model does (:class:`_Minibatch`), and the
+  loss and its gradient divided by that scale, as PyMC's objective is (``scale_cost_to_minibatch``);
 - Adam at ``advi.learning_rate`` with ``pm.adam``'s defaults (:data:`BETA1`, :data:`BETA2`, :data:`EPSILON`).
 
 The Monte Carlo noise comes from NumPy's generator in chunks of :data:`CHUNK` steps; a step (:class:`_Step`) is
-NumPy's SIMD ``exp`` and ``log`` and four compiled loops around the density's own compiled ``logp_grad``: at 1,000
-groups about twice one gradient of the density, where PyTensor's minibatch step of 500 rows costs twice as much again.
+NumPy's ``exp`` and ``log`` and four compiled loops around the density's own compiled ``logp_grad``. At 1,000 groups
+(40,043 parameters) a full-batch step costs about twice one gradient of the density; a step of 500 rows costs about
+1.3 ms on 2 cores, most of it the per-parameter work, a third of PyTensor's minibatch step.
 """
 
 from __future__ import annotations
@@ -26,62 +30,62 @@ import pandas as pd
 import xarray as xr
 
 from hbnn.config import SamplerParams
+from hbnn.density.kernel import _HEADER, _PER_LAYER
+from hbnn.density.numerics import ROW_DTYPE
 from hbnn.sampling.advi_common import check_loss, split_seed
 from hbnn.sampling.backend import Iterations
 
 BETA1, BETA2, EPSILON = 0.9, 0.999, 1e-8  # pm.adam's defaults, which hbnn.sampling.advi._Advi uses
 CHUNK = 64  # steps whose noise is drawn in one generator call: the call's overhead shared, 64 x n_dim floats held
 DRAW_CHUNK = 100  # draws from the fitted approximation expanded per generator call
+MINIBATCH_STREAM = 1  # a minibatch fit's rows come from the generator of [fit seed, this], the noise from fit seed's
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-# exp and log come from NumPy's SIMD loops, several times faster than numba's scalar calls; the loops here may
-# reorder sums and fuse multiply-adds (vectorised, the same on every run) but keep IEEE inf and NaN, which the loss
-# check reads
+# exp and log come from NumPy's float32 SIMD loops: without AVX-512 its float64 ones are scalar, 3-4x slower, and
+# a step's three per parameter were half its time at 1,000 groups (benchmarks/FINDINGS.md, "Measurements behind code
+# comments"); float32's 6e-8 relative error is far below the step's Monte Carlo noise. The loops here may reorder
+# sums and fuse multiply-adds (vectorised, the same on every run) but keep IEEE inf and NaN, which the loss check reads
 _FAST = {"reassoc", "contract", "nsz", "arcp"}
-LOG1P_BELOW = 1e-4  # where e = exp(-|rho|) is smaller, log(1 + e) loses over 1e-12 of log1p(e): log1p is used
 
 
 @numba.njit(cache=True, error_model="numpy")
 def _minus_abs(rho, out):
-    """``out = -|rho|``: the argument of :func:`numpy.exp` in a step."""
+    """``out = -|rho|`` in float32: the argument of :func:`numpy.exp` in a step."""
     for i in range(rho.size):
         out[i] = -abs(rho[i])
 
 
-@numba.njit(cache=True, error_model="numpy")
-def _log1p_where_small(e, log1p_e):
-    """``log1p_e = log1p(e)`` where ``log(1 + e)`` (NumPy's, already there) loses too much of a small ``e``."""
-    for i in range(e.size):
-        if e[i] < LOG1P_BELOW:
-            log1p_e[i] = math.log1p(e[i])
-
-
 @numba.njit(cache=True, error_model="numpy", fastmath=_FAST)
-def _draw(mu, rho, eps, e, log1p_e, theta, sd, sig):
-    """``sd = softplus(rho)``, ``sig = sigmoid(rho)`` and ``theta = mu + sd * eps``, from ``e = exp(-|rho|)`` and
-    ``log1p(e)``: ``softplus(rho) = max(rho, 0) + log1p(e)``, ``sigmoid(rho) = 1 / (1 + e)`` for ``rho >= 0``,
-    ``e / (1 + e)`` below."""
+def _draw(mu, rho, eps, e, u, log_u, theta, sd, sd32, sig):
+    """``sd = softplus(rho)``, ``sig = sigmoid(rho)`` and ``theta = mu + sd * eps`` from float32 ``e = exp(-|rho|)``,
+    ``u = 1 + e`` and ``log(u)``: ``softplus(rho) = max(rho, 0) + log1p(e)``, ``sigmoid(rho) = 1 / (1 + e)`` for
+    ``rho >= 0``, ``e / (1 + e)`` below. ``log1p(e) = log(u) * e / (u - 1)`` keeps float32's relative precision for
+    an ``e`` that ``1 + e`` rounds away (``u - 1`` is exact); ``sd32`` is ``sd`` for the float32 ``log``."""
     for i in range(mu.size):
-        r, ei = rho[i], e[i]
-        s = max(r, 0.0) + log1p_e[i]
+        r, ei, ui = rho[i], np.float64(e[i]), np.float64(u[i])
+        log1p_e = np.float64(log_u[i]) * (ei / (ui - 1.0)) if ui != 1.0 else ei
+        s = max(r, 0.0) + log1p_e
         sd[i] = s
+        sd32[i] = s
         sig[i] = (1.0 if r >= 0.0 else ei) / (1.0 + ei)
         theta[i] = mu[i] + s * eps[i]
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath=_FAST)
-def _update(mu, rho, sd, sig, log_sd, eps, grad, m_mu, v_mu, m_rho, v_rho, logp, step_size):
+def _update(mu, rho, sd, sig, log_sd, eps, grad, m_mu, v_mu, m_rho, v_rho, logp, step_size, norm):
     """One Adam step of ``mu`` and ``rho`` down the negative ELBO's gradient; returns the step's loss.
 
     ``grad`` is the log density's gradient at ``theta = mu + sd * eps``; ``step_size`` is Adam's
-    ``learning_rate * sqrt(1 - beta2^t) / (1 - beta1^t)``. The loss's gradient is ``-grad`` for ``mu`` and
-    ``-(grad * eps + 1 / sd) * sigmoid(rho)`` for ``rho`` (``d sd / d rho = sigmoid(rho)``).
+    ``learning_rate * sqrt(1 - beta2^t) / (1 - beta1^t)``; ``norm`` is 1 over PyMC's normalising constant of the
+    objective (1 full batch; ``batch_size / n_rows`` for a minibatch, whose loss PyMC scales to one minibatch's
+    rows). The loss's gradient is ``-grad`` for ``mu`` and ``-(grad * eps + 1 / sd) * sigmoid(rho)`` for ``rho``
+    (``d sd / d rho = sigmoid(rho)``), each times ``norm``.
     """
     logq = 0.0
     for i in range(mu.size):
-        e, s, g = eps[i], sd[i], grad[i]
+        e, s, g = eps[i], sd[i], grad[i] * norm
         logq -= 0.5 * e * e + log_sd[i]
         g_mu = -g
-        g_rho = -(g * e + 1.0 / s) * sig[i]
+        g_rho = -(g * e + norm / s) * sig[i]
         m = BETA1 * m_mu[i] + (1.0 - BETA1) * g_mu
         v = BETA2 * v_mu[i] + (1.0 - BETA2) * g_mu * g_mu
         m_mu[i], v_mu[i] = m, v
@@ -90,7 +94,127 @@ def _update(mu, rho, sd, sig, log_sd, eps, grad, m_mu, v_mu, m_rho, v_rho, logp,
         v = BETA2 * v_rho[i] + (1.0 - BETA2) * g_rho * g_rho
         m_rho[i], v_rho[i] = m, v
         rho[i] -= step_size * m / (math.sqrt(v) + EPSILON)
-    return logq - mu.size * _HALF_LOG_2PI - logp
+    return (logq - mu.size * _HALF_LOG_2PI - logp) * norm
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _fill(rows, group, row, X_all, Y_all, R_all, buf, at):
+    """Write the drawn ``rows`` (indices into every real row, in group order) into a minibatch buffer ``buf`` whose
+    group counts start at ``at``: each group's drawn rows first, in the order drawn, and ``R`` (slot 3) the most rows
+    any group drew, rounded up to whole vectors of the buffer's lanes (slot 14), as :func:`hbnn.density.buffer.pack`
+    pads them. ``group`` and ``row`` say where each real row lives in the full buffer's ``X_all`` and ``Y_all``
+    (``R_all`` rows a group).
+
+    ``R`` is the step's, not the batch size: the passes over a group's rows cover all ``R`` in places (the
+    activation's one call per layer, :func:`hbnn.density.kernel._forward`). The buffer was packed for groups of the
+    batch size, so ``X`` and ``Y`` at a smaller ``R`` fit where the packed ones were, before anything packed after
+    them.
+    """
+    G, D, lanes = int(buf[2]), int(buf[4]), int(buf[14])
+    counts = buf[at:at + G]
+    counts[:] = 0.0
+    most = 1
+    for k in range(rows.size):
+        g = group[rows[k]]
+        counts[g] += 1.0
+        most = max(most, int(counts[g]))
+    R = -(-most // lanes) * lanes
+    buf[3] = R
+    X = buf[at + G:at + G + G * R * D].view(np.float32)
+    Y = buf[at + G + G * R * D:at + G + G * R * D + G * R].view(np.float32)
+    counts[:] = 0.0
+    for k in range(rows.size):
+        g, r_all = group[rows[k]], row[rows[k]]
+        r = int(counts[g])
+        counts[g] = r + 1
+        for i in range(D):
+            X[(g * D + i) * R + r] = X_all[(g * D + i) * R_all + r_all]
+        Y[g * R + r] = Y_all[g * R_all + r_all]
+
+
+class _Minibatch:
+    """The rows of each step of a minibatch fit, drawn as PyMC's ``pm.Minibatch`` draws them for
+    :func:`hbnn.model.builders.build_hierarchical_minibatch_model`: ``size`` rows with replacement from every real
+    row, the likelihood scaled by ``n_rows / size``.
+
+    They are written into a buffer of the density's layout (:func:`hbnn.density.buffer.pack`) whose groups hold up to
+    ``size`` rows, with the scale in its slot 6, so the density's own ``logp_grad`` computes the minibatch's log
+    density and skips the groups with no row drawn. Each step's constant is the priors' plus the scaled data-only
+    terms of the rows drawn (:meth:`hbnn.model.likelihoods.base.Likelihood.density_constant`).
+
+    Parameters
+    ----------
+    density : hbnn.density.densities.Density
+        The full-batch density.
+    full : numpy.ndarray
+        Its buffer.
+    size : int
+        Rows per step.
+    """
+
+    def __init__(self, density, full: np.ndarray, size: int):
+        import dataclasses
+
+        from hbnn.model import likelihoods
+
+        counts = np.asarray(density.counts, dtype=np.int64)
+        G, D = counts.size, int(full[4])
+        self.n_rows = int(counts.sum())
+        self.group = np.repeat(np.arange(G), counts)  # every real row's group and row in it, in group order
+        self.row = np.arange(self.n_rows) - np.repeat(np.cumsum(counts) - counts, counts)
+        empty = dataclasses.replace(density, X_padded=np.zeros((G, size, D)), y=np.zeros(0),
+                                    counts=np.zeros(G, dtype=np.int64))
+        self.buf = empty.pack(empty.offsets())
+        self.buf[6] = self.n_rows / size
+        self.y, self.noise_sd = np.asarray(density.y, dtype=np.float64), density.noise_sd
+        self.constant = likelihoods.get(density.likelihood).density_constant
+        self.empty = self.constant(self.y[:0], self.noise_sd)  # the extra parameter prior's constant, no row's
+        self.priors = self.buf[9]  # the priors' constants, the extra parameter's included (no rows in it yet)
+        self.source = (*_rows(full)[1:], int(full[3]))
+        self.counts_at = _HEADER + _PER_LAYER * int(self.buf[1])
+
+    def fill(self, rows: np.ndarray) -> None:
+        """Make ``rows`` (indices into every real row, in group order) the buffer's minibatch.
+
+        Parameters
+        ----------
+        rows : numpy.ndarray
+            int64, ``size`` of them.
+        """
+        _fill(rows, self.group, self.row, *self.source, self.buf, self.counts_at)
+        terms = self.constant(self.y[rows], self.noise_sd) - self.empty
+        self.buf[9] = self.priors + self.buf[6] * terms
+
+
+def _rows(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The group counts (float64), ``X`` and ``Y`` (float32) of a :func:`hbnn.density.buffer.pack` buffer, as views."""
+    G, R, D = int(buf[2]), int(buf[3]), int(buf[4])
+    at = _HEADER + _PER_LAYER * int(buf[1])
+    X_at, Y_at = at + G, at + G + G * R * D
+    return (buf[at:X_at], buf[X_at:Y_at].view(ROW_DTYPE)[:G * R * D],
+            buf[Y_at:Y_at + G * R].view(ROW_DTYPE)[:G * R])
+
+
+def _noise(seed: int, iterations: int, n: int):
+    """``(start, eps)`` for every :data:`CHUNK` of steps: ``eps`` their ``(steps, n)`` standard normal noise, from
+    the generator of ``seed``, in order.
+
+    The next chunk is drawn on another thread while the steps of this one run (NumPy's generator releases the GIL
+    while it fills an array): the noise is a third of a step's time at 1,000 groups, and ADVI's steps keep one core
+    busy. One generator draws every chunk in turn, so the noise is the same as drawn in line.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    noise = np.random.default_rng(seed)
+    starts = range(0, iterations, CHUNK)
+    with ThreadPoolExecutor(1, thread_name_prefix="advi-noise") as pool:
+        ahead = pool.submit(noise.standard_normal, (min(CHUNK, iterations), n))
+        for start in starts:
+            eps = ahead.result()
+            after = start + CHUNK
+            if after < iterations:
+                ahead = pool.submit(noise.standard_normal, (min(after + CHUNK, iterations) - after, n))
+            yield start, eps
 
 
 def _softplus(rho: np.ndarray) -> np.ndarray:
@@ -101,26 +225,26 @@ def _softplus(rho: np.ndarray) -> np.ndarray:
 class _Step:
     """The working arrays of one fit's steps, and the step itself (:meth:`__call__`)."""
 
-    def __init__(self, mu: np.ndarray, logp_grad, buf: np.ndarray):
+    def __init__(self, mu: np.ndarray, logp_grad, buf: np.ndarray, norm: float = 1.0):
         n = mu.size
         self.mu, self.rho = mu, np.zeros(n)  # rho = 0 where PyMC's MeanField starts it (no start_sigma)
         self.moments = tuple(np.zeros(n) for _ in range(4))  # Adam's m and v of mu, then of rho
-        self.e, self.log1p_e, self.theta, self.grad, self.sd, self.sig, self.log_sd = (np.empty(n) for _ in range(7))
-        self.logp_grad, self.buf = logp_grad, buf
+        self.theta, self.grad, self.sd, self.sig = (np.empty(n) for _ in range(4))
+        self.e, self.u, self.log_u, self.sd32, self.log_sd = (np.empty(n, dtype=np.float32) for _ in range(5))
+        self.logp_grad, self.buf, self.norm = logp_grad, buf, norm
 
     def __call__(self, eps: np.ndarray, step_size: float) -> float:
         """One step at the noise ``eps``; returns its loss."""
-        e, log1p_e = self.e, self.log1p_e
+        e, u, log_u = self.e, self.u, self.log_u
         _minus_abs(self.rho, e)
         np.exp(e, out=e)
-        np.add(e, 1.0, out=log1p_e)
-        np.log(log1p_e, out=log1p_e)
-        _log1p_where_small(e, log1p_e)
-        _draw(self.mu, self.rho, eps, e, log1p_e, self.theta, self.sd, self.sig)
-        np.log(self.sd, out=self.log_sd)
+        np.add(e, np.float32(1.0), out=u)
+        np.log(u, out=log_u)
+        _draw(self.mu, self.rho, eps, e, u, log_u, self.theta, self.sd, self.sd32, self.sig)
+        np.log(self.sd32, out=self.log_sd)
         logp = self.logp_grad(self.theta, self.grad, self.buf)
         return _update(self.mu, self.rho, self.sd, self.sig, self.log_sd, eps, self.grad, *self.moments, logp,
-                       step_size)
+                       step_size, self.norm)
 
 
 class DensityAdvi:
@@ -132,12 +256,13 @@ class DensityAdvi:
         The model's hand-written log density (checked against PyMC's model by the caller).
     """
 
-    def __init__(self, density):
+    def __init__(self, density, minibatch_size: int = 0):
         self.density = density
         self.logp_grad = density.logp_grad()
         self.buf = density.pack(density.offsets())
         self.n_dim = int(self.buf[10])
         self.n_expanded = int(self.buf[13])
+        self.minibatch_size = minibatch_size
 
     def with_rows(self, x: np.ndarray, y: np.ndarray) -> DensityAdvi:
         """The same model on other rows (a per-group model's next group).
@@ -153,7 +278,7 @@ class DensityAdvi:
         -------
         DensityAdvi
         """
-        return DensityAdvi(self.density.with_rows(x, y))
+        return DensityAdvi(self.density.with_rows(x, y), self.minibatch_size)
 
     def fit(self, seed: int, s: SamplerParams, progress: Iterations | None = None
             ) -> tuple[xr.Dataset, np.ndarray]:
@@ -178,15 +303,19 @@ class DensityAdvi:
         fit_seed, draw_seed, init_seed = split_seed(seed)
         n = self.n_dim
         mu = self.density.initial_center() + np.random.default_rng(init_seed).normal(0.0, a.init_jitter, n)
-        step = _Step(mu, self.logp_grad, self.buf)
-        noise = np.random.default_rng(fit_seed)
+        batch = _Minibatch(self.density, self.buf, self.minibatch_size) if self.minibatch_size else None
+        step = (_Step(mu, self.logp_grad, self.buf) if batch is None
+                else _Step(mu, self.logp_grad, batch.buf, self.minibatch_size / batch.n_rows))
+        rows = np.random.default_rng([fit_seed, MINIBATCH_STREAM])
         loss = np.empty(a.iterations)
-        for start in range(0, a.iterations, CHUNK):
-            stop = min(start + CHUNK, a.iterations)
-            eps = noise.standard_normal((stop - start, n))
+        for start, eps in _noise(fit_seed, a.iterations, n):
+            stop = start + eps.shape[0]
+            drawn = None if batch is None else rows.integers(0, batch.n_rows, (stop - start, self.minibatch_size))
             with np.errstate(all="ignore"):  # an sd that underflows to 0 shows as a non-finite loss, refused below
                 for k in range(stop - start):
                     t = start + k + 1
+                    if batch is not None:
+                        batch.fill(drawn[k])
                     loss[t - 1] = step(eps[k], a.learning_rate * math.sqrt(1.0 - BETA2 ** t) / (1.0 - BETA1 ** t))
             check_loss(loss[:stop], a.learning_rate)
             if progress is not None:

@@ -75,14 +75,15 @@ class NutpieBackend(Backend):
     towards: tuple[int, int, float | None, float] | None = None
     restarting: str | None = None  # while restarted chains warm up again, what the heartbeat says
 
-    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
-        super().__init__(model, settings)
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None,
+                 full_batch: Callable[[], pm.Model] | None = None):
+        super().__init__(model, settings, density, full_batch)
         check_version()  # before anything is built: the model class and trace it uses are nutpie's own
         if density is not None:
             from hbnn.density.pymc_check import DensityMismatch
 
             try:
-                self.compiled = density.checked_nutpie_model(lambda: self.model)
+                self.compiled = density.checked_nutpie_model(self.full_batch_model)
                 self.density = density
                 return
             except DensityMismatch as err:  # not the model's density: PyTensor's is the same model, only slower

@@ -57,8 +57,9 @@ class PymcBackend(Backend):
     name = "pymc"
     compiles_in_sampling = True
 
-    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
-        super().__init__(model, settings)
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None,
+                 full_batch: Callable[[], pm.Model] | None = None):
+        super().__init__(model, settings, density, full_batch)
         self.model  # noqa: B018 - built now, not inside the first fit's sampling seconds
 
     def _sample_kwargs(self) -> dict:
@@ -139,9 +140,10 @@ class JaxBackend(PymcBackend):
         Where the JAX extra is not installed.
     """
 
-    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None,
+                 full_batch: Callable[[], pm.Model] | None = None):
         _require_jax(self.name)
-        super().__init__(model, settings)
+        super().__init__(model, settings, density, full_batch)
         _use_host_devices(max(settings.cores, 1))
 
     def _sample_kwargs(self) -> dict:
@@ -179,9 +181,10 @@ class NumpyroBackend(JaxBackend):
 
     name = "numpyro"
 
-    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None,
+                 full_batch: Callable[[], pm.Model] | None = None):
         check_version()  # before the model is built or traced: the patch below needs a supported NumPyro
-        super().__init__(model, settings, density)
+        super().__init__(model, settings, density, full_batch)
 
     def run(self, seed, data, progressbar=None):
         """Sample with NumPyro through ``pm.sample``, counting iterations for the heartbeat with parallel chains.

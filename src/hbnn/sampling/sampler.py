@@ -53,7 +53,7 @@ class Sampler:
     """A model compiled once for the configured backend (:data:`BACKENDS`).
 
     ``nutpie`` compiles the model with numba once and refits new data with
-    ``with_data``; ``advi`` compiles one optimisation step (full-batch with a hand-written
+    ``with_data``; ``advi`` compiles one optimisation step (with a hand-written
     density: fits that density, :mod:`hbnn.sampling.density_advi`) and resets its state per
     fit; ``pymc``, ``numpyro`` and ``blackjax`` go through ``pm.sample``, which
     compiles (PyMC) or traces and jits (JAX) on every call.
@@ -65,13 +65,17 @@ class Sampler:
         :mod:`hbnn.density.kernel`) it is built only where the density has yet to be checked against it.
     settings : hbnn.config.SamplerParams
     density : hbnn.density.densities.Density, optional
-        The hand-written log density nutpie samples, and full-batch ADVI fits, instead of PyMC's.
+        The hand-written log density nutpie samples, and ADVI fits, instead of PyMC's.
+    full_batch : callable, optional
+        Builds PyMC's full-batch model where ``model`` is a minibatch one (ADVI's ``advi.minibatch_size``): the
+        hand-written density is checked against it.
     """
 
-    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None):
+    def __init__(self, model: pm.Model | Callable[[], pm.Model], settings: SamplerParams, density=None,
+                 full_batch: Callable[[], pm.Model] | None = None):
         self.settings = settings
         start = time.perf_counter()
-        self.backend = backend_class(settings)(model, settings, density)
+        self.backend = backend_class(settings)(model, settings, density, full_batch)
         # None where the compile happens inside every sampling call (counted in its seconds)
         self.compile_seconds = None if self.backend.compiles_in_sampling else time.perf_counter() - start
 

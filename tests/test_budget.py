@@ -117,10 +117,10 @@ def test_the_per_group_nuts_estimates_are_within_2x_of_the_recorded_1000_group_f
         assert peak_gib / 2 <= estimate.memory_gib <= 2 * peak_gib, estimate.describe()
 
 
-def test_a_full_batch_advi_fit_is_estimated_at_the_hand_written_densitys_step_cost():
-    """Measured (hbnn.sampling.density_advi, 1000 groups of 50 training rows, 40,043 parameters, on 2 cores another
-    fit was using): 2.2 ms a step; PyTensor's minibatch step (500 rows) 4.3 ms. The full-batch estimate is within 2x
-    of the measured steps, and a minibatch fit is still costed at PyTensor's step."""
+def test_full_batch_and_minibatch_advi_fits_are_estimated_at_the_hand_written_densitys_step_cost():
+    """Measured (hbnn.sampling.density_advi, 1000 groups of 50 training rows, 40,043 parameters, on 2 cores): a
+    full-batch step 2.2-2.35 ms, a step of 500 rows 0.9 ms. Both estimates are within 2x of the measured steps; a
+    model without compiled code is costed at PyTensor's step."""
     full = {"backend": "advi", "draws": 500, "max_draws": 0, "restarts": 0,
             "advi": {"iterations": 10_000, "minibatch_size": 0}}
     estimate = fit_estimate("fit_hier", _moons_params(1000, hier_sampler=full), 1000, 50_000, 50_000, 2)
@@ -136,7 +136,7 @@ def test_a_full_batch_advi_fit_is_estimated_at_the_hand_written_densitys_step_co
     assert pytensor.minutes > 3 * estimate.minutes, pytensor.describe()
     mini = {**full, "advi": {"iterations": 10_000, "minibatch_size": 500}}
     estimate = fit_estimate("fit_hier", _moons_params(1000, hier_sampler=mini), 1000, 50_000, 50_000, 2)
-    assert 43 / 2 <= 60 * estimate.minutes <= 2 * 43, estimate.describe()
+    assert 9 / 2 <= 60 * estimate.minutes <= 2 * 9, estimate.describe()
 
 
 def test_the_budget_knows_which_models_full_batch_advi_fits_by_the_hand_written_density():

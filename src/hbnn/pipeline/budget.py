@@ -17,8 +17,9 @@ The model of the cost:
 - a fit drawn on past ``draws`` typically stops at ``EXPECTED_DRAW_FACTOR`` times ``draws`` (at most ``max_draws``);
 - an ADVI step costs ``ADVI_STEP_US`` plus ``NS_PER_ROW_WEIGHT`` per (batch row x weight) plus
   ``NS_PER_ADVI_PARAM`` per model parameter (each step updates every parameter's mean and sd, whatever the batch);
-  full-batch, over the hand-written density, ``DENSITY_ADVI_STEP_US`` plus ``KERNEL_NS_PER_ROW_WEIGHT`` per (row x
-  weight) plus ``NS_PER_DENSITY_ADVI_PARAM`` per parameter;
+  over the hand-written density (full batch, and the hierarchical fit's minibatches), ``DENSITY_ADVI_STEP_US`` plus
+  ``KERNEL_NS_PER_ROW_WEIGHT`` per (batch row x weight) plus ``NS_PER_DENSITY_ADVI_PARAM`` per parameter, plus
+  ``NS_PER_MINIBATCH_ROW`` per minibatch row;
 - memory holds every stored draw of every value ``COPIES`` times over (a hierarchical draw stores each group's
   ``z`` and its weights), the posterior predictions of every row, and the hierarchical fit's padded layout.
 
@@ -76,13 +77,16 @@ KERNEL_NS_PER_ROW_WEIGHT = 0.4
 # batch sizes, which it estimates high (benchmarks/FINDINGS.md, "Measurements behind code comments").
 ADVI_STEP_US = 60.0
 NS_PER_ADVI_PARAM = 125.0
-# Full-batch ADVI over the hand-written density (hbnn.sampling.density_advi): a step's Python calls, measured on a flat
+# ADVI over the hand-written density (hbnn.sampling.density_advi): a step's Python calls, measured on a flat
 # fit of 40 parameters (12 us a step, its gradient 2 us); per parameter, the noise, softplus, Adam and the density's
 # own per-coordinate work, measured at 1000 groups (40,043 parameters, 50,000 rows: 2.2 ms a step on 2 cores another
 # fit was using, the rows' share costed by KERNEL_NS_PER_ROW_WEIGHT) (benchmarks/FINDINGS.md, "Measurements behind
 # code comments")
 DENSITY_ADVI_STEP_US = 10.0
 NS_PER_DENSITY_ADVI_PARAM = 35.0
+# ... and per row of a minibatch: its gather and its group's passes (at 1000 groups most groups drawn are drawn once),
+# from the hierarchical fit's steps at 500 and 2,000 rows (0.90 and 1.37 ms)
+NS_PER_MINIBATCH_ROW = 310.0
 BYTES = 8
 COPIES = 4  # the sampler's own (Arrow) batches, their conversion, the xarray copy and the group stack
 # A fit stage's process before its data (Python, NumPy, PyMC, nutpie, the density checked): benchmarks/memory.py's peak
@@ -270,7 +274,7 @@ def _nuts_steps(s, dims: int, worst: bool, informed: bool = False) -> float:
 
 
 def _hand_written(params: Params, hierarchical: bool) -> bool:
-    """Whether a full-batch ADVI fit of ``params.model`` fits the hand-written density
+    """Whether an ADVI fit of ``params.model`` fits the hand-written density
     (:class:`hbnn.sampling.advi.AdviBackend`): :func:`hbnn.density.densities.unsupported`'s conditions, read from the
     registries here so that the stages that estimate costs do not depend on the density's code (tests/test_budget.py
     holds the two to the same answers)."""
@@ -308,10 +312,14 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
     stored_params = _hierarchical_weights(n_groups, layers) if hierarchical else n_groups * per_group
     dims = _sampled_dims(n_groups, layers, hierarchical)
-    density_advi = s.backend == "advi" and not s.advi.minibatch_size and _hand_written(params, hierarchical)
+    # ADVI fits the hand-written density full batch, and the hierarchical fit's in minibatches too (a per-group
+    # minibatch fit stays on PyTensor's: hbnn.sampling.advi.AdviBackend)
+    density_advi = (s.backend == "advi" and (hierarchical or not s.advi.minibatch_size)
+                    and _hand_written(params, hierarchical))
     if s.backend == "advi":
         rows_per_step = s.advi.minibatch_size or (n_train if hierarchical else n_train / n_groups)
-        grad_us = (DENSITY_ADVI_STEP_US + NS_PER_DENSITY_ADVI_PARAM * 1e-3 * dims if density_advi
+        grad_us = (DENSITY_ADVI_STEP_US + NS_PER_DENSITY_ADVI_PARAM * 1e-3 * dims
+                   + NS_PER_MINIBATCH_ROW * 1e-3 * s.advi.minibatch_size if density_advi
                    else ADVI_STEP_US + NS_PER_ADVI_PARAM * 1e-3 * dims)
         steps = {False: s.advi.iterations * s.advi.starts, True: s.advi.iterations * s.advi.starts}
         kept = {worst: s.draw_limit if hierarchical else s.draws for worst in (False, True)}

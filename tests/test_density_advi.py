@@ -211,7 +211,8 @@ def _density_on(which: str, likelihood: str, seed: int = 0):
     X = rng.normal(size=(groups, int(counts.max()), 2))
     X[np.arange(X.shape[1])[None, :] >= counts[:, None]] = 0.0
     n = int(counts.sum())
-    y = {"bernoulli": rng.integers(0, 2, n), "poisson": rng.poisson(3.0, n), "gaussian": rng.normal(size=n)}
+    y = {"bernoulli": rng.integers(0, 2, n), "poisson": rng.poisson(3.0, n), "gaussian": rng.normal(size=n),
+         "negative_binomial": rng.poisson(3.0, n)}
     args = (X, y[likelihood].astype(float), counts, (3,), True, likelihood, 1.0)
     if which == "hierarchical":
         return densities.HierarchicalDensity(*args)
@@ -224,7 +225,7 @@ def _density_on(which: str, likelihood: str, seed: int = 0):
     return densities.InformedDensity(*args, prior=prior)
 
 
-@pytest.mark.parametrize("likelihood", ["bernoulli", "poisson", "gaussian"])
+@pytest.mark.parametrize("likelihood", ["bernoulli", "poisson", "gaussian", "negative_binomial"])
 @pytest.mark.parametrize("which", ["hierarchical", "flat", "informed"])
 def test_a_minibatch_is_the_priors_plus_its_rows_likelihood_scaled_to_every_row(which, likelihood):
     """The density at a step's minibatch equals, value and gradient, the prior plus ``n_rows / size`` times the

@@ -107,7 +107,8 @@ def _forward(W, H, X, g, n8, R, D, lay, n_layers, bias):
     row-major): ``H[l]`` is what enters layer ``l`` (``H[0]`` the features), ``H[n_layers]`` the output.
 
     Activations are ``(unit, row)`` with rows contiguous, so every inner loop runs over rows: over ``n8``, the
-    real rows rounded up to a multiple of 8 (``R`` is one), whose padding rows hold zeros in ``X``.
+    real rows rounded up to a multiple of 8 (``R`` is one), whose padding rows hold finite values in ``X`` (zeros,
+    or a minibatch's earlier rows), which the backward pass weighs by 0.
     """
     for i in range(D):
         for r in range(n8):

@@ -84,8 +84,8 @@ NS_PER_ADVI_PARAM = 125.0
 # code comments")
 DENSITY_ADVI_STEP_US = 10.0
 NS_PER_DENSITY_ADVI_PARAM = 35.0
-# ... and per row of a minibatch: its gather and its group's passes (at 1000 groups most groups drawn are drawn once),
-# from the hierarchical fit's steps at 500 and 2,000 rows (0.90 and 1.37 ms)
+# ... and per row of a minibatch: its gather and its group's weights, chain rule and padded passes (at 1000 groups most
+# groups drawn are drawn once), from the hierarchical fit's steps at 500 and 2,000 rows (0.90 and 1.37 ms)
 NS_PER_MINIBATCH_ROW = 310.0
 BYTES = 8
 COPIES = 4  # the sampler's own (Arrow) batches, their conversion, the xarray copy and the group stack

@@ -31,10 +31,10 @@ class AdviBackend(Backend):
         The sampler's settings.
     density : hbnn.density.densities.Density, optional
         The model's hand-written log density of the full batch: the fit fits it
-        (:class:`hbnn.sampling.density_advi.DensityAdvi`, the same approximation over the same coordinates, and the
-        same minibatches, without PyTensor) once it is checked against PyMC's full-batch model; a fit whose density
-        fails the check, or a minibatch fit with no ``full_batch`` to check it against, fits PyMC's model
-        (:class:`_Advi`).
+        (:class:`hbnn.sampling.density_advi.DensityAdvi`, the same approximation over the same coordinates, its
+        minibatches drawn as PyMC draws them, without PyTensor) once it is checked against PyMC's full-batch model;
+        a fit whose density fails the check, or a minibatch fit with no ``full_batch`` to check it against, fits
+        PyMC's model (:class:`_Advi`).
     full_batch : callable, optional
         Builds PyMC's full-batch model where ``model`` is a minibatch one (``advi.minibatch_size`` > 0).
     """

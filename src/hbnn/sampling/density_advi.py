@@ -14,14 +14,16 @@ The approximation and its optimisation are PyMC's (``pm.ADVI`` with ``pm.adam``,
   loss and its gradient divided by that scale, as PyMC's objective is (``scale_cost_to_minibatch``);
 - Adam at ``advi.learning_rate`` with ``pm.adam``'s defaults (:data:`BETA1`, :data:`BETA2`, :data:`EPSILON`).
 
-The Monte Carlo noise comes from NumPy's generator in chunks of :data:`CHUNK` steps; a step (:class:`_Step`) is
-NumPy's ``exp`` and ``log`` and four compiled loops around the density's own compiled ``logp_grad``. At 1,000 groups
-(40,043 parameters) a full-batch step costs about twice one gradient of the density; a step of 500 rows costs about
-1.3 ms on 2 cores, most of it the per-parameter work, a third of PyTensor's minibatch step.
+The Monte Carlo noise comes from NumPy's generator in chunks of :data:`CHUNK` steps, the next drawn on another core
+while this one's steps run (:func:`_noise`); a step (:class:`_Step`) is NumPy's float32 ``exp`` and ``log`` and a
+few compiled loops around the density's own compiled ``logp_grad``. At 1,000 groups (40,043 parameters) on 2 cores a
+full-batch step costs about 2.3 ms, twice one gradient of the density, and a step of 500 rows 0.9 ms, most of it the
+per-parameter work: a fifth of PyTensor's minibatch step (4.3 ms).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numba
@@ -42,9 +44,11 @@ MINIBATCH_STREAM = 1  # a minibatch fit's rows come from the generator of [fit s
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 # exp and log come from NumPy's float32 SIMD loops: without AVX-512 its float64 ones are scalar, 3-4x slower, and
 # a step's three per parameter were half its time at 1,000 groups (benchmarks/FINDINGS.md, "Measurements behind code
-# comments"); float32's 6e-8 relative error is far below the step's Monte Carlo noise. The loops here may reorder
+# comments"). Their relative error, about |rho| x 6e-8 (rho rounded to float32 first), is far below the step's Monte
+# Carlo noise; where rho < FLOAT32_RHO, whose exp float32 cannot hold, the loops use float64's own. They may reorder
 # sums and fuse multiply-adds (vectorised, the same on every run) but keep IEEE inf and NaN, which the loss check reads
 _FAST = {"reassoc", "contract", "nsz", "arcp"}
+FLOAT32_RHO = -80.0  # exp(-80) = 1.8e-35, above float32's smallest normal (1.2e-38)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -63,6 +67,9 @@ def _draw(mu, rho, eps, e, u, log_u, theta, sd, sd32, sig):
     for i in range(mu.size):
         r, ei, ui = rho[i], np.float64(e[i]), np.float64(u[i])
         log1p_e = np.float64(log_u[i]) * (ei / (ui - 1.0)) if ui != 1.0 else ei
+        if r < FLOAT32_RHO:  # e past float32's range: log1p(e) = e in float64
+            ei = math.exp(r)
+            log1p_e = ei
         s = max(r, 0.0) + log1p_e
         sd[i] = s
         sd32[i] = s
@@ -83,7 +90,7 @@ def _update(mu, rho, sd, sig, log_sd, eps, grad, m_mu, v_mu, m_rho, v_rho, logp,
     logq = 0.0
     for i in range(mu.size):
         e, s, g = eps[i], sd[i], grad[i] * norm
-        logq -= 0.5 * e * e + log_sd[i]
+        logq -= 0.5 * e * e + (log_sd[i] if rho[i] >= FLOAT32_RHO else math.log(s))
         g_mu = -g
         g_rho = -(g * e + norm / s) * sig[i]
         m = BETA1 * m_mu[i] + (1.0 - BETA1) * g_mu
@@ -308,18 +315,20 @@ class DensityAdvi:
                 else _Step(mu, self.logp_grad, batch.buf, self.minibatch_size / batch.n_rows))
         rows = np.random.default_rng([fit_seed, MINIBATCH_STREAM])
         loss = np.empty(a.iterations)
-        for start, eps in _noise(fit_seed, a.iterations, n):
-            stop = start + eps.shape[0]
-            drawn = None if batch is None else rows.integers(0, batch.n_rows, (stop - start, self.minibatch_size))
-            with np.errstate(all="ignore"):  # an sd that underflows to 0 shows as a non-finite loss, refused below
-                for k in range(stop - start):
-                    t = start + k + 1
-                    if batch is not None:
-                        batch.fill(drawn[k])
-                    loss[t - 1] = step(eps[k], a.learning_rate * math.sqrt(1.0 - BETA2 ** t) / (1.0 - BETA1 ** t))
-            check_loss(loss[:stop], a.learning_rate)
-            if progress is not None:
-                progress.add(stop - start)
+        # closed on an error too, which ends its thread and frees the chunk drawn ahead
+        with contextlib.closing(_noise(fit_seed, a.iterations, n)) as chunks:
+            for start, eps in chunks:
+                stop = start + eps.shape[0]
+                drawn = None if batch is None else rows.integers(0, batch.n_rows, (stop - start, self.minibatch_size))
+                with np.errstate(all="ignore"):  # an sd that underflows to 0 shows as a non-finite loss, refused below
+                    for k in range(stop - start):
+                        t = start + k + 1
+                        if batch is not None:
+                            batch.fill(drawn[k])
+                        loss[t - 1] = step(eps[k], a.learning_rate * math.sqrt(1.0 - BETA2 ** t) / (1.0 - BETA1 ** t))
+                check_loss(loss[:stop], a.learning_rate)
+                if progress is not None:
+                    progress.add(stop - start)
         return self._draws(step.mu, _softplus(step.rho), draw_seed, s.chains, s.draws), loss
 
     def _draws(self, mu: np.ndarray, sd: np.ndarray, seed: int, chains: int, draws: int) -> xr.Dataset:

@@ -61,7 +61,7 @@ class Sampler:
     Parameters
     ----------
     model : pymc.Model or callable
-        The PyMC model or a function that builds it: with a hand-written ``density`` (nutpie, and full-batch ADVI,
+        The PyMC model or a function that builds it: with a hand-written ``density`` (nutpie, and ADVI,
         :mod:`hbnn.density.kernel`) it is built only where the density has yet to be checked against it.
     settings : hbnn.config.SamplerParams
     density : hbnn.density.densities.Density, optional

@@ -302,3 +302,23 @@ def test_a_hierarchical_minibatch_fit_fits_the_density_checked_against_the_full_
     se = np.sqrt((ours.var() + theirs.var()) / 1000)
     assert abs(ours.mean() - theirs.mean()) < 6 * se + 2.0, (ours.mean(), theirs.mean(), se)
     assert list(fit.posterior.posterior.data_vars) == list(whole.posterior.posterior.data_vars)
+
+
+def test_a_steps_softplus_holds_float64s_range_and_float32s_precision():
+    """A step's exp and log run in float32, and in float64 where rho is past float32's range: sd, sigmoid, log sd and
+    the draw match float64's softplus to float32's precision (about |rho| x 6e-8) from rho = -300 to 30."""
+    from hbnn.sampling.density_advi import _Step
+
+    rho = np.array([-300.0, -103.0, -85.0, -79.0, -20.0, -5.0, -1e-3, 0.0, 1e-6, 2.0, 30.0])
+    mu, eps = np.linspace(-1, 1, rho.size), np.random.default_rng(0).normal(size=rho.size)
+    step = _Step(mu.copy(), lambda theta, grad, buf: 0.0, None)
+    step.rho[:] = rho
+    with np.errstate(all="ignore"):  # as the fit runs its steps: float32's exp underflows past rho = -103
+        loss = step(eps, 0.0)
+    sd = np.logaddexp(0.0, rho)  # softplus in float64
+    bound = 1e-7 * np.maximum(1.0, np.abs(rho))
+    assert np.all(np.abs(step.sd / sd - 1.0) <= bound), step.sd / sd - 1.0
+    assert np.all(np.abs(step.sig * (1.0 + np.exp(-rho)) - 1.0) <= bound), step.sig
+    np.testing.assert_allclose(step.log_sd, np.log(sd), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(step.theta, mu + sd * eps, rtol=1e-12, atol=2e-7)
+    assert np.isfinite(loss)

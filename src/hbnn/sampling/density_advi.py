@@ -53,9 +53,25 @@ FLOAT32_RHO = -80.0  # exp(-80) = 1.8e-35, above float32's smallest normal (1.2e
 
 @numba.njit(cache=True, error_model="numpy")
 def _minus_abs(rho, out):
-    """``out = -|rho|`` in float32: the argument of :func:`numpy.exp` in a step."""
+    """``out = -|rho|`` in float32, the argument of :func:`numpy.exp` in a step; returns the lowest ``rho``."""
+    lowest = np.inf
     for i in range(rho.size):
         out[i] = -abs(rho[i])
+        lowest = min(lowest, rho[i])
+    return lowest
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _float64_below(rho, mu, eps, theta, sd, sig, log_sd):
+    """:func:`_draw`'s values where ``rho < FLOAT32_RHO``, whose ``exp`` float32 cannot hold, in float64: there
+    ``softplus(rho) = log1p(e) = e``, ``sigmoid(rho) = e`` and ``log(sd) = rho`` to float64's precision."""
+    for i in range(rho.size):
+        if rho[i] < FLOAT32_RHO:
+            s = math.exp(rho[i])
+            sd[i] = s
+            sig[i] = s
+            theta[i] = mu[i] + s * eps[i]
+            log_sd[i] = rho[i]
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath=_FAST)
@@ -67,9 +83,6 @@ def _draw(mu, rho, eps, e, u, log_u, theta, sd, sd32, sig):
     for i in range(mu.size):
         r, ei, ui = rho[i], np.float64(e[i]), np.float64(u[i])
         log1p_e = np.float64(log_u[i]) * (ei / (ui - 1.0)) if ui != 1.0 else ei
-        if r < FLOAT32_RHO:  # e past float32's range: log1p(e) = e in float64
-            ei = math.exp(r)
-            log1p_e = ei
         s = max(r, 0.0) + log1p_e
         sd[i] = s
         sd32[i] = s
@@ -90,7 +103,7 @@ def _update(mu, rho, sd, sig, log_sd, eps, grad, m_mu, v_mu, m_rho, v_rho, logp,
     logq = 0.0
     for i in range(mu.size):
         e, s, g = eps[i], sd[i], grad[i] * norm
-        logq -= 0.5 * e * e + (log_sd[i] if rho[i] >= FLOAT32_RHO else math.log(s))
+        logq -= 0.5 * e * e + log_sd[i]
         g_mu = -g
         g_rho = -(g * e + norm / s) * sig[i]
         m = BETA1 * m_mu[i] + (1.0 - BETA1) * g_mu
@@ -243,12 +256,14 @@ class _Step:
     def __call__(self, eps: np.ndarray, step_size: float) -> float:
         """One step at the noise ``eps``; returns its loss."""
         e, u, log_u = self.e, self.u, self.log_u
-        _minus_abs(self.rho, e)
+        lowest = _minus_abs(self.rho, e)
         np.exp(e, out=e)
         np.add(e, np.float32(1.0), out=u)
         np.log(u, out=log_u)
         _draw(self.mu, self.rho, eps, e, u, log_u, self.theta, self.sd, self.sd32, self.sig)
         np.log(self.sd32, out=self.log_sd)
+        if lowest < FLOAT32_RHO:  # rare: a branch in the loops above would run float64's exp for every rho
+            _float64_below(self.rho, self.mu, eps, self.theta, self.sd, self.sig, self.log_sd)
         logp = self.logp_grad(self.theta, self.grad, self.buf)
         return _update(self.mu, self.rho, self.sd, self.sig, self.log_sd, eps, self.grad, *self.moments, logp,
                        step_size, self.norm)

@@ -731,6 +731,9 @@ def main(argv=None) -> int:
                         help="scaling-section rows to run (default all); the others keep their last values")
     parser.add_argument("--nuts-groups", nargs="*", type=int, default=None,
                         help="the hier_nuts scaling row's numbers of groups (default: benchmarks/sizes.py's)")
+    parser.add_argument("--point-limit-min", type=float, default=None,
+                        help="minutes a hier_nuts point may run before it is stopped (default: benchmarks/sizes.py's "
+                             "30); a point the budget expects past it is not run")
     parser.add_argument("--smoke", action="store_true",
                         help="every chosen row and section at tiny settings (benchmarks/sizes.py SMOKE), to check "
                              "that they run, not to measure; writes only --out, and only this run's results")
@@ -765,6 +768,8 @@ def main(argv=None) -> int:
             rows = tuple(args.scaling_rows or SCALING_ROWS)
             if args.nuts_groups:
                 sizes = dataclasses.replace(sizes, nuts_groups=tuple(args.nuts_groups))
+            if args.point_limit_min is not None:
+                sizes = dataclasses.replace(sizes, point_limit_s=60.0 * args.point_limit_min)
             before = {k: v for k, v in previous.get("scaling", {}).items() if k in SCALING_ROWS}
 
             def save(fresh: dict) -> None:  # after every point: a stopped run keeps the points it measured

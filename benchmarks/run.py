@@ -91,6 +91,9 @@ DEFINITIONS = {
     "steps_per_iteration": "leapfrog steps (gradients) per NUTS iteration: grad_evals / (chains x (tune x (1 + "
                            "restarts) + draws))",
     "us_per_grad_per_group": "sampler_us_per_grad / n_groups: the gradient's cost per group",
+    "chain_steps": "each chain's leapfrog steps over the draws kept: a chain with fewer reaches the last look first "
+                   "and draws on past it, work the trace does not keep (1 - mean / max: that share of the draws' "
+                   "core time)",
     "per_group_nuts": "scaling: the fit_flat and fit_informed stage processes at the committed sampler, in-process and "
                       "with HBNN_DASK_SCHEDULER=local:2; the informed prior from the hier_nuts fit of the same data",
     "many_groups": "every stage process of the pipeline, report included, at MANY_GROUPS (benchmarks/sizes.py): "
@@ -183,6 +186,15 @@ def _draw_steps(trace: Path) -> int:
 
     idata = az.from_netcdf(trace)
     return int(idata.sample_stats["n_steps"].sum()) if "n_steps" in idata.sample_stats else 0
+
+
+def chain_steps(trace: Path) -> list[int]:
+    """Each chain's leapfrog steps over the draws a trace keeps (its ``sample_stats``; none where it has no
+    ``n_steps``)."""
+    import xarray as xr
+
+    with xr.open_dataset(trace, group="sample_stats") as stats:
+        return [int(v) for v in stats["n_steps"].sum("draw").values] if "n_steps" in stats else []
 
 
 # ----------------------------------------------------------------------------- gradients
@@ -446,6 +458,7 @@ def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None 
             "peak_rss_mib": r["run"]["peak_rss_mib"], "draws": draws, "tune": hs["tune"], "restarts": restarts,
             "grad_evals": t["grad_evals"], "steps_per_iteration": t["grad_evals"] / iterations,
             "sampler_us_per_grad": t["us_per_grad"], "us_per_grad_per_group": t["us_per_grad"] / n,
+            "chain_steps": chain_steps(params.parent / "traces" / "hier.nc"),
             "groups_not_converged": s["groups_not_converged"], "sds_not_converged": s["sds_not_converged"],
             "max_rhat": s["max_rhat"], "min_ess_bulk": s["min_ess_bulk"], "divergences": s["divergences"],
             "test_accuracy": r["metrics"]["test"]["accuracy"], "hier_trace": str(params.parent / "traces/hier.nc")}

@@ -117,6 +117,15 @@ def _update(mu, rho, sd, sig, log_sd, eps, grad, m_mu, v_mu, m_rho, v_rho, logp,
     return (logq - mu.size * _HALF_LOG_2PI - logp) * norm
 
 
+@numba.njit(cache=True)
+def _row_slots(G, R, D, at):
+    """Where ``X`` starts, ``Y`` starts and ``Y`` ends in a :func:`hbnn.density.buffer.pack` buffer of ``G`` groups of
+    ``R`` rows of ``D`` features whose group counts start at slot ``at`` (each float32 value in a float64 slot)."""
+    X_at = at + G
+    Y_at = X_at + G * R * D
+    return X_at, Y_at, Y_at + G * R
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _fill(rows, group, row, X_all, Y_all, R_all, buf, at):
     """Write the drawn ``rows`` (indices into every real row, in group order) into a minibatch buffer ``buf`` whose
@@ -140,8 +149,9 @@ def _fill(rows, group, row, X_all, Y_all, R_all, buf, at):
         most = max(most, int(counts[g]))
     R = -(-most // lanes) * lanes
     buf[3] = R
-    X = buf[at + G:at + G + G * R * D].view(np.float32)
-    Y = buf[at + G + G * R * D:at + G + G * R * D + G * R].view(np.float32)
+    X_at, Y_at, end = _row_slots(G, R, D, at)
+    X = buf[X_at:Y_at].view(np.float32)
+    Y = buf[Y_at:end].view(np.float32)
     counts[:] = 0.0
     for k in range(rows.size):
         g, r_all = group[rows[k]], row[rows[k]]
@@ -190,7 +200,7 @@ class _Minibatch:
         self.constant = likelihoods.get(density.likelihood).density_constant
         self.empty = self.constant(self.y[:0], self.noise_sd)  # the extra parameter prior's constant, no row's
         self.priors = self.buf[9]  # the priors' constants, the extra parameter's included (no rows in it yet)
-        self.source = (*_rows(full)[1:], int(full[3]))
+        self.source = (*_rows(full), int(full[3]))
         self.counts_at = _HEADER + _PER_LAYER * int(self.buf[1])
 
     def fill(self, rows: np.ndarray) -> None:
@@ -206,13 +216,11 @@ class _Minibatch:
         self.buf[9] = self.priors + self.buf[6] * terms
 
 
-def _rows(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The group counts (float64), ``X`` and ``Y`` (float32) of a :func:`hbnn.density.buffer.pack` buffer, as views."""
+def _rows(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``X`` and ``Y`` (float32) of a :func:`hbnn.density.buffer.pack` buffer, as views."""
     G, R, D = int(buf[2]), int(buf[3]), int(buf[4])
-    at = _HEADER + _PER_LAYER * int(buf[1])
-    X_at, Y_at = at + G, at + G + G * R * D
-    return (buf[at:X_at], buf[X_at:Y_at].view(ROW_DTYPE)[:G * R * D],
-            buf[Y_at:Y_at + G * R].view(ROW_DTYPE)[:G * R])
+    X_at, Y_at, end = _row_slots(G, R, D, _HEADER + _PER_LAYER * int(buf[1]))
+    return buf[X_at:Y_at].view(ROW_DTYPE)[:G * R * D], buf[Y_at:end].view(ROW_DTYPE)[:G * R]
 
 
 def _noise(seed: int, iterations: int, n: int):

@@ -86,7 +86,8 @@ DEFINITIONS = {
     "hier_nuts": "scaling: the fit_hier stage at the committed hier_sampler (run-length control and restarts on) at "
                  "each number of groups; seconds = compile + sampling; draws per chain at the end; a point whose "
                  "typical estimate (hbnn.pipeline.budget) is past the point limit is not run: skipped says why, "
-                 "estimated_minutes what the budget expects; error: a point that failed or was stopped",
+                 "estimated_minutes what the budget expects; error: a point that failed or was stopped "
+                 "(seconds_run: after how long; warnings: the stage's warning lines, a restart's reason among them)",
     "bench_seconds": "seconds of the run that last wrote this file, over the sections it ran",
     "steps_per_iteration": "leapfrog steps (gradients) per NUTS iteration: grad_evals / (chains x (tune x (1 + "
                            "restarts) + draws))",
@@ -104,7 +105,7 @@ DEFINITIONS = {
 # ----------------------------------------------------------------------------- processes
 def _run(cmd: list[str], cwd: Path, limit_s: float | None = None, **env_extra: str) -> dict:
     """Run ``cmd`` (with ``env_extra`` in its environment); return its wall seconds and peak resident memory (MiB).
-    Past ``limit_s`` seconds its process group is stopped and a :class:`RuntimeError` says so."""
+    Past ``limit_s`` seconds its process group is stopped; a failed or stopped process raises :class:`StageFailed`."""
     env = dict(os.environ, PYTHONHASHSEED="0", **env_extra)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as err:
@@ -121,10 +122,22 @@ def _run(cmd: list[str], cwd: Path, limit_s: float | None = None, **env_extra: s
         seconds = time.perf_counter() - start
         if proc.returncode != 0:
             err.seek(0)
-            tail = err.read().decode(errors="replace")[-3000:]
+            text = err.read().decode(errors="replace")
             over = f" stopped at the limit of {limit_s:g} s" if limit_s and seconds >= limit_s else ""
-            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}){over}:\n{tail}")
+            raise StageFailed(f"{' '.join(cmd)} failed ({proc.returncode}){over}", text, seconds)
     return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
+
+
+class StageFailed(RuntimeError):
+    """A stage process that failed or was stopped: ``headline`` says which and how, ``warnings`` its warning and
+    error log lines (each once, in order; a heartbeat's repeats would hide them in the tail), ``tail`` the end of its
+    standard error, ``seconds`` how long it ran."""
+
+    def __init__(self, headline: str, stderr: str, seconds: float):
+        self.headline, self.seconds, self.tail = headline, seconds, stderr[-3000:]
+        self.warnings = list(dict.fromkeys(line for line in stderr.splitlines()
+                                           if " WARNING " in line or " ERROR " in line or line.startswith("error:")))
+        super().__init__("\n".join([f"{headline}:", *self.warnings[:20], "...", self.tail]))
 
 
 @contextlib.contextmanager
@@ -324,13 +337,14 @@ MEDIAN_KEYS = ("wall_s", "min_ess_bulk", "min_ess_bulk_fn", "min_ess_bulk_group_
 
 def run_stamp() -> dict:
     """When this run started (UTC, ISO 8601) and the git commit of the code it measures (``-dirty``: with
-    uncommitted changes to tracked files; ``unknown`` outside a git checkout): rows with equal stamps come from
-    one run."""
+    uncommitted changes to tracked files other than the report this file writes, :data:`REPORT`, which a run
+    before it may have changed; ``unknown`` outside a git checkout): rows with equal stamps come from one run."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
     try:
-        commit = git("rev-parse", "HEAD") + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+        commit = git("rev-parse", "HEAD") + ("-dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                                                         f":!{REPORT.relative_to(ROOT)}") else "")
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     return {"measured_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -444,9 +458,11 @@ def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None 
     print(f"bench: scaling hier_nuts n_groups={n} (expected ~{expected:.0f} min) ...", flush=True)
     try:
         r = _fit("fit_hier", params, "hier", limit_s=sizes.point_limit_s)
-    except RuntimeError as e:  # past the limit, killed (out of memory) or failed: the point says so
+    except StageFailed as e:  # past the limit, killed (out of memory) or failed: the point says so
         print(f"bench: scaling hier_nuts n_groups={n} failed: {e}", flush=True)
-        return {**(stamp or run_stamp()), "n_groups": n, "error": str(e)[-600:], "hier_trace": ""}
+        return {**(stamp or run_stamp()), "n_groups": n, "error": e.headline, "seconds_run": round(e.seconds, 1),
+                "warnings": [line[-400:] for line in e.warnings[:20]],
+                "last_line": (e.tail.strip().splitlines() or [""])[-1][-400:], "hier_trace": ""}
     t, s = r["timing"]["sampling"], r["metrics"]["sampling"]
     hs = yaml.safe_load(params.read_text())["hier_sampler"]
     draws = _trace_draws(params.parent / "traces" / "hier.nc")
@@ -482,8 +498,8 @@ def per_group_nuts(work: Path, hier_trace: Path, n: int, scheduler: str, sizes: 
             print(f"bench: scaling per-group {stem} n_groups={n} ({out['scheduler']}) ...", flush=True)
             try:
                 r = _fit(stage, params, stem, *extra)
-            except RuntimeError as e:
-                out[stem] = {"error": str(e)[-600:]}
+            except StageFailed as e:
+                out[stem] = {"error": e.headline, "seconds_run": round(e.seconds, 1), "warnings": e.warnings[:20]}
                 continue
             t, s = r["timing"]["sampling"], r["metrics"]["sampling"]
             out[stem] = {"process_s": r["run"]["seconds"], "sampling_s": t["seconds"],
@@ -716,6 +732,8 @@ def _not_measured(point: dict) -> str:
     """Why a scaling point has no seconds: skipped on its estimate, or failed."""
     if "skipped" in point:
         return f"skipped (expected {point['estimated_minutes']:g} min)"
+    if "seconds_run" in point:
+        return f"failed after {point['seconds_run'] / 60:.0f} min"
     return "failed"
 
 

@@ -85,12 +85,33 @@ def test_the_run_stamp_names_the_commit_measured_and_when_in_utc():
     stamp = bench.run_stamp()
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.strip()
-    assert stamp["commit"] == head + ("-dirty" if dirty else "")
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":!reports/benchmark.json"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert stamp["commit"] == head + ("-dirty" if dirty.stdout.strip() else "")
     when = datetime.datetime.fromisoformat(stamp["measured_utc"])
     assert when.utcoffset() == datetime.timedelta(0)
     assert abs(datetime.datetime.now(datetime.UTC) - when) < datetime.timedelta(minutes=1)
+
+
+def test_the_run_stamp_is_dirty_for_changed_code_and_not_for_the_report_an_earlier_run_wrote(tmp_path, monkeypatch):
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "benchmark.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "c")
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    monkeypatch.setattr(bench, "REPORT", tmp_path / "reports" / "benchmark.json")
+    (tmp_path / "reports" / "benchmark.json").write_text('{"scaling": {}}')
+    assert bench.run_stamp()["commit"] == git("rev-parse", "HEAD")
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert bench.run_stamp()["commit"] == git("rev-parse", "HEAD") + "-dirty"
 
 
 def test_bench_scaling_keeps_the_rows_it_does_not_run_each_with_its_own_stamp(tmp_path, monkeypatch):
@@ -237,4 +258,11 @@ def test_a_bench_process_past_its_limit_is_stopped_and_says_so(tmp_path):
     with pytest.raises(RuntimeError, match=r"stopped at the limit of 0.5 s"):
         bench._run([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path, limit_s=0.5)
     assert time.perf_counter() - start < 10
+    # a failure keeps its warning lines, however long the tail after them (a restart's reason, before a heartbeat)
+    noisy = ("import sys; print('2026 hbnn WARNING restarting the chains: chain 1 stuck', file=sys.stderr); "
+             "[print('heartbeat', i, file=sys.stderr) for i in range(2000)]; sys.exit(1)")
+    with pytest.raises(bench.StageFailed) as failed:
+        bench._run([sys.executable, "-c", noisy], tmp_path)
+    assert failed.value.warnings == ["2026 hbnn WARNING restarting the chains: chain 1 stuck"]
+    assert "chain 1 stuck" in str(failed.value) and failed.value.tail.rstrip().endswith("heartbeat 1999")
     assert bench._run([sys.executable, "-c", "pass"], tmp_path, limit_s=30)["seconds"] < 30

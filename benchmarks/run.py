@@ -27,6 +27,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -78,7 +79,7 @@ DEFINITIONS = {
                        "where the row and PyMC's were measured in the same run (measured_utc and commit equal)",
     "measured_utc": "when the run that measured the row (or section, under `measured`) started, UTC",
     "commit": "git commit of the code measured (`git rev-parse HEAD`; -dirty: with uncommitted changes to tracked "
-              "files)",
+              "files other than reports/benchmark.json)",
     "runs": "every figure is the median over sampler seeds 1, 2, 3; runs holds each seed's",
     "cluster": "the fit_flat stage process on the default data, in-process and with HBNN_DASK_SCHEDULER=local:2 "
                "(median of 2 runs each); speedup = serial / cluster seconds; identical_metrics: the metrics files "
@@ -87,7 +88,8 @@ DEFINITIONS = {
                  "each number of groups; seconds = compile + sampling; draws per chain at the end; a point whose "
                  "typical estimate (hbnn.pipeline.budget) is past the point limit is not run: skipped says why, "
                  "estimated_minutes what the budget expects; error: a point that failed or was stopped "
-                 "(seconds_run: after how long; warnings: the stage's warning lines, a restart's reason among them)",
+                 "(seconds_run: after how long; warnings: up to 20 of the stage's warning lines, a restart's reason "
+                 "among them; last_line: its last line of standard error)",
     "bench_seconds": "seconds of the run that last wrote this file, over the sections it ran",
     "steps_per_iteration": "leapfrog steps (gradients) per NUTS iteration: grad_evals / (chains x (tune x (1 + "
                            "restarts) + draws))",
@@ -128,15 +130,23 @@ def _run(cmd: list[str], cwd: Path, limit_s: float | None = None, **env_extra: s
     return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
 
 
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")  # hbnn's log lines start with their time
+_WARNING = re.compile(r" WARNING | ERROR |^error: |\w+Warning: ")  # hbnn's log levels, its CLI, Python's warnings
+
+
 class StageFailed(RuntimeError):
     """A stage process that failed or was stopped: ``headline`` says which and how, ``warnings`` its warning and
-    error log lines (each once, in order; a heartbeat's repeats would hide them in the tail), ``tail`` the end of its
-    standard error, ``seconds`` how long it ran."""
+    error lines (hbnn's log, its ``error:`` line, Python's warnings; each text once, its first time, in order: a
+    heartbeat's repeats would hide them in the tail), ``tail`` the end of its standard error, ``seconds`` how long it
+    ran."""
 
     def __init__(self, headline: str, stderr: str, seconds: float):
         self.headline, self.seconds, self.tail = headline, seconds, stderr[-3000:]
-        self.warnings = list(dict.fromkeys(line for line in stderr.splitlines()
-                                           if " WARNING " in line or " ERROR " in line or line.startswith("error:")))
+        first: dict[str, str] = {}
+        for line in stderr.splitlines():
+            if _WARNING.search(line):
+                first.setdefault(_STAMP.sub("", line), line)
+        self.warnings = list(first.values())
         super().__init__("\n".join([f"{headline}:", *self.warnings[:20], "...", self.tail]))
 
 
@@ -202,12 +212,15 @@ def _draw_steps(trace: Path) -> int:
 
 
 def chain_steps(trace: Path) -> list[int]:
-    """Each chain's leapfrog steps over the draws a trace keeps (its ``sample_stats``; none where it has no
-    ``n_steps``)."""
+    """Each chain's leapfrog steps over the draws a trace keeps (its ``sample_stats``, summed over every other
+    dimension: a per-group trace's groups too; none where it has no ``n_steps``)."""
     import xarray as xr
 
     with xr.open_dataset(trace, group="sample_stats") as stats:
-        return [int(v) for v in stats["n_steps"].sum("draw").values] if "n_steps" in stats else []
+        if "n_steps" not in stats:
+            return []
+        steps = stats["n_steps"]
+        return [int(v) for v in steps.sum([d for d in steps.dims if d != "chain"]).values]
 
 
 # ----------------------------------------------------------------------------- gradients

@@ -156,6 +156,41 @@ def test_a_hierarchical_point_the_budget_expects_past_the_limit_is_recorded_with
     assert bench._not_measured(point) == f"skipped (expected {point['estimated_minutes']:g} min)"
 
 
+def test_a_hierarchical_point_that_fails_keeps_how_long_it_ran_and_its_warnings(tmp_path, monkeypatch):
+    """A hier_nuts point whose stage fails or is stopped records the headline, the seconds, each warning once (its
+    first line, whatever the log's timestamps) and the last line; the printed table says after how long."""
+    import dataclasses
+
+    stderr = "".join(f"2026-11-30 08:0{i}:00,001 hbnn.s WARNING restarting: chain 1 stuck\n"
+                     f"2026-11-30 08:0{i}:00,002 hbnn.s INFO still running\n" for i in range(5))
+    stderr += "x.py:3: UserWarning: odd\ninterrupted: outputs unchanged\n"
+
+    def fail(*args, **kwargs):
+        raise bench.StageFailed("fit_hier failed (130) stopped at the limit of 60 s", stderr, 60.4)
+
+    monkeypatch.setattr(bench, "_stage", lambda *args, **kwargs: {})
+    monkeypatch.setattr(bench, "_typical_minutes", lambda stage, params: 0.5)
+    monkeypatch.setattr(bench, "_fit", fail)
+    point = bench.hier_nuts_point(tmp_path, 2, dataclasses.replace(bench.SMOKE, point_limit_s=60), {"commit": "abc"})
+    assert point["error"] == "fit_hier failed (130) stopped at the limit of 60 s" and point["seconds_run"] == 60.4
+    assert point["warnings"] == ["2026-11-30 08:00:00,001 hbnn.s WARNING restarting: chain 1 stuck",
+                                 "x.py:3: UserWarning: odd"]
+    assert point["last_line"] == "interrupted: outputs unchanged" and "seconds" not in point
+    assert bench._not_measured(point) == "failed after 1 min"
+
+
+def test_chain_steps_sums_each_chains_steps_over_every_other_dimension(tmp_path):
+    import xarray as xr
+
+    hier = xr.Dataset({"n_steps": (("chain", "draw"), np.array([[3, 4], [5, 6]]))})
+    flat = xr.Dataset({"n_steps": (("group", "chain", "draw"), np.ones((3, 2, 4), dtype=np.int64))})
+    for name, stats in (("hier", hier), ("flat", flat), ("none", xr.Dataset({"depth": ("draw", [1])}))):
+        stats.to_netcdf(tmp_path / f"{name}.nc", group="sample_stats")
+    assert bench.chain_steps(tmp_path / "hier.nc") == [7, 11]
+    assert bench.chain_steps(tmp_path / "flat.nc") == [12, 12]
+    assert bench.chain_steps(tmp_path / "none.nc") == []
+
+
 # ----------------------------------------------------------------------------- smoke runs of every row and section
 def _smoke(tmp_path, *sections: str) -> dict:
     """``python -m benchmarks.run --smoke --only sections``: its JSON, the committed reports/benchmark.json

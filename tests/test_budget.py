@@ -80,7 +80,7 @@ def _moons_params(n_groups: int, **sections) -> object:
 
 @pytest.mark.parametrize("n", sorted(SCALING.get("hier_nuts", {}), key=int))
 def test_the_hierarchical_nuts_estimate_is_within_2x_of_the_recorded_scaling_points(n):
-    """The hierarchical fit at the committed hier_sampler, as `make bench` measured it at 18 to 1,000 groups (moons: 50
+    """The hierarchical fit at the committed hier_sampler, as `make bench` measured it at 18 to 200 groups (moons: 50
     training and 50 test rows a group): compile + sampling seconds and the stage's peak memory against the typical
     estimate, within a factor of 2 either way; the most it can take is above the measured."""
     point = SCALING["hier_nuts"][n]

@@ -56,15 +56,16 @@ INFORMED_STEPS_FACTOR = 3.8
 # high target_accept (the worst case counts it)
 STEPS_PER_ITERATION_DIAG_STAN = 1023
 # ... and typically, as measured on the default hierarchical fit (DIMS_MEASURED coordinates), growing with the
-# coordinates to this power (the scaling section of reports/benchmark.json: 491, 680, 967 steps at 18, 60, 200 groups)
+# coordinates to this power (the scaling section of reports/benchmark.json: 484, 698, 960 steps at 18, 60, 200 groups)
 STEPS_DIAG_STAN = 490
 STEPS_GROWTH = 0.28
 # A hierarchical fit drawn on past its draws (max_draws) typically stops at about this many times draws: the geometric
 # mean over the default pipeline's hierarchical fits and refits, 1.4x to 7.4x (benchmarks/FINDINGS.md)
 EXPECTED_DRAW_FACTOR = 3
 # nutpie samples the hand-written log density (hbnn.density.kernel, passes written out per network): fitted to the time
-# per gradient of the hierarchical fit at 18 to 200 groups of 50 rows x 40 weights (the scaling section of
-# reports/benchmark.json) and of the default flat (50 x 40) fits, sampler overhead and the slower chain's wait included
+# per gradient of the hierarchical fit at 18 to 200 groups of 50 rows x 40 weights and of the default flat (50 x 40)
+# fits, sampler overhead and the slower chain's wait included, on the faster of the two CPUs in benchmarks/FINDINGS.md
+# (about 1.1 us a group; 1.7 on the slower one, whose rows reports/benchmark.json now holds)
 KERNEL_GRAD_OVERHEAD_US = 1.5
 # Per sampled coordinate and leapfrog step: the sampler's own vector arithmetic, the priors and the chain rule. With the
 # trajectories' growth with the coordinates (the steps above were measured at DIMS_MEASURED, the default hierarchical

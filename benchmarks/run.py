@@ -149,6 +149,13 @@ class StageFailed(RuntimeError):
         self.warnings = list(first.values())
         super().__init__("\n".join([f"{headline}:", *self.warnings[:20], "...", self.tail]))
 
+    def record(self) -> dict:
+        """What a benchmark row keeps of the failure: the headline, the seconds, up to 20 warning lines and the last
+        line of standard error (each line at most 400 characters)."""
+        return {"error": self.headline, "seconds_run": round(self.seconds, 1),
+                "warnings": [line[-400:] for line in self.warnings[:20]],
+                "last_line": (self.tail.strip().splitlines() or [""])[-1][-400:]}
+
 
 @contextlib.contextmanager
 def _scheduler(value: str):
@@ -205,10 +212,8 @@ def _fit(stage: str, params: Path, stem: str, *extra: str, limit_s: float | None
 
 
 def _draw_steps(trace: Path) -> int:
-    import arviz as az
-
-    idata = az.from_netcdf(trace)
-    return int(idata.sample_stats["n_steps"].sum()) if "n_steps" in idata.sample_stats else 0
+    """Leapfrog steps over the draws a trace keeps, every chain's (0 where it has no ``n_steps``)."""
+    return sum(chain_steps(trace))
 
 
 def chain_steps(trace: Path) -> list[int]:
@@ -473,9 +478,7 @@ def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None 
         r = _fit("fit_hier", params, "hier", limit_s=sizes.point_limit_s)
     except StageFailed as e:  # past the limit, killed (out of memory) or failed: the point says so
         print(f"bench: scaling hier_nuts n_groups={n} failed: {e}", flush=True)
-        return {**(stamp or run_stamp()), "n_groups": n, "error": e.headline, "seconds_run": round(e.seconds, 1),
-                "warnings": [line[-400:] for line in e.warnings[:20]],
-                "last_line": (e.tail.strip().splitlines() or [""])[-1][-400:], "hier_trace": ""}
+        return {**(stamp or run_stamp()), "n_groups": n, **e.record(), "hier_trace": ""}
     t, s = r["timing"]["sampling"], r["metrics"]["sampling"]
     hs = yaml.safe_load(params.read_text())["hier_sampler"]
     draws = _trace_draws(params.parent / "traces" / "hier.nc")
@@ -512,7 +515,7 @@ def per_group_nuts(work: Path, hier_trace: Path, n: int, scheduler: str, sizes: 
             try:
                 r = _fit(stage, params, stem, *extra)
             except StageFailed as e:
-                out[stem] = {"error": e.headline, "seconds_run": round(e.seconds, 1), "warnings": e.warnings[:20]}
+                out[stem] = e.record()
                 continue
             t, s = r["timing"]["sampling"], r["metrics"]["sampling"]
             out[stem] = {"process_s": r["run"]["seconds"], "sampling_s": t["seconds"],

@@ -475,3 +475,59 @@ def test_advi_reports_its_iterations_to_the_heartbeat(tiny_tasks, monkeypatch):
     sampler.sample(4, watch=False)
     assert seen[-1].startswith(f"{ADVI['iterations']}/{ADVI['iterations']} ADVI iterations")
     assert sampler.backend.progress(0.0) is None  # nothing once the fit is done
+
+
+class _Clock:
+    """A fake ``time`` for :class:`nutpie_backend._Poll`: ``sleep`` moves ``monotonic`` on and is recorded."""
+
+    def __init__(self):
+        self.now, self.slept = 0.0, []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+class _Running:
+    """A nutpie run whose two chains make ``rate`` iterations a second, ``tune`` of them tuning, and whose
+    ``inspect`` takes ``cost`` seconds (its copy of every draw so far)."""
+
+    def __init__(self, clock, rate, cost, tune):
+        self.clock, self.rate, self.cost, self.tune, self.polls = clock, rate, cost, tune, 0
+        self.is_finished = False
+
+    def inspect(self):
+        import pyarrow
+
+        self.polls += 1
+        self.clock.now += self.cost
+        rows = int(self.rate * self.clock.now)
+        batch = pyarrow.RecordBatch.from_pydict({"tuning": [i < self.tune for i in range(rows)]})
+        return type("Raw", (), {"get_arrow_trace": lambda _: ([batch, batch], [batch, batch])})()
+
+
+@pytest.mark.parametrize("cost", [0.01, 3.0])
+def test_polls_are_spaced_by_the_chains_rate_and_by_what_a_poll_costs(monkeypatch, cost):
+    """A poll waits for the draws a look needs at the slowest chain's rate, tuning included, never sooner than a
+    second nor than POLL_COST_SHARE of its own copy's time allows: a copy that takes 3 s (a large trace) is made
+    at most every 150 s, so polling takes at most 2% of the chains' time."""
+    clock = _Clock()
+    monkeypatch.setattr(nutpie_backend, "time", clock)
+    monkeypatch.setattr(nutpie_backend, "trace_from_batches", lambda draws, stats, coords: {
+        g: xr.Dataset({"x": (("chain", "draw"), np.zeros((2, 600)))}) for g in
+        ("posterior", "sample_stats", "warmup_sample_stats")})
+    settings = dataclasses.replace(_params("nutpie").sampler, tune=1000, draws=500)
+    backend = type("Backend", (), {"settings": settings, "poll_seconds": nutpie_backend.NutpieBackend.poll_seconds,
+                                   "towards": None})()
+    running = _Running(clock, rate=5.0, cost=cost, tune=1000)
+    head = nutpie_backend._Poll(running, {}, backend).first(500)
+    assert head.posterior.sizes["draw"] == 500
+    least = max(backend.poll_seconds, cost / nutpie_backend.POLL_COST_SHARE)
+    assert all(least <= s <= 10 * least for s in clock.slept)
+    assert sum(running.polls * [cost]) <= nutpie_backend.POLL_COST_SHARE * clock.now + cost
+    # 1,500 iterations at 5 a second: 300 s, polled every 10 s at most where a copy is cheap; where it costs 3 s,
+    # the second poll learns the rate and the third finds the draws there (before: a poll every second)
+    assert clock.now >= 300 and running.polls <= (3 if cost > 1 else 300 / 10 + 2)

@@ -67,7 +67,7 @@ class NutpieBackend(Backend):
     """
 
     name = "nutpie"
-    poll_seconds = 1.0  # how often a run-length-controlled fit looks at the draws so far
+    poll_seconds = 1.0  # how often a run-length-controlled fit looks at the draws so far, at most
 
     density = None  # the hand-written log density in use, to repack for other rows
     # After a run-length-controlled fit's first look: (draws per chain so far, at the next look, draws per second
@@ -279,14 +279,22 @@ class NutpieBackend(Backend):
         return head, None, spent + _leapfrog_steps(head, "warmup_sample_stats", "sample_stats")
 
 
+# A poll copies every draw so far, warmup included (nutpie's inspect, on a thread beside the chains'): polls are
+# spaced so that the copies take at most this share of the time. At 1,000 groups, polls every second had that thread
+# using 37 s of CPU a minute 25 minutes into warmup, taken from the chains (benchmarks/FINDINGS.md, "Polls").
+POLL_COST_SHARE = 0.02
+
+
 class _Poll:
     """The draws of a running nutpie fit as they arrive: :meth:`first` waits for a number of draws per chain
-    (polling, or once the chains have finished) and returns that prefix of every chain."""
+    (polling, or once the chains have finished) and returns that prefix of every chain. It polls again when the
+    slowest chain's rate says the draws will be there, after at least :attr:`NutpieBackend.poll_seconds` and
+    :data:`POLL_COST_SHARE`'s spacing, and at most ten times that."""
 
     def __init__(self, running, coords, backend: NutpieBackend):
         self.running, self.coords, self.backend = running, coords, backend
         self.final = None  # the whole trace, once the chains have finished (nutpie hands it over once)
-        self.rate = None  # draws per second of the slowest chain, from the last two polls
+        self.rate = None  # iterations (tuning and draws) per second of the slowest chain, from the last two polls
         self.last = None
 
     def steps_so_far(self) -> int:
@@ -319,20 +327,23 @@ class _Poll:
                 trace = self.final = trace_from_raw(self.running.wait(), self.coords)
                 backend.towards = None  # no more polls: the heartbeat's own estimate speaks again
                 break
+            began = time.monotonic()
             draws, stats = self.running.inspect().get_arrow_trace()
             drawn = draws_done(stats)
             if drawn >= kept:
                 trace = trace_from_batches(draws, stats, self.coords)
                 break
             now = time.monotonic()
-            if self.last is not None and drawn > self.last[1]:
-                self.rate = (drawn - self.last[1]) / (now - self.last[0])
-            self.last = (now, drawn)
-            if kept > s.draws:
+            done = min((batch.num_rows for batch in stats), default=0)  # iterations, tuning included
+            if self.last is not None and done > self.last[1]:
+                self.rate = (done - self.last[1]) / (now - self.last[0])
+            self.last = (now, done)
+            if kept > s.draws:  # past tuning: iterations are draws
                 backend.towards = (drawn, kept, self.rate, now)
-            # Each look copies the whole trace, so look again about when the block should be complete.
-            wait = (kept - drawn) / self.rate if self.rate else backend.poll_seconds
-            time.sleep(min(max(wait, backend.poll_seconds), 10 * backend.poll_seconds))
+            # Each poll copies the whole trace, so poll again about when the block should be complete.
+            wait = (s.tune + kept - done) / self.rate if self.rate else backend.poll_seconds
+            least = max(backend.poll_seconds, (now - began) / POLL_COST_SHARE)
+            time.sleep(min(max(wait, least), 10 * least))
         return Trace(warmup_sample_stats=trace["warmup_sample_stats"],
                      **{g: trace[g].isel(draw=slice(0, kept)) for g in ("posterior", "sample_stats")})
 

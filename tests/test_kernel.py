@@ -11,7 +11,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from hbnn.density import buffer, densities, kernel, modules, numerics, pymc_check
+from hbnn.density import buffer, callbacks, densities, kernel, modules, numerics, pymc_check
 from hbnn.model.builders import build_flat_model, build_hierarchical_model, build_informed_model
 from hbnn.model.network import layer_specs
 from hbnn.sampling.nutpie_adapter import compile_numba
@@ -146,8 +146,8 @@ def test_networks_past_the_written_out_size_get_a_module_of_the_generic_loops():
 
 
 def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
-    """numba's cache checks the written module's time stamp, not what it imports from hbnn.density.kernel and
-    hbnn.density.numerics, so any change to either must give the module another file (its name is a hash of its
+    """numba's cache checks the written module's time stamp, not what it imports from hbnn.density.kernel,
+    callbacks and numerics, so any change to any of them must give the module another file (its name is a hash of its
     source)."""
     import hashlib
     import inspect
@@ -157,7 +157,7 @@ def test_the_written_out_module_is_named_after_all_of_hbnn_kernel():
 
     assert kernel.SOURCE == Path(kernel.__file__).read_text()
     source = kernel_unrolled.module_source(2, (3,), False, "bernoulli", "tanh")
-    both = kernel.SOURCE + Path(numerics.__file__).read_text()
+    both = kernel.SOURCE + callbacks.SOURCE + Path(numerics.__file__).read_text()
     assert hashlib.sha256(both.encode()).hexdigest() in source
     assert "def _forward(" in source and "def _backward(" in source and "def logp_grad(" in source
     assert "def _group_weights(" in source and "def _group_chain_rule(" in source  # loops of constant length
@@ -263,7 +263,7 @@ def test_a_module_that_cannot_be_imported_from_any_folder_is_compiled_in_memory(
 _CALL_ONE = """
 import ctypes, hashlib, logging, numpy as np
 logging.basicConfig(level=logging.WARNING)
-from hbnn.density import densities, kernel, modules, numerics
+from hbnn.density import callbacks, densities
 rng = np.random.default_rng(0)
 X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
 density = densities.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
@@ -595,14 +595,14 @@ def _informed(x, y, seed: int, hidden=(3,), bias=False, activation="tanh"):
 
 _DRAW_ONE = """
 import ctypes, hashlib, numpy as np
-from hbnn.density import densities, kernel, modules, numerics
+from hbnn.density import callbacks, densities
 rng = np.random.default_rng(0)
 X, y = rng.normal(size=(1, 20, 2)), (rng.random(20) < 0.5) * 1.0
 density = densities.FlatDensity(X, y, np.array([20]), (5, 5), False, "bernoulli", 1.0)
 buf = density.pack({"w_in": 0, "w_h1_h2": 10, "w_out": 35})
 theta = rng.normal(size=40)
 P = ctypes.POINTER(ctypes.c_double)
-cached, compiled = density.callback(0), kernel.callback(0, density.logp_grad())
+cached, compiled = density.callback(0), callbacks.callback(0, density.logp_grad())
 for cb in (cached, compiled):
     grad, value = np.empty(40), np.empty(1)
     cb.ctypes(40, theta.ctypes.data_as(P), grad.ctypes.data_as(P), value.ctypes.data_as(P), buf.ctypes.data)
@@ -614,7 +614,7 @@ print("loaded" if cached.cache_hits else "compiled")
 def test_the_callback_computes_the_same_bits_whether_numba_compiled_it_or_loaded_it(tmp_path):
     """A stage process that compiles the kernel and nutpie's callback and the next ones, which load both from
     numba's disk cache, sample the same draws: the callback's bits do not depend on the cache, and are those of
-    the same callback compiled in the process (:func:`hbnn.density.kernel.callback`)."""
+    the same callback compiled in the process (:func:`hbnn.density.callbacks.callback`)."""
     import os
     import subprocess
     import sys

@@ -170,7 +170,7 @@ class Density:
         Returns
         -------
         numba.core.ccallback.CFunc
-            The callback, as :func:`hbnn.density.kernel.callback` describes it.
+            The callback, as :func:`hbnn.density.callbacks.callback` describes it.
         """
         from hbnn.density.written import callback_for
 
@@ -208,7 +208,7 @@ class Density:
         raise NotImplementedError
 
     def derived(self) -> list[tuple[str, tuple[int, ...], tuple[str, ...]]]:
-        """What nutpie's expanded draw holds after the value variables (:func:`hbnn.density.kernel.expand`).
+        """What nutpie's expanded draw holds after the value variables (:func:`hbnn.density.callbacks.expand`).
 
         Returns
         -------
@@ -258,7 +258,7 @@ class Density:
     def nutpie_model(self):
         """nutpie's model of this density, built without PyTensor.
 
-        The log density is :meth:`callback`'s, the expanded draws :func:`hbnn.density.kernel.expand`'s, the data
+        The log density is :meth:`callback`'s, the expanded draws :func:`hbnn.density.callbacks.expand`'s, the data
         :meth:`pack`'s buffer (``user_data``), and each chain starts as PyMC would start it (:meth:`initial_center`
         plus PyMC's ``U(-1, 1)`` jitter). :meth:`check` compares it with PyMC's model.
 

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from hbnn.density import kernel, modules, numerics
+from hbnn.density import callbacks, kernel, modules, numerics
 from hbnn.model import activations, likelihoods
 from hbnn.model.network import LayerSpec, layer_specs
 
@@ -239,11 +239,12 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool, likeliho
 
 
 def _kernel_header() -> list[str]:
-    """The lines every written module starts with: the hash of :mod:`hbnn.density.kernel`'s and
-    :mod:`hbnn.density.numerics`' whole sources (numba's cache checks the written file's time stamp only, not the
-    functions it imports, so the module's name, a hash of its source, must change with anything in them) and the
-    imports."""
-    return [f"# hbnn.density.kernel and numerics source sha256 {hashlib.sha256(_KERNEL_SOURCES.encode()).hexdigest()}",
+    """The lines every written module starts with: the hash of :mod:`hbnn.density.kernel`'s,
+    :mod:`hbnn.density.callbacks`' and :mod:`hbnn.density.numerics`' whole sources (numba's cache checks the written
+    file's time stamp only, not the functions it imports, so the module's name, a hash of its source, must change with
+    anything in them) and the imports."""
+    digest = hashlib.sha256(_KERNEL_SOURCES.encode()).hexdigest()
+    return [f"# hbnn.density.kernel, callbacks and numerics source sha256 {digest}",
             "import math", "import numba", "import numpy as np"]
 
 
@@ -253,23 +254,25 @@ def expand_source() -> str:
     Returns
     -------
     str
-        :func:`hbnn.density.kernel.expand` behind :func:`hbnn.density.kernel._expand_callback`: one module for every
-        network, since the buffer describes the layout.
+        :func:`hbnn.density.callbacks.expand` behind :func:`hbnn.density.callbacks._expand_callback`: one module for
+        every network, since the buffer describes the layout.
     """
     return "\n".join([
         '"""nutpie\'s expand callback: written by hbnn.density.written; do not edit."""',
         *_kernel_header(),
-        "from hbnn.density.kernel import _EXPAND_SIG, _HEADER, _PER_LAYER, HIERARCHICAL, INFORMED, _mean_plus_chol",
+        "from hbnn.density.callbacks import _EXPAND_SIG",
+        "from hbnn.density.kernel import _HEADER, _PER_LAYER, HIERARCHICAL, INFORMED, _mean_plus_chol",
         "",
-        modules.function_source(kernel.SOURCE, "expand"),
-        modules.function_source(kernel.SOURCE, "_expand_callback"),
+        modules.function_source(callbacks.SOURCE, "expand"),
+        modules.function_source(callbacks.SOURCE, "_expand_callback"),
         "expand_callback = numba.cfunc(_EXPAND_SIG, cache=True)(_expand_callback)",
         "",
     ])
 
 
-# what the written modules compile: hbnn.density.kernel's functions and the numerics they inline, as imported
-_KERNEL_SOURCES = kernel.SOURCE + Path(numerics.__file__).read_text()
+# what the written modules compile or import: hbnn.density.kernel's and callbacks' functions and signatures and the
+# numerics they inline, as imported
+_KERNEL_SOURCES = kernel.SOURCE + callbacks.SOURCE + Path(numerics.__file__).read_text()
 
 
 def _network_module(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str,
@@ -315,20 +318,20 @@ def callback_source(network: str, skip: int) -> str:
     Returns
     -------
     str
-        :data:`hbnn.density.kernel.CALLBACK_SOURCE` with ``SKIP`` and ``logp_grad`` bound.
+        :data:`hbnn.density.callbacks.CALLBACK_SOURCE` with ``SKIP`` and ``logp_grad`` bound.
     """
     return "\n".join([
         f'"""nutpie\'s logp callback over {network}, buffer at slot {skip}: written by hbnn.density.written; '
         'do not edit."""',
         "import numba",
         "import numpy as np",
-        "from hbnn.density.kernel import _C_SIG",
+        "from hbnn.density.callbacks import _C_SIG",
         f"from {network} import logp_grad",
         "",
         f"SKIP = {int(skip)}",
         "",
         "",
-        kernel.CALLBACK_SOURCE,
+        callbacks.CALLBACK_SOURCE,
         "",
         "logp_callback = numba.cfunc(_C_SIG, cache=True)(logp_callback)",
         "",
@@ -339,7 +342,7 @@ def callback_source(network: str, skip: int) -> str:
 def callback_for(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str, skip: int):
     """nutpie's logp callback for this model, loaded from numba's disk cache after its first compile.
 
-    The callback is :func:`hbnn.density.kernel.callback`'s around :func:`logp_grad_for`; later processes that sample
+    The callback is :func:`hbnn.density.callbacks.callback`'s around :func:`logp_grad_for`; later processes that sample
     skip its compile. The cached callback computes the same bits as the one compiled in the process that wrote the
     cache (tests/test_kernel.py runs three processes on one fresh cache).
 

@@ -356,7 +356,7 @@ class DensityAdvi:
 
     def _draws(self, mu: np.ndarray, sd: np.ndarray, seed: int, chains: int, draws: int) -> xr.Dataset:
         """``chains x draws`` draws from ``N(mu, sd^2)``, expanded as nutpie expands a draw."""
-        from hbnn.density.kernel import expand
+        from hbnn.density.callbacks import expand
 
         total = chains * draws
         out = np.empty((total, self.n_expanded))
@@ -379,7 +379,7 @@ def posterior(density, expanded: np.ndarray) -> xr.Dataset:
     density : hbnn.density.densities.Density
         The density the draws are of.
     expanded : numpy.ndarray
-        ``(chain, draw, n_expanded)``: :func:`hbnn.density.kernel.expand`'s output per draw.
+        ``(chain, draw, n_expanded)``: :func:`hbnn.density.callbacks.expand`'s output per draw.
 
     Returns
     -------

@@ -53,7 +53,8 @@ _SHARED_DOC = """
     seed : int
         The sampler's seed; every random choice of the fit flows from it.
     cores : int
-        Chains sampled in parallel.
+        Cores the chains run on side by side; the hierarchical model's gradient splits its groups over the cores
+        the chains leave (``cores // chains`` threads a chain), with the same draws.
     mass_matrix : {"diag", "low_rank", "diag_stan"}
         nutpie's mass-matrix adaptation.
     max_draws : int

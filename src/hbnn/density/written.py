@@ -308,6 +308,7 @@ def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool, likeliho
     return _loaded(n_features, tuple(int(h) for h in hidden), bias, likelihood, activation, generic).logp_grad
 
 
+@functools.cache
 def _loaded(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str, generic: bool):
     """The written module of this model (:func:`module_source`), loaded as :func:`hbnn.density.modules.load` says."""
     with modules.LOADING:

@@ -161,18 +161,3 @@ def test_the_budget_knows_which_models_full_batch_advi_fits_by_the_hand_written_
                     assert _hand_written(params, hierarchical) == want, (likelihood, activation, noise, hierarchical)
                     answers.add(want)
     assert answers == {True, False}
-
-
-def test_a_hierarchical_fit_with_cores_past_its_chains_is_estimated_with_its_gradient_split(monkeypatch):
-    """cores=8 for 2 chains on 8 CPUs: each chain's gradient splits its groups' rows over 4 threads
-    (hbnn.density.threads), so the rows' share of the time is a quarter; the estimate says so. The per-group fits do
-    not split."""
-    monkeypatch.setattr("hbnn.density.threads.os.sched_getaffinity", lambda pid: set(range(8)))
-    base = _moons_params(1000)
-    wide = _moons_params(1000, **{key: {**vars(s), "advi": vars(s.advi), "cores": 8} for key, s in
-                                  (("sampler", base.sampler), ("hier_sampler", base.hier_sampler))})
-    one, four = (fit_estimate("fit_hier", p, 1000, 50_000, 50_000, 2) for p in (base, wide))
-    assert "over 4 threads (cores=8)" in four.describe() and "threads" not in one.describe()
-    assert one.minutes / 4 < four.minutes < one.minutes
-    flat = (fit_estimate("fit_flat", p, 1000, 50_000, 50_000, 2) for p in (base, wide))
-    assert len({e.minutes for e in flat}) == 1

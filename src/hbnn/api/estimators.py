@@ -53,8 +53,7 @@ _SHARED_DOC = """
     seed : int
         The sampler's seed; every random choice of the fit flows from it.
     cores : int
-        Cores the chains run on side by side; the hierarchical model's gradient splits its groups over the cores
-        the chains leave (``cores // chains`` threads a chain), with the same draws.
+        Chains sampled in parallel.
     mass_matrix : {"diag", "low_rank", "diag_stan"}
         nutpie's mass-matrix adaptation.
     max_draws : int

@@ -1,3 +1,3 @@
 """The fast density: the hand-written log density and gradient of the three models (``kernel``), nutpie's callbacks
-around it (``callbacks``), the code written out per network (``written``), each gradient split over the cores a
-fit's chains leave (``threads``) and the integrity of numba's cache of it (``cache_guard``)."""
+around it (``callbacks``), the code written out per network (``written``) and the integrity of numba's cache of it
+(``cache_guard``)."""

@@ -50,9 +50,8 @@ def logp_callback(dim, x_, out_, logp_, user_data_):
 def callback(skip: int, fn):
     """nutpie's logp callback, compiled in this process.
 
-    Never cached on disk: a fit takes the cached one of :func:`hbnn.density.written.callback_for`
-    (:meth:`hbnn.density.densities.Density.callback`; the tests compare the two), or, splitting each gradient over
-    threads, this one around :func:`hbnn.density.written.split_callback`'s function.
+    Never cached: a fit takes the cached one of :func:`hbnn.density.written.callback_for`
+    (:meth:`hbnn.density.densities.Density.callback`); the tests compare the two.
 
     Parameters
     ----------
@@ -60,7 +59,7 @@ def callback(skip: int, fn):
         How many float64 slots into ``user_data`` the :func:`hbnn.density.buffer.pack` buffer starts (0 for
         :meth:`hbnn.density.densities.Density.nutpie_model`, whose ``user_data`` is the buffer).
     fn : callable
-        Computes the density, with :func:`hbnn.density.kernel.logp_grad`'s signature (a written module's).
+        Computes the density, with :func:`logp_grad`'s signature (a written module's).
 
     Returns
     -------

@@ -159,28 +159,21 @@ class Density:
 
         return logp_grad_for(*self._network(), self.likelihood, self.activation)
 
-    def callback(self, skip: int, threads: int = 1):
-        """nutpie's logp callback for this network: from numba's disk cache (:func:`hbnn.density.written.callback_for`),
-        or, splitting each gradient over threads, compiled around the cached density
-        (:func:`hbnn.density.written.split_callback`).
+    def callback(self, skip: int):
+        """nutpie's logp callback for this network, from numba's disk cache (:func:`hbnn.density.written.callback_for`).
 
         Parameters
         ----------
         skip : int
             How many float64 slots into nutpie's ``user_data`` the :meth:`pack` buffer starts.
-        threads : int, default 1
-            numba threads each call splits the groups' passes over (:func:`hbnn.density.kernel.logp_grad_threads`):
-            the same value and gradient, to the bit.
 
         Returns
         -------
         numba.core.ccallback.CFunc
             The callback, as :func:`hbnn.density.callbacks.callback` describes it.
         """
-        from hbnn.density.written import callback_for, split_callback
+        from hbnn.density.written import callback_for
 
-        if threads > 1:
-            return split_callback(*self._network(), self.likelihood, self.activation, skip, threads)
         return callback_for(*self._network(), self.likelihood, self.activation, skip)
 
     def _network(self) -> tuple[int, tuple[int, ...], bool]:

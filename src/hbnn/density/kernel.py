@@ -282,110 +282,20 @@ def logp_grad(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray) -> float:
     float
         The log density, every normalising constant included.
     """
-    n_layers, G, R, D, bias, extra_at, kind, lanes, scale, lay, counts, X, Y = _unpack(buf)
-    lp, n_w, widest, extra, sds = _priors(theta, grad, buf, lay, n_layers, D, bias, extra_at, kind)
-    # One group's weights, layer after layer, (n_in + bias, n_out) row-major, their gradients and the passes'
-    # arrays, all float32: the passes over rows (ROW_DTYPE); the sums over groups and the chain rule are float64.
-    W = np.empty(n_w, dtype=ROW_DTYPE)
-    gW = np.empty(n_w, dtype=ROW_DTYPE)
-    H = np.zeros((n_layers + 1, R * widest), dtype=ROW_DTYPE)
-    delta = np.empty(R * widest, dtype=ROW_DTYPE)
-    back = np.empty(R * widest, dtype=ROW_DTYPE)
-    e = np.empty(R, dtype=ROW_DTYPE)  # the Bernoulli terms' exp, over a group's rows
-    bits = np.empty(R, dtype=np.int32)
-    dlogit = np.empty(R, dtype=ROW_DTYPE)
-    g_sd = np.zeros(n_layers)
-    g_extra = 0.0
-    for g in range(G):
-        n = int(counts[g])
-        if scale != 1.0 and n == 0:  # none of the group's rows in this minibatch: its weights add nothing here
-            continue
-        ll, gs = _group_term(theta, W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, buf, lay, n_layers,
-                             bias, kind, sds, extra, lanes, scale)
-        lp += ll
-        g_extra += gs
-        _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g_sd)
-    return _finish(grad, lay, n_layers, kind, extra_at, g_sd, g_extra, lp)
-
-
-@numba.njit(fastmath=True, error_model="numpy", cache=True, parallel=True)
-def logp_grad_threads(theta: np.ndarray, grad: np.ndarray, buf: np.ndarray, blocks: int) -> float:
-    """:func:`logp_grad` with the groups' passes over their rows split across numba's threads.
-
-    The groups fall into ``blocks`` blocks of consecutive groups (at most one a group), each block's passes on one
-    of the calling thread's numba threads (the caller sets how many: ``numba.set_num_threads``; in a sampler, the
-    cores its chains leave, :mod:`hbnn.density.threads`). Each group's log-likelihood and weight gradient are kept
-    apart, then summed and taken through the chain rule on the calling thread in group order, as :func:`logp_grad`
-    does: the value and gradient are those of :func:`logp_grad`, to the bit, whatever the blocks and threads
-    (``tests/test_threads.py``). Its arrays are allocated empty and filled by plain loops: numba would run each
-    ``np.zeros`` or ``np.ones`` of a ``parallel`` function as a parallel loop, starting the threads once more.
-
-    Parameters
-    ----------
-    theta : numpy.ndarray
-        As for :func:`logp_grad`.
-    grad : numpy.ndarray
-        As for :func:`logp_grad`.
-    buf : numpy.ndarray
-        As for :func:`logp_grad`.
-    blocks : int
-        How many blocks the groups fall into: the threads to use.
-
-    Returns
-    -------
-    float
-        The log density, every normalising constant included.
-    """
-    n_layers, G, R, D, bias, extra_at, kind, lanes, scale, lay, counts, X, Y = _unpack(buf)
-    lp, n_w, widest, extra, sds = _priors(theta, grad, buf, lay, n_layers, D, bias, extra_at, kind)
-    blocks = max(1, min(blocks, G))
-    lls = np.empty(G)  # each group's, written before it is read
-    gss = np.empty(G)
-    gWs = np.empty((G, n_w), dtype=ROW_DTYPE)
-    Ws = np.empty((blocks, n_w), dtype=ROW_DTYPE)  # each block's scratch, as logp_grad's
-    Hs = np.empty((blocks, n_layers + 1, R * widest), dtype=ROW_DTYPE)
-    deltas = np.empty((blocks, R * widest), dtype=ROW_DTYPE)
-    backs = np.empty((blocks, R * widest), dtype=ROW_DTYPE)
-    es = np.empty((blocks, R), dtype=ROW_DTYPE)
-    bitss = np.empty((blocks, R), dtype=np.int32)
-    dlogits = np.empty((blocks, R), dtype=ROW_DTYPE)
-    for b in numba.prange(blocks):
-        for li in range(n_layers + 1):  # zeros, as logp_grad's: padding rows finite
-            for i in range(R * widest):
-                Hs[b, li, i] = 0.0
-        for g in range(b * G // blocks, (b + 1) * G // blocks):
-            n = int(counts[g])
-            if scale != 1.0 and n == 0:
-                continue
-            ll, gs = _group_term(theta, Ws[b], gWs[g], Hs[b], deltas[b], backs[b], dlogits[b], es[b], bitss[b], X,
-                                 Y, g, n, R, D, buf, lay, n_layers, bias, kind, sds, extra, lanes, scale)
-            lls[g] = ll
-            gss[g] = gs
-    g_sd = np.empty(n_layers)
-    for li in range(n_layers):
-        g_sd[li] = 0.0
-    g_extra = 0.0
-    for g in range(G):
-        if scale != 1.0 and int(counts[g]) == 0:
-            continue
-        lp += lls[g]
-        g_extra += gss[g]
-        _group_chain_rule(theta, grad, gWs[g], g, buf, lay, n_layers, bias, kind, sds, g_sd)
-    return _finish(grad, lay, n_layers, kind, extra_at, g_sd, g_extra, lp)
-
-
-@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _unpack(buf):
-    """The buffer's header as the density reads it, and views of its layers, counts and rows."""
     n_layers = int(buf[1])
     G = int(buf[2])
     R = int(buf[3])
     D = int(buf[4])
     bias = int(buf[5])
     extra_at = int(buf[7])  # the likelihood's extra parameter, log-transformed (-1: none)
+    noise_sd = buf[8]
+    lp = buf[9]  # every normalising constant, data-only terms included
+    n_dim = int(buf[10])
     kind = int(buf[11])
+    prior_sd = buf[12]
     lanes = int(buf[14])
     scale = buf[6]  # the rows each row present stands for: 1, or a minibatch's n_rows / batch_size
+    minibatch = scale != 1.0
     lay = buf[_HEADER: _HEADER + _PER_LAYER * n_layers]
     at = _HEADER + _PER_LAYER * n_layers
     counts = buf[at: at + G]
@@ -393,17 +303,7 @@ def _unpack(buf):
     X = buf[at: at + G * R * D].view(ROW_DTYPE)[:G * R * D]  # float32 values in the first half of their slots
     at += G * R * D
     Y = buf[at: at + G * R].view(ROW_DTYPE)[:G * R]
-    return n_layers, G, R, D, bias, extra_at, kind, lanes, scale, lay, counts, X, Y
 
-
-@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _priors(theta, grad, buf, lay, n_layers, D, bias, extra_at, kind):
-    """Every prior's log density, with the constants, and its gradient written into ``grad``; returns ``(lp,
-    weights per group, widest layer, the likelihood's extra parameter, each layer's group sd)``."""
-    lp = buf[9]  # every normalising constant, data-only terms included
-    n_dim = int(buf[10])
-    prior_sd = buf[12]
-    noise_sd = buf[8]
     # Standard-normal priors on every entry; the other priors are corrected below.
     for i in range(n_dim):
         grad[i] = -theta[i]
@@ -436,31 +336,38 @@ def _priors(theta, grad, buf, lay, n_layers, D, bias, extra_at, kind):
         u = extra / noise_sd
         lp += 0.5 * s * s - 0.5 * u * u + s
         grad[extra_at] = 1.0 - u * u
-    sds = np.empty(n_layers)  # each layer's group sd, exp(s) (hierarchical; else 1)
-    for li in range(n_layers):
-        sds[li] = math.exp(theta[int(lay[_PER_LAYER * li + 3])]) if kind == HIERARCHICAL else 1.0
-    return lp, n_w, widest, extra, sds
 
-
-@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _group_term(theta, W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, buf, lay, n_layers, bias, kind,
-                sds, extra, lanes, scale):
-    """Group ``g``'s log-likelihood and its derivative in the log of the extra parameter, each times ``scale``, with
-    its weight gradient (times ``scale``) written into ``gW``."""
-    _group_weights(theta, W, gW, g, buf, lay, n_layers, bias, kind, sds)
-    ll, gs = _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay, n_layers, bias, extra,
-                           lanes)
-    if scale != 1.0:
-        ll *= scale
-        gs *= scale
-        for k in range(gW.size):
-            gW[k] *= scale
-    return ll, gs
-
-
-@numba.njit(fastmath=True, error_model="numpy", cache=True, inline="always")
-def _finish(grad, lay, n_layers, kind, extra_at, g_sd, g_extra, lp):
-    """Adds the sums over groups to the group sds' and the extra parameter's gradients; returns ``lp``."""
+    # One group's weights, layer after layer, (n_in + bias, n_out) row-major, their gradients and the passes'
+    # arrays, all float32: the passes over rows (ROW_DTYPE); the sums over groups and the chain rule are float64.
+    W = np.empty(n_w, dtype=ROW_DTYPE)
+    gW = np.empty(n_w, dtype=ROW_DTYPE)
+    H = np.zeros((n_layers + 1, R * widest), dtype=ROW_DTYPE)
+    delta = np.empty(R * widest, dtype=ROW_DTYPE)
+    back = np.empty(R * widest, dtype=ROW_DTYPE)
+    e = np.empty(R, dtype=ROW_DTYPE)  # the Bernoulli terms' exp, over a group's rows
+    bits = np.empty(R, dtype=np.int32)
+    dlogit = np.empty(R, dtype=ROW_DTYPE)
+    g_sd = np.zeros(n_layers)
+    sds = np.ones(n_layers)  # each layer's group sd, exp(s) (hierarchical)
+    if kind == HIERARCHICAL:
+        for li in range(n_layers):
+            sds[li] = math.exp(theta[int(lay[_PER_LAYER * li + 3])])
+    g_extra = 0.0
+    for g in range(G):
+        n = int(counts[g])
+        if minibatch and n == 0:  # none of the group's rows in this minibatch: its weights add nothing here
+            continue
+        _group_weights(theta, W, gW, g, buf, lay, n_layers, bias, kind, sds)
+        ll, gs = _group_loglik(W, gW, H, delta, back, dlogit, e, bits, X, Y, g, n, R, D, lay, n_layers, bias, extra,
+                               lanes)
+        if minibatch:
+            ll *= scale
+            gs *= scale
+            for k in range(n_w):
+                gW[k] *= scale
+        lp += ll
+        g_extra += gs
+        _group_chain_rule(theta, grad, gW, g, buf, lay, n_layers, bias, kind, sds, g_sd)
     if kind == HIERARCHICAL:
         for li in range(n_layers):
             grad[int(lay[_PER_LAYER * li + 3])] += g_sd[li]

@@ -10,17 +10,14 @@ and their gradient back to them (``_group_weights``, ``_group_chain_rule``) are 
 
 :func:`logp_grad_for` writes the functions for a network (features, hidden widths, bias) as Python
 source into a module file under :func:`hbnn.density.modules.cache_dir`, named by a hash of that source, and imports it:
-the module compiles :mod:`hbnn.density.kernel`'s own functions (:data:`_KERNEL_OWN`: ``logp_grad`` and
-``logp_grad_threads`` with the helpers they share, their source unchanged) around the written-out ``_forward``,
-``_backward``, ``_group_weights`` and ``_group_chain_rule``, so the density and its checks are the kernel's, and
-numba's disk cache serves every process after the first.
+the module compiles :mod:`hbnn.density.kernel`'s own ``_group_loglik`` and ``logp_grad`` (their source, unchanged)
+around the written-out ``_forward``, ``_backward``, ``_group_weights`` and ``_group_chain_rule``, so the
+density and its checks are the kernel's, and numba's disk cache serves every process after the first.
 Networks past :data:`MAX_WEIGHTS` weights per group (one accumulator each) get a module of the generic loops.
 
 :func:`callback_for` writes nutpie's callback around a network's ``logp_grad`` into a module of its own (one per
 network and position of the buffer in ``user_data``), and :func:`expand_callback` nutpie's expand callback, so
-numba's disk cache serves them too instead of a compile in every process that samples. A callback that splits each
-gradient over threads (:func:`split_callback`) sets the calling thread's thread count, which numba cannot cache: it
-is compiled in each process that samples with it, around the cached ``logp_grad_threads``.
+numba's disk cache serves them too instead of a compile in every process that samples.
 
 Every fit samples code written here, and only here, loaded by :func:`hbnn.density.modules.load`.
 """
@@ -197,11 +194,6 @@ def _informed_weights(li: int, size: int, w_at: int) -> list[str]:
 GENERIC = ("_forward", "_backward", "_group_weights", "_group_chain_rule")
 
 
-# hbnn.density.kernel's functions every written module compiles as they are, around the passes
-_KERNEL_OWN = ("_output", "_group_loglik", "_unpack", "_priors", "_group_term", "_finish", "logp_grad",
-               "logp_grad_threads")
-
-
 def module_source(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str,
                   generic: bool = False) -> str:
     """The module of one model's log density.
@@ -240,7 +232,9 @@ def module_source(n_features: int, hidden: tuple[int, ...], bias: bool, likeliho
         modules.compiled(activations.get(activation).compiled_source),
         modules.compiled(likelihoods.get(likelihood).density_source),
         *passes,
-        *(modules.function_source(kernel.SOURCE, name) for name in _KERNEL_OWN),
+        modules.function_source(kernel.SOURCE, "_output"),
+        modules.function_source(kernel.SOURCE, "_group_loglik"),
+        modules.function_source(kernel.SOURCE, "logp_grad"),
     ])
 
 
@@ -305,14 +299,10 @@ def logp_grad_for(n_features: int, hidden: tuple[int, ...], bias: bool, likeliho
     numba.core.registry.CPUDispatcher
         With :func:`hbnn.density.kernel.logp_grad`'s signature, loaded as :func:`hbnn.density.modules.load` says.
     """
-    return _loaded(n_features, tuple(int(h) for h in hidden), bias, likelihood, activation, generic).logp_grad
-
-
-@functools.cache
-def _loaded(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str, generic: bool):
-    """The written module of this model (:func:`module_source`), loaded as :func:`hbnn.density.modules.load` says."""
+    hidden = tuple(int(h) for h in hidden)
     with modules.LOADING:
-        return modules.load(*_network_module(n_features, hidden, bias, likelihood, activation, generic), "logp_grad")
+        return modules.load(*_network_module(n_features, hidden, bias, likelihood, activation, generic),
+                            "logp_grad").logp_grad
 
 
 def callback_source(network: str, skip: int) -> str:
@@ -374,43 +364,6 @@ def callback_for(n_features: int, hidden: tuple[int, ...], bias: bool, likelihoo
     name = "hbnn_callback_" + hashlib.sha256(source.encode()).hexdigest()[:20]
     with modules.LOADING:
         return modules.load(name, source, "logp_callback", depends=(network,)).logp_callback
-
-
-@functools.cache
-def split_callback(n_features: int, hidden: tuple[int, ...], bias: bool, likelihood: str, activation: str,
-                   skip: int, threads: int):
-    """nutpie's logp callback for this model that splits each gradient's groups over ``threads`` of numba's threads
-    (:func:`hbnn.density.kernel.logp_grad_threads`, from the written module, loaded from numba's disk cache).
-
-    Each call first sets the calling thread's (a chain's) numba thread count: numba compiles that call to an address
-    that differs in every process, so this callback is compiled here, in each process (about a second), and never
-    cached. It gives :func:`callback_for`'s value and gradient, to the bit (``tests/test_threads.py``).
-
-    Parameters
-    ----------
-    n_features, hidden, bias, likelihood, activation
-        The model, as for :func:`module_source`.
-    skip : int
-        How many float64 slots into ``user_data`` the buffer starts.
-    threads : int
-        numba threads a call uses (:func:`hbnn.density.threads.usable` says how many can run).
-
-    Returns
-    -------
-    numba.core.ccallback.CFunc
-        As :func:`hbnn.density.callbacks.callback` describes it.
-    """
-    import numba
-
-    split = _loaded(n_features, tuple(int(h) for h in hidden), bias, likelihood, activation, False).logp_grad_threads
-    n = int(threads)
-
-    @numba.njit
-    def logp_grad(theta, grad, buf):
-        numba.set_num_threads(n)
-        return split(theta, grad, buf, n)
-
-    return callbacks.callback(skip, logp_grad)
 
 
 @functools.cache

@@ -37,7 +37,6 @@ import os
 from dataclasses import dataclass
 
 from hbnn.config import ConfigError, Params
-from hbnn.density import threads
 from hbnn.pipeline.variants import FITS, HIERARCHICAL, INFORMED
 
 log = logging.getLogger(__name__)
@@ -338,11 +337,7 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         tuning = s.tune
         run = _nuts_run(s, hierarchical)
     per_row_weight = KERNEL_NS_PER_ROW_WEIGHT if s.backend == "nutpie" or density_advi else NS_PER_ROW_WEIGHT
-    split = 1  # each chain's gradient splits its groups' rows over the cores the chains leave (hbnn.density.threads,
-    # where numba runs a thread-safe layer)
-    if hierarchical and s.backend == "nutpie" and _hand_written(params, hierarchical):
-        split = threads.per_chain(s.cores, s.chains, n_groups)
-    grad_us += per_row_weight * 1e-3 * rows_per_step * per_group / split
+    grad_us += per_row_weight * 1e-3 * rows_per_step * per_group
     if informed:
         grad_us += NS_PER_PRIOR_ENTRY * 1e-3 * sum(w * w for w in layers)
     fits = 1 if hierarchical else n_groups
@@ -361,8 +356,6 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
         trace = (draws + s.chains * tuning) * stored_params * BYTES * COPIES
         memory[worst] = PROCESS_GIB + (trace + predictions + fixed) / 2**30
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
-    if split > 1:
-        sizes += f"; each chain's gradient over {split} threads (cores={s.cores})"
     if hierarchical and widest * n_groups > 2 * n_train:  # the padding is what costs: say so
         sizes += f"; every group padded to the largest's {widest} rows: {widest * n_groups} rows held"
     first = None

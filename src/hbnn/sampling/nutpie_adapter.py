@@ -2,7 +2,7 @@
 
 hbnn samples with nutpie but reaches past its public ``sample``: it builds nutpie's model class
 (``nutpie.compile_pymc.CompiledPyMCModel``) around the hand-written density's callbacks (:func:`compiled_model`) and
-replaces its fields (:func:`replaced`), reads nutpie's raw trace into a
+replaces its fields (:func:`with_user_data`, :func:`with_initial_points`), reads nutpie's raw trace into a
 :class:`~hbnn.files.trace.Trace` without ArviZ (:func:`trace_from_raw`), imports nutpie without ArviZ
 (:func:`load`), and keys numba's disk cache of nutpie's ``cfunc`` wrappers itself (:func:`compile_numba`). Each
 depends on how a nutpie release lays these out, so they are tested against the releases in :data:`SUPPORTED` and
@@ -105,25 +105,36 @@ def compiled_model(**fields):
     return load().compile_pymc.CompiledPyMCModel(**fields)
 
 
-def replaced(compiled, *, user_data: np.ndarray | None = None, initial_point=None, logp_callback=None):
-    """``compiled`` with some of its fields replaced.
+def with_user_data(compiled, user_data: np.ndarray):
+    """``compiled`` sampling the same callbacks over another ``user_data`` buffer (another group's rows).
 
     Parameters
     ----------
     compiled : nutpie.compile_pymc.CompiledPyMCModel
-    user_data : numpy.ndarray, optional
-        Another :func:`hbnn.density.buffer.pack` buffer for the same callbacks (another group's rows).
-    initial_point : callable, optional
-        A chain's first point on the unconstrained scale, from its seed.
-    logp_callback : numba.core.ccallback.CFunc, optional
-        Another logp callback of the same density and layout (one that splits each gradient over threads).
+    user_data : numpy.ndarray
+        :func:`hbnn.density.buffer.pack`'s buffer.
 
     Returns
     -------
     nutpie.compile_pymc.CompiledPyMCModel
     """
-    fields = {"user_data": user_data, "initial_point_func": initial_point, "compiled_logp_func": logp_callback}
-    return dataclasses.replace(compiled, **{k: v for k, v in fields.items() if v is not None})
+    return dataclasses.replace(compiled, user_data=user_data)
+
+
+def with_initial_points(compiled, initial_point):
+    """``compiled`` whose chains start where ``initial_point(seed)`` says.
+
+    Parameters
+    ----------
+    compiled : nutpie.compile_pymc.CompiledPyMCModel
+    initial_point : callable
+        A chain's first point on the unconstrained scale, from its seed.
+
+    Returns
+    -------
+    nutpie.compile_pymc.CompiledPyMCModel
+    """
+    return dataclasses.replace(compiled, initial_point_func=initial_point)
 
 
 _LOCK = threading.Lock()

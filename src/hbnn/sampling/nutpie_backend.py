@@ -21,9 +21,10 @@ from hbnn.sampling.backend import Backend, _leapfrog_steps
 from hbnn.sampling.nutpie_adapter import (
     check_version,
     draws_done,
-    replaced,
     trace_from_batches,
     trace_from_raw,
+    with_initial_points,
+    with_user_data,
 )
 from hbnn.sampling.restarts import RESTART_SEED_KEY, _restart_record, _warn_divergent_stop, restart_reason
 from hbnn.sampling.runlength import _next_check, look_unit
@@ -40,9 +41,7 @@ class NutpieBackend(Backend):
     With a hand-written log density (``density``, :mod:`hbnn.density.densities`), nutpie's model is built from it
     alone (:meth:`~hbnn.density.densities.Density.checked_nutpie_model`: no PyMC model is built or compiled once the
     density has been checked against it), and new rows are packed into its buffer; where the check fails, PyMC's
-    compiled density is sampled instead, with a warning. A hierarchical density whose chains leave cores idle
-    (``cores`` past ``chains``) splits each gradient's groups over ``cores // chains`` threads a chain
-    (:mod:`hbnn.density.threads`): the same draws, sooner.
+    compiled density is sampled instead, with a warning.
     With ``max_draws`` and a :attr:`~hbnn.sampling.backend.Backend.until` check, the chains run on towards
     ``max_draws`` while the first ``n`` draws of every chain are judged at each look (defined in
     :mod:`hbnn.sampling.runlength`: ``n = draws``, then where :func:`hbnn.sampling.runlength._next_check` places the
@@ -84,7 +83,7 @@ class NutpieBackend(Backend):
             from hbnn.density.pymc_check import DensityMismatch
 
             try:
-                self.compiled = self._threaded(density.checked_nutpie_model(self.full_batch_model), density)
+                self.compiled = density.checked_nutpie_model(self.full_batch_model)
                 self.density = density
                 return
             except DensityMismatch as err:  # not the model's density: PyTensor's is the same model, only slower
@@ -95,34 +94,6 @@ class NutpieBackend(Backend):
 
         self.compiled = compile_numba(self.model)
 
-    def _threaded(self, compiled, density):
-        """``compiled`` with a callback that splits each gradient over the cores the chains leave, where the density
-        is hierarchical, the settings leave cores, numba can run the threads, and the split callback gives the same
-        bits as the serial one at the chains' centre (else ``compiled`` as it is)."""
-        from hbnn.density import threads
-        from hbnn.density.kernel import HIERARCHICAL
-
-        s = self.settings
-        groups = int(density.X_padded.shape[0])
-        n = threads.per_chain(s.cores, s.chains, groups) if density.kind == HIERARCHICAL else 1
-        if n == 1 or (n := threads.usable(n)) == 1:
-            return compiled
-        try:
-            split = density.callback(0, n)
-            same = threads.same_bits(density.callback(0), split, density.pack(density.offsets()),
-                                     density.initial_center())
-        except Exception as err:  # noqa: BLE001 - the serial callback samples the same draws
-            log.warning("density threads: no callback splits the gradient over %d threads here (%s: %s); each "
-                        "chain's gradient runs on one thread", n, type(err).__name__, err)
-            return compiled
-        if not same:
-            log.warning("density threads: the gradient split over %d threads differs from the serial one in its "
-                        "bits here; each chain's gradient runs on one thread", n)
-            return compiled
-        log.info("hierarchical density: each chain's gradient splits its %d groups over %d threads (cores=%d, "
-                 "chains=%d)", groups, n, s.cores, s.chains)
-        return replaced(compiled, logp_callback=split)
-
     def _with_data(self, data: Mapping[str, np.ndarray] | None):
         if not data:
             return self.compiled
@@ -131,7 +102,7 @@ class NutpieBackend(Backend):
         if set(data) != {"x", "y"}:
             raise ValueError(f"the hand-written log density takes new rows as x and y, not {sorted(data)}")
         rows = self.density.with_rows(data["x"], data["y"])
-        return replaced(self.compiled, user_data=rows.pack(rows.offsets()))
+        return with_user_data(self.compiled, rows.pack(rows.offsets()))
 
     def run(self, seed, data):
         """Start a fit and wait for it (:meth:`start`, :meth:`finish`).
@@ -413,7 +384,7 @@ def starting_from(compiled, posterior: xr.Dataset, chain: int):
     def initial_point(seed) -> np.ndarray:
         return points[np.random.default_rng(seed).integers(len(points))].copy()
 
-    return replaced(compiled, initial_point=initial_point)
+    return with_initial_points(compiled, initial_point)
 
 
 @contextlib.contextmanager

@@ -90,6 +90,10 @@ DEFINITIONS = {
                  "estimated_minutes what the budget expects; error: a point that failed or was stopped "
                  "(seconds_run: after how long; warnings: up to 20 of the stage's warning lines, a restart's reason "
                  "among them; last_line: its last line of standard error)",
+    "hier_nuts_fixed": "scaling: as hier_nuts, with the committed hier_sampler's length fixed (max_draws 0, restarts "
+                       "0: tune + draws iterations per chain, whether or not every group meets the bar), at sizes "
+                       "where run-length control and restarts make the default run past the point limit: what those "
+                       "iterations cost, against the budget's estimate for the same settings (tests/test_budget.py)",
     "bench_seconds": "seconds of the run that last wrote this file, over the sections it ran",
     "steps_per_iteration": "leapfrog steps (gradients) per NUTS iteration: grad_evals / (chains x (tune x (1 + "
                            "restarts) + draws))",
@@ -437,7 +441,10 @@ def repro(work: Path, base: dict | None = None) -> dict:
 
 
 _NO_LIMITS = {"max_memory_gib": 1e6, "max_minutes": 1e6}
-SCALING_ROWS = ("hier_nuts", "per_group_nuts", "hier_advi", "hier_advi_minibatch", "report")
+# The committed hier_sampler with its length fixed (tune + draws per chain, no further look, no restart): what that many
+# iterations cost, measured at sizes where run-length control and restarts make the default run past the point limit.
+_HIER_FIXED = {"max_draws": 0, "restarts": 0}
+SCALING_ROWS = ("hier_nuts", "hier_nuts_fixed", "per_group_nuts", "hier_advi", "hier_advi_minibatch", "report")
 
 
 def _trace_draws(trace: Path) -> int:
@@ -459,25 +466,33 @@ def _typical_minutes(stage: str, params: Path) -> float:
     return estimate_fit(stage, p, load_run_tasks(params.parent / "data" / "tasks.nc", p)).minutes
 
 
-def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None = None) -> dict:
-    """The hierarchical fit at ``n`` groups with the committed ``hier_sampler`` (run-length control and restarts on):
-    seconds, leapfrog steps per iteration, microseconds per gradient and per group, peak memory, and whether every
-    group meets the convergence criterion."""
+def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None = None,
+                    row: str = "hier_nuts") -> dict:
+    """The hierarchical fit at ``n`` groups with the committed ``hier_sampler``: seconds, leapfrog steps per
+    iteration, microseconds per gradient and per group, peak memory, and whether every group meets the convergence
+    criterion.
+
+    ``row`` ``hier_nuts``: as committed (run-length control and restarts on), stopped past ``sizes.point_limit_s``;
+    ``hier_nuts_fixed``: of fixed length (:data:`_HIER_FIXED`), stopped past ``sizes.fixed_limit_s``.
+    """
+    fixed = row == "hier_nuts_fixed"
+    limit_s = sizes.fixed_limit_s if fixed else sizes.point_limit_s
     # limits off: the point measures what the fit costs, where the budget's worst case would refuse it
-    params = _params(work / f"hier_nuts_{n}", n, None, sizes.params, limits=_NO_LIMITS)
+    params = _params(work / f"{row}_{n}", n, None, sizes.params, limits=_NO_LIMITS,
+                     **({"hier_sampler": _HIER_FIXED} if fixed else {}))
     _stage("make_data", params, "--out", "data/tasks.nc")
     expected = _typical_minutes("fit_hier", params)
-    if expected * 60 > sizes.point_limit_s:  # a point the budget expects past the limit is not spent to learn it
+    if expected * 60 > limit_s:  # a point the budget expects past the limit is not spent to learn it
         reason = (f"not run: hbnn.pipeline.budget expects {expected:.0f} min (its typical estimate, within 2x of the "
-                  f"measured points), past the point limit of {sizes.point_limit_s / 60:g} min")
-        print(f"bench: scaling hier_nuts n_groups={n} {reason}", flush=True)
+                  f"measured points), past the point limit of {limit_s / 60:g} min")
+        print(f"bench: scaling {row} n_groups={n} {reason}", flush=True)
         return {**(stamp or run_stamp()), "n_groups": n, "skipped": reason, "estimated_minutes": round(expected, 1),
                 "hier_trace": ""}
-    print(f"bench: scaling hier_nuts n_groups={n} (expected ~{expected:.0f} min) ...", flush=True)
+    print(f"bench: scaling {row} n_groups={n} (expected ~{expected:.0f} min) ...", flush=True)
     try:
-        r = _fit("fit_hier", params, "hier", limit_s=sizes.point_limit_s)
+        r = _fit("fit_hier", params, "hier", limit_s=limit_s)
     except StageFailed as e:  # past the limit, killed (out of memory) or failed: the point says so
-        print(f"bench: scaling hier_nuts n_groups={n} failed: {e}", flush=True)
+        print(f"bench: scaling {row} n_groups={n} failed: {e}", flush=True)
         return {**(stamp or run_stamp()), "n_groups": n, **e.record(), "hier_trace": ""}
     t, s = r["timing"]["sampling"], r["metrics"]["sampling"]
     hs = yaml.safe_load(params.read_text())["hier_sampler"]
@@ -541,9 +556,10 @@ def scaling(work: Path, sizes: Sizes = FULL, rows=SCALING_ROWS, stamp: dict | No
     """The scaling rows in ``rows`` (:data:`SCALING_ROWS`), every point stamped (:func:`run_stamp`).
 
     ``hier_nuts``: the hierarchical fit with the committed ``hier_sampler`` at ``sizes.nuts_groups`` groups
-    (:func:`hier_nuts_point`); ``per_group_nuts``: the flat and informed per-group fits at
+    (:func:`hier_nuts_point`), ``hier_nuts_fixed`` that fit of fixed length at ``sizes.fixed_groups``;
+    ``per_group_nuts``: the flat and informed per-group fits at
     ``sizes.per_group_groups``, in-process and on a 2-worker LocalCluster (:func:`per_group_nuts`; the informed prior
-    from that size's ``hier_nuts`` fit, run here if ``hier_nuts`` is not); ``hier_advi`` and
+    from that size's ``hier_nuts`` or ``hier_nuts_fixed`` fit, run here if neither is); ``hier_advi`` and
     ``hier_advi_minibatch``: ADVI, full batch and minibatch; ``report``: the report stage at
     ``sizes.report_groups``. ``save`` (if given) is called with the rows so far after every point.
     """
@@ -551,23 +567,26 @@ def scaling(work: Path, sizes: Sizes = FULL, rows=SCALING_ROWS, stamp: dict | No
     stamp = stamp or run_stamp()
     out: dict = {row: {} for row in rows}
     traces: dict[int, Path] = {}
-    if "hier_nuts" in rows:
-        for n in sizes.nuts_groups:
-            point = hier_nuts_point(work, n, sizes, stamp)
-            if trace := point.pop("hier_trace"):
-                traces[n] = Path(trace)
-            out["hier_nuts"][str(n)] = point
+    sources: dict[int, str] = {}  # the row that drew each size's hierarchical posterior
+    for row, groups in (("hier_nuts", sizes.nuts_groups), ("hier_nuts_fixed", sizes.fixed_groups)):
+        if row not in rows:
+            continue
+        for n in groups:
+            point = hier_nuts_point(work, n, sizes, stamp, row)
+            if (trace := point.pop("hier_trace")) and n not in traces:
+                traces[n], sources[n] = Path(trace), row
+            out[row][str(n)] = point
             save(out)
     if "per_group_nuts" in rows:
         n = sizes.per_group_groups
-        hier = None
+        hier = _HIER_FIXED if sources.get(n) == "hier_nuts_fixed" else None
         if n not in traces:  # the informed prior's cost does not depend on how its posterior was drawn
             hier = sizes.many_groups["hier_sampler"]
             traces[n] = _advi_hier_trace(work, n, sizes, hier)
         if n in traces:
             out["per_group_nuts"][str(n)] = {
                 how: {**per_group_nuts(work, traces[n], n, scheduler, sizes, stamp, hier),
-                      "prior_from": "hier_nuts" if hier is None else "minibatch ADVI"}
+                      "prior_from": sources.get(n, "minibatch ADVI")}
                 for how, scheduler in (("in_process", ""), ("local_cluster_2", "local:2"))}
             save(out)
     for key, batch, groups in (("hier_advi", 0, sizes.advi_groups),
@@ -730,7 +749,7 @@ def _table(result: dict) -> str:
         if slope is not None:
             cells += f" (log-log slope {slope:.2f})"
         rows.append(f"scaling {key}: {cells}")
-        if key == "hier_nuts":
+        if key in ("hier_nuts", "hier_nuts_fixed"):
             rows.extend(f"  {n} groups: {p['draws']} draws, {p['steps_per_iteration']:.0f} steps an iteration, "
                         f"{p['us_per_grad_per_group']:.2f} us/grad a group, {p['groups_not_converged']} groups "
                         f"missing the bar" for n, p in sorted(points.items(), key=lambda item: int(item[0]))
@@ -778,9 +797,13 @@ def main(argv=None) -> int:
                         help="scaling-section rows to run (default all); the others keep their last values")
     parser.add_argument("--nuts-groups", nargs="*", type=int, default=None,
                         help="the hier_nuts scaling row's numbers of groups (default: benchmarks/sizes.py's)")
+    parser.add_argument("--fixed-groups", nargs="*", type=int, default=None,
+                        help="the hier_nuts_fixed scaling row's numbers of groups (default: benchmarks/sizes.py's)")
     parser.add_argument("--point-limit-min", type=float, default=None,
                         help="minutes a hier_nuts point may run before it is stopped (default: benchmarks/sizes.py's "
                              "30); a point the budget expects past it is not run")
+    parser.add_argument("--fixed-limit-min", type=float, default=None,
+                        help="the same for a hier_nuts_fixed point (default: benchmarks/sizes.py's 70)")
     parser.add_argument("--smoke", action="store_true",
                         help="every chosen row and section at tiny settings (benchmarks/sizes.py SMOKE), to check "
                              "that they run, not to measure; writes only --out, and only this run's results")
@@ -817,6 +840,10 @@ def main(argv=None) -> int:
                 sizes = dataclasses.replace(sizes, nuts_groups=tuple(args.nuts_groups))
             if args.point_limit_min is not None:
                 sizes = dataclasses.replace(sizes, point_limit_s=60.0 * args.point_limit_min)
+            if args.fixed_groups:
+                sizes = dataclasses.replace(sizes, fixed_groups=tuple(args.fixed_groups))
+            if args.fixed_limit_min is not None:
+                sizes = dataclasses.replace(sizes, fixed_limit_s=60.0 * args.fixed_limit_min)
             before = {k: v for k, v in previous.get("scaling", {}).items() if k in SCALING_ROWS}
 
             def save(fresh: dict) -> None:  # after every point: a stopped run keeps the points it measured

@@ -51,7 +51,8 @@ class Sizes:
     informed fits, in-process and on a LocalCluster), ``advi_groups`` and ``minibatch_groups`` the scaling section's
     sizes, ``report_groups`` and ``report_iterations`` its report point (ADVI fits of that many iterations);
     ``many_groups`` the overrides of the many-groups pipeline; ``point_limit_s`` the seconds a ``hier_nuts`` point may
-    run (it is recorded as stopped past that).
+    run (it is recorded as stopped past that); ``fixed_groups`` and ``fixed_limit_s`` the sizes and limit of the
+    ``hier_nuts_fixed`` points (the committed ``hier_sampler`` with its length fixed).
     """
 
     params: dict = field(default_factory=dict)
@@ -66,6 +67,8 @@ class Sizes:
     nuts_groups: tuple[int, ...] = (18, 60, 200, 1000)
     per_group_groups: int = 1000
     point_limit_s: float = 1800.0  # past 30 min a hierarchical NUTS point is stopped and recorded as too slow
+    fixed_groups: tuple[int, ...] = (1000,)  # where the default run-length control runs past point_limit_s
+    fixed_limit_s: float = 4200.0  # 1000 groups x 2 chains x 1500 iterations: ~45 min on 2 cores, with margin
     advi_groups: tuple[int, ...] = (18, 60, 200)
     minibatch_groups: tuple[int, ...] = (18, 60, 200, 1000)
     report_groups: int = 200
@@ -92,6 +95,7 @@ SMOKE = Sizes(
     floor_number=10,
     cluster_repeats=1,
     nuts_groups=(2, 3),
+    fixed_groups=(2,),
     per_group_groups=3,
     advi_groups=(3,),
     minibatch_groups=(3,),

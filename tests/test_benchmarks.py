@@ -239,13 +239,18 @@ def test_every_other_section_runs_at_smoke_sizes(tmp_path, section):
     if section == "scaling":
         sizes = bench.SMOKE
         assert {k: set(v) for k, v in got["scaling"].items() if k != "linearity"} == {
-            "hier_nuts": {str(n) for n in sizes.nuts_groups}, "hier_advi": {str(n) for n in sizes.advi_groups},
+            "hier_nuts": {str(n) for n in sizes.nuts_groups},
+            "hier_nuts_fixed": {str(n) for n in sizes.fixed_groups}, "hier_advi": {str(n) for n in sizes.advi_groups},
             "per_group_nuts": {str(sizes.per_group_groups)},
             "hier_advi_minibatch": {str(n) for n in sizes.minibatch_groups}, "report": {str(sizes.report_groups)}}
         assert "loglog_slope" in got["scaling"]["linearity"]["hier_nuts"]
         stamp = got["measured"]["scaling"]
-        for point in got["scaling"]["hier_nuts"].values():
+        for point in [*got["scaling"]["hier_nuts"].values(), *got["scaling"]["hier_nuts_fixed"].values()]:
             assert point["commit"] == stamp["commit"] and point["steps_per_iteration"] > 0 and point["draws"] > 0
+        for point in got["scaling"]["hier_nuts_fixed"].values():  # exactly tune + draws, never restarted
+            hs = point["hier_sampler"]
+            assert (hs["max_draws"], hs["restarts"], point["restarts"]) == (0, 0, 0)
+            assert point["draws"] == hs["draws"]
         fits = got["scaling"]["per_group_nuts"][str(sizes.per_group_groups)]
         assert set(fits) == {"in_process", "local_cluster_2"}
         assert all(fits[how][stem]["process_s"] > 0 for how in fits for stem in ("flat", "informed"))

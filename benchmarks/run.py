@@ -444,6 +444,7 @@ _NO_LIMITS = {"max_memory_gib": 1e6, "max_minutes": 1e6}
 # The committed hier_sampler with its length fixed (tune + draws per chain, no further look, no restart): what that many
 # iterations cost, measured at sizes where run-length control and restarts make the default run past the point limit.
 _HIER_FIXED = {"max_draws": 0, "restarts": 0}
+_HIER_NUTS_ROWS = {"hier_nuts": {}, "hier_nuts_fixed": _HIER_FIXED}  # each row's overrides of hier_sampler
 SCALING_ROWS = ("hier_nuts", "hier_nuts_fixed", "per_group_nuts", "hier_advi", "hier_advi_minibatch", "report")
 
 
@@ -475,11 +476,10 @@ def hier_nuts_point(work: Path, n: int, sizes: Sizes = FULL, stamp: dict | None 
     ``row`` ``hier_nuts``: as committed (run-length control and restarts on), stopped past ``sizes.point_limit_s``;
     ``hier_nuts_fixed``: of fixed length (:data:`_HIER_FIXED`), stopped past ``sizes.fixed_limit_s``.
     """
-    fixed = row == "hier_nuts_fixed"
-    limit_s = sizes.fixed_limit_s if fixed else sizes.point_limit_s
+    limit_s = sizes.fixed_limit_s if row == "hier_nuts_fixed" else sizes.point_limit_s
     # limits off: the point measures what the fit costs, where the budget's worst case would refuse it
     params = _params(work / f"{row}_{n}", n, None, sizes.params, limits=_NO_LIMITS,
-                     **({"hier_sampler": _HIER_FIXED} if fixed else {}))
+                     hier_sampler=_HIER_NUTS_ROWS[row])
     _stage("make_data", params, "--out", "data/tasks.nc")
     expected = _typical_minutes("fit_hier", params)
     if expected * 60 > limit_s:  # a point the budget expects past the limit is not spent to learn it
@@ -566,29 +566,28 @@ def scaling(work: Path, sizes: Sizes = FULL, rows=SCALING_ROWS, stamp: dict | No
     save = save or (lambda rows_so_far: None)
     stamp = stamp or run_stamp()
     out: dict = {row: {} for row in rows}
-    traces: dict[int, Path] = {}
-    sources: dict[int, str] = {}  # the row that drew each size's hierarchical posterior
+    posteriors: dict[int, tuple[Path, str]] = {}  # each size's first hierarchical NUTS trace, and its row
     for row, groups in (("hier_nuts", sizes.nuts_groups), ("hier_nuts_fixed", sizes.fixed_groups)):
         if row not in rows:
             continue
         for n in groups:
             point = hier_nuts_point(work, n, sizes, stamp, row)
-            if (trace := point.pop("hier_trace")) and n not in traces:
-                traces[n], sources[n] = Path(trace), row
+            if trace := point.pop("hier_trace"):
+                posteriors.setdefault(n, (Path(trace), row))
             out[row][str(n)] = point
             save(out)
     if "per_group_nuts" in rows:
         n = sizes.per_group_groups
-        hier = _HIER_FIXED if sources.get(n) == "hier_nuts_fixed" else None
-        if n not in traces:  # the informed prior's cost does not depend on how its posterior was drawn
-            hier = sizes.many_groups["hier_sampler"]
-            traces[n] = _advi_hier_trace(work, n, sizes, hier)
-        if n in traces:
-            out["per_group_nuts"][str(n)] = {
-                how: {**per_group_nuts(work, traces[n], n, scheduler, sizes, stamp, hier),
-                      "prior_from": sources.get(n, "minibatch ADVI")}
-                for how, scheduler in (("in_process", ""), ("local_cluster_2", "local:2"))}
-            save(out)
+        if n in posteriors:
+            trace, source = posteriors[n]
+            hier = _HIER_NUTS_ROWS[source]
+        else:  # the informed prior's cost does not depend on how its posterior was drawn
+            source, hier = "minibatch ADVI", sizes.many_groups["hier_sampler"]
+            trace = _advi_hier_trace(work, n, sizes, hier)
+        out["per_group_nuts"][str(n)] = {
+            how: {**per_group_nuts(work, trace, n, scheduler, sizes, stamp, hier), "prior_from": source}
+            for how, scheduler in (("in_process", ""), ("local_cluster_2", "local:2"))}
+        save(out)
     for key, batch, groups in (("hier_advi", 0, sizes.advi_groups),
                                ("hier_advi_minibatch", 500, sizes.minibatch_groups)):
         if key not in rows:

@@ -84,7 +84,8 @@ def test_the_hierarchical_nuts_estimate_is_within_2x_of_the_recorded_scaling_poi
     """The hierarchical fit at the committed hier_sampler, as `make bench` measured it (moons: 50 training and 50 test
     rows a group; ``hier_nuts``: run-length control and restarts on, at 18 to 200 groups; ``hier_nuts_fixed``: of
     fixed length, at 1000): compile + sampling seconds and the stage's peak memory against the typical estimate for
-    the settings it ran, within a factor of 2 either way; the most it can take is above the measured."""
+    the settings it ran, within a factor of 2 either way; for ``hier_nuts``, which can draw on or restart, the most it
+    can take is above the measured."""
     point = SCALING[row][n]
     if "seconds" not in point:  # failed, or skipped on its estimate: the point says why
         ran = f" (stopped after {point['seconds_run']:.0f} s)" if "seconds_run" in point else ""

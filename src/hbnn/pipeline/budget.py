@@ -20,8 +20,11 @@ The model of the cost:
   over the hand-written density (full batch, and the hierarchical fit's minibatches), ``DENSITY_ADVI_STEP_US`` plus
   ``KERNEL_NS_PER_ROW_WEIGHT`` per (batch row x weight) plus ``NS_PER_DENSITY_ADVI_PARAM`` per parameter, plus
   ``NS_PER_MINIBATCH_ROW`` per minibatch row;
-- memory holds every stored draw of every value ``COPIES`` times over (a hierarchical draw stores each group's
-  ``z`` and its weights), the posterior predictions of every row, and the hierarchical fit's padded layout.
+- a fit's memory is the larger of two phases, over the process and the hierarchical fit's padded layout: while NUTS
+  samples, the sampler's batches of every draw, tuning included, ``SAMPLER_COPIES`` times over and each chain's
+  trajectory (``NUTS_STATE_VALUES`` per sampled coordinate); once it is over, every kept draw of every value
+  ``COPIES`` times over (a hierarchical draw stores each group's ``z`` and its weights), the posterior predictions
+  of every row and PSIS-LOO's arrays.
 
 Calibrated against the measured costs of the default pipeline and of `make bench`'s scaling section
 (``reports/benchmark.json``; tests/test_budget.py holds the NUTS estimates within 2x of those points). Fits whose
@@ -89,7 +92,14 @@ NS_PER_DENSITY_ADVI_PARAM = 35.0
 # groups drawn are drawn once), from the hierarchical fit's steps at 500 and 2,000 rows (0.90 and 1.37 ms)
 NS_PER_MINIBATCH_ROW = 310.0
 BYTES = 8
-COPIES = 4  # the sampler's own (Arrow) batches, their conversion, the xarray copy and the group stack
+COPIES = 4  # a kept draw once sampled: the batches being converted, the conversion, xarray's copy, the group stack
+# While NUTS samples, nutpie's batches hold every draw, tuning included, this many times over (the batches and the
+# draws' buffers the allocator keeps: measured 2.1 to 3.3 over runs of 30 to 3,000 draws), and each chain's trajectory
+# keeps this many values per sampled coordinate alive from its first iterations (the states of a tree up to 10 deep:
+# positions, momenta, gradients; measured 0.15 GiB a chain at 120,043 coordinates) (benchmarks/FINDINGS.md,
+# "Measurements behind code comments")
+SAMPLER_COPIES = 3
+NUTS_STATE_VALUES = 170
 # A fit stage's process before its data (Python, NumPy, PyMC, nutpie, the density checked): benchmarks/memory.py's peak
 # with no rows, rounded up (benchmarks/FINDINGS.md, "Measurements behind code comments")
 PROCESS_GIB = 0.75
@@ -348,13 +358,17 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     widest = max_group_rows if max_group_rows is not None else -(-n_train // max(n_groups, 1))
     fixed = _layout_bytes(n_groups if hierarchical else 1, widest, n_features, params)
     fixed += sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
+    # while sampling: the sampler's draws and its chains' trajectories (a per-group fit's are one group's, converted as
+    # its fit ends); then every kept draw and its scores
+    running = stored_params if hierarchical else per_group
+    states = 0 if s.backend == "advi" else s.chains * dims * NUTS_STATE_VALUES * BYTES
     memory = {}
     for worst in (False, True):
         draws = s.chains * kept[worst]
-        predictions = draws * (n_train + n_test) * BYTES * COPIES
-        predictions += draws * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.diagnostics.evaluation.psis_loo)
-        trace = (draws + s.chains * tuning) * stored_params * BYTES * COPIES
-        memory[worst] = PROCESS_GIB + (trace + predictions + fixed) / 2**30
+        sampling = s.chains * (kept[worst] + tuning) * running * BYTES * SAMPLER_COPIES + states
+        scoring = draws * stored_params * BYTES * COPIES + draws * (n_train + n_test) * BYTES * COPIES
+        scoring += draws * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.diagnostics.evaluation.psis_loo)
+        memory[worst] = PROCESS_GIB + (max(sampling, scoring) + fixed) / 2**30
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
     if hierarchical and widest * n_groups > 2 * n_train:  # the padding is what costs: say so
         sizes += f"; every group padded to the largest's {widest} rows: {widest * n_groups} rows held"

@@ -6,7 +6,8 @@ checked against PyMC's model, as a first fit of a model is) as their own process
 records each process's peak resident memory (``ru_maxrss`` from ``wait4``) beside the estimate
 :func:`hbnn.pipeline.budget.fit_estimate` gives for the same sizes. The hierarchical model lays every group out as wide
 as the largest (:meth:`hbnn.data.tasks.Tasks.padded`), so its memory grows with groups x largest group's rows, which is
-what these tables stress. ``tests/test_budget.py`` holds the estimates to the recorded peaks.
+what the first tables stress; the last ones, of thousands of tiny groups, stress the sampled coordinates, whose NUTS
+states each chain holds. ``tests/test_budget.py`` holds the estimates to the recorded peaks.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # (small groups, rows of each small group, rows of the one large group): the padded layout holds
-# (small + 1) x large rows
-SIZES = ((200, 4, 5_000), (400, 4, 20_000))
+# (small + 1) x large rows; the last two, of thousands of 4-row groups, stress the sampled coordinates instead (each
+# chain's trajectory holds states of every coordinate)
+SIZES = ((200, 4, 5_000), (400, 4, 20_000), (2_999, 4, 4), (5_999, 4, 4))
 SAMPLER = {"backend": "nutpie", "chains": 2, "tune": 10, "draws": 10, "max_draws": 0, "restarts": 0,
            "target_accept": 0.9, "mass_matrix": "diag"}
 

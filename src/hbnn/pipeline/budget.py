@@ -23,8 +23,8 @@ The model of the cost:
 - a fit's memory is the larger of two phases, over the process and the hierarchical fit's padded layout: while NUTS
   samples, the sampler's batches of every draw, tuning included, ``SAMPLER_COPIES`` times over and each chain's
   trajectory (``NUTS_STATE_VALUES`` per sampled coordinate); once it is over, every kept draw of every value
-  ``COPIES`` times over (a hierarchical draw stores each group's ``z`` and its weights), the posterior predictions
-  of every row and PSIS-LOO's arrays.
+  ``COPIES`` times over (a hierarchical or informed draw stores each group's ``z`` and its weights), the posterior
+  predictions of every row and PSIS-LOO's arrays.
 
 Calibrated against the measured costs of the default pipeline and of `make bench`'s scaling section
 (``reports/benchmark.json``; tests/test_budget.py holds the NUTS estimates within 2x of those points). Fits whose
@@ -92,7 +92,7 @@ NS_PER_DENSITY_ADVI_PARAM = 35.0
 # groups drawn are drawn once), from the hierarchical fit's steps at 500 and 2,000 rows (0.90 and 1.37 ms)
 NS_PER_MINIBATCH_ROW = 310.0
 BYTES = 8
-COPIES = 4  # a kept draw once sampled: the batches being converted, the conversion, xarray's copy, the group stack
+COPIES = 4  # a stored draw: the sampler's or the file's arrays, their conversion, xarray's copy, the group stack
 # While NUTS samples, nutpie's batches hold every draw, tuning included, this many times over (the batches and the
 # draws' buffers the allocator keeps: measured 2.1 to 3.3 over runs of 30 to 3,000 draws), and each chain's trajectory
 # keeps this many values per sampled coordinate alive from its first iterations (the states of a tree up to 10 deep:
@@ -321,7 +321,9 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     layers = n_weights(n_features, params.model.hidden_layers, params.model.bias)
     per_group = sum(layers)
     hierarchical, informed = variant is HIERARCHICAL, variant is INFORMED
-    stored_params = _hierarchical_weights(n_groups, layers) if hierarchical else n_groups * per_group
+    # a draw stores each group's weights, and under an informed prior (hbnn.model.builders) its whitened z too
+    stored_per_group = 2 * per_group if informed else per_group
+    stored_params = _hierarchical_weights(n_groups, layers) if hierarchical else n_groups * stored_per_group
     dims = _sampled_dims(n_groups, layers, hierarchical)
     # ADVI fits the hand-written density full batch, and the hierarchical fit's in minibatches too (a per-group
     # minibatch fit stays on PyTensor's: hbnn.sampling.advi.AdviBackend)
@@ -359,14 +361,19 @@ def fit_estimate(stage: str, params: Params, n_groups: int, n_train: int, n_test
     fixed = _layout_bytes(n_groups if hierarchical else 1, widest, n_features, params)
     fixed += sum(w * w for w in layers) * BYTES * 4 if informed else 0  # covariances, factors
     # while sampling: the sampler's draws and its chains' trajectories (a per-group fit's are one group's, converted as
-    # its fit ends); then every kept draw and its scores
-    running = stored_params if hierarchical else per_group
+    # its fit ends; a look's copy of the draws so far fits within SAMPLER_COPIES, as measured), and at worst, restarted,
+    # the last attempt's kept draws. Then every kept draw and its scores (PyMC keeps the tuning draws in its trace, to
+    # count gradient evaluations)
+    running = stored_params if hierarchical else stored_per_group
     states = 0 if s.backend == "advi" else s.chains * dims * NUTS_STATE_VALUES * BYTES
     memory = {}
     for worst in (False, True):
         draws = s.chains * kept[worst]
         sampling = s.chains * (kept[worst] + tuning) * running * BYTES * SAMPLER_COPIES + states
-        scoring = draws * stored_params * BYTES * COPIES + draws * (n_train + n_test) * BYTES * COPIES
+        if worst and hierarchical and s.restarts_apply:
+            sampling += draws * stored_params * BYTES * COPIES
+        held = draws + (s.chains * tuning if s.backend == "pymc" else 0)
+        scoring = held * stored_params * BYTES * COPIES + draws * (n_train + n_test) * BYTES * COPIES
         scoring += draws * n_train * BYTES * LOO_COPIES  # PSIS-LOO (hbnn.diagnostics.evaluation.psis_loo)
         memory[worst] = PROCESS_GIB + (max(sampling, scoring) + fixed) / 2**30
     sizes = f"{n_groups} groups, {n_train} training rows, {per_group} weights per group, {run} ({s.backend})"
